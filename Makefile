@@ -1,0 +1,35 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Everything else is a helper.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
+DEMO_CONFIG ?= deploy/config/demo.toml
+PYTEST_ARGS ?= -n 2
+
+.PHONY: demo test lint bench clean venv
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(PIP) install -e .
+	touch $@
+
+$(VENV)/.installed-test: $(BIN)/python pyproject.toml
+	$(PIP) install -e '.[test]'
+	touch $@ $(VENV)/.installed
+
+venv: $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(BIN)/gpucost run --config $(DEMO_CONFIG) $(if $(ONCE),--once,)
+
+test: $(VENV)/.installed-test
+	$(BIN)/ruff check monitor alerts tests
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed
+	$(BIN)/python bench/bench.py
+
+clean:
+	rm -rf out build dist *.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Alert delivery: pipeline, Slack and console notifiers, digest rendering."""

@@ -1,0 +1,77 @@
+"""The `gpucost` command line: thin commands over the same functions the daemon schedules.
+
+Each command lives in its own module and registers itself on `cli`. User mistakes (bad config,
+missing file, bad timestamp, bad flag) print one line and exit 2; never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from monitor import __version__
+from monitor.errors import GpucostError, NotAvailableYet, UserError
+
+__all__ = ["cli", "main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="gpucost")
+def cli() -> None:
+    """gpucost: watch what multi-GPU training really costs on Google Cloud.
+
+    Reads the Cloud Billing export (BigQuery, or a local DuckDB copy), GPU utilization (Cloud
+    Monitoring, or files), attributes every dollar, flags hidden costs with their dollar impact,
+    and alerts to Slack or the console.
+    """
+
+
+def _register() -> None:
+    # Imported for their side effect of adding commands to `cli`; order is the --help order.
+    from monitor.cli import (  # noqa: F401
+        analyze,
+        check,
+        digest,
+        gpus,
+        load,
+        report,
+        run,
+        simulate,
+        skus,
+    )
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; maps errors to one line on stderr and an exit code."""
+    try:
+        cli.main(args=argv, prog_name="gpucost", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.exceptions.Abort:
+        click.echo("gpucost: aborted", err=True)
+        return 130
+    except click.ClickException as e:
+        ctx = getattr(e, "ctx", None)
+        name = ctx.command_path if ctx is not None else "gpucost"
+        click.echo(f"{name}: error: {e.format_message()}", err=True)
+        return 2
+    except NotAvailableYet as e:
+        click.echo(f"gpucost: not available yet: {e}", err=True)
+        return NotAvailableYet.exit_code
+    except UserError as e:
+        click.echo(f"gpucost: error: {e}", err=True)
+        return e.exit_code
+    except GpucostError as e:
+        click.echo(f"gpucost: failed: {e}", err=True)
+        return 1
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

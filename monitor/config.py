@@ -1,0 +1,351 @@
+"""Configuration, declared once: frozen pydantic models loaded from one TOML file.
+
+Every model forbids unknown keys, so a typo is an error at start-up rather than a silently ignored
+setting. Errors name the file, the key path and the fix, e.g.::
+
+    gpucost.toml: billing.table: expected "project.dataset.table", got "foo"
+
+Secrets never come from the TOML: the Slack bot token is read from `SLACK_BOT_TOKEN` or from the file
+named by `slack.token_file`, and is held as a `SecretStr` so it never prints.
+Relative paths are relative to the working directory the daemon was started in.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from monitor.errors import ConfigError
+from monitor.model import SUBCATEGORIES, PricingModel
+
+__all__ = [
+    "AlertsConfig",
+    "BillingConfig",
+    "Config",
+    "load_config",
+    "parse_config",
+    "slack_token",
+]
+
+_TABLE_RE = re.compile(r"^[A-Za-z0-9_\-]+\.[A-Za-z0-9_]+\.[A-Za-z0-9_\-*$]+$")
+_HOSTPORT_RE = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d+$|^https?://\S+$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _endpoint(v: str | None) -> str | None:
+    if v is not None and not _HOSTPORT_RE.match(v):
+        raise ValueError(f'expected "host:port" or an https:// URL, got "{v}"')
+    return v
+
+
+Endpoint = Annotated[str | None, AfterValidator(_endpoint)]
+
+
+class GoogleConfig(_Strict):
+    credentials: Literal["default", "anonymous"] = "default"
+
+
+class BillingConfig(_Strict):
+    source: Literal["duckdb", "bigquery"] = "duckdb"
+    table: str | None = None
+    project: str | None = None
+    location: str = "US"
+    api_endpoint: Endpoint = None
+    maximum_bytes_billed: int = Field(default=50 * 2**30, gt=0)
+    lookback_days: int = Field(default=10, ge=1, le=62)
+    provisional_days: int = Field(default=3, ge=0, le=31)
+    db: Path = Path("out/gpucost.duckdb")
+    labels: tuple[str, ...] = ("team", "job")
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, v: str | None) -> str | None:
+        if v is not None and not _TABLE_RE.match(v):
+            raise ValueError(f'expected "project.dataset.table", got "{v}"')
+        return v
+
+    @model_validator(mode="after")
+    def _bigquery_needs_table(self) -> BillingConfig:
+        if self.source == "bigquery" and self.table is None:
+            raise ValueError('source "bigquery" needs table = "project.dataset.table"')
+        return self
+
+
+class AttributionRule(_Strict):
+    """An override prepended to the built-in rules; the first matching rule wins."""
+
+    category: str
+    pricing_model: PricingModel | None = None
+    service: str | None = None
+    sku_regex: str | None = None
+    sku_id: str | None = None
+
+    @field_validator("category")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in SUBCATEGORIES:
+            raise ValueError(f'unknown category "{v}"; use one of: {", ".join(SUBCATEGORIES)}')
+        return v
+
+    @field_validator("sku_regex")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"not a valid regular expression ({e})") from None
+        return v
+
+
+class AttributionConfig(_Strict):
+    rules: tuple[AttributionRule, ...] = ()
+
+
+class UtilizationConfig(_Strict):
+    source: Literal["files", "cloud_monitoring"] = "files"
+    projects: tuple[str, ...] = ()
+    presets: tuple[Literal["ops_agent_nvml", "ops_agent_dcgm", "gke", "managed_prometheus_dcgm"], ...] = (
+        "ops_agent_nvml",
+    )
+    alignment_seconds: int = Field(default=300, ge=60, le=3600)
+    api_endpoint: Endpoint = None
+    insecure: bool = False
+    files: tuple[Path, ...] = ()
+    idle_threshold_pct: float = Field(default=10.0, ge=0, le=100)
+
+    @model_validator(mode="after")
+    def _needs_projects(self) -> UtilizationConfig:
+        if self.source == "cloud_monitoring" and not self.projects:
+            raise ValueError('source "cloud_monitoring" needs projects = ["my-project", ...]')
+        return self
+
+
+class PricingConfig(_Strict):
+    source: Literal["snapshot", "catalog"] = "snapshot"
+    api_endpoint: Endpoint = None
+    insecure: bool = False
+    cache_hours: int = Field(default=24, ge=1)
+
+
+class Budget(_Strict):
+    name: str
+    amount_usd: float = Field(gt=0)
+    project: str | None = None
+    label: str | None = Field(default=None, description='"key=value"')
+
+    @field_validator("label")
+    @classmethod
+    def _kv(cls, v: str | None) -> str | None:
+        if v is not None and "=" not in v:
+            raise ValueError(f'expected "key=value", got "{v}"')
+        return v
+
+
+class BudgetsConfig(_Strict):
+    source: Literal["config", "api"] = "config"
+    billing_account: str | None = None
+    api_endpoint: Endpoint = None
+    items: tuple[Budget, ...] = ()
+
+
+class Route(_Strict):
+    match: dict[str, str]
+    channel: str
+
+
+class SlackConfig(_Strict):
+    channel: str | None = None
+    api_base_url: str | None = None
+    webhook_url_env: str | None = None
+    token_file: Path | None = None
+    routes: tuple[Route, ...] = ()
+
+
+class Silence(_Strict):
+    match: dict[str, str]
+    until: str
+    comment: str = ""
+
+
+class AlertsConfig(_Strict):
+    group_by: tuple[str, ...] = ("kind", "project")
+    group_wait_seconds: int = Field(default=30, ge=0)
+    group_interval_seconds: int = Field(default=300, ge=0)
+    repeat_interval_hours: float = Field(default=24.0, gt=0)
+    send_resolved: bool = True
+    min_severity: Literal["info", "warning", "critical"] = "warning"
+    silences: tuple[Silence, ...] = ()
+    console_dir: Path = Path("out/alerts")
+
+
+class DigestConfig(_Strict):
+    time: str = "09:00"
+    timezone: str = "UTC"
+    out_dir: Path = Path("out")
+
+    @field_validator("time")
+    @classmethod
+    def _hhmm(cls, v: str) -> str:
+        if not re.match(r"^([01]\d|2[0-3]):[0-5]\d$", v):
+            raise ValueError(f'expected "HH:MM" (24 h), got "{v}"')
+        return v
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, v: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f'unknown time zone "{v}"; use an IANA name like "Europe/Paris"') from None
+        return v
+
+
+class StateConfig(_Strict):
+    url: str = "sqlite:///out/state.sqlite"
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, v: str) -> str:
+        if not v.startswith(("sqlite:///", "postgresql://", "postgres://")):
+            raise ValueError(f'expected "sqlite:///PATH" or "postgresql://...", got "{v}"')
+        return v
+
+
+class DaemonConfig(_Strict):
+    billing_poll_minutes: float = Field(default=30, gt=0)
+    utilization_poll_minutes: float = Field(default=5, gt=0)
+    outbox_seconds: float = Field(default=30, gt=0)
+    price_refresh_hours: float = Field(default=24, gt=0)
+    jitter_seconds: int = Field(default=10, ge=0)
+    misfire_grace_seconds: int = Field(default=300, ge=1)
+
+
+class HttpConfig(_Strict):
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(default=9464, ge=0, le=65535)
+    ready_max_age_minutes: float = Field(default=90, gt=0)
+
+
+class LoggingConfig(_Strict):
+    format: Literal["auto", "json", "text"] = "auto"
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+class DemoConfig(_Strict):
+    """The embedded default: a simulated fleet that keeps producing hours on a fast clock."""
+
+    enabled: bool = False
+    data_dir: Path = Path("out/demo")
+    seed: int = 7
+    days: int = Field(default=14, ge=2, le=120)
+    scale: int = Field(default=1, ge=1)
+    hours_per_cycle: int = Field(default=1, ge=1, le=48)
+
+
+class Config(_Strict):
+    google: GoogleConfig = GoogleConfig()
+    billing: BillingConfig = BillingConfig()
+    attribution: AttributionConfig = AttributionConfig()
+    utilization: UtilizationConfig = UtilizationConfig()
+    pricing: PricingConfig = PricingConfig()
+    budgets: BudgetsConfig = BudgetsConfig()
+    detectors: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    slack: SlackConfig = SlackConfig()
+    alerts: AlertsConfig = AlertsConfig()
+    digest: DigestConfig = DigestConfig()
+    state: StateConfig = StateConfig()
+    daemon: DaemonConfig = DaemonConfig()
+    http: HttpConfig = HttpConfig()
+    logging: LoggingConfig = LoggingConfig()
+    demo: DemoConfig = DemoConfig()
+
+
+_SECRET_KEYS = {"token", "bot_token", "slack_bot_token", "webhook_url", "password", "secret"}
+
+
+def _secret_key_error(data: dict[str, Any]) -> str | None:
+    for section, body in data.items():
+        if isinstance(body, dict):
+            for key in body:
+                if key.lower() in _SECRET_KEYS:
+                    return (
+                        f"{section}.{key}: secrets are not read from the config file; "
+                        "set SLACK_BOT_TOKEN (or slack.token_file / slack.webhook_url_env) instead"
+                    )
+    return None
+
+
+def _format_error(err: dict[str, Any]) -> str:
+    loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return f"{loc}: unknown key (check the spelling; see deploy/config/production.example.toml)"
+    if kind == "missing":
+        return f"{loc}: required key is missing"
+    msg = err["msg"]
+    for prefix in ("Value error, ", "Assertion failed, "):
+        msg = msg.removeprefix(prefix)
+    if kind.startswith("literal_error"):
+        msg = f"{msg}, got {err.get('input')!r}"
+    return f"{loc}: {msg}" if loc else msg
+
+
+def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
+    """Validate an already-parsed TOML document; errors are `ConfigError`s naming `source`."""
+    if (secret := _secret_key_error(data)) is not None:
+        raise ConfigError(f"{source}: {secret}")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        lines = [f"{source}: {_format_error(err)}" for err in e.errors()]
+        raise ConfigError("\n".join(lines)) from None
+
+
+def load_config(path: str | Path) -> Config:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: config file not found (pass --config PATH)") from None
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read config file ({e.strerror})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: not valid TOML ({e})") from None
+    return parse_config(data, str(p))
+
+
+def slack_token(cfg: SlackConfig, environ: dict[str, str] | None = None) -> SecretStr | None:
+    """The bot token from `SLACK_BOT_TOKEN`, else from `slack.token_file`; never from the TOML."""
+    env = os.environ if environ is None else environ
+    if tok := env.get("SLACK_BOT_TOKEN", "").strip():
+        return SecretStr(tok)
+    if cfg.token_file is not None:
+        try:
+            tok = cfg.token_file.read_text(encoding="utf-8").strip()
+        except OSError as e:
+            raise ConfigError(f"slack.token_file: cannot read {cfg.token_file} ({e.strerror})") from None
+        return SecretStr(tok) if tok else None
+    return None

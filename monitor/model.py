@@ -1,0 +1,145 @@
+"""Typed records shared by every step: the attribution vocabulary and findings.
+
+Money crosses module boundaries as `Decimal` (exact, from integer micros summed in the engine) or as
+integer micros; never as a float that drifts when added up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any
+
+from monitor.timeutil import to_iso
+
+__all__ = [
+    "SUBCATEGORIES",
+    "Finding",
+    "PricingModel",
+    "Scope",
+    "Severity",
+    "fingerprint",
+    "micros_to_decimal",
+]
+
+#: The fixed `category.subcategory` vocabulary. Attribution rules may only name these.
+SUBCATEGORIES: tuple[str, ...] = (
+    "compute.gpu",
+    "compute.cpu",
+    "compute.ram",
+    "compute.commitment_fee",
+    "compute.other",
+    "network.intra_zone",
+    "network.inter_zone",
+    "network.inter_region",
+    "network.internet",
+    "network.google",
+    "network.ingress",
+    "network.other",
+    "storage.gcs",
+    "storage.persistent_disk",
+    "storage.snapshot",
+    "storage.filestore",
+    "storage.bigquery",
+    "storage.other",
+    "orchestration.gke",
+    "orchestration.vertex_ai",
+    "orchestration.other",
+    "licensing.os",
+    "licensing.marketplace",
+    "support",
+    "tax",
+    "other",
+)
+
+
+class PricingModel(StrEnum):
+    ON_DEMAND = "on_demand"
+    SPOT = "spot"
+    COMMITTED = "committed"
+    RESERVED = "reserved"
+
+
+class Severity(StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return {"info": 0, "warning": 1, "critical": 2}[self.value]
+
+
+def micros_to_decimal(micros: int | None) -> Decimal:
+    return Decimal(int(micros or 0)) / Decimal(1_000_000)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a finding is about. Fields not relevant to a finding stay None."""
+
+    project: str | None = None
+    zone: str | None = None
+    region: str | None = None
+    instance: str | None = None
+    instance_id: str | None = None
+    cluster: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "project": self.project,
+            "zone": self.zone,
+            "region": self.region,
+            "instance": self.instance,
+            "instance_id": self.instance_id,
+            "cluster": self.cluster,
+            "labels": dict(sorted(self.labels.items())),
+        }
+
+
+def fingerprint(kind: str, scope: Scope, *extra: str) -> str:
+    """A stable identity for "the same problem": kind + scope, never the window or the amount,
+    so a finding that grows over hours is one alert, not one per poll."""
+    payload = json.dumps([kind, scope.to_dict(), list(extra)], sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A hidden cost with its dollar impact and the evidence behind that figure."""
+
+    kind: str
+    severity: Severity
+    title: str
+    summary: str
+    impact_usd: Decimal
+    window_start: datetime
+    window_end: datetime
+    scope: Scope
+    evidence: dict[str, Any]
+    recommendation: str
+    fingerprint: str
+    provisional: bool = False
+    estimated: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "severity": self.severity.value,
+            "title": self.title,
+            "summary": self.summary,
+            "impact_usd": float(round(self.impact_usd, 2)),
+            "window_start": to_iso(self.window_start),
+            "window_end": to_iso(self.window_end),
+            "scope": self.scope.to_dict(),
+            "evidence": self.evidence,
+            "recommendation": self.recommendation,
+            "fingerprint": self.fingerprint,
+            "provisional": self.provisional,
+            "estimated": self.estimated,
+        }

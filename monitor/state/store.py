@@ -1,0 +1,114 @@
+"""The state store: one SQLite file (by default) shared by every component.
+
+Each component (billing, utilization, findings, alerts, ...) owns its tables and declares its own
+ordered list of migrations; `migrate(component, migrations)` applies the ones not yet recorded in
+`schema_migrations`, each in its own transaction. Components never touch each other's tables, so
+they evolve independently, and a `kill -9` at any moment leaves every table consistent because all
+writes happen inside `transaction()`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Protocol
+
+from monitor.errors import ConfigError
+
+__all__ = ["SQLiteStore", "StateStore", "open_store"]
+
+
+class StateStore(Protocol):
+    def migrate(self, component: str, migrations: Sequence[str]) -> None: ...
+
+    def transaction(self) -> AbstractContextManager[sqlite3.Connection]: ...
+
+    def close(self) -> None: ...
+
+
+class SQLiteStore:
+    """SQLite in WAL mode; one connection per thread, writes serialised by `BEGIN IMMEDIATE`."""
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        with self.transaction() as conn:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                " component TEXT NOT NULL, version INTEGER NOT NULL,"
+                " applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ','now')),"
+                " PRIMARY KEY (component, version))"
+            )
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """All-or-nothing: commits on success, rolls back on any exception (and re-raises it)."""
+        conn = self._conn()
+        if conn.in_transaction:  # nested use joins the outer transaction
+            yield conn
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        else:
+            conn.execute("COMMIT")
+
+    def migrate(self, component: str, migrations: Sequence[str]) -> None:
+        """Apply `migrations[i]` as version i+1 of `component` unless already applied."""
+        with self.transaction() as conn:
+            done = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT version FROM schema_migrations WHERE component = ?", (component,)
+                )
+            }
+        for version, script in enumerate(migrations, start=1):
+            if version in done:
+                continue
+            with self.transaction() as conn:
+                for stmt in (s.strip() for s in script.split(";")):
+                    if stmt:
+                        conn.execute(stmt)
+                conn.execute(
+                    "INSERT INTO schema_migrations (component, version) VALUES (?, ?)",
+                    (component, version),
+                )
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+        self._local = threading.local()
+
+
+def open_store(url: str) -> SQLiteStore:
+    """Open the store named by `state.url` (`sqlite:///relative/path` or `sqlite:////abs/path`)."""
+    if url.startswith("sqlite:///"):
+        return SQLiteStore(url.removeprefix("sqlite:///"))
+    raise ConfigError(
+        f'state.url: "{url.split("://")[0]}://" stores are not supported in this build; use "sqlite:///PATH"'
+    )

@@ -1,0 +1,51 @@
+"""Timestamps as the export and users write them, always timezone-aware UTC."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, date, datetime, timedelta
+
+__all__ = ["floor_hour", "parse_timestamp", "to_iso"]
+
+_UTC_SUFFIX = re.compile(r"\s*(UTC|Z)$", re.IGNORECASE)
+
+
+def parse_timestamp(text: str) -> datetime:
+    """Parse `2026-11-01 10:00:00 UTC`, `2026-11-01 10:00:00+00:00`, RFC 3339 or a bare date.
+
+    Naive inputs are taken as UTC (the export is UTC). Raises ValueError with the accepted forms.
+
+    >>> parse_timestamp("2026-11-01 10:00:00 UTC").isoformat()
+    '2026-11-01T10:00:00+00:00'
+    """
+    raw = text.strip()
+    s = _UTC_SUFFIX.sub("+00:00", raw) if _UTC_SUFFIX.search(raw) else raw
+    try:
+        dt = datetime.fromisoformat(s)
+    except ValueError:
+        raise ValueError(
+            f'bad timestamp "{text}": use 2026-11-01T10:00:00Z, "2026-11-01 10:00:00 UTC" '
+            "or 2026-11-01 10:00:00+00:00"
+        ) from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC)
+
+
+def to_iso(dt: datetime | date | None) -> str | None:
+    if dt is None:
+        return None
+    if isinstance(dt, datetime):
+        return dt.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return dt.isoformat()
+
+
+def floor_hour(dt: datetime) -> datetime:
+    return dt.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def floor_day(dt: datetime) -> datetime:
+    return dt.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+ONE_HOUR = timedelta(hours=1)
