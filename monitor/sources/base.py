@@ -1,0 +1,37 @@
+"""Protocols the core depends on; the engines (BigQuery, DuckDB) implement them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+__all__ = ["BillingSource", "QueryResult"]
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """Aggregated rows of one `queries/<name>.sql` run, with what the run cost.
+
+    `rows` are dicts keyed by the query's output column names (already aggregated by the engine:
+    never raw export rows). `bytes_processed` is BigQuery's billed figure (None on DuckDB);
+    `rows_scanned` is the engine's count of input rows where it reports one (None otherwise).
+    """
+
+    name: str
+    rows: list[dict[str, Any]]
+    bytes_processed: int | None = None
+    rows_scanned: int | None = None
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class BillingSource(Protocol):
+    """Runs a named query from `queries/` with `@parameters` on one engine."""
+
+    engine: str  # "duckdb" | "bigquery"
+
+    def run(self, name: str, params: dict[str, Any]) -> QueryResult: ...
+
+    def dry_run(self, name: str, params: dict[str, Any]) -> int | None:
+        """Bytes the query would process (BigQuery dry run), None where the engine cannot tell."""
+        ...
