@@ -23,9 +23,7 @@ __all__ = ["for_bigquery", "for_duckdb", "load_query", "query_names"]
 def query_names() -> list[str]:
     """Every query shipped in the `queries` package, without the `.sql` suffix."""
     return sorted(
-        p.name.removesuffix(".sql")
-        for p in resources.files("queries").iterdir()
-        if p.name.endswith(".sql")
+        p.name.removesuffix(".sql") for p in resources.files("queries").iterdir() if p.name.endswith(".sql")
     )
 
 

@@ -1,0 +1,49 @@
+"""Silences: matchers with an expiry time, applied before grouping.
+
+A silenced finding is muted, not resolved: it produces no notification while the silence lasts, and
+its disappearance from a group is not announced as a resolution. When the silence expires (`until`
+passes), the finding notifies again like any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from monitor.config import AlertsConfig
+from monitor.errors import ConfigError
+from monitor.model import Finding
+from monitor.timeutil import parse_timestamp
+
+from alerts.routing import matches, validate_matcher
+
+__all__ = ["ActiveSilence", "is_silenced", "silences_from_config"]
+
+
+@dataclass(frozen=True)
+class ActiveSilence:
+    match: dict[str, str]
+    until: datetime
+    comment: str = ""
+
+    def active(self, now: datetime) -> bool:
+        return now < self.until
+
+
+def silences_from_config(cfg: AlertsConfig) -> list[ActiveSilence]:
+    """Parse `[[alerts.silences]]`; errors name the entry and the fix."""
+    out = []
+    for i, s in enumerate(cfg.silences):
+        where = f"alerts.silences[{i}]"
+        validate_matcher(where, s.match)
+        try:
+            until = parse_timestamp(s.until)
+        except ValueError as e:
+            raise ConfigError(f"{where}.until: {e}") from None
+        out.append(ActiveSilence(dict(s.match), until, s.comment))
+    return out
+
+
+def is_silenced(finding: Finding, silences: Sequence[ActiveSilence], now: datetime) -> bool:
+    return any(s.active(now) and matches(finding, s.match) for s in silences)

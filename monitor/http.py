@@ -1,0 +1,62 @@
+"""`/healthz`, `/readyz` and `/metrics` on a small threaded HTTP server.
+
+Liveness only says the process serves requests; readiness says every source was polled successfully
+recently enough (`http.ready_max_age_minutes`), which is what an operator pages on.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+__all__ = ["HealthServer"]
+
+ReadyCheck = Callable[[], tuple[bool, dict[str, object]]]
+
+
+class HealthServer:
+    def __init__(self, host: str, port: int, registry: CollectorRegistry, ready: ReadyCheck):
+        registry_, ready_ = registry, ready
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/healthz":
+                    self._send(200, "application/json", b'{"status": "ok"}')
+                elif path == "/readyz":
+                    ok, detail = ready_()
+                    body = json.dumps({"ready": ok, **detail}, default=str).encode()
+                    self._send(200 if ok else 503, "application/json", body)
+                elif path == "/metrics":
+                    self._send(200, CONTENT_TYPE_LATEST, generate_latest(registry_))
+                else:
+                    self._send(404, "text/plain", b"not found\n")
+
+            def _send(self, code: int, ctype: str, body: bytes) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # quiet: no access log spam
+                return
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

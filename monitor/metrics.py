@@ -1,0 +1,69 @@
+"""Prometheus metrics, on a registry owned by the daemon (no module-level global registry)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["Metrics"]
+
+
+@dataclass
+class Metrics:
+    registry: CollectorRegistry
+    job_last_success: Gauge
+    job_failures: Counter
+    job_duration: Histogram
+    billing_queries: Counter
+    billing_bytes: Counter
+    billing_rows: Counter
+    utilization_samples: Counter
+    findings: Gauge
+    outbox_depth: Gauge
+    delivery_failures: Counter
+    spend_usd: Gauge
+
+    @classmethod
+    def create(cls) -> Metrics:
+        r = CollectorRegistry()
+        return cls(
+            registry=r,
+            job_last_success=Gauge(
+                "gpucost_job_last_success_timestamp_seconds",
+                "Last successful run of a job.",
+                ["job"],
+                registry=r,
+            ),
+            job_failures=Counter("gpucost_job_failures", "Failed runs of a job.", ["job"], registry=r),
+            job_duration=Histogram(
+                "gpucost_job_duration_seconds",
+                "Duration of job runs.",
+                ["job"],
+                buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+                registry=r,
+            ),
+            billing_queries=Counter("gpucost_billing_queries", "Billing queries run.", ["query"], registry=r),
+            billing_bytes=Counter(
+                "gpucost_billing_bytes_processed",
+                "Bytes processed by billing queries (BigQuery).",
+                registry=r,
+            ),
+            billing_rows=Counter(
+                "gpucost_billing_rows_fetched", "Aggregated rows fetched by billing queries.", registry=r
+            ),
+            utilization_samples=Counter(
+                "gpucost_utilization_samples", "GPU utilization samples read.", ["source"], registry=r
+            ),
+            findings=Gauge("gpucost_findings", "Open findings.", ["kind", "severity"], registry=r),
+            outbox_depth=Gauge("gpucost_outbox_messages", "Outbox messages by state.", ["state"], registry=r),
+            delivery_failures=Counter(
+                "gpucost_delivery_failures", "Failed alert deliveries.", ["kind"], registry=r
+            ),
+            spend_usd=Gauge(
+                "gpucost_spend_usd",
+                "Attributed net spend, month to date, by category.",
+                ["category"],
+                registry=r,
+            ),
+        )

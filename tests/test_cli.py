@@ -1,0 +1,42 @@
+"""The CLI's contract: every command listed, user mistakes are one line and exit 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from monitor.cli import main
+
+COMMANDS = ("run", "analyze", "skus", "report", "gpus", "digest", "check", "simulate", "load")
+
+
+def test_help_lists_every_command_with_a_purpose(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for cmd in COMMANDS:
+        line = next(ln for ln in out.splitlines() if ln.strip().startswith(cmd + " "))
+        assert len(line.split(None, 1)[1]) > 10, line
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["report", "--start", "yesterday"], "Invalid value for '--start': bad timestamp \"yesterday\""),
+        (["check", "--config", "/nonexistent/gpucost.toml"], "config file not found"),
+        (["load", "--billing", "/nonexistent.ndjson", "--db", "x.duckdb"], "does not exist"),
+        (["report", "--format", "xml"], "Invalid value for '--format'"),
+        (["nosuchcommand"], "No such command"),
+    ],
+)
+def test_user_mistakes_are_one_line_exit_2(
+    argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+
+
+def test_check_accepts_the_demo_config(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--config", "deploy/config/demo.toml"]) == 0
+    assert "config OK" in capsys.readouterr().out
