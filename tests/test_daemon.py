@@ -1,0 +1,65 @@
+"""The scheduler keeps every job alive when one keeps failing."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from apscheduler.triggers.interval import IntervalTrigger
+
+from monitor.daemon import GuardedJob, JobSpec, Scheduler
+from monitor.metrics import Metrics
+
+
+def test_one_job_raising_repeatedly_does_not_stop_the_others() -> None:
+    ok_runs: list[float] = []
+    bad_calls: list[float] = []
+    lock = threading.Lock()
+
+    def good() -> None:
+        with lock:
+            ok_runs.append(time.monotonic())
+
+    def bad() -> None:
+        bad_calls.append(time.monotonic())
+        raise RuntimeError("BigQuery 503")
+
+    metrics = Metrics.create()
+    specs = [
+        JobSpec("good", good, IntervalTrigger(seconds=0.1)),
+        JobSpec("bad", bad, IntervalTrigger(seconds=0.1)),
+    ]
+    sched = Scheduler(specs, metrics, misfire_grace=5, jitter=0)
+    sched.jobs["bad"].base = 0.05  # fast backoff for the test
+    sched.start()
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (len(ok_runs) < 8 or len(bad_calls) < 3):
+            time.sleep(0.05)
+    finally:
+        assert sched.stop(timeout=5)
+    assert len(bad_calls) >= 3, "the failing job is retried"
+    assert len(ok_runs) >= 8, "the healthy job kept running"
+    assert metrics.registry.get_sample_value("gpucost_job_failures_total", {"job": "bad"}) >= 3
+    assert sched.jobs["good"].last_success is not None
+    assert sched.jobs["bad"].last_error == "RuntimeError: BigQuery 503"
+
+
+def test_backoff_grows_and_success_resets() -> None:
+    calls = {"n": 0}
+
+    def flaky() -> None:
+        calls["n"] += 1
+        if calls["n"] <= 2:
+            raise ValueError("boom")
+
+    job = GuardedJob(
+        JobSpec("flaky", flaky, IntervalTrigger(seconds=1)), Metrics.create(), base=0.01, cap=0.02
+    )
+    assert job() is False and job.failures == 1
+    assert job() is False  # still backing off: not even called
+    assert calls["n"] == 1
+    time.sleep(0.02)
+    assert job() is False and job.failures == 2
+    time.sleep(0.03)
+    assert job() is True and job.failures == 0 and job.last_error is None
