@@ -163,6 +163,7 @@ class BudgetsConfig(_Strict):
     source: Literal["config", "api"] = "config"
     billing_account: str | None = None
     api_endpoint: Endpoint = None
+    insecure: bool = False
     items: tuple[Budget, ...] = ()
 
 

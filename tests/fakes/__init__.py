@@ -1,0 +1,1 @@
+"""Fakes of remote services that speak the real wire protocols, for tests."""

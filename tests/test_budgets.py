@@ -1,0 +1,165 @@
+"""Budgets from config and from the Cloud Billing Budget API, the latter through the real
+`BudgetServiceClient` against a local gRPC server serving `google.cloud.billing.budgets.v1`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from decimal import Decimal
+
+import grpc
+import pytest
+from google.cloud.billing import budgets_v1
+from google.protobuf import struct_pb2
+
+from monitor.config import BudgetsConfig, GoogleConfig, parse_config
+from monitor.errors import ConfigError, PermanentSourceError, RetryableSourceError
+from monitor.sources.budgets import (
+    Budget,
+    BudgetApiSource,
+    BudgetScope,
+    ConfigBudgetSource,
+    budget_source_from_config,
+)
+from tests.fakes.budget_server import FakeBudgets
+
+ACCOUNT = "012345-6789AB-CDEF01"
+
+
+def _usd(units: int, nanos: int = 0, currency: str = "USD") -> budgets_v1.BudgetAmount:
+    return budgets_v1.BudgetAmount(
+        specified_amount={"currency_code": currency, "units": units, "nanos": nanos}
+    )
+
+
+def _labels(**kv: str) -> dict[str, struct_pb2.ListValue]:
+    return {k: struct_pb2.ListValue(values=[struct_pb2.Value(string_value=v)]) for k, v in kv.items()}
+
+
+API_BUDGETS = [
+    budgets_v1.Budget(
+        name=f"billingAccounts/{ACCOUNT}/budgets/b-train",
+        display_name="training projects",
+        amount=_usd(25_000, 500_000_000),
+        budget_filter=budgets_v1.Filter(
+            projects=["projects/441570621172", "projects/99"],
+            services=["services/6F81-5844-456A"],
+            calendar_period=budgets_v1.CalendarPeriod.MONTH,
+            credit_types_treatment=budgets_v1.Filter.CreditTypesTreatment.EXCLUDE_ALL_CREDITS,
+        ),
+    ),
+    budgets_v1.Budget(
+        name=f"billingAccounts/{ACCOUNT}/budgets/b-team",
+        display_name="team ml",
+        amount=_usd(8_000, 10_000_000),
+        budget_filter=budgets_v1.Filter(
+            labels=_labels(team="ml"), calendar_period=budgets_v1.CalendarPeriod.QUARTER
+        ),
+    ),
+    budgets_v1.Budget(
+        name=f"billingAccounts/{ACCOUNT}/budgets/b-last",
+        display_name="same as last month",
+        amount=budgets_v1.BudgetAmount(last_period_amount={}),
+    ),
+    budgets_v1.Budget(
+        name=f"billingAccounts/{ACCOUNT}/budgets/b-eur",
+        display_name="euro budget",
+        amount=_usd(1_000, currency="EUR"),
+    ),
+    budgets_v1.Budget(name=f"billingAccounts/{ACCOUNT}/budgets/b-all", amount=_usd(100_000)),
+]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeBudgets]:
+    with FakeBudgets(ACCOUNT, API_BUDGETS, page_size=2) as server:
+        yield server  # type: ignore[misc]
+
+
+def _source(fake: FakeBudgets, account: str = ACCOUNT, **kw) -> BudgetApiSource:
+    cfg = BudgetsConfig(source="api", billing_account=account, api_endpoint=fake.address)
+    return BudgetApiSource(
+        cfg, GoogleConfig(credentials="anonymous"), insecure=True, retry_deadline_s=0.5, **kw
+    )
+
+
+def test_api_budgets_all_pages_parsed_exactly(fake: FakeBudgets) -> None:
+    src = _source(fake, account=f"billingAccounts/{ACCOUNT}")
+    budgets = src.budgets()
+
+    assert [r.parent for r in fake.requests] == [f"billingAccounts/{ACCOUNT}"] * 3
+    assert [r.page_token for r in fake.requests] == ["", "2", "4"]
+    assert budgets == [
+        Budget(
+            name="training projects",
+            amount_usd=Decimal("25000.5"),
+            scope=BudgetScope.PROJECT,
+            period="month",
+            project_numbers=("441570621172", "99"),
+            services=("6F81-5844-456A",),
+            credits="exclude_all",
+            source="api",
+            resource_name=f"billingAccounts/{ACCOUNT}/budgets/b-train",
+        ),
+        Budget(
+            name="team ml",
+            amount_usd=Decimal("8000.01"),
+            scope=BudgetScope.LABEL,
+            period="quarter",
+            labels=(("team", "ml"),),
+            source="api",
+            resource_name=f"billingAccounts/{ACCOUNT}/budgets/b-team",
+        ),
+        Budget(
+            name="b-all",
+            amount_usd=Decimal("100000"),
+            scope=BudgetScope.TOTAL,
+            source="api",
+            resource_name=f"billingAccounts/{ACCOUNT}/budgets/b-all",
+        ),
+    ]
+    assert len(src.skipped) == 2
+    assert "same as last month" in src.skipped[0] and "last period" in src.skipped[0]
+    assert "euro budget" in src.skipped[1] and "EUR" in src.skipped[1]
+
+
+def test_api_errors_are_classified(fake: FakeBudgets) -> None:
+    with pytest.raises(PermanentSourceError, match="PERMISSION_DENIED"):
+        _source(fake, account="other-account").budgets()
+    fake.fail_always = grpc.StatusCode.UNAVAILABLE
+    with pytest.raises(RetryableSourceError, match="budget API"):
+        _source(fake).budgets()
+
+
+def test_api_needs_a_billing_account() -> None:
+    cfg = BudgetsConfig(source="api")
+    with pytest.raises(
+        ConfigError, match=r'^budgets\.billing_account: required when budgets\.source = "api"'
+    ):
+        BudgetApiSource(cfg, GoogleConfig())
+
+
+def test_config_budgets() -> None:
+    cfg = parse_config(
+        {
+            "budgets": {
+                "items": [
+                    {"name": "total", "amount_usd": 50000},
+                    {"name": "train", "amount_usd": 1500.1, "project": "ml-train"},
+                    {"name": "team", "amount_usd": 900.25, "label": "team = ml"},
+                ]
+            }
+        }
+    ).budgets
+    src = budget_source_from_config(cfg, GoogleConfig())
+    assert isinstance(src, ConfigBudgetSource)
+    assert src.budgets() == [
+        Budget(name="total", amount_usd=Decimal("50000"), scope=BudgetScope.TOTAL),
+        Budget(name="train", amount_usd=Decimal("1500.1"), scope=BudgetScope.PROJECT, projects=("ml-train",)),
+        Budget(name="team", amount_usd=Decimal("900.25"), scope=BudgetScope.LABEL, labels=(("team", "ml"),)),
+    ]
+
+
+def test_factory_builds_the_api_source() -> None:
+    cfg = BudgetsConfig(source="api", billing_account=ACCOUNT)
+    src = budget_source_from_config(cfg, GoogleConfig(credentials="anonymous"))
+    assert isinstance(src, BudgetApiSource) and src.parent == f"billingAccounts/{ACCOUNT}"
