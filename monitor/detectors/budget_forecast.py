@@ -1,0 +1,148 @@
+"""`budget_forecast`: month-to-date spend plus a run-rate forecast to month end, against each budget.
+
+The month is the UTC calendar month holding the last instant covered (`min(now, window_end)`).
+The run rate is the mean hourly net spend over the last `run_rate_days` of *settled* data (before
+`provisional_from`), because the provisional hours are an undercount while late billing rows land:
+they are counted at the larger of what was billed so far and the run rate. Month days before the
+window (when the window does not reach back to the 1st) are filled at the run rate and labelled.
+Fires when the forecast exceeds the budget; impact = forecast overrun.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from pydantic import Field
+
+from monitor.detectors.base import Detector, DetectorConfig, fmt_usd, iso, money, q6, register
+from monitor.detectors.inputs import BudgetSpec, CostHour, DetectorInputs
+from monitor.model import Finding, Scope, fingerprint
+
+__all__ = ["BudgetForecast", "BudgetForecastConfig", "month_bounds"]
+
+_HOUR = timedelta(hours=1)
+
+
+class BudgetForecastConfig(DetectorConfig):
+    """`run_rate_days`: how many recent settled days set the run rate. `min_impact_usd`: the smallest
+    forecast overrun worth a finding."""
+
+    min_impact_usd: Decimal = Field(default=Decimal(50), ge=0)
+    run_rate_days: int = Field(default=7, ge=1, le=31)
+
+
+def month_bounds(at: datetime) -> tuple[datetime, datetime]:
+    """[first instant of `at`'s UTC month, first instant of the next month)."""
+    a = at.astimezone(UTC)
+    start = a.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    nxt = (start + timedelta(days=32)).replace(day=1)
+    return start, nxt
+
+
+def _hours(lo: datetime, hi: datetime) -> Decimal:
+    return max(Decimal(0), Decimal(str((hi - lo).total_seconds())) / 3600)
+
+
+def _sum(rows: Sequence[CostHour], lo: datetime, hi: datetime) -> Decimal:
+    return sum((q6(r.cost) + q6(r.credits) for r in rows if lo <= r.hour < hi), Decimal(0))
+
+
+@register("budget_forecast")
+class BudgetForecast(Detector):
+    Config = BudgetForecastConfig
+    config: BudgetForecastConfig
+
+    def evaluate(self, inputs: DetectorInputs, now: datetime) -> list[Finding]:
+        as_of = min(now, inputs.window_end)
+        if as_of <= inputs.window_start:
+            return []
+        findings = []
+        for budget in sorted(inputs.budgets, key=lambda b: b.name):
+            rows = [r for r in inputs.hourly if budget.matches(r)]
+            if (f := self._budget(budget, rows, inputs, as_of)) is not None:
+                findings.append(f)
+        return findings
+
+    def forecast(self, rows: Sequence[CostHour], inputs: DetectorInputs, as_of: datetime) -> dict[str, Any]:
+        """The forecast and its parts, as numbers a reader can add up."""
+        m_start, m_end = month_bounds(as_of - timedelta(microseconds=1))
+        seen_from = max(m_start, inputs.window_start)
+        prov = min(max(inputs.provisional_from, seen_from), as_of)
+        rr_lo = max(inputs.window_start, prov - timedelta(days=self.config.run_rate_days))
+        rr_from_provisional = _hours(rr_lo, prov) == 0
+        if rr_from_provisional:
+            rr_lo, rr_hi = seen_from, as_of
+        else:
+            rr_hi = prov
+        rr_hours = _hours(rr_lo, rr_hi)
+        rate = _sum(rows, rr_lo, rr_hi) / rr_hours if rr_hours > 0 else Decimal(0)
+        settled = q6(_sum(rows, seen_from, prov))
+        prov_billed = q6(_sum(rows, prov, as_of))
+        prov_counted = q6(max(prov_billed, rate * _hours(prov, as_of)))
+        before = q6(rate * _hours(m_start, seen_from))
+        rest = q6(rate * _hours(as_of, m_end))
+        return {
+            "month": m_start.strftime("%Y-%m"),
+            "as_of": iso(as_of),
+            "settled_usd": settled,
+            "provisional_billed_usd": prov_billed,
+            "provisional_counted_usd": prov_counted,
+            "before_window_estimate_usd": before,
+            "rest_of_month_usd": rest,
+            "month_to_date_usd": settled + prov_billed,
+            "forecast_usd": settled + prov_counted + before + rest,
+            "daily_run_rate_usd": q6(rate * 24),
+            "run_rate_from": iso(rr_lo),
+            "run_rate_to": iso(rr_hi),
+            "run_rate_from_provisional": rr_from_provisional,
+            "hours_left": float(_hours(as_of, m_end)),
+        }
+
+    def _budget(
+        self, budget: BudgetSpec, rows: Sequence[CostHour], inputs: DetectorInputs, as_of: datetime
+    ) -> Finding | None:
+        fc = self.forecast(rows, inputs, as_of)
+        forecast: Decimal = fc["forecast_usd"]
+        mtd: Decimal = fc["month_to_date_usd"]
+        impact = q6(forecast - budget.amount)
+        if not self.keep(impact):
+            return None
+        labels = {budget.label[0]: budget.label[1]} if budget.label else {}
+        scope = Scope(project=budget.project, labels=labels)
+        target = budget.project or (
+            f"{budget.label[0]}={budget.label[1]}" if budget.label else "all projects"
+        )
+        over_now = mtd > budget.amount
+        summary = (
+            f'Budget "{budget.name}" ({target}) is {fmt_usd(budget.amount)} for {fc["month"]}; '
+            f"spend so far is {fmt_usd(mtd)} and at {fmt_usd(fc['daily_run_rate_usd'])}/day the month "
+            f"ends near {fmt_usd(forecast)}, {fmt_usd(impact)} over."
+        )
+        if over_now:
+            summary += " The budget is already exceeded."
+        if fc["provisional_counted_usd"] != fc["provisional_billed_usd"]:
+            summary += " Recent days are counted at the run rate while their billing is still arriving."
+        if fc["before_window_estimate_usd"]:
+            summary += " Days of the month before the analysed window are estimated at the run rate."
+        evidence = {k: (money(v) if isinstance(v, Decimal) else v) for k, v in fc.items()}
+        evidence |= {"budget": budget.name, "budget_usd": money(budget.amount), "overrun_usd": money(impact)}
+        return Finding(
+            kind=self.name,
+            severity=self.severity(impact),
+            title=f'Budget "{budget.name}" forecast {fmt_usd(forecast)} vs {fmt_usd(budget.amount)}',
+            summary=summary,
+            impact_usd=impact,
+            window_start=max(month_bounds(as_of - timedelta(microseconds=1))[0], inputs.window_start),
+            window_end=as_of,
+            scope=scope,
+            evidence=evidence,
+            recommendation=(
+                f"Review the biggest costs of {target} this month (see the attribution and the other "
+                "findings); stop idle resources, or raise the budget if the spend is planned."
+            ),
+            fingerprint=fingerprint(self.name, scope, budget.name),
+            provisional=inputs.provisional_from < as_of,
+        )

@@ -1,0 +1,244 @@
+"""`idle_gpu`: GPUs billed while idle for `min_idle_hours` or more, per instance.
+
+The utilization layer already decided which GPU-hours were idle (mean below its threshold, or memory
+held at 0% busy) and what they cost; this detector finds runs of consecutive idle hours long enough to
+be waste rather than a pause, and tells two stories apart:
+
+- *never used*: no GPU on the instance was busy in any hour of the window since it was first seen,
+  the forgotten VM;
+- *went idle*: the GPUs were busy and then stopped working, the hung or finished-but-not-stopped job.
+
+One finding per instance (its fingerprint is kind + project + instance identity, never the window,
+the amount or whether the cost is estimated), so a finding first raised from estimated prices is
+reconciled when the billing rows land instead of alerting twice.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from pydantic import Field
+
+from monitor.detectors.base import (
+    ONE_HOUR,
+    Detector,
+    DetectorConfig,
+    fmt_usd,
+    human,
+    iso,
+    money,
+    q6,
+    register,
+)
+from monitor.detectors.inputs import DetectorInputs, GpuHour
+from monitor.model import Finding, Scope, fingerprint
+
+__all__ = ["IdleGpu", "IdleGpuConfig", "instance_key", "instance_scope"]
+
+
+class IdleGpuConfig(DetectorConfig):
+    """`min_idle_hours`: consecutive idle hours before the GPUs count as wasted (a short pause between
+    jobs is not waste). `max_gap_hours`: hours without any row (monitoring gap, late data) that do not
+    break a run. `min_idle_share`: the share of an instance's GPUs that must be idle for the hour to
+    count (0 = any idle GPU counts; its cost alone is the impact)."""
+
+    min_idle_hours: int = Field(default=2, ge=1)
+    max_gap_hours: int = Field(default=1, ge=0)
+    min_idle_share: float = Field(default=0.0, ge=0, le=1)
+
+
+def instance_key(row: GpuHour) -> tuple[str | None, str]:
+    """(project, instance id or zone/name): the identity billed and estimated rows share."""
+    return row.project, row.instance_id or f"{row.zone}/{row.instance}"
+
+
+def instance_scope(rows: Sequence[GpuHour]) -> tuple[Scope, str]:
+    """The scope shown (with labels and region, for routing) and its label-free fingerprint scope."""
+    last = rows[-1]
+    labels: dict[str, str] = {}
+    for r in rows:
+        labels.update(r.labels)
+    shown = Scope(
+        project=last.project,
+        zone=last.zone,
+        region=last.region,
+        instance=last.instance,
+        instance_id=last.instance_id,
+        cluster=last.cluster,
+        labels=labels,
+    )
+    ident = Scope(project=last.project, instance_id=last.instance_id)
+    if last.instance_id is None:
+        ident = Scope(project=last.project, zone=last.zone, instance=last.instance)
+    return shown, ident
+
+
+def _dedupe_hours(rows: Iterable[GpuHour]) -> list[GpuHour]:
+    """One row per hour, billed before estimated: an hour is never counted twice during reconciliation."""
+    by_hour: dict[datetime, GpuHour] = {}
+    for r in rows:
+        cur = by_hour.get(r.hour)
+        if cur is None or (cur.estimated and not r.estimated):
+            by_hour[r.hour] = r
+    return [by_hour[h] for h in sorted(by_hour)]
+
+
+@register("idle_gpu")
+class IdleGpu(Detector):
+    Config = IdleGpuConfig
+    config: IdleGpuConfig
+
+    def _classify(self, r: GpuHour) -> str:
+        """idle / busy / unknown (no utilization data: neither breaks nor extends a run)."""
+        if not r.monitored or r.gpu_hours <= 0:
+            return "unknown"
+        share = r.idle_gpu_hours / r.gpu_hours
+        if r.idle_gpu_hours > 0 and share >= Decimal(str(self.config.min_idle_share)):
+            return "idle"
+        return "busy"
+
+    def _runs(self, rows: Sequence[GpuHour]) -> list[list[GpuHour]]:
+        runs: list[list[GpuHour]] = []
+        cur: list[GpuHour] = []
+        max_step = ONE_HOUR * (self.config.max_gap_hours + 1)
+        for r in rows:
+            state = self._classify(r)
+            if state == "busy":
+                cur = _close(runs, cur)
+            elif state == "idle":
+                if cur and r.hour - cur[-1].hour > max_step:
+                    cur = _close(runs, cur)
+                cur.append(r)
+        _close(runs, cur)
+        return [run for run in runs if len(run) >= self.config.min_idle_hours]
+
+    def evaluate(self, inputs: DetectorInputs, now: datetime) -> list[Finding]:
+        groups: dict[tuple[str | None, str], list[GpuHour]] = defaultdict(list)
+        for r in inputs.gpu_hours:
+            if inputs.window_start <= r.hour < inputs.window_end and r.hour < now:
+                groups[instance_key(r)].append(r)
+        findings = []
+        end = min(inputs.window_end, now)
+        for key in sorted(groups, key=str):
+            rows = _dedupe_hours(groups[key])
+            runs = self._runs(rows)
+            if runs and (f := self._finding(rows, runs, inputs, end)) is not None:
+                findings.append(f)
+        return findings
+
+    def _finding(
+        self, rows: Sequence[GpuHour], runs: list[list[GpuHour]], inputs: DetectorInputs, end: datetime
+    ) -> Finding | None:
+        idle = [r for run in runs for r in run]
+        impact = sum((q6(r.idle_cost) for r in idle), Decimal(0))
+        if not self.keep(impact):
+            return None
+        never_used = not any(r.monitored and r.idle_gpu_hours < r.gpu_hours for r in rows)
+        shown, ident = instance_scope(rows)
+        busy = [r.hour for r in rows if self._classify(r) == "busy"]
+        last = rows[-1]
+        gpus = max(r.gpus for r in rows)
+        idle_gpu_hours = sum((r.idle_gpu_hours for r in idle), Decimal(0))
+        evidence = {
+            "variant": "never_used" if never_used else "went_idle",
+            "machine_type": last.machine_type,
+            "gpu_model": last.gpu_model,
+            "gpus": gpus,
+            "first_seen": iso(rows[0].hour),
+            "last_busy": iso(max(busy)) if busy else None,
+            "idle_since": iso(runs[-1][0].hour),
+            # idle up to the end of the data: the waste is still running (not stopped since)
+            "still_idle": runs[-1][-1] is last
+            and last.hour + ONE_HOUR * (self.config.max_gap_hours + 1) >= end,
+            "idle_hours": len(idle),
+            "idle_gpu_hours": float(idle_gpu_hours),
+            "idle_cost_usd": money(impact),
+            "memory_held_hours": sum(1 for r in idle if r.memory_held),
+            "runs": [_run_evidence(run) for run in runs],
+            "hours": [_hour_evidence(r, inputs.provisional_from) for r in idle],
+        }
+        title, summary, rec = _wording(shown, evidence, impact)
+        return Finding(
+            kind=self.name,
+            severity=self.severity(impact),
+            title=title,
+            summary=summary,
+            impact_usd=impact,
+            window_start=idle[0].hour,
+            window_end=idle[-1].hour + ONE_HOUR,
+            scope=shown,
+            evidence=evidence,
+            recommendation=rec,
+            fingerprint=fingerprint(self.name, ident),
+            provisional=any(r.hour >= inputs.provisional_from for r in idle),
+            estimated=any(r.estimated for r in idle),
+        )
+
+
+def _close(runs: list[list[GpuHour]], cur: list[GpuHour]) -> list[GpuHour]:
+    if cur:
+        runs.append(cur)
+    return []
+
+
+def _run_evidence(run: Sequence[GpuHour]) -> dict[str, Any]:
+    return {
+        "start": iso(run[0].hour),
+        "end": iso(run[-1].hour + ONE_HOUR),
+        "hours": len(run),
+        "idle_gpu_hours": float(sum((r.idle_gpu_hours for r in run), Decimal(0))),
+        "idle_cost_usd": money(sum((q6(r.idle_cost) for r in run), Decimal(0))),
+    }
+
+
+def _hour_evidence(r: GpuHour, provisional_from: datetime) -> dict[str, Any]:
+    return {
+        "hour": iso(r.hour),
+        "gpu_hours": float(r.gpu_hours),
+        "idle_gpu_hours": float(r.idle_gpu_hours),
+        "gpu_cost_usd": money(r.gpu_cost),
+        "idle_cost_usd": money(r.idle_cost),
+        "mean_utilization_pct": r.mean_utilization_pct,
+        "memory_held": r.memory_held,
+        "estimated": r.estimated,
+        "provisional": r.hour >= provisional_from,
+    }
+
+
+def _wording(scope: Scope, ev: dict[str, Any], impact: Decimal) -> tuple[str, str, str]:
+    name = scope.instance or scope.instance_id or "?"
+    where = f"{name} ({scope.project}, {scope.zone})"
+    gpus = f"{ev['gpus']}× {ev['gpu_model'] or 'GPU'}"
+    hours = ev["idle_hours"]
+    if ev["variant"] == "never_used":
+        title = f"Forgotten GPU VM {name}: {gpus} unused for {hours} h, {fmt_usd(impact)}"
+        summary = (
+            f"{where} has {gpus} that showed no GPU activity in any hour since {human(ev['first_seen'])}: "
+            f"{hours} idle hours cost {fmt_usd(impact)} in GPU charges alone."
+        )
+        rec = (
+            f"Stop or delete {name} if nobody is using it (snapshot its disk first if unsure); "
+            "add an idle-shutdown policy or a TTL label for interactive GPU VMs."
+        )
+    else:
+        title = f"Idle GPUs on {name}: {gpus} idle for {hours} h, {fmt_usd(impact)}"
+        runs = len(ev["runs"])
+        stretches = "" if runs == 1 else f" in {runs} stretches"
+        summary = (
+            f"{where} did GPU work and then sat idle for {hours} hours{stretches} (latest from "
+            f"{human(ev['idle_since'])}), costing {fmt_usd(impact)} in idle GPU time."
+        )
+        if ev["memory_held_hours"]:
+            summary += " GPU memory stayed allocated while idle: a process is holding the GPUs."
+        rec = (
+            f"Check the job on {name}: a hung or finished job is keeping the GPUs allocated. Kill or "
+            "restart it, or stop the VM; add a watchdog that stops the VM (or fails the job) when GPU "
+            "utilization stays near zero."
+        )
+    if ev["still_idle"]:
+        summary += " Still idle at the end of the window."
+    return title, summary, rec

@@ -1,0 +1,179 @@
+"""What detectors see: typed, already-aggregated hourly rows in USD, and nothing else.
+
+The billing and utilization layers adapt their output to these frozen records; detectors never touch
+a source, a client or the clock. Amounts are `Decimal` USD (the export's `cost` divided by
+`currency_conversion_rate`, see `to_usd`), summed from integer micros upstream so nothing drifts.
+
+Example::
+
+    >>> from datetime import UTC, datetime
+    >>> h = CostHour(hour=datetime(2026, 11, 2, 10, tzinfo=UTC), project="ml", subcategory="compute.gpu",
+    ...              cost=Decimal("29.39"), credits=Decimal("-2.00"))
+    >>> h.net
+    Decimal('27.39')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Protocol
+
+__all__ = [
+    "PRICE_TERMS",
+    "BudgetSpec",
+    "CostHour",
+    "DetectorInputs",
+    "GpuHour",
+    "PriceLookup",
+    "to_usd",
+]
+
+#: The pricing terms a `PriceLookup` answers for.
+PRICE_TERMS: tuple[str, ...] = ("on_demand", "spot", "commit_1y", "commit_3y")
+
+_ZERO = Decimal(0)
+
+
+def to_usd(amount: Decimal | int | str, currency_conversion_rate: Decimal | float | str | None) -> Decimal:
+    """Convert an export amount to USD: the export states `cost / currency_conversion_rate = USD`.
+
+    A missing rate means the amount is already USD. The rate goes through `str` so a float from the
+    export (e.g. 0.92) is taken at its printed value, not its binary approximation.
+
+    >>> to_usd(Decimal("92.00"), 0.92)
+    Decimal('100.000000')
+    >>> to_usd(Decimal("-5"), None)
+    Decimal('-5')
+    """
+    value = Decimal(str(amount)) if not isinstance(amount, Decimal) else amount
+    if currency_conversion_rate is None:
+        return value
+    rate = Decimal(str(currency_conversion_rate))
+    if not rate.is_finite() or rate <= 0:
+        raise ValueError(
+            f"currency_conversion_rate must be a positive number, got {currency_conversion_rate}"
+        )
+    if rate == 1:
+        return value
+    return (value / rate).quantize(Decimal("0.000001"))
+
+
+@dataclass(frozen=True)
+class CostHour:
+    """One aggregated billing row: an hour x project x location x SKU x resource, in USD.
+
+    `cost` is gross (after negotiated prices, before credits); `credits` is their sum (<= 0);
+    `usage_pricing_units` is the usage in `pricing_unit` (GiB for traffic, hours for GPUs).
+    `provisional` marks hours whose billing is probably still incomplete (recent, late rows pending).
+    """
+
+    hour: datetime
+    project: str | None
+    subcategory: str
+    cost: Decimal
+    credits: Decimal = _ZERO
+    region: str | None = None
+    zone: str | None = None
+    service: str | None = None
+    sku_id: str | None = None
+    sku: str | None = None
+    pricing_model: str | None = None
+    instance: str | None = None
+    instance_id: str | None = None
+    cluster: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    usage_pricing_units: Decimal = _ZERO
+    pricing_unit: str | None = None
+    provisional: bool = False
+
+    @property
+    def net(self) -> Decimal:
+        """What was actually paid: cost plus the (negative) credits; may be negative."""
+        return self.cost + self.credits
+
+    @property
+    def category(self) -> str:
+        return self.subcategory.split(".", 1)[0]
+
+
+@dataclass(frozen=True)
+class GpuHour:
+    """One instance-hour of GPU spend joined with its utilization.
+
+    `mean_utilization_pct` None means no utilization data (agent missing): never idle, never busy.
+    `idle_gpu_hours` are the GPU-hours below the utilization layer's idle threshold (memory held at 0%
+    busy counts as idle) and `idle_cost` their GPU cost. `estimated` hours carry a cost computed from
+    prices because the billing rows have not arrived yet.
+    """
+
+    hour: datetime
+    project: str | None
+    instance: str | None
+    gpu_model: str | None
+    gpus: int
+    gpu_hours: Decimal
+    gpu_cost: Decimal
+    mean_utilization_pct: float | None
+    idle_gpu_hours: Decimal = _ZERO
+    idle_cost: Decimal = _ZERO
+    zone: str | None = None
+    region: str | None = None
+    instance_id: str | None = None
+    cluster: str | None = None
+    machine_type: str | None = None
+    memory_held: bool | None = None
+    pricing_model: str | None = None
+    estimated: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def monitored(self) -> bool:
+        return self.mean_utilization_pct is not None
+
+    @property
+    def busy(self) -> bool:
+        """A monitored hour in which not every GPU-hour was idle."""
+        return self.monitored and self.idle_gpu_hours < self.gpu_hours
+
+
+class PriceLookup(Protocol):
+    """Unit GPU prices in USD per GPU-hour, from the Catalog API or the bundled snapshot."""
+
+    def gpu_hourly(self, gpu_model: str, region: str | None, pricing_model: str) -> Decimal | None:
+        """`pricing_model` is one of `PRICE_TERMS`; None when the price is not known."""
+        ...
+
+
+@dataclass(frozen=True)
+class BudgetSpec:
+    """A monthly budget in USD over the whole account (no project, no label), a project or a label."""
+
+    name: str
+    amount: Decimal
+    project: str | None = None
+    label: tuple[str, str] | None = None
+
+    def matches(self, row: CostHour) -> bool:
+        if self.project is not None and row.project != self.project:
+            return False
+        return self.label is None or row.labels.get(self.label[0]) == self.label[1]
+
+
+@dataclass(frozen=True)
+class DetectorInputs:
+    """Everything one detection run sees, for the window [window_start, window_end).
+
+    Hours at or after `provisional_from` may still grow as late billing rows land.
+    """
+
+    window_start: datetime
+    window_end: datetime
+    provisional_from: datetime
+    hourly: Sequence[CostHour] = ()
+    gpu_hours: Sequence[GpuHour] = ()
+    prices: PriceLookup | None = None
+    budgets: Sequence[BudgetSpec] = ()
+    currency: str = "USD"

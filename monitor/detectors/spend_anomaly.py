@@ -1,0 +1,275 @@
+"""`spend_anomaly`: a day's spend per project (and per category inside a project) far above normal.
+
+Baseline: the median of earlier days of the same series (same weekday when there are enough of
+them, else all days), spread: the median absolute deviation (MAD). Both are robust: one earlier spike
+does not raise the bar. A day is anomalous only when it is above the baseline by BOTH
+`min_relative_increase` and `min_excess_usd` (and, when the MAD is not zero, by `min_robust_z`
+robust standard deviations). Days already flagged are left out of later baselines, so a jump that
+persists keeps counting instead of quietly becoming the norm. A series needs `min_history_days` of
+history (from its first row) before it is judged: a new project is not an anomaly by itself.
+
+A category finding is only raised on days its project as a whole is not flagged, so one jump is one
+finding: the project finding names the categories that drove it. A last, partial day is compared with
+the baseline pro-rated to the hours it covers. Days that reach into the provisional period are
+labelled: late billing rows may still raise them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
+from statistics import median
+from typing import Any, Literal
+
+from pydantic import Field
+
+from monitor.detectors.base import Detector, DetectorConfig, fmt_usd, money, q6, register
+from monitor.detectors.inputs import CostHour, DetectorInputs
+from monitor.model import Finding, Scope, fingerprint
+
+__all__ = ["SpendAnomaly", "SpendAnomalyConfig"]
+
+_MAD_TO_SIGMA = Decimal("1.4826")
+_DAY = timedelta(days=1)
+
+
+class SpendAnomalyConfig(DetectorConfig):
+    """`baseline`: "auto" uses the same weekday when at least `min_same_weekday` earlier such days
+    exist, else all days. `baseline_days`: how far back the baseline looks. `amount`: "net" (after
+    credits, what is paid) or "gross"."""
+
+    min_impact_usd: Decimal = Field(default=Decimal(100), ge=0)
+    min_excess_usd: Decimal = Field(default=Decimal(100), ge=0)
+    min_relative_increase: float = Field(default=0.5, ge=0)
+    min_robust_z: float = Field(default=3.5, ge=0)
+    baseline: Literal["auto", "same_weekday", "all_days"] = "auto"
+    baseline_days: int = Field(default=28, ge=3, le=120)
+    min_history_days: int = Field(default=7, ge=2)
+    min_same_weekday: int = Field(default=3, ge=2)
+    amount: Literal["net", "gross"] = "net"
+    per_category: bool = True
+
+
+@dataclass(frozen=True)
+class _Day:
+    day: date
+    spend: Decimal
+    baseline: Decimal
+    mad: Decimal
+    points: int
+    kind: str
+    covered_hours: int
+    provisional: bool
+
+    @property
+    def excess(self) -> Decimal:
+        return q6(self.spend - self.baseline)
+
+
+def _days(inputs: DetectorInputs, now: datetime) -> list[tuple[date, int]]:
+    """Each UTC day touching the window with the hours of it the window covers; partial first day out."""
+    end = min(inputs.window_end, now)
+    out = []
+    d = inputs.window_start.astimezone(UTC).date()
+    while (start := datetime.combine(d, time(), UTC)) < end:
+        lo, hi = max(start, inputs.window_start), min(start + _DAY, end)
+        hours = int((hi - lo).total_seconds() // 3600)
+        if lo == start and hours > 0:  # a first day cut by the window start would look like a dip
+            out.append((d, hours))
+        d += _DAY
+    return out
+
+
+@register("spend_anomaly")
+class SpendAnomaly(Detector):
+    Config = SpendAnomalyConfig
+    config: SpendAnomalyConfig
+
+    def _amount(self, r: CostHour) -> Decimal:
+        return q6(r.cost) + (q6(r.credits) if self.config.amount == "net" else 0)
+
+    def evaluate(self, inputs: DetectorInputs, now: datetime) -> list[Finding]:
+        days = _days(inputs, now)
+        if not days:
+            return []
+        first = datetime.combine(days[0][0], time(), UTC)
+        end = min(inputs.window_end, now)
+        proj: dict[str | None, dict[date, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
+        cat: dict[tuple[str | None, str], dict[date, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
+        sub: dict[tuple[str | None, str], dict[date, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
+        provisional_days: set[date] = set()
+        for r in inputs.hourly:
+            if not (first <= r.hour < end):
+                continue
+            d, amt = r.hour.astimezone(UTC).date(), self._amount(r)
+            proj[r.project][d] += amt
+            cat[(r.project, r.category)][d] += amt
+            sub[(r.project, r.subcategory)][d] += amt
+            if r.provisional:
+                provisional_days.add(d)
+        prov_day = inputs.provisional_from.astimezone(UTC).date()
+        provisional_days |= {d for d, _ in days if d >= prov_day}
+        findings: list[Finding] = []
+        for project in sorted(proj, key=str):
+            flagged = self._flag(proj[project], days, provisional_days)
+            if flagged:
+                drivers = _drivers(project, flagged, sub, days)
+                findings.extend(self._finding(project, None, flagged, drivers, inputs))
+            if not self.config.per_category:
+                continue
+            skip = {f.day for f in flagged}
+            for (p, category), series in sorted(cat.items(), key=lambda kv: str(kv[0])):
+                if p != project:
+                    continue
+                cat_flagged = [f for f in self._flag(series, days, provisional_days) if f.day not in skip]
+                if cat_flagged:
+                    drivers = _drivers(project, cat_flagged, sub, days, lambda s, c=category: s.startswith(c))
+                    findings.extend(self._finding(project, category, cat_flagged, drivers, inputs))
+        return findings
+
+    def _flag(
+        self, series: Mapping[date, Decimal], days: Sequence[tuple[date, int]], provisional: set[date]
+    ) -> list[_Day]:
+        """Anomalous days of one series; flagged days are kept out of later baselines."""
+        started = [d for d, _ in days if d in series]
+        if not started:
+            return []
+        history: list[date] = []
+        out: list[_Day] = []
+        for d, hours in days:
+            if d < started[0]:
+                continue
+            spend = series.get(d, Decimal(0))
+            day = self._judge(series, history, d, spend, hours, d in provisional)
+            if day is not None and self._anomalous(day):
+                out.append(day)
+            elif hours == 24:
+                history.append(d)
+        return out
+
+    def _judge(
+        self,
+        series: Mapping[date, Decimal],
+        history: Sequence[date],
+        d: date,
+        spend: Decimal,
+        hours: int,
+        provisional: bool,
+    ) -> _Day | None:
+        recent = [h for h in history if (d - h).days <= self.config.baseline_days]
+        if len(recent) < self.config.min_history_days:
+            return None
+        same = [h for h in recent if h.weekday() == d.weekday()]
+        kind = self.config.baseline
+        if kind == "auto":
+            kind = "same_weekday" if len(same) >= self.config.min_same_weekday else "all_days"
+        points = same if kind == "same_weekday" else recent
+        if len(points) < 2:
+            return None
+        values = [series.get(h, Decimal(0)) for h in points]
+        med = Decimal(median(values))
+        mad = Decimal(median([abs(v - med) for v in values]))
+        scale = Decimal(hours) / 24
+        return _Day(d, spend, q6(med * scale), q6(mad * scale), len(points), kind, hours, provisional)
+
+    def _anomalous(self, day: _Day) -> bool:
+        cfg = self.config
+        excess = day.excess
+        if excess < cfg.min_excess_usd or excess <= 0:
+            return False
+        if excess < Decimal(str(cfg.min_relative_increase)) * max(day.baseline, Decimal(0)):
+            return False
+        return day.mad == 0 or excess >= Decimal(str(cfg.min_robust_z)) * _MAD_TO_SIGMA * day.mad
+
+    def _finding(
+        self,
+        project: str | None,
+        category: str | None,
+        flagged: Sequence[_Day],
+        drivers: list[dict[str, Any]],
+        inputs: DetectorInputs,
+    ) -> list[Finding]:
+        impact = sum((d.excess for d in flagged), Decimal(0))
+        if not self.keep(impact):
+            return []
+        what = f"{category} spend in {project}" if category else f"spend in {project}"
+        worst = max(flagged, key=lambda d: d.excess)
+        ratio = f"{worst.spend / worst.baseline:.1f}×" if worst.baseline > 0 else "far above"
+        prov = [d.day.isoformat() for d in flagged if d.provisional]
+        summary = (
+            f"Daily {what} was above its usual level on {len(flagged)} day(s) by {fmt_usd(impact)} "
+            f"in total; worst {worst.day.isoformat()}: {fmt_usd(worst.spend)} vs a usual "
+            f"{fmt_usd(worst.baseline)} ({ratio}, median of {worst.points} earlier "
+            f"{'same weekdays' if worst.kind == 'same_weekday' else 'days'})."
+        )
+        if prov:
+            summary += f" Provisional: billing for {', '.join(prov)} may still grow."
+        top = ", ".join(
+            f"{e['subcategory']} +{fmt_usd(Decimal(str(e['increase_usd'])))}" for e in drivers[:3]
+        )
+        scope = Scope(project=project)
+        extra = (category,) if category else ()
+        return [
+            Finding(
+                kind=self.name,
+                severity=self.severity(impact),
+                title=f"{what[0].upper()}{what[1:]} jumped: {fmt_usd(impact)} above baseline",
+                summary=summary,
+                impact_usd=impact,
+                window_start=datetime.combine(flagged[0].day, time(), UTC),
+                window_end=datetime.combine(flagged[-1].day, time(), UTC) + _DAY,
+                scope=scope,
+                evidence={
+                    "category": category,
+                    "amount": self.config.amount,
+                    "days": [_day_evidence(d) for d in flagged],
+                    "drivers": drivers,
+                },
+                recommendation=(
+                    f"Check what started in {project} on {flagged[0].day.isoformat()}"
+                    + (f"; the increase is mostly {top}" if top else "")
+                    + ". If it is expected (a new training run), nothing to do; otherwise stop the "
+                    "resources behind it."
+                ),
+                fingerprint=fingerprint(self.name, scope, *extra),
+                provisional=bool(prov),
+            )
+        ]
+
+
+def _day_evidence(d: _Day) -> dict[str, Any]:
+    return {
+        "date": d.day.isoformat(),
+        "spend_usd": money(d.spend),
+        "baseline_usd": money(d.baseline),
+        "mad_usd": money(d.mad),
+        "excess_usd": money(d.excess),
+        "baseline": d.kind,
+        "baseline_points": d.points,
+        "hours_covered": d.covered_hours,
+        "provisional": d.provisional,
+    }
+
+
+def _drivers(
+    project: str | None,
+    flagged: Sequence[_Day],
+    sub: Mapping[tuple[str | None, str], Mapping[date, Decimal]],
+    days: Sequence[tuple[date, int]],
+    keep: Callable[[str], bool] = lambda s: True,
+) -> list[dict[str, Any]]:
+    """Which subcategories grew on the flagged days, versus their median on the other full days."""
+    flagged_days = {d.day for d in flagged}
+    normal = [d for d, h in days if h == 24 and d not in flagged_days]
+    out = []
+    for (p, subcat), series in sub.items():
+        if p != project or not keep(subcat):
+            continue
+        base = Decimal(median([series.get(d, Decimal(0)) for d in normal])) if normal else Decimal(0)
+        inc = sum((series.get(d.day, Decimal(0)) - base * d.covered_hours / 24 for d in flagged), Decimal(0))
+        if inc > 0:
+            out.append({"subcategory": subcat, "increase_usd": money(inc), "usual_daily_usd": money(base)})
+    return sorted(out, key=lambda e: -e["increase_usd"])[:5]

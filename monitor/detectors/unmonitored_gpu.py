@@ -1,0 +1,114 @@
+"""`unmonitored_gpu`: GPU spend with no utilization data, so idle waste there cannot be seen.
+
+Not waste by itself, a blind spot: the fix is to install the Ops Agent (or DCGM exporter) on the
+instances listed. One finding per project (the fix is usually one image or one policy per project);
+the evidence lists each instance's unmonitored hours and GPU cost. Severity is capped at
+`max_severity` (default warning) because the dollars are spend without visibility, not proven loss.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from decimal import Decimal
+from typing import Literal
+
+from pydantic import Field
+
+from monitor.detectors.base import ONE_HOUR, Detector, DetectorConfig, fmt_usd, iso, money, q6, register
+from monitor.detectors.idle_gpu import instance_key
+from monitor.detectors.inputs import DetectorInputs, GpuHour
+from monitor.model import Finding, Scope, Severity, fingerprint
+
+__all__ = ["UnmonitoredGpu", "UnmonitoredGpuConfig"]
+
+
+class UnmonitoredGpuConfig(DetectorConfig):
+    """`min_impact_usd`: unmonitored GPU dollars per project worth a finding. `min_hours`: an instance
+    needs this many unmonitored hours to count (the agent often misses a VM's first minutes).
+    `max_severity`: the highest severity this detector raises."""
+
+    min_impact_usd: Decimal = Field(default=Decimal(50), ge=0)
+    min_hours: int = Field(default=2, ge=1)
+    max_severity: Literal["info", "warning", "critical"] = "warning"
+
+
+@register("unmonitored_gpu")
+class UnmonitoredGpu(Detector):
+    Config = UnmonitoredGpuConfig
+    config: UnmonitoredGpuConfig
+
+    def evaluate(self, inputs: DetectorInputs, now: datetime) -> list[Finding]:
+        by_project: dict[str | None, dict[tuple[str | None, str], list[GpuHour]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        for r in inputs.gpu_hours:
+            in_window = inputs.window_start <= r.hour < inputs.window_end and r.hour < now
+            if in_window and not r.monitored and r.gpu_cost > 0:
+                by_project[r.project][instance_key(r)].append(r)
+        findings = []
+        for project in sorted(by_project, key=str):
+            instances = {
+                k: sorted(v, key=lambda r: r.hour)
+                for k, v in by_project[project].items()
+                if len({r.hour for r in v}) >= self.config.min_hours
+            }
+            if instances and (f := self._finding(project, instances, inputs)) is not None:
+                findings.append(f)
+        return findings
+
+    def _finding(
+        self,
+        project: str | None,
+        instances: dict[tuple[str | None, str], list[GpuHour]],
+        inputs: DetectorInputs,
+    ) -> Finding | None:
+        rows = [r for k in sorted(instances, key=str) for r in instances[k]]
+        impact = sum((q6(r.gpu_cost) for r in rows), Decimal(0))
+        if not self.keep(impact):
+            return None
+        per_instance = [
+            {
+                "instance": v[0].instance,
+                "instance_id": v[0].instance_id,
+                "zone": v[0].zone,
+                "gpu_model": v[0].gpu_model,
+                "gpus": max(r.gpus for r in v),
+                "hours": len(v),
+                "first_hour": iso(v[0].hour),
+                "last_hour": iso(v[-1].hour),
+                "gpu_cost_usd": money(sum((q6(r.gpu_cost) for r in v), Decimal(0))),
+            }
+            for v in (instances[k] for k in sorted(instances, key=str))
+        ]
+        per_instance.sort(key=lambda e: -e["gpu_cost_usd"])
+        names = ", ".join(str(e["instance"] or e["instance_id"]) for e in per_instance[:5])
+        more = f" and {len(per_instance) - 5} more" if len(per_instance) > 5 else ""
+        hours = sorted({r.hour for r in rows})
+        sev = min(self.severity(impact), Severity(self.config.max_severity), key=lambda s: s.rank)
+        return Finding(
+            kind=self.name,
+            severity=sev,
+            title=f"GPU spend without utilization data in {project}: {fmt_usd(impact)}",
+            summary=(
+                f"{len(per_instance)} GPU instance(s) in {project} ({names}{more}) billed "
+                f"{fmt_usd(impact)} of GPU time with no utilization metrics, so idle GPUs there "
+                "cannot be detected."
+            ),
+            impact_usd=impact,
+            window_start=hours[0],
+            window_end=hours[-1] + ONE_HOUR,
+            scope=Scope(project=project),
+            evidence={
+                "instances": per_instance,
+                "unmonitored_hours": len(rows),
+                "gpu_cost_usd": money(impact),
+            },
+            recommendation=(
+                "Install the Ops Agent with GPU metrics (or the DCGM exporter on GKE) on these "
+                "instances, e.g. in the image or instance template, so idle GPUs become visible."
+            ),
+            fingerprint=fingerprint(self.name, Scope(project=project)),
+            provisional=any(r.hour >= inputs.provisional_from for r in rows),
+            estimated=any(r.estimated for r in rows),
+        )

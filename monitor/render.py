@@ -1,0 +1,311 @@
+"""Findings for people: a Markdown report to forward, and a terminal table.
+
+The report leads with what to act on: the top findings with their dollar impact, why they were
+raised, what to do, and the evidence in one line; then where the money went. Provisional figures
+(billing for recent hours still arriving) and estimated ones (priced from the catalog before the
+billing rows landed) are marked wherever they appear.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from monitor.model import Finding
+from monitor.timeutil import to_iso
+
+__all__ = ["evidence_line", "findings_markdown", "findings_table", "findings_text"]
+
+_SEV_ORDER = {"critical": 0, "warning": 1, "info": 2}
+_SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
+
+Row = Mapping[str, Any]
+
+
+def _as_dict(f: Finding | Row) -> dict[str, Any]:
+    return f.to_dict() if isinstance(f, Finding) else dict(f)
+
+
+def _usd(v: Any) -> str:
+    d = Decimal(str(v or 0))
+    return f"-${abs(d):,.2f}" if d < 0 else f"${d:,.2f}"
+
+
+def _when(v: datetime | str | None) -> str:
+    """`2026-11-02 10:00 UTC` from a datetime or an ISO string."""
+    if v is None:
+        return "?"
+    s = to_iso(v) if isinstance(v, datetime) else str(v)
+    return s.replace("T", " ").replace(":00Z", " UTC").replace("Z", " UTC")
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _scope_text(scope: Mapping[str, Any]) -> str:
+    parts = [str(scope[k]) for k in ("project", "cluster", "instance") if scope.get(k)]
+    loc = scope.get("zone") or scope.get("region")
+    labels = ", ".join(f"{k}={v}" for k, v in (scope.get("labels") or {}).items())
+    text = " / ".join(parts) or "all projects"
+    if loc:
+        text += f" ({loc})"
+    return f"{text} [{labels}]" if labels else text
+
+
+def _flags(f: Mapping[str, Any]) -> str:
+    flags = [n for n in ("provisional", "estimated") if f.get(n)]
+    return ", ".join(flags)
+
+
+def _sorted(findings: Sequence[Finding | Row]) -> list[dict[str, Any]]:
+    rows = [_as_dict(f) for f in findings]
+    return sorted(rows, key=lambda f: (-Decimal(str(f["impact_usd"])), _SEV_ORDER.get(f["severity"], 3)))
+
+
+# -- evidence in one line, per kind ------------------------------------------------------------------
+
+
+def _ev_idle_gpu(e: Mapping[str, Any]) -> str:
+    runs = e.get("runs") or []
+    spans = "; ".join(f"{_when(r['start'])} → {_when(r['end'])} ({r['hours']} h)" for r in runs[:3])
+    held = f", GPU memory held in {e['memory_held_hours']} h" if e.get("memory_held_hours") else ""
+    return (
+        f"{e.get('idle_hours')} idle hours, {e.get('idle_gpu_hours')} idle GPU-hours of "
+        f"{e.get('gpus')}× {e.get('gpu_model')} = {_usd(e.get('idle_cost_usd'))}; runs: {spans}{held}"
+    )
+
+
+def _ev_egress(e: Mapping[str, Any]) -> str:
+    skus = "; ".join(
+        f"{s.get('sku') or 'traffic'} {s.get('from')} → {s.get('to')}: {s.get('gib'):,} GiB {_usd(s.get('cost_usd'))}"
+        for s in (e.get("by_sku") or [])[:3]
+    )
+    return f"{e.get('gib'):,} GiB over {e.get('hours')} h in {', '.join(e.get('zones') or [])}; {skus}"
+
+
+def _ev_anomaly(e: Mapping[str, Any]) -> str:
+    days = "; ".join(
+        f"{d['date']}{' (provisional)' if d.get('provisional') else ''}: {_usd(d['spend_usd'])} vs "
+        f"{_usd(d['baseline_usd'])} (+{_usd(d['excess_usd'])})"
+        for d in (e.get("days") or [])[:4]
+    )
+    drivers = ", ".join(
+        f"{x['subcategory']} +{_usd(x['increase_usd'])}" for x in (e.get("drivers") or [])[:3]
+    )
+    return days + (f"; drivers: {drivers}" if drivers else "")
+
+
+def _ev_budget(e: Mapping[str, Any]) -> str:
+    return (
+        f"{e.get('month')}: month to date {_usd(e.get('month_to_date_usd'))}, run rate "
+        f"{_usd(e.get('daily_run_rate_usd'))}/day, forecast {_usd(e.get('forecast_usd'))} vs budget "
+        f"{_usd(e.get('budget_usd'))}"
+    )
+
+
+def _ev_unmonitored(e: Mapping[str, Any]) -> str:
+    return "; ".join(
+        f"{i.get('instance')} ({i.get('zone')}): {i.get('hours')} h of {i.get('gpus')}× {i.get('gpu_model')}, "
+        f"{_usd(i.get('gpu_cost_usd'))}"
+        for i in (e.get("instances") or [])[:5]
+    )
+
+
+def _ev_commitment(e: Mapping[str, Any]) -> str:
+    prices = ", ".join(f"{t} {_usd(p)}" for t, p in (e.get("term_usd_per_gpu_hour") or {}).items())
+    return (
+        f"{e.get('steady_gpus')} {e.get('gpu_model')} GPUs on demand in {e.get('hours_at_or_above_steady')} of "
+        f"{e.get('hours')} hours (mean {e.get('mean_gpus')}, max {e.get('max_gpus')}); per GPU-hour: on demand "
+        f"{_usd(e.get('on_demand_usd_per_gpu_hour'))}, {prices}"
+    )
+
+
+def _ev_spot(e: Mapping[str, Any]) -> str:
+    return "; ".join(
+        f"{i.get('instance')}: {i.get('gpu_hours'):,} GPU-h ({i.get('reason')}), "
+        f"{_usd(i.get('on_demand_usd_per_gpu_hour'))} → {_usd(i.get('spot_usd_per_gpu_hour'))}/GPU-h"
+        for i in (e.get("instances") or [])[:5]
+    )
+
+
+def _ev_orchestration(e: Mapping[str, Any]) -> str:
+    runs = "; ".join(
+        f"{_when(r['start'])} → {_when(r['end'])} ({r['hours']} h)" for r in (e.get("runs") or [])[:3]
+    )
+    return (
+        f"{e.get('idle_hours')} hours with no compute in {e.get('compute_checked_in')}: "
+        f"{_usd(e.get('idle_cost_usd'))} of {_usd(e.get('fee_cost_in_window_usd'))} billed in the window; {runs}"
+    )
+
+
+def _ev_generic(e: Mapping[str, Any]) -> str:
+    parts = []
+    for k, v in e.items():
+        if isinstance(v, list):
+            parts.append(f"{k}: {len(v)} item(s)")
+        elif not isinstance(v, dict) and v is not None:
+            parts.append(f"{k}: {_usd(v) if k.endswith('_usd') else v}")
+    return ", ".join(parts[:8])
+
+
+_EVIDENCE: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "idle_gpu": _ev_idle_gpu,
+    "cross_zone_egress": _ev_egress,
+    "cross_region_egress": _ev_egress,
+    "spend_anomaly": _ev_anomaly,
+    "budget_forecast": _ev_budget,
+    "unmonitored_gpu": _ev_unmonitored,
+    "commitment_opportunity": _ev_commitment,
+    "spot_opportunity": _ev_spot,
+    "idle_orchestration": _ev_orchestration,
+}
+
+
+def evidence_line(f: Mapping[str, Any]) -> str:
+    try:
+        return _EVIDENCE.get(f["kind"], _ev_generic)(f.get("evidence") or {})
+    except (KeyError, TypeError, ValueError):  # evidence from an older version: still show something
+        return _ev_generic(f.get("evidence") or {})
+
+
+# -- markdown ------------------------------------------------------------------------------------------
+
+
+def _header(totals: Mapping[str, Any] | None, window: Mapping[str, Any] | None) -> list[str]:
+    w = window or {}
+    lines = [f"# GPU cost report: {_when(w.get('start'))} → {_when(w.get('end'))}", ""]
+    if totals:
+        lines.append(
+            f"**Spend:** {_usd(totals.get('net_cost'))} net ({_usd(totals.get('cost'))} before "
+            f"{_usd(totals.get('credits'))} credits), in USD."
+        )
+    if w.get("provisional_from"):
+        lines.append(
+            f"Billing from {_when(w['provisional_from'])} on is *provisional*: late rows may still raise it."
+        )
+    return [*lines, ""]
+
+
+def _summary_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    out = ["| # | Severity | Impact | Finding | Scope | Notes |", "|---|---|---:|---|---|---|"]
+    for i, f in enumerate(rows, 1):
+        out.append(
+            f"| {i} | {f['severity']} | {_usd(f['impact_usd'])} | {_cell(f['title'])} | "
+            f"{_cell(_scope_text(f['scope']))} | {_flags(f)} |"
+        )
+    return [*out, ""]
+
+
+def _detail(i: int, f: Mapping[str, Any]) -> list[str]:
+    flags = _flags(f)
+    return [
+        f"### {i}. [{f['severity'].upper()}] {f['title']}",
+        "",
+        f"- **Impact:** {_usd(f['impact_usd'])} between {_when(f['window_start'])} and "
+        f"{_when(f['window_end'])}" + (f" ({flags})" if flags else ""),
+        f"- **Where:** {_scope_text(f['scope'])}",
+        f"- **Why:** {f['summary']}",
+        f"- **What to do:** {f['recommendation']}",
+        f"- **Evidence:** {evidence_line(f)}",
+        "",
+    ]
+
+
+def _attribution(rows: Sequence[Row], limit: int = 15) -> list[str]:
+    if not rows:
+        return []
+    total = sum((Decimal(str(r.get("net_cost") or 0)) for r in rows), Decimal(0))
+    ordered = sorted(rows, key=lambda r: -Decimal(str(r.get("net_cost") or 0)))
+    out = ["## Where the money went", "", "| Category | Pricing | Net cost | Share |", "|---|---|---:|---:|"]
+    for r in ordered[:limit]:
+        net = Decimal(str(r.get("net_cost") or 0))
+        share = f"{net / total * 100:.1f}%" if total > 0 else "-"
+        out.append(
+            f"| {r.get('subcategory') or r.get('category')} | {r.get('pricing_model') or '-'} | "
+            f"{_usd(net)} | {share} |"
+        )
+    if len(ordered) > limit:
+        rest = sum((Decimal(str(r.get("net_cost") or 0)) for r in ordered[limit:]), Decimal(0))
+        out.append(f"| {len(ordered) - limit} more | | {_usd(rest)} | |")
+    return [*out, ""]
+
+
+def findings_markdown(
+    findings: Sequence[Finding | Row],
+    totals: Mapping[str, Any] | None = None,
+    attribution_rows: Sequence[Row] = (),
+    window: Mapping[str, Any] | None = None,
+    *,
+    top: int = 10,
+) -> str:
+    """A report a person would forward: summary table, the `top` findings in detail, attribution.
+
+    `totals` and `window` are the `analyze` JSON's objects (`cost`/`credits`/`net_cost`;
+    `start`/`end`/`provisional_from` as datetimes or ISO strings); findings may be `Finding`s or
+    their `to_dict()` form.
+    """
+    rows = _sorted(findings)
+    lines = _header(totals, window)
+    if not rows:
+        lines += ["## Hidden costs", "", "No hidden costs found in this window.", ""]
+    else:
+        total = sum((Decimal(str(f["impact_usd"])) for f in rows), Decimal(0))
+        counts = {s: sum(1 for f in rows if f["severity"] == s) for s in _SEV_ORDER}
+        lines += [
+            "## Hidden costs",
+            "",
+            f"{len(rows)} finding(s), {_usd(total)} total impact "
+            f"({counts['critical']} critical, {counts['warning']} warning, {counts['info']} info).",
+            "",
+            *_summary_table(rows),
+            "## Top findings",
+            "",
+        ]
+        for i, f in enumerate(rows[:top], 1):
+            lines += _detail(i, f)
+        if len(rows) > top:
+            lines += [f"_{len(rows) - top} smaller finding(s) are listed in the table above only._", ""]
+    lines += _attribution(attribution_rows)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# -- terminal ------------------------------------------------------------------------------------------
+
+
+def findings_table(findings: Sequence[Finding | Row]) -> Table:
+    """A rich Table of findings, largest impact first."""
+    table = Table(title="Hidden costs", show_lines=False)
+    for col, kw in (
+        ("Severity", {}),
+        ("Impact", {"justify": "right"}),
+        ("Kind", {}),
+        ("Scope", {"overflow": "fold"}),
+        ("Finding", {"overflow": "fold"}),
+        ("Notes", {}),
+    ):
+        table.add_column(col, **kw)  # type: ignore[arg-type]
+    for f in _sorted(findings):
+        table.add_row(
+            f"[{_SEV_STYLE.get(f['severity'], '')}]{f['severity']}[/]",
+            _usd(f["impact_usd"]),
+            escape(f["kind"]),
+            escape(_scope_text(f["scope"])),
+            escape(f["title"]),
+            _flags(f),
+        )
+    return table
+
+
+def findings_text(findings: Sequence[Finding | Row], width: int = 140) -> str:
+    """The table as plain text (no colour codes), for logs, files and tests."""
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None, force_terminal=False).print(findings_table(findings))
+    return buf.getvalue()

@@ -1,0 +1,150 @@
+"""cross_zone_egress / cross_region_egress: grouping, zones, GiB, credits, and intra-zone never flagged."""
+
+from __future__ import annotations
+
+import pytest
+
+from monitor.detectors.egress import CrossRegionEgress, CrossZoneEgress, EgressConfig
+from monitor.model import Severity
+from tests.test_detectors_common import D, cost, inputs
+
+IZ = "Network Inter Zone Data Transfer Out"
+
+
+def zone_rows(hours: int, per_hour: str, gib: str, **kw) -> list:
+    return [cost(h, "network.inter_zone", per_hour, sku=IZ, gib=gib, **kw) for h in range(hours)]
+
+
+def evaluate(det, rows, **kw):
+    inp = inputs(rows, **kw)
+    return det.evaluate(inp, inp.window_end)
+
+
+def test_intra_zone_is_never_flagged_however_large() -> None:
+    rows = [
+        cost(
+            h,
+            "network.intra_zone",
+            "100",
+            instance="a",
+            gib="10000",
+            sku="Network Intra Zone Data Transfer Out",
+        )
+        for h in range(48)
+    ]
+    assert evaluate(CrossZoneEgress(), rows) == []
+    assert evaluate(CrossRegionEgress(), rows) == []
+
+
+def test_cluster_split_across_two_zones() -> None:
+    rows = []
+    for node, zone in (("gke-n1", "us-central1-a"), ("gke-n2", "us-central1-b")):
+        rows += zone_rows(24, "3.00", "300", instance=node, zone=zone, cluster="train")
+        rows += [cost(h, "compute.gpu", "88", instance=node, zone=zone, cluster="train") for h in range(24)]
+    (f,) = evaluate(CrossZoneEgress(), rows)
+    assert f.kind == "cross_zone_egress"
+    assert (f.scope.project, f.scope.cluster, f.scope.instance) == ("ml-prod", "train", None)
+    assert f.impact_usd == D(144) and f.severity is Severity.WARNING
+    assert f.evidence["gib"] == 14400.0
+    assert f.evidence["zones"] == ["us-central1-a", "us-central1-b"]
+    pairs = {(s["from"], s["to"]): (s["gib"], s["cost_usd"]) for s in f.evidence["by_sku"]}
+    assert pairs == {
+        ("us-central1-a", "us-central1-b"): (7200.0, 72.0),
+        ("us-central1-b", "us-central1-a"): (7200.0, 72.0),
+    }
+    assert sum(D(str(s["cost_usd"])) for s in f.evidence["by_sku"]) == f.impact_usd
+    assert "zonal node pool" in f.recommendation
+    assert "14,400.0 GiB between zones (us-central1-a, us-central1-b)" in f.summary
+
+
+def test_vms_without_cluster_are_named_to_co_locate() -> None:
+    rows = zone_rows(24, "2.5", "250", instance="w-0") + zone_rows(
+        24, "2.5", "250", instance="w-1", zone="us-central1-c"
+    )
+    findings = evaluate(CrossZoneEgress(), rows)
+    assert sorted(f.scope.instance for f in findings) == ["w-0", "w-1"]
+    assert all(f.impact_usd == 60 for f in findings)
+    assert "Co-locate the VMs" in findings[0].recommendation
+
+
+def test_workload_label_groups_vms_of_one_job() -> None:
+    rows = zone_rows(24, "2.5", "250", instance="w-0", labels={"job": "llm"})
+    rows += zone_rows(24, "2.5", "250", instance="w-1", zone="us-central1-c", labels={"job": "llm"})
+    (f,) = evaluate(CrossZoneEgress(EgressConfig(workload_label="job")), rows)
+    assert f.scope.labels == {"job": "llm"} and f.impact_usd == 120
+    assert [s["instance"] for s in f.evidence["senders"]] == ["w-0", "w-1"]
+    assert "w-0 (us-central1-a), w-1 (us-central1-c)" in f.recommendation
+
+
+def test_small_workloads_roll_up_into_one_project_finding_without_double_counting() -> None:
+    rows = zone_rows(24, "5", "500", instance="big")  # $120: its own finding
+    for i in range(6):  # six $12 senders: each below $25, together $72
+        rows += zone_rows(24, "0.5", "50", instance=f"small-{i}")
+    rows += zone_rows(24, "0.25", "25", instance=None)  # unattributed: $6
+    findings = evaluate(CrossZoneEgress(), rows)
+    by_scope = {(f.scope.instance or "project"): f.impact_usd for f in findings}
+    assert by_scope == {"big": D(120), "project": D(78)}
+    assert len({f.fingerprint for f in findings}) == 2
+
+
+@pytest.mark.parametrize(
+    ("amount", "credits", "expected"),
+    [
+        ("2", "0", D(48)),
+        ("2", "-0.5", D(36)),  # net is what counts
+        ("2", "-1.5", None),  # $12 net: below the minimum
+        ("2", "-3", None),  # credits larger than cost: negative net is never a finding
+    ],
+)
+def test_credits(amount, credits, expected) -> None:
+    rows = [
+        cost(h, "network.inter_zone", amount, credits=credits, instance="a", gib="200", sku=IZ)
+        for h in range(24)
+    ]
+    findings = evaluate(CrossZoneEgress(), rows)
+    assert [f.impact_usd for f in findings] == ([] if expected is None else [expected])
+
+
+def test_provisional_hours_mark_the_finding() -> None:
+    rows = zone_rows(48, "2", "200", instance="a")
+    (f,) = evaluate(CrossZoneEgress(), rows, days=2, provisional_hours=6)
+    assert f.provisional
+    (g,) = evaluate(CrossZoneEgress(), rows, days=3, provisional_hours=6)
+    assert not g.provisional and g.fingerprint == f.fingerprint
+
+
+def test_cross_region_gcs_reads_from_a_bucket_elsewhere() -> None:
+    sku = "Network Data Transfer GCP Inter Region within Northern America"
+    rows = [
+        cost(
+            h,
+            "network.inter_region",
+            "4",
+            gib="200",
+            sku=sku,
+            instance="datasets-us-east1",
+            zone=None,
+            service="Cloud Storage",
+        )
+        for h in range(24)
+    ]
+    rows += [
+        cost(
+            h,
+            "network.inter_region",
+            "1.5",
+            gib="75",
+            sku="Network Inter Region Data Transfer Out from Americas to EMEA",
+            instance="train-0",
+        )
+        for h in range(24)
+    ]
+    findings = evaluate(CrossRegionEgress(), rows)
+    by = {f.scope.instance: f for f in findings}
+    gcs, vm = by["datasets-us-east1"], by["train-0"]
+    assert gcs.impact_usd == 96 and vm.impact_usd == 36
+    assert "bucket in the same region" in gcs.recommendation
+    assert "Cloud Storage reads" in gcs.summary
+    assert vm.evidence["by_sku"][0]["from"] == "Americas" and vm.evidence["by_sku"][0]["to"] == "EMEA"
+    assert gcs.evidence["by_sku"][0]["to"] == "within Northern America"
+    assert evaluate(CrossZoneEgress(), rows) == []  # inter-region is not inter-zone

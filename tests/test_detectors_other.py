@@ -1,0 +1,171 @@
+"""unmonitored_gpu, idle_orchestration, commitment_opportunity, spot_opportunity."""
+
+from __future__ import annotations
+
+import pytest
+
+from monitor.detectors.idle_orchestration import IdleOrchestration
+from monitor.detectors.opportunities import (
+    CommitmentOpportunity,
+    CommitmentOpportunityConfig,
+    SpotOpportunity,
+    SpotOpportunityConfig,
+)
+from monitor.detectors.unmonitored_gpu import UnmonitoredGpu
+from monitor.model import Severity
+from tests.test_detectors_common import D, FakePrices, cost, gpu, inputs
+
+
+def ev(det, inp):
+    return det.evaluate(inp, inp.window_end)
+
+
+# -- unmonitored_gpu ------------------------------------------------------------------------------------
+
+
+def test_unmonitored_gpu_spend_per_project() -> None:
+    rows = [gpu(h, "dark-0", util=None) for h in range(10)]  # 10 h x $88 = $880
+    rows += [gpu(h, "dark-1", util=None, gpus=1, price="2") for h in range(3)]  # $6
+    rows += [gpu(0, "boot-only", util=None)]  # a single hour: the agent was starting
+    rows += [gpu(h, "seen", util=90.0) for h in range(10)]
+    rows += [gpu(h, "other", util=None, project="p2", gpus=1, price="1") for h in range(10)]  # $10 < $50
+    (f,) = ev(UnmonitoredGpu(), inputs(gpu_hours=rows))
+    assert f.scope.project == "ml-prod" and f.impact_usd == 886
+    assert [i["instance"] for i in f.evidence["instances"]] == ["dark-0", "dark-1"]
+    assert f.severity is Severity.WARNING  # capped: spend without visibility is not proven waste
+    assert "Ops Agent" in f.recommendation
+
+
+def test_unmonitored_big_spend_is_capped_at_warning() -> None:
+    rows = [gpu(h, "dark-0", util=None) for h in range(100)]
+    (f,) = ev(UnmonitoredGpu(), inputs(gpu_hours=rows))
+    assert f.impact_usd == 8800 and f.severity is Severity.WARNING
+
+
+# -- idle_orchestration ---------------------------------------------------------------------------------
+
+
+def gke_fee(hours, cluster="old-cluster", amount="0.10", **kw):
+    return [
+        cost(h, "orchestration.gke", amount, cluster=cluster, sku="Regional Kubernetes Clusters", **kw)
+        for h in hours
+    ]
+
+
+@pytest.mark.parametrize(
+    ("compute_hours", "idle_hours"),
+    [
+        (range(0), 336),  # no nodes at all for two weeks
+        (range(24), 312),  # used on day one, then left behind
+        ([h for h in range(336) if h % 24 < 12], None),  # scales to zero every night: fine
+        (range(336), None),
+    ],
+)
+def test_idle_gke_cluster(compute_hours, idle_hours) -> None:
+    rows = gke_fee(range(336), amount="1.00")
+    rows += [cost(h, "compute.gpu", "88", cluster="old-cluster", instance="node") for h in compute_hours]
+    findings = ev(IdleOrchestration(), inputs(rows))
+    if idle_hours is None:
+        assert findings == []
+        return
+    (f,) = findings
+    assert f.evidence["idle_hours"] == idle_hours and f.impact_usd == idle_hours
+    assert f.scope.cluster == "old-cluster"
+    assert "Delete GKE cluster old-cluster" in f.recommendation
+
+
+def test_compute_in_another_cluster_does_not_hide_an_idle_one() -> None:
+    rows = gke_fee(range(336), amount="0.25")
+    rows += [cost(h, "compute.gpu", "88", cluster="busy", instance="n") for h in range(336)]
+    (f,) = ev(IdleOrchestration(), inputs(rows))
+    assert f.impact_usd == 84
+
+
+def test_free_tier_credit_nets_the_fee_to_zero() -> None:
+    rows = gke_fee(range(336), amount="0.10", credits="-0.10")
+    assert ev(IdleOrchestration(), inputs(rows)) == []
+
+
+def test_filestore_without_compute_in_its_project() -> None:
+    rows = [
+        cost(h, "storage.filestore", "0.5", instance="share-1", service="Cloud Filestore") for h in range(336)
+    ]
+    rows += [cost(h, "compute.gpu", "88", project="elsewhere", instance="x") for h in range(336)]
+    (f,) = ev(IdleOrchestration(), inputs(rows))
+    assert f.scope.instance == "share-1" and f.impact_usd == 168
+    assert f.severity is Severity.WARNING and "Filestore instance share-1" in f.title
+
+
+# -- opportunities --------------------------------------------------------------------------------------
+
+
+def steady_fleet(days=14, n=3, spiky=0):
+    rows = []
+    for h in range(days * 24):
+        rows += [gpu(h, f"train-{i}") for i in range(n)]
+        if spiky and h % 24 < 6:
+            rows += [gpu(h, f"burst-{i}") for i in range(spiky)]
+    return rows
+
+
+def test_commitment_for_the_steady_part_only() -> None:
+    inp = inputs(gpu_hours=steady_fleet(n=2, spiky=3), prices=FakePrices())
+    (f,) = ev(CommitmentOpportunity(), inp)
+    assert f.evidence["steady_gpus"] == 16  # 2 VMs x 8 GPUs always; bursts excluded
+    assert f.impact_usd == D(16 * 336) * D("3.30")
+    assert f.evidence["savings_per_year_usd"] == {
+        "commit_1y": float(16 * 8760 * D("3.30")),
+        "commit_3y": float(16 * 8760 * D("6.05")),
+    }
+    three = ev(CommitmentOpportunity(CommitmentOpportunityConfig(term="commit_3y")), inp)
+    assert three[0].impact_usd == D(16 * 336) * D("6.05")
+
+
+@pytest.mark.parametrize(
+    ("prices", "days", "pricing_model"),
+    [
+        (None, 14, "on_demand"),  # prices unknown: no guess
+        (FakePrices(table={("H100", "on_demand"): D(11)}), 14, "on_demand"),  # no commitment price
+        (FakePrices(), 3, "on_demand"),  # too short to call steady
+        (FakePrices(), 14, "committed"),  # already committed
+        (FakePrices(), 14, "spot"),
+    ],
+)
+def test_no_commitment_finding(prices, days, pricing_model) -> None:
+    rows = [gpu(h, "t", pricing_model=pricing_model) for h in range(days * 24)]
+    assert ev(CommitmentOpportunity(), inputs(gpu_hours=rows, prices=prices, days=days)) == []
+
+
+def test_data_gaps_within_the_percentile_still_count_as_steady() -> None:
+    rows = [r for r in steady_fleet(n=1) if r.hour.hour != 3]  # one hour a day missing: ~4% of hours
+    (f,) = ev(CommitmentOpportunity(), inputs(gpu_hours=rows, prices=FakePrices()))
+    assert f.evidence["steady_gpus"] == 8
+    assert (
+        ev(
+            CommitmentOpportunity(CommitmentOpportunityConfig(steady_percentile=1)),
+            inputs(gpu_hours=rows, prices=FakePrices()),
+        )
+        == []
+    )
+
+
+def test_spot_for_restartable_work() -> None:
+    rows = [gpu(h, "sweep-lr-3") for h in range(10)]  # by name
+    rows += [gpu(h, "job-x", labels={"restartable": "true"}) for h in range(5)]  # by label
+    rows += [gpu(h, "train-llm") for h in range(100)]  # long training: not restartable
+    rows += [gpu(h, "eval-spot", pricing_model="spot") for h in range(10)]  # already Spot
+    (f,) = ev(SpotOpportunity(), inputs(gpu_hours=rows, prices=FakePrices()))
+    reasons = {i["instance"]: i["reason"] for i in f.evidence["instances"]}
+    assert reasons == {"sweep-lr-3": "name pattern", "job-x": "label restartable=true"}
+    assert f.impact_usd == D(15 * 8) * D("7.70")
+    assert f.severity is Severity.INFO  # $924: an opportunity is info unless large ($1,000)
+
+
+def test_spot_short_jobs_when_enabled() -> None:
+    rows = [gpu(h, "short") for h in (0, 1, 2, 10, 11, 30, 31, 32)]
+    rows += [gpu(h, "long") for h in range(40, 48)]
+    assert ev(SpotOpportunity(), inputs(gpu_hours=rows, prices=FakePrices())) == []
+    cfg = SpotOpportunityConfig(max_job_hours=4)
+    (f,) = ev(SpotOpportunity(cfg), inputs(gpu_hours=rows, prices=FakePrices()))
+    assert [i["reason"] for i in f.evidence["instances"]] == ["short jobs (longest 3 h)"]
+    assert ev(SpotOpportunity(cfg), inputs(gpu_hours=rows, prices=None)) == []
