@@ -1,1 +1,12 @@
-"""Alert delivery: pipeline, Slack and console notifiers, digest rendering."""
+"""Alert delivery: pipeline, durable outbox, Slack and console notifiers, digest rendering.
+
+Public surface (import from the submodules; this package imports nothing heavy on its own):
+- `alerts.pipeline`: `Deps`, `process(findings, now, deps)`, `deliver_outbox(deps, now)`.
+- `alerts.outbox`: `status(store) -> OutboxStatus` (pending / failed / last_error).
+- `alerts.slack`: `SlackNotifier`, `WebhookNotifier`; `alerts.console`: `ConsoleNotifier`;
+  `alerts.factory`: `make_notifier(config)`.
+- `alerts.digest`: `DigestData`, `render_markdown`, `render_blocks`, `send_digest`, `write_digest`;
+  `alerts.charts`: `render_chart`.
+
+`alerts` never imports `monitor.sources`: it consumes findings and aggregates, not billing rows.
+"""

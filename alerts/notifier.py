@@ -13,7 +13,6 @@ sending it again the outbox asks the notifier whether the message already arrive
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
@@ -68,7 +67,9 @@ class DeliveryResult:
         return cls(Outcome.SENT, ts=ts, channel=channel)
 
     @classmethod
-    def retry(cls, error: str, *, retry_after: float | None = None, uncertain: bool = False) -> DeliveryResult:
+    def retry(
+        cls, error: str, *, retry_after: float | None = None, uncertain: bool = False
+    ) -> DeliveryResult:
         ra = None if retry_after is None else float(retry_after)
         return cls(Outcome.RETRY, error=error, retry_after=ra, uncertain=uncertain)
 
@@ -86,7 +87,7 @@ class Notifier(Protocol):
 
     def send(self, message: Message) -> DeliveryResult: ...
 
-    def lookup(self, message: Message, since: datetime) -> DeliveryResult | None:
+    def lookup(self, message: Message) -> DeliveryResult | None:
         """After an uncertain attempt: SENT if the message is already there, None if it is not (or
         the notifier cannot tell), RETRY if the lookup itself hit a transient error."""
         ...

@@ -11,12 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from alerts.routing import matches, validate_matcher
 from monitor.config import AlertsConfig
 from monitor.errors import ConfigError
 from monitor.model import Finding
 from monitor.timeutil import parse_timestamp
-
-from alerts.routing import matches, validate_matcher
 
 __all__ = ["ActiveSilence", "is_silenced", "silences_from_config"]
 

@@ -1,0 +1,148 @@
+"""Block Kit for alert notifications (and the plain-text fallback Slack shows in notifications).
+
+Layout per finding: header, impact, scope, why, what to do, evidence summary. Every string that
+comes from billing data goes through `escape_mrkdwn`; our own markup (`*bold*`) is added around the
+escaped text. Field lengths are capped below Block Kit's limits, since `invalid_blocks` is a
+permanent error and would turn a long label into a lost alert.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Any
+
+from alerts.dedupe import Reason
+from alerts.escape import escape_mrkdwn as esc
+from alerts.escape import truncate
+from monitor.model import Finding
+
+__all__ = ["money", "render_group", "snapshot"]
+
+HEADER_MAX = 150
+SECTION_MAX = 2900
+MAX_FINDINGS = 8  # 6 blocks each; Slack allows 50 per message
+_SEVERITY_EMOJI = {"critical": ":rotating_light:", "warning": ":warning:", "info": ":information_source:"}
+_REASON_TEXT = {
+    Reason.NEW_GROUP: "New",
+    Reason.NEW_FIRING: "Update: new finding",
+    Reason.RESOLVED: "Update: resolved",
+    Reason.ALL_RESOLVED: "Resolved",
+    Reason.REPEAT: "Still firing",
+}
+
+
+def money(amount: Decimal) -> str:
+    """`$1,234.57`; exact Decimal rounding (half-even), never a float.
+
+    >>> money(Decimal("1234.565")), money(Decimal("-3"))
+    ('$1,234.56', '-$3.00')
+    """
+    q = amount.quantize(Decimal("0.01"), rounding=ROUND_HALF_EVEN)
+    return f"-${-q:,.2f}" if q < 0 else f"${q:,.2f}"
+
+
+def snapshot(f: Finding) -> dict[str, Any]:
+    """What the log keeps of a finding so a later resolution message can name it."""
+    return {
+        "title": f.title,
+        "kind": f.kind,
+        "severity": f.severity.value,
+        "impact_usd": str(f.impact_usd),
+        "project": f.scope.project,
+    }
+
+
+def _plain(text: str, limit: int = HEADER_MAX) -> dict[str, Any]:
+    return {"type": "plain_text", "text": truncate(text, limit), "emoji": True}
+
+
+def _md(text: str) -> dict[str, Any]:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": truncate(text, SECTION_MAX)}}
+
+
+def _scope_text(f: Finding) -> str:
+    s = f.scope
+    parts = [
+        f"{name}: `{esc(v)}`"
+        for name, v in (
+            ("project", s.project),
+            ("zone", s.zone or s.region),
+            ("cluster", s.cluster),
+            ("instance", s.instance),
+        )
+        if v
+    ]
+    parts += [f"{esc(k)}=`{esc(v)}`" for k, v in sorted(s.labels.items())]
+    return " · ".join(parts) or "(no scope)"
+
+
+def _evidence_text(evidence: Mapping[str, Any], limit: int = 6) -> str:
+    items = [(k, v) for k, v in evidence.items() if isinstance(v, str | int | float | Decimal | bool)]
+    shown = ", ".join(f"{esc(k)}: {esc(v)}" for k, v in items[:limit])
+    more = len(evidence) - min(len(items), limit)
+    return shown + (f" (+{more} more in the report)" if more > 0 else "")
+
+
+def _impact_text(f: Finding) -> str:
+    marks = [m for m, on in (("provisional", f.provisional), ("estimated", f.estimated)) if on]
+    suffix = f" _({', '.join(marks)})_" if marks else ""
+    window = f"{f.window_start:%Y-%m-%d %H:%M}–{f.window_end:%Y-%m-%d %H:%M} UTC"
+    return f"*Impact:* {money(f.impact_usd)} over {window}{suffix}"
+
+
+def finding_blocks(f: Finding, *, new: bool) -> list[dict[str, Any]]:
+    emoji = _SEVERITY_EMOJI.get(f.severity.value, "")
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": _plain(f"{f.severity.value.upper()}: {esc(f.title)}")},
+        _md(f"{emoji} {_impact_text(f)}{'  :new:' if new else ''}"),
+        _md(f"*Scope:* {_scope_text(f)}"),
+        _md(f"*Why:* {esc(f.summary)}"),
+        _md(f"*What to do:* {esc(f.recommendation)}"),
+    ]
+    if f.evidence:
+        ctx = truncate(f"Evidence: {_evidence_text(f.evidence)} · fp `{f.fingerprint}`", SECTION_MAX)
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": ctx}]})
+    return blocks
+
+
+def _resolved_blocks(resolved: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    lines = [
+        f":white_check_mark: ~{esc(r.get('title', '?'))}~ (last impact {money(Decimal(r['impact_usd']))})"
+        for r in resolved[:20]
+    ]
+    if len(resolved) > 20:
+        lines.append(f"…and {len(resolved) - 20} more")
+    return [_md("*Resolved:*\n" + "\n".join(lines))] if lines else []
+
+
+def _fallback(reason: Reason, firing: Sequence[Finding], resolved: Sequence[Mapping[str, Any]]) -> str:
+    head = _REASON_TEXT[reason]
+    if firing:
+        total = money(sum((f.impact_usd for f in firing), Decimal(0)))
+        first = firing[0]
+        more = f" (+{len(firing) - 1} more)" if len(firing) > 1 else ""
+        return f"[{first.severity.value.upper()}] {head}: {esc(first.title)}{more}: {total}"
+    names = ", ".join(esc(r.get("title", "?")) for r in resolved[:3])
+    return f"[RESOLVED] {names}" + (" …" if len(resolved) > 3 else "")
+
+
+def render_group(
+    reason: Reason,
+    firing: Sequence[Finding],
+    new: frozenset[str],
+    resolved: Sequence[Mapping[str, Any]],
+) -> tuple[str, list[dict[str, Any]]]:
+    """(fallback text, blocks) for one group notification. `firing` is sorted by impact by the caller."""
+    blocks: list[dict[str, Any]] = []
+    if reason is not Reason.NEW_GROUP:
+        blocks.append(_md(f"*{_REASON_TEXT[reason]}*"))
+    for f in firing[:MAX_FINDINGS]:
+        if blocks:
+            blocks.append({"type": "divider"})
+        blocks.extend(finding_blocks(f, new=f.fingerprint in new and reason is not Reason.NEW_GROUP))
+    if len(firing) > MAX_FINDINGS:
+        rest = sum((f.impact_usd for f in firing[MAX_FINDINGS:]), Decimal(0))
+        blocks.append(_md(f"…and {len(firing) - MAX_FINDINGS} more findings ({money(rest)})"))
+    blocks.extend(_resolved_blocks(resolved))
+    return truncate(_fallback(reason, firing, resolved), 3000), blocks

@@ -1,0 +1,90 @@
+"""The digest chart: daily spend stacked by category, idle GPU dollars highlighted.
+
+Rendered with matplotlib's object API on an Agg canvas (no pyplot global state, no display), at a
+fixed 1200x600 pixels so Slack previews look the same every day. Floats appear only here, for
+drawing; every figure printed in text comes from the Decimals in `DigestData`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+if TYPE_CHECKING:
+    from alerts.digest import DigestData
+
+__all__ = ["CHART_DPI", "CHART_SIZE_PX", "render_chart"]
+
+CHART_SIZE_PX = (1200, 600)
+CHART_DPI = 100
+_COLORS = ["#4C72B0", "#55A868", "#C44E52", "#8172B2", "#CCB974", "#64B5CD", "#8C8C8C", "#DD8452", "#937860"]
+
+
+def _bottom_first(categories: list[str]) -> list[str]:
+    """GPU spend at the bottom of each stack, so the idle-GPU overlay sits inside it."""
+    for pref in ("compute.gpu", "compute"):
+        if pref in categories:
+            return [pref] + [c for c in categories if c != pref]
+    return categories
+
+
+def render_chart(d: DigestData, path: str | Path) -> Path:
+    """Write the PNG to `path` and return it."""
+    days = sorted(d.daily_by_category)
+    totals: dict[str, float] = {}
+    for day in days:
+        for cat, v in d.daily_by_category[day].items():
+            totals[cat] = totals.get(cat, 0.0) + float(v)
+    cats = _bottom_first(sorted(totals, key=lambda c: -totals[c]))
+    fig = Figure(figsize=(CHART_SIZE_PX[0] / CHART_DPI, CHART_SIZE_PX[1] / CHART_DPI), dpi=CHART_DPI)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    x = list(range(len(days)))
+    bottom = [0.0] * len(days)
+    for i, cat in enumerate(cats):
+        vals = [float(d.daily_by_category[day].get(cat, 0)) for day in days]
+        bars = ax.bar(x, vals, bottom=bottom, color=_COLORS[i % len(_COLORS)], label=cat, width=0.8)
+        for bar, day in zip(bars, days, strict=True):
+            if day in d.provisional_days:
+                bar.set_alpha(0.45)
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    idle = [float(d.idle_gpu_by_day.get(day, 0)) for day in days]
+    if any(idle):
+        ax.bar(
+            x,
+            idle,
+            width=0.8,
+            facecolor="none",
+            edgecolor="#D62728",
+            hatch="///",
+            linewidth=1.5,
+            label="idle GPU $",
+        )
+    for xi, day in zip(x, days, strict=True):
+        if day in d.provisional_days:
+            ax.annotate(
+                "provisional",
+                (xi, bottom[xi]),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                rotation=90,
+                xytext=(0, 3),
+                textcoords="offset points",
+            )
+    ax.set_ylim(0, max([*bottom, *idle, 1.0]) * 1.2)  # headroom for the legend and the marks
+    ax.set_xticks(x, [f"{day:%m-%d}" for day in days], rotation=45, ha="right", fontsize=8)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"${v:,.0f}"))
+    ax.set_ylabel(f"Daily spend ({d.currency})")
+    ax.set_title(f"Daily spend by category to {d.day.isoformat()} ({d.timezone})")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8, ncols=2)
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.92, bottom=0.15)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png", dpi=CHART_DPI)
+    return out

@@ -1,0 +1,133 @@
+"""The dedupe decision: a pure function over one notification-log entry.
+
+Modelled on Alertmanager's `nflog` + `DedupStage`. For one (group key, receiver) the log remembers
+which fingerprints were announced as firing, when the group last notified, and when a new episode
+was first seen (for `group_wait`). Given what fires now, `decide` says whether to notify, wait, only
+update the log, or do nothing. It reads no clock and no database: the pipeline passes `now` and the
+entry in, and persists the entry `decide` hands back.
+
+Rules (in order):
+- No open episode (nothing announced as firing): a group with notifiable findings waits
+  `group_wait` from when it was first seen, then notifies (`NEW_GROUP`; a new thread).
+- Open episode, something changed (a new fingerprint fires; with `send_resolved`, a fingerprint
+  resolved; or everything resolved): notify once `group_interval` has passed since the last
+  notification, else wait. Without `send_resolved`, resolutions only update the log.
+- Open episode, nothing changed, still firing: notify again once `repeat_interval` has passed.
+
+A fingerprint is *resolved* when it no longer fires at all. One that still fires but is silenced
+or below `min_severity` is *muted*: it stays in the log and is not announced either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+__all__ = ["Action", "Decision", "LogEntry", "Policy", "Reason", "decide"]
+
+
+class Action(StrEnum):
+    NONE = "none"  # nothing to do
+    WAIT = "wait"  # something to say, but group_wait / group_interval has not elapsed
+    RECORD = "record"  # update the log without a message (resolutions when send_resolved is off)
+    NOTIFY = "notify"
+
+
+class Reason(StrEnum):
+    NEW_GROUP = "new_group"
+    NEW_FIRING = "new_firing"
+    RESOLVED = "resolved"
+    ALL_RESOLVED = "all_resolved"
+    REPEAT = "repeat"
+
+
+@dataclass(frozen=True)
+class Policy:
+    group_wait: timedelta
+    group_interval: timedelta
+    repeat_interval: timedelta
+    send_resolved: bool = True
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """The persisted state of one (group key, receiver).
+
+    `sequence` counts notifications (it feeds the idempotency key); `episode` counts threads;
+    `first_seen_at` is when the current not-yet-announced episode appeared (None once announced).
+    """
+
+    firing: frozenset[str] = frozenset()
+    last_notified_at: datetime | None = None
+    first_seen_at: datetime | None = None
+    sequence: int = 0
+    episode: int = 0
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    entry: LogEntry  # the entry to persist (equal to the input when action is NONE)
+    reason: Reason | None = None
+    new: frozenset[str] = frozenset()
+    resolved: frozenset[str] = frozenset()
+
+
+def decide(
+    entry: LogEntry | None,
+    firing: frozenset[str],
+    still_firing: frozenset[str],
+    now: datetime,
+    policy: Policy,
+) -> Decision:
+    """Decide for one group.
+
+    `firing`: this group's notifiable fingerprints now (after silences and min_severity).
+    `still_firing`: every fingerprint firing now, notifiable or not (absence means resolved).
+    """
+    e = entry or LogEntry()
+    if not e.firing:
+        return _new_episode(e, firing, now, policy)
+    new = firing - e.firing
+    resolved = e.firing - still_firing
+    kept = (e.firing - resolved) | firing
+    if not kept:
+        reason = Reason.ALL_RESOLVED
+    elif new:
+        reason = Reason.NEW_FIRING
+    elif resolved:
+        reason = Reason.RESOLVED
+    elif firing and e.last_notified_at is not None and now >= e.last_notified_at + policy.repeat_interval:
+        return _notify(e, Reason.REPEAT, kept, now, frozenset(), frozenset())
+    else:
+        return Decision(Action.NONE, e)
+    if not new and not policy.send_resolved:
+        return Decision(Action.RECORD, replace(e, firing=kept), reason, new, resolved)
+    if e.last_notified_at is not None and now < e.last_notified_at + policy.group_interval:
+        return Decision(Action.WAIT, e, reason, new, resolved)
+    return _notify(e, reason, kept, now, new, resolved)
+
+
+def _new_episode(e: LogEntry, firing: frozenset[str], now: datetime, policy: Policy) -> Decision:
+    if not firing:
+        if e.first_seen_at is None:
+            return Decision(Action.NONE, e)
+        return Decision(Action.RECORD, replace(e, first_seen_at=None))  # vanished while waiting
+    seen = e.first_seen_at or now
+    if now < seen + policy.group_wait:
+        return Decision(Action.WAIT, replace(e, first_seen_at=seen), Reason.NEW_GROUP, firing)
+    entry = replace(e, first_seen_at=None, episode=e.episode + 1)
+    return _notify(entry, Reason.NEW_GROUP, firing, now, firing, frozenset())
+
+
+def _notify(
+    e: LogEntry,
+    reason: Reason,
+    kept: frozenset[str],
+    now: datetime,
+    new: frozenset[str],
+    resolved: frozenset[str],
+) -> Decision:
+    entry = replace(e, firing=kept, last_notified_at=now, sequence=e.sequence + 1)
+    return Decision(Action.NOTIFY, entry, reason, new, resolved)

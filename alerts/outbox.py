@@ -1,0 +1,294 @@
+"""The durable outbox and the notification log, in the state store (component "alerts").
+
+Write-ahead delivery: `process` writes the outbox row in the same transaction as the notification
+log update, before anything is sent; `deliver_outbox` marks a row sent only after the receiver
+confirmed (recording Slack's `ts` and channel id). Rows are keyed by an idempotency key
+(`UNIQUE`), so a message is enqueued once, and a row leaves `pending` only through `mark_sent` /
+`mark_failed`, so a sent key is never sent again.
+
+Before each send the row is marked `inflight`; a crash or an uncertain failure leaves the flag set
+and the next attempt first asks the notifier whether the message already arrived.
+
+Row states: pending -> sent | failed. Retryable errors keep the row pending with `next_attempt_at`
+(Retry-After, else bounded exponential backoff); permanent errors mark it failed with the error.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from alerts.notifier import Message
+from monitor.state.store import StateStore
+
+__all__ = [
+    "MIGRATIONS",
+    "OutboxRow",
+    "OutboxStatus",
+    "backoff",
+    "due_rows",
+    "enqueue",
+    "ensure_schema",
+    "fmt_ts",
+    "get_row",
+    "mark_attempt",
+    "mark_failed",
+    "mark_retry",
+    "mark_sent",
+    "parse_ts",
+    "status",
+]
+
+COMPONENT = "alerts"
+
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE alerts_nflog (
+        group_key TEXT NOT NULL,
+        receiver TEXT NOT NULL,
+        labels TEXT NOT NULL,
+        entry TEXT NOT NULL,
+        snapshots TEXT NOT NULL,
+        root_key TEXT,
+        active INTEGER NOT NULL,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (group_key, receiver)
+    );
+    CREATE TABLE alerts_outbox (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        idempotency_key TEXT NOT NULL UNIQUE,
+        group_key TEXT NOT NULL,
+        receiver TEXT NOT NULL,
+        sequence INTEGER NOT NULL,
+        reason TEXT NOT NULL,
+        root_key TEXT,
+        channel TEXT NOT NULL,
+        text TEXT NOT NULL,
+        blocks TEXT NOT NULL,
+        reply_broadcast INTEGER NOT NULL DEFAULT 0,
+        status TEXT NOT NULL CHECK (status IN ('pending', 'sent', 'failed')),
+        attempts INTEGER NOT NULL DEFAULT 0,
+        inflight INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        next_attempt_at TEXT NOT NULL,
+        sent_at TEXT,
+        slack_ts TEXT,
+        slack_channel TEXT,
+        last_error TEXT,
+        failed_at TEXT
+    );
+    CREATE INDEX alerts_outbox_due ON alerts_outbox (status, next_attempt_at, id)
+    """,
+]
+
+BACKOFF_BASE = timedelta(seconds=30)
+BACKOFF_CAP = timedelta(minutes=30)
+
+
+def ensure_schema(store: StateStore) -> None:
+    store.migrate(COMPONENT, MIGRATIONS)
+
+
+def fmt_ts(dt: datetime) -> str:
+    """Fixed-width UTC text, so SQL string comparison orders like time."""
+    if dt.tzinfo is None:
+        raise ValueError("naive datetime; pass a timezone-aware UTC time")
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_ts(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+def backoff(attempts: int) -> timedelta:
+    """30 s, 1 min, 2 min, ... capped at 30 min: retry soon, never hammer, never give up.
+
+    >>> [int(backoff(n).total_seconds()) for n in (1, 2, 3, 10)]
+    [30, 60, 120, 1800]
+    """
+    n = max(attempts, 1) - 1
+    return min(BACKOFF_BASE * (2 ** min(n, 20)), BACKOFF_CAP)
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    id: int
+    idempotency_key: str
+    group_key: str
+    receiver: str
+    sequence: int
+    reason: str
+    root_key: str | None
+    channel: str
+    text: str
+    blocks: list[dict[str, Any]]
+    reply_broadcast: bool
+    status: str
+    attempts: int
+    inflight: bool
+    created_at: datetime
+    next_attempt_at: datetime
+    slack_ts: str | None
+    slack_channel: str | None
+    last_error: str | None
+
+    def message(self, thread_ts: str | None) -> Message:
+        return Message(
+            idempotency_key=self.idempotency_key,
+            channel=self.channel,
+            text=self.text,
+            blocks=self.blocks,
+            thread_ts=thread_ts,
+            reply_broadcast=self.reply_broadcast and thread_ts is not None,
+        )
+
+
+def _row(r: sqlite3.Row) -> OutboxRow:
+    return OutboxRow(
+        id=r["id"],
+        idempotency_key=r["idempotency_key"],
+        group_key=r["group_key"],
+        receiver=r["receiver"],
+        sequence=r["sequence"],
+        reason=r["reason"],
+        root_key=r["root_key"],
+        channel=r["channel"],
+        text=r["text"],
+        blocks=json.loads(r["blocks"]),
+        reply_broadcast=bool(r["reply_broadcast"]),
+        status=r["status"],
+        attempts=r["attempts"],
+        inflight=bool(r["inflight"]),
+        created_at=parse_ts(r["created_at"]),
+        next_attempt_at=parse_ts(r["next_attempt_at"]),
+        slack_ts=r["slack_ts"],
+        slack_channel=r["slack_channel"],
+        last_error=r["last_error"],
+    )
+
+
+def enqueue(
+    conn: sqlite3.Connection,
+    *,
+    key: str,
+    group_key: str,
+    receiver: str,
+    sequence: int,
+    reason: str,
+    root_key: str | None,
+    message: Message,
+    now: datetime,
+) -> bool:
+    """Insert a pending row (inside the caller's transaction); False if the key already exists."""
+    cur = conn.execute(
+        "INSERT OR IGNORE INTO alerts_outbox (idempotency_key, group_key, receiver, sequence, reason,"
+        " root_key, channel, text, blocks, reply_broadcast, status, created_at, next_attempt_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+        (
+            key,
+            group_key,
+            receiver,
+            sequence,
+            reason,
+            root_key,
+            message.channel,
+            message.text,
+            json.dumps(message.blocks),
+            int(message.reply_broadcast),
+            fmt_ts(now),
+            fmt_ts(now),
+        ),
+    )
+    return cur.rowcount == 1
+
+
+def due_rows(store: StateStore, now: datetime, limit: int) -> list[OutboxRow]:
+    """Pending rows whose next attempt is due, oldest first (a thread root precedes its replies)."""
+    with store.transaction() as conn:
+        rows = conn.execute(
+            "SELECT * FROM alerts_outbox WHERE status = 'pending' AND next_attempt_at <= ?"
+            " ORDER BY id LIMIT ?",
+            (fmt_ts(now), limit),
+        ).fetchall()
+    return [_row(r) for r in rows]
+
+
+def get_row(store: StateStore, key: str) -> OutboxRow | None:
+    with store.transaction() as conn:
+        r = conn.execute("SELECT * FROM alerts_outbox WHERE idempotency_key = ?", (key,)).fetchone()
+    return None if r is None else _row(r)
+
+
+def mark_attempt(store: StateStore, row_id: int) -> None:
+    """Committed before the send: a crash from here on leaves the attempt marked uncertain."""
+    with store.transaction() as conn:
+        conn.execute(
+            "UPDATE alerts_outbox SET attempts = attempts + 1, inflight = 1 WHERE id = ? AND status = 'pending'",
+            (row_id,),
+        )
+
+
+def mark_sent(store: StateStore, row_id: int, ts: str | None, channel: str | None, now: datetime) -> None:
+    with store.transaction() as conn:
+        conn.execute(
+            "UPDATE alerts_outbox SET status = 'sent', inflight = 0, sent_at = ?, slack_ts = ?,"
+            " slack_channel = ?, last_error = NULL WHERE id = ? AND status = 'pending'",
+            (fmt_ts(now), ts, channel, row_id),
+        )
+
+
+def mark_retry(store: StateStore, row_id: int, next_at: datetime, error: str, *, uncertain: bool) -> None:
+    with store.transaction() as conn:
+        conn.execute(
+            "UPDATE alerts_outbox SET next_attempt_at = ?, last_error = ?, inflight = ?"
+            " WHERE id = ? AND status = 'pending'",
+            (fmt_ts(next_at), error, int(uncertain), row_id),
+        )
+
+
+def mark_failed(store: StateStore, row_id: int, error: str, now: datetime) -> None:
+    with store.transaction() as conn:
+        conn.execute(
+            "UPDATE alerts_outbox SET status = 'failed', inflight = 0, last_error = ?, failed_at = ?"
+            " WHERE id = ? AND status = 'pending'",
+            (error, fmt_ts(now), row_id),
+        )
+
+
+@dataclass(frozen=True)
+class OutboxStatus:
+    """Delivery health for `gpucost check`, metrics and logs."""
+
+    pending: int
+    failed: int
+    sent: int
+    last_error: str | None
+    oldest_pending_at: datetime | None
+
+    @property
+    def healthy(self) -> bool:
+        return self.failed == 0
+
+
+def status(store: StateStore) -> OutboxStatus:
+    """Counts by state and the most recent error (of a failed row, else of a retrying one)."""
+    ensure_schema(store)
+    with store.transaction() as conn:
+        counts = dict(conn.execute("SELECT status, COUNT(*) FROM alerts_outbox GROUP BY status").fetchall())
+        oldest = conn.execute(
+            "SELECT MIN(created_at) FROM alerts_outbox WHERE status = 'pending'"
+        ).fetchone()[0]
+        err = conn.execute(
+            "SELECT last_error FROM alerts_outbox WHERE last_error IS NOT NULL AND status != 'sent'"
+            " ORDER BY (status = 'failed') DESC, id DESC LIMIT 1"
+        ).fetchone()
+    return OutboxStatus(
+        pending=counts.get("pending", 0),
+        failed=counts.get("failed", 0),
+        sent=counts.get("sent", 0),
+        last_error=None if err is None else err[0],
+        oldest_pending_at=None if oldest is None else parse_ts(oldest),
+    )

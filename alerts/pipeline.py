@@ -1,0 +1,338 @@
+"""The alert pipeline, assembled in one place: `build_stages()`.
+
+    unique -> min_severity -> silence -> route -> group -> dedupe -> enqueue      (process)
+    outbox -> deliver with retry -> record                                        (deliver_outbox)
+
+`process(findings_now_firing, now, deps)` runs the first list inside ONE state-store transaction:
+the notification-log updates and the outbox rows they imply commit together, before anything is
+sent. `deliver_outbox(deps, now)` (in `alerts.delivery`) sends what is due and records the outcome.
+A fingerprint that was firing and is absent from `findings_now_firing` is resolved.
+
+Each stage is a small function `(Batch, Ctx) -> Batch`; none reads a clock or calls a network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from alerts.blocks import render_group, snapshot
+from alerts.dedupe import Action, Decision, LogEntry, Policy, Reason, decide
+from alerts.delivery import DeliveryReport, deliver_outbox, fire_fault
+from alerts.notifier import Message, Notifier
+from alerts.outbox import enqueue, ensure_schema, fmt_ts, parse_ts
+from alerts.routing import MATCH_KEYS, finding_value, route, routes_from_config
+from alerts.silence import ActiveSilence, is_silenced, silences_from_config
+from monitor.config import AlertsConfig, SlackConfig
+from monitor.errors import ConfigError
+from monitor.model import Finding, Severity
+from monitor.state.store import StateStore
+
+__all__ = [
+    "DEFAULT_CHANNEL",
+    "DeliveryReport",
+    "Deps",
+    "PipelineReport",
+    "build_stages",
+    "deliver_outbox",
+    "idempotency_key",
+    "process",
+]
+
+DEFAULT_CHANNEL = "#gpucost-alerts"
+
+
+@dataclass(frozen=True)
+class Deps:
+    """Everything the pipeline touches, injected. `fault(point)` is a test hook that may raise to
+    simulate a crash at "after_enqueue", "before_send" or "after_send"."""
+
+    store: StateStore
+    notifier: Notifier
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    slack: SlackConfig = field(default_factory=SlackConfig)
+    fault: Callable[[str], None] | None = None
+    batch_size: int = 50
+
+    @property
+    def default_channel(self) -> str:
+        return self.slack.channel or DEFAULT_CHANNEL
+
+
+@dataclass(frozen=True)
+class Notified:
+    group_key: str
+    receiver: str
+    reason: Reason
+    idempotency_key: str
+    fingerprints: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PipelineReport:
+    received: int
+    below_min_severity: int
+    silenced: int
+    groups: int
+    waiting: int
+    notified: tuple[Notified, ...]
+
+
+@dataclass
+class Group:
+    key: str
+    receiver: str
+    labels: dict[str, str | None]
+    findings: list[Finding] = field(default_factory=list)
+
+
+@dataclass
+class Batch:
+    findings: list[Finding]
+    routed: list[tuple[Finding, str]] = field(default_factory=list)
+    groups: dict[tuple[str, str], Group] = field(default_factory=dict)
+    decisions: list[tuple[Group, Decision, dict[str, Any]]] = field(default_factory=list)
+
+
+@dataclass
+class Ctx:
+    now: datetime
+    conn: sqlite3.Connection
+    min_rank: int
+    silences: list[ActiveSilence]
+    routes: list[tuple[dict[str, str], str]]
+    default_channel: str
+    group_by: tuple[str, ...]
+    policy: Policy
+    still_firing: frozenset[str] = frozenset()
+    counts: dict[str, int] = field(default_factory=dict)
+    notified: list[Notified] = field(default_factory=list)
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.counts[name] = self.counts.get(name, 0) + n
+
+
+Stage = Callable[[Batch, Ctx], Batch]
+
+
+def unique(b: Batch, ctx: Ctx) -> Batch:
+    """One finding per fingerprint (the last wins); everything here is still firing."""
+    by_fp = {f.fingerprint: f for f in b.findings}
+    ctx.still_firing = frozenset(by_fp)
+    ctx.count("received", len(by_fp))
+    return replace(b, findings=list(by_fp.values()))
+
+
+def min_severity(b: Batch, ctx: Ctx) -> Batch:
+    kept = [f for f in b.findings if f.severity.rank >= ctx.min_rank]
+    ctx.count("below_min_severity", len(b.findings) - len(kept))
+    return replace(b, findings=kept)
+
+
+def silence(b: Batch, ctx: Ctx) -> Batch:
+    kept = [f for f in b.findings if not is_silenced(f, ctx.silences, ctx.now)]
+    ctx.count("silenced", len(b.findings) - len(kept))
+    return replace(b, findings=kept)
+
+
+def route_stage(b: Batch, ctx: Ctx) -> Batch:
+    return replace(b, routed=[(f, route(f, ctx.routes, ctx.default_channel)) for f in b.findings])
+
+
+def group(b: Batch, ctx: Ctx) -> Batch:
+    groups: dict[tuple[str, str], Group] = {}
+    for f, receiver in b.routed:
+        labels = {k: finding_value(f, k) for k in ctx.group_by}
+        key = json.dumps(sorted(labels.items()), separators=(",", ":"))
+        g = groups.setdefault((key, receiver), Group(key, receiver, labels))
+        g.findings.append(f)
+    for g in groups.values():
+        g.findings.sort(key=lambda f: (-f.impact_usd, f.fingerprint))
+    return replace(b, groups=groups)
+
+
+def dedupe(b: Batch, ctx: Ctx) -> Batch:
+    """Load the log of every current or still-open group and decide (pure) for each."""
+    logs = _load_log(ctx.conn, b.groups)
+    groups = dict(b.groups)
+    for (key, receiver), row in logs.items():
+        groups.setdefault((key, receiver), Group(key, receiver, json.loads(row["labels"])))
+    decisions = []
+    for gid, g in sorted(groups.items()):
+        row = logs.get(gid)
+        entry = _entry(row) if row is not None else None
+        firing = frozenset(f.fingerprint for f in g.findings)
+        d = decide(entry, firing, ctx.still_firing, ctx.now, ctx.policy)
+        decisions.append((g, d, {"row": row}))
+    return replace(b, decisions=decisions)
+
+
+def enqueue_stage(b: Batch, ctx: Ctx) -> Batch:
+    """Persist log entries and, for NOTIFY, the outbox row: same transaction, before any send."""
+    for g, d, extra in b.decisions:
+        row = extra["row"]
+        if d.action is Action.NONE:
+            continue
+        if d.action is Action.WAIT:
+            ctx.count("waiting")
+        snaps = json.loads(row["snapshots"]) if row is not None else {}
+        root_key = row["root_key"] if row is not None else None
+        if d.action is Action.NOTIFY:
+            root_key = _enqueue_notification(g, d, snaps, root_key, ctx)
+        current = {f.fingerprint: snapshot(f) for f in g.findings}
+        snaps = {fp: s for fp, s in {**snaps, **current}.items() if fp in d.entry.firing or fp in current}
+        _save_log(ctx.conn, g, d.entry, snaps, root_key, ctx.now)
+    return b
+
+
+def build_stages() -> tuple[Stage, ...]:
+    """The whole alert pipeline, in order. Delivery and recording run in `deliver_outbox`."""
+    return (unique, min_severity, silence, route_stage, group, dedupe, enqueue_stage)
+
+
+def process(findings_now_firing: Sequence[Finding], now: datetime, deps: Deps) -> PipelineReport:
+    """Run the pipeline for everything firing at `now`; returns what was decided and enqueued."""
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware (UTC)")
+    ensure_schema(deps.store)
+    settings = _settings(deps)
+    with deps.store.transaction() as conn:
+        ctx = Ctx(now=now, conn=conn, **settings)
+        batch = Batch(findings=list(findings_now_firing))
+        for stage in build_stages():
+            batch = stage(batch, ctx)
+    fire_fault(deps.fault, "after_enqueue")
+    c = ctx.counts
+    return PipelineReport(
+        received=c.get("received", 0),
+        below_min_severity=c.get("below_min_severity", 0),
+        silenced=c.get("silenced", 0),
+        groups=len(batch.decisions),
+        waiting=c.get("waiting", 0),
+        notified=tuple(ctx.notified),
+    )
+
+
+def idempotency_key(group_key: str, receiver: str, fingerprints: Sequence[str], sequence: int) -> str:
+    """hash(group key, receiver, fingerprints, notification sequence): one key per message."""
+    payload = json.dumps([group_key, receiver, sorted(fingerprints), sequence], separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def _settings(deps: Deps) -> dict[str, Any]:
+    a = deps.alerts
+    for key in a.group_by:
+        if key not in MATCH_KEYS and not (key.startswith("label.") and len(key) > 6):
+            raise ConfigError(
+                f'alerts.group_by: unknown key "{key}"; use one of {", ".join(MATCH_KEYS)} or label.<key>'
+            )
+    return {
+        "min_rank": Severity(a.min_severity).rank,
+        "silences": silences_from_config(a),
+        "routes": routes_from_config(deps.slack),
+        "default_channel": deps.default_channel,
+        "group_by": tuple(a.group_by),
+        "policy": Policy(
+            group_wait=timedelta(seconds=a.group_wait_seconds),
+            group_interval=timedelta(seconds=a.group_interval_seconds),
+            repeat_interval=timedelta(hours=a.repeat_interval_hours),
+            send_resolved=a.send_resolved,
+        ),
+    }
+
+
+def _enqueue_notification(
+    g: Group, d: Decision, snaps: dict[str, Any], root_key: str | None, ctx: Ctx
+) -> str | None:
+    reason = d.reason or Reason.REPEAT
+    if reason in (Reason.NEW_GROUP, Reason.REPEAT):
+        shown = g.findings
+    else:
+        shown = [f for f in g.findings if f.fingerprint in d.new]
+    resolved = [snaps.get(fp, {"title": fp, "impact_usd": "0"}) for fp in sorted(d.resolved)]
+    text, blocks = render_group(reason, shown, d.new, resolved)
+    fps = sorted({f.fingerprint for f in shown} | d.resolved)
+    key = idempotency_key(g.key, g.receiver, fps, d.entry.sequence)
+    is_root = reason is Reason.NEW_GROUP or root_key is None
+    msg = Message(key, g.receiver, text, blocks, reply_broadcast=reason is Reason.REPEAT)
+    enqueue(
+        ctx.conn,
+        key=key,
+        group_key=g.key,
+        receiver=g.receiver,
+        sequence=d.entry.sequence,
+        reason=reason.value,
+        root_key=None if is_root else root_key,
+        message=msg,
+        now=ctx.now,
+    )
+    ctx.notified.append(Notified(g.key, g.receiver, reason, key, tuple(fps)))
+    return key if is_root else root_key
+
+
+def _load_log(conn: sqlite3.Connection, groups: dict[tuple[str, str], Group]) -> dict[tuple[str, str], Any]:
+    rows = {
+        (r["group_key"], r["receiver"]): r
+        for r in conn.execute("SELECT * FROM alerts_nflog WHERE active = 1")
+    }
+    for key, receiver in groups:
+        if (key, receiver) not in rows:
+            r = conn.execute(
+                "SELECT * FROM alerts_nflog WHERE group_key = ? AND receiver = ?", (key, receiver)
+            ).fetchone()
+            if r is not None:
+                rows[(key, receiver)] = r
+    return rows
+
+
+def _entry(row: Any) -> LogEntry:
+    e = json.loads(row["entry"])
+    return LogEntry(
+        firing=frozenset(e["firing"]),
+        last_notified_at=parse_ts(e["last_notified_at"]) if e["last_notified_at"] else None,
+        first_seen_at=parse_ts(e["first_seen_at"]) if e["first_seen_at"] else None,
+        sequence=e["sequence"],
+        episode=e["episode"],
+    )
+
+
+def _save_log(
+    conn: sqlite3.Connection,
+    g: Group,
+    e: LogEntry,
+    snaps: dict[str, Any],
+    root_key: str | None,
+    now: datetime,
+) -> None:
+    entry = {
+        "firing": sorted(e.firing),
+        "last_notified_at": fmt_ts(e.last_notified_at) if e.last_notified_at else None,
+        "first_seen_at": fmt_ts(e.first_seen_at) if e.first_seen_at else None,
+        "sequence": e.sequence,
+        "episode": e.episode,
+    }
+    active = int(bool(e.firing) or e.first_seen_at is not None)
+    conn.execute(
+        "INSERT INTO alerts_nflog (group_key, receiver, labels, entry, snapshots, root_key, active, updated_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (group_key, receiver) DO UPDATE SET"
+        " entry = excluded.entry, snapshots = excluded.snapshots, root_key = excluded.root_key,"
+        " active = excluded.active, updated_at = excluded.updated_at",
+        (
+            g.key,
+            g.receiver,
+            json.dumps(g.labels),
+            json.dumps(entry),
+            json.dumps(snaps),
+            root_key,
+            active,
+            fmt_ts(now),
+        ),
+    )

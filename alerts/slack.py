@@ -1,0 +1,213 @@
+"""Slack notifiers: the Web API with a bot token (`SlackNotifier`) and incoming webhooks.
+
+Both use slack-sdk with its retry handlers switched off (`retry_handlers=[]`): the outbox owns
+retries, and a client-side retry after a dropped connection could post the same message twice.
+Errors are classified, never swallowed:
+
+- HTTP 429 -> retry after `Retry-After`; 5xx, timeouts and connection errors -> retry (uncertain,
+  since the request may have been processed);
+- `ok: false` with a transient error (`ratelimited`, `internal_error`, ...) -> retry;
+- any other `ok: false` (`invalid_auth`, `channel_not_found`, `not_in_channel`, ...) and other 4xx
+  -> permanent failure.
+
+Every message carries Slack message metadata `{"event_type": "gpucost_alert", "event_payload":
+{"idempotency_key": ...}}` so `lookup` can find an earlier attempt that did arrive. The token is
+held as a `SecretStr` and never logged (slack-sdk redacts the Authorization header in its own logs).
+"""
+
+from __future__ import annotations
+
+import http.client
+import logging
+import socket
+import urllib.error
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError, SlackClientError, SlackRequestError
+from slack_sdk.webhook import WebhookClient
+
+from alerts.notifier import DeliveryResult, Message
+
+__all__ = ["PERMANENT_ERRORS", "RETRYABLE_ERRORS", "SlackNotifier", "WebhookNotifier", "classify"]
+
+log = logging.getLogger("alerts.slack")
+
+EVENT_TYPE = "gpucost_alert"
+#: `ok: false` errors worth retrying; every other error is permanent.
+RETRYABLE_ERRORS = frozenset(
+    {"ratelimited", "rate_limited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
+)
+#: Documented for readers and tests: the permanent errors seen most often.
+PERMANENT_ERRORS = frozenset(
+    {
+        "invalid_auth",
+        "not_authed",
+        "account_inactive",
+        "token_revoked",
+        "token_expired",
+        "missing_scope",
+        "channel_not_found",
+        "not_in_channel",
+        "is_archived",
+        "msg_too_long",
+        "invalid_blocks",
+        "no_text",
+        "restricted_action",
+    }
+)
+_NETWORK_ERRORS = (
+    TimeoutError,
+    socket.timeout,
+    urllib.error.URLError,
+    ConnectionError,
+    http.client.HTTPException,
+)
+
+
+def _retry_after(headers: Any) -> float | None:
+    if not headers:
+        return None
+    for k, v in dict(headers).items():
+        if k.lower() == "retry-after":
+            v = v[0] if isinstance(v, list) else v
+            try:
+                return max(float(v), 0.0)
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def classify(err: BaseException, what: str = "request") -> DeliveryResult:
+    """Turn a slack-sdk or network exception into retry / failed."""
+    if isinstance(err, SlackApiError):
+        resp = err.response
+        status = getattr(resp, "status_code", 200)
+        data = resp.data if isinstance(getattr(resp, "data", None), dict) else {}
+        code = str(data.get("error") or "")
+        if status == 429 or code in ("ratelimited", "rate_limited"):
+            ra = _retry_after(getattr(resp, "headers", None))
+            return DeliveryResult.retry(f"{what}: rate limited (HTTP {status})", retry_after=ra or 60.0)
+        if status >= 500:
+            return DeliveryResult.retry(f"{what}: HTTP {status} {code}".rstrip(), uncertain=True)
+        if code in RETRYABLE_ERRORS:
+            return DeliveryResult.retry(f"{what}: {code}", uncertain=True)
+        return DeliveryResult.failed(f"{what}: {code or f'HTTP {status}'}")
+    if isinstance(err, SlackRequestError):
+        return DeliveryResult.failed(f"{what}: {err}")
+    if isinstance(err, (*_NETWORK_ERRORS, SlackClientError, OSError)):
+        return DeliveryResult.retry(f"{what}: {type(err).__name__}: {err}", uncertain=True)
+    raise err
+
+
+class SlackNotifier:
+    """Posts with `chat.postMessage` (Block Kit, threads) using a bot token."""
+
+    name = "slack"
+    supports_threads = True
+
+    def __init__(self, token: SecretStr, base_url: str | None = None, *, timeout: int = 15):
+        kwargs: dict[str, Any] = {"token": token.get_secret_value(), "timeout": timeout, "retry_handlers": []}
+        if base_url:
+            kwargs["base_url"] = base_url
+        self._client = WebClient(**kwargs)
+
+    def __repr__(self) -> str:  # never show the token
+        return f"SlackNotifier(base_url={self._client.base_url!r})"
+
+    def auth_test(self) -> DeliveryResult:
+        """For `gpucost check`: is the token valid? SENT means yes."""
+        try:
+            resp = self._client.auth_test()
+        except Exception as e:
+            return classify(e, "auth.test")
+        return DeliveryResult.sent(None, resp.get("team_id"))
+
+    def send(self, message: Message) -> DeliveryResult:
+        try:
+            resp = self._client.chat_postMessage(
+                channel=message.channel,
+                text=message.text,
+                blocks=message.blocks or None,
+                thread_ts=message.thread_ts,
+                reply_broadcast=message.reply_broadcast or None,
+                unfurl_links=False,
+                unfurl_media=False,
+                metadata={
+                    "event_type": EVENT_TYPE,
+                    "event_payload": {"idempotency_key": message.idempotency_key},
+                },
+            )
+        except Exception as e:
+            return classify(e, "chat.postMessage")
+        return DeliveryResult.sent(resp.get("ts"), resp.get("channel"))
+
+    def lookup(self, message: Message) -> DeliveryResult | None:
+        """Search recent channel history (or the thread) for our idempotency key."""
+        try:
+            if message.thread_ts:
+                resp = self._client.conversations_replies(
+                    channel=message.channel, ts=message.thread_ts, include_all_metadata=True, limit=200
+                )
+            else:
+                resp = self._client.conversations_history(
+                    channel=message.channel, include_all_metadata=True, limit=200
+                )
+        except Exception as e:
+            return classify(e, "lookup")
+        for m in resp.get("messages") or []:
+            meta = m.get("metadata") or {}
+            payload = meta.get("event_payload") or {}
+            if (
+                meta.get("event_type") == EVENT_TYPE
+                and payload.get("idempotency_key") == message.idempotency_key
+            ):
+                return DeliveryResult.sent(m.get("ts"), resp.get("channel") or message.channel)
+        return None
+
+    def send_file(self, channel: str, path: Path, title: str, thread_ts: str | None) -> DeliveryResult:
+        """Upload with `files_upload_v2` (getUploadURLExternal, POST bytes, completeUploadExternal)."""
+        try:
+            self._client.files_upload_v2(
+                channel=channel, file=str(path), filename=path.name, title=title, thread_ts=thread_ts
+            )
+        except Exception as e:
+            return classify(e, "files_upload_v2")
+        return DeliveryResult.sent(thread_ts, channel)
+
+
+class WebhookNotifier:
+    """Posts to an incoming webhook: no threads, no `ts`, no lookups, no files."""
+
+    name = "webhook"
+    supports_threads = False
+
+    def __init__(self, url: str, *, timeout: int = 15):
+        self._client = WebhookClient(url, timeout=timeout, retry_handlers=[])
+
+    def __repr__(self) -> str:  # the URL is a secret
+        return "WebhookNotifier(url=***)"
+
+    def send(self, message: Message) -> DeliveryResult:
+        try:
+            resp = self._client.send(
+                text=message.text, blocks=message.blocks or None, unfurl_links=False, unfurl_media=False
+            )
+        except Exception as e:
+            return classify(e, "webhook")
+        if resp.status_code == 200:
+            return DeliveryResult.sent(None, message.channel)
+        what = f"webhook: HTTP {resp.status_code} {resp.body}".strip()
+        if resp.status_code == 429:
+            return DeliveryResult.retry(what, retry_after=_retry_after(resp.headers) or 60.0)
+        if resp.status_code >= 500:
+            return DeliveryResult.retry(what, uncertain=True)
+        return DeliveryResult.failed(what)
+
+    def lookup(self, message: Message) -> DeliveryResult | None:
+        return None
+
+    def send_file(self, channel: str, path: Path, title: str, thread_ts: str | None) -> DeliveryResult:
+        return DeliveryResult.failed("incoming webhooks cannot upload files; use a bot token")

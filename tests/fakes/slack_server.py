@@ -1,0 +1,313 @@
+"""An HTTP server on 127.0.0.1 that behaves like Slack's Web API, for the real slack-sdk client.
+
+Implements `auth.test`, `chat.postMessage`, `conversations.history`, `conversations.replies`,
+`files.getUploadURLExternal`, the upload URL it hands out, `files.completeUploadExternal`, and an
+incoming-webhook endpoint (`/hooks/...`). Like Slack: the bot token goes in `Authorization: Bearer`,
+errors are HTTP 200 with `{"ok": false, "error": ...}`, channels may be named (`#alerts`) for
+posting but `conversations.*` need the channel id the post returned, and message metadata is kept.
+
+Scriptable failures (`fail(method, ...)`): HTTP 429 with Retry-After, HTTP 5xx, `ok: false`
+errors, and a delay that makes the client time out, optionally after the message was stored (an
+uncertain outcome). Every request is recorded with its raw body.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import threading
+import time
+import urllib.parse
+from collections import deque
+from dataclasses import dataclass, field
+from email.parser import BytesParser
+from email.policy import HTTP
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["Failure", "FakeSlack", "Recorded"]
+
+
+@dataclass(frozen=True)
+class Failure:
+    status: int = 200
+    error: str | None = None  # ok: false with this error (status 200 unless given)
+    retry_after: int | None = None
+    delay: float = 0.0  # sleep before answering (client timeout)
+    process_first: bool = False  # with delay: store the message first, then stall
+
+
+@dataclass(frozen=True)
+class Recorded:
+    method: str  # API method ("chat.postMessage"), "upload" or "webhook"
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    params: dict[str, Any]
+
+
+@dataclass
+class _State:
+    token: str
+    channels: dict[str, str]  # name (without #) -> id
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    uploads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    files: list[dict[str, Any]] = field(default_factory=list)
+    requests: list[Recorded] = field(default_factory=list)
+    failures: dict[str, deque[Failure]] = field(default_factory=dict)
+    ts_counter: int = 0
+
+
+def _parse_body(headers: Any, body: bytes) -> dict[str, Any]:
+    ctype = headers.get("Content-Type", "")
+    if not body:
+        return {}
+    if ctype.startswith("application/json"):
+        return json.loads(body)
+    if ctype.startswith("application/x-www-form-urlencoded"):
+        return {k: v[-1] for k, v in urllib.parse.parse_qs(body.decode(), keep_blank_values=True).items()}
+    if ctype.startswith("multipart/form-data"):
+        msg = BytesParser(policy=HTTP).parsebytes(f"Content-Type: {ctype}\r\n\r\n".encode() + body)
+        return {p.get_param("name", header="content-disposition"): p.get_content() for p in msg.iter_parts()}
+    return {"_raw": body}
+
+
+class FakeSlack:
+    """Start with `with FakeSlack() as slack:`; point `WebClient(base_url=slack.base_url)` at it."""
+
+    def __init__(self, token: str = "xoxb-test-token", channels: dict[str, str] | None = None):
+        self._s = _State(
+            token, dict(channels or {"alerts": "C0ALERTS", "ml-team": "C0MLTEAM", "digest": "C0DIGEST"})
+        )
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def __enter__(self) -> FakeSlack:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/api/"
+
+    @property
+    def webhook_url(self) -> str:
+        return f"{self.url}/hooks/T000/B000/secret"
+
+    # -- scripting and inspection -------------------------------------------------------------------
+    def fail(self, method: str, failure: Failure, times: int = 1) -> None:
+        with self._lock:
+            self._s.failures.setdefault(method, deque()).extend([failure] * times)
+
+    @property
+    def requests(self) -> list[Recorded]:
+        with self._lock:
+            return list(self._s.requests)
+
+    def calls(self, method: str) -> list[Recorded]:
+        return [r for r in self.requests if r.method == method]
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(m) for m in self._s.messages]
+
+    @property
+    def files(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(f) for f in self._s.files]
+
+    # -- API behaviour ------------------------------------------------------------------------------
+    def _channel_id(self, channel: str, *, by_name: bool) -> str | None:
+        ids = set(self._s.channels.values())
+        if channel in ids:
+            return channel
+        if by_name:
+            return self._s.channels.get(channel.removeprefix("#"))
+        return None
+
+    def _next_ts(self) -> str:
+        self._s.ts_counter += 1
+        return f"1767225600.{self._s.ts_counter:06d}"
+
+    def _post_message(self, p: dict[str, Any]) -> dict[str, Any]:
+        cid = self._channel_id(str(p.get("channel", "")), by_name=True)
+        if cid is None:
+            return {"ok": False, "error": "channel_not_found"}
+        if not p.get("text") and not p.get("blocks"):
+            return {"ok": False, "error": "no_text"}
+        thread_ts = p.get("thread_ts")
+        if thread_ts and not any(m["ts"] == thread_ts and m["channel"] == cid for m in self._s.messages):
+            return {"ok": False, "error": "thread_not_found"}
+        meta = p.get("metadata")
+        if isinstance(meta, str):
+            meta = json.loads(meta)
+        msg = {
+            "channel": cid,
+            "ts": self._next_ts(),
+            "text": p.get("text"),
+            "blocks": p.get("blocks"),
+            "thread_ts": thread_ts,
+            "reply_broadcast": bool(p.get("reply_broadcast")),
+            "metadata": meta,
+        }
+        self._s.messages.append(msg)
+        return {
+            "ok": True,
+            "channel": cid,
+            "ts": msg["ts"],
+            "message": {"text": msg["text"], "ts": msg["ts"]},
+        }
+
+    def _history(self, p: dict[str, Any], replies: bool) -> dict[str, Any]:
+        cid = self._channel_id(str(p.get("channel", "")), by_name=False)
+        if cid is None:
+            return {"ok": False, "error": "channel_not_found"}
+        meta = str(p.get("include_all_metadata", "")).lower() in ("1", "true")
+        if replies:
+            ts = p.get("ts")
+            found = [
+                m for m in self._s.messages if m["channel"] == cid and (m["ts"] == ts or m["thread_ts"] == ts)
+            ]
+        else:
+            found = [
+                m
+                for m in self._s.messages
+                if m["channel"] == cid and (not m["thread_ts"] or m["reply_broadcast"])
+            ]
+            found.reverse()
+        limit = int(p.get("limit") or 100)
+        out = [
+            {k: v for k, v in m.items() if k != "metadata" or meta} | {"type": "message"}
+            for m in found[:limit]
+        ]
+        return {"ok": True, "channel": cid, "messages": out, "has_more": len(found) > limit}
+
+    def _get_upload_url(self, p: dict[str, Any]) -> dict[str, Any]:
+        if not p.get("filename") or not p.get("length"):
+            return {"ok": False, "error": "invalid_arguments"}
+        fid = "F" + hashlib.sha1(f"{p['filename']}{len(self._s.uploads)}".encode()).hexdigest()[:10].upper()
+        self._s.uploads[fid] = {"filename": p["filename"], "length": int(p["length"]), "data": None}
+        return {"ok": True, "file_id": fid, "upload_url": f"{self.url}/upload/{fid}"}
+
+    def _complete_upload(self, p: dict[str, Any]) -> dict[str, Any]:
+        files = json.loads(p.get("files") or "[]")
+        out = []
+        for f in files:
+            up = self._s.uploads.get(f.get("id"))
+            if up is None or up["data"] is None:
+                return {"ok": False, "error": "file_not_found"}
+            if len(up["data"]) != up["length"]:
+                return {"ok": False, "error": "file_size_mismatch"}
+            cid = p.get("channel_id")
+            if cid and self._channel_id(cid, by_name=False) is None:
+                return {"ok": False, "error": "channel_not_found"}
+            rec = {"id": f["id"], "title": f.get("title"), "channel": cid, "thread_ts": p.get("thread_ts")}
+            self._s.files.append(rec | {"data": up["data"], "initial_comment": p.get("initial_comment")})
+            out.append(rec)
+        return {"ok": True, "files": out}
+
+    def _dispatch(self, method: str, headers: Any, p: dict[str, Any]) -> dict[str, Any]:
+        if headers.get("Authorization") != f"Bearer {self._s.token}":
+            return {"ok": False, "error": "invalid_auth" if headers.get("Authorization") else "not_authed"}
+        if method == "auth.test":
+            return {"ok": True, "team_id": "T000", "user_id": "U0BOT", "bot_id": "B0BOT"}
+        if method == "chat.postMessage":
+            return self._post_message(p)
+        if method in ("conversations.history", "conversations.replies"):
+            return self._history(p, replies=method == "conversations.replies")
+        if method == "files.getUploadURLExternal":
+            return self._get_upload_url(p)
+        if method == "files.completeUploadExternal":
+            return self._complete_upload(p)
+        return {"ok": False, "error": "unknown_method"}
+
+    def _handle(self, h: BaseHTTPRequestHandler) -> tuple[int, dict[str, str], bytes]:
+        parsed = urllib.parse.urlsplit(h.path)
+        body = h.rfile.read(int(h.headers.get("Content-Length") or 0))
+        params = {k: v[-1] for k, v in urllib.parse.parse_qs(parsed.query).items()}
+        if parsed.path.startswith("/api/"):
+            params |= _parse_body(h.headers, body)
+            method = parsed.path.removeprefix("/api/")
+        elif parsed.path.startswith("/upload/"):
+            method = "upload"
+        elif parsed.path.startswith("/hooks/"):
+            method, params = "webhook", json.loads(body or b"{}")
+        else:
+            return 404, {}, b"not found"
+        with self._lock:
+            self._s.requests.append(Recorded(method, h.path, dict(h.headers.items()), body, params))
+            queue = self._s.failures.get(method)
+            failure = queue.popleft() if queue else None
+        if failure is not None and not (failure.delay and failure.process_first):
+            if failure.delay:
+                time.sleep(failure.delay)
+            headers = {"Retry-After": str(failure.retry_after)} if failure.retry_after is not None else {}
+            err = {
+                "ok": False,
+                "error": failure.error or ("ratelimited" if failure.status == 429 else "fatal_error"),
+            }
+            return failure.status, headers, json.dumps(err).encode()
+        with self._lock:
+            if method == "upload":
+                up = self._s.uploads.get(parsed.path.rsplit("/", 1)[-1])
+                if up is None:
+                    return 404, {}, b"no such upload"
+                up["data"] = body
+                result: Any = f"OK - {len(body)}"
+            elif method == "webhook":
+                self._s.messages.append(
+                    {"channel": "webhook", "ts": self._next_ts(), "thread_ts": None} | params
+                )
+                result = "ok"
+            else:
+                result = self._dispatch(method, h.headers, params)
+        if failure is not None:  # processed, then stall past the client's timeout
+            time.sleep(failure.delay)
+        if isinstance(result, str):
+            return 200, {"Content-Type": "text/plain"}, result.encode()
+        return 200, {"Content-Type": "application/json; charset=utf-8"}, json.dumps(result).encode()
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _serve(self) -> None:
+                status, headers, body = fake._handle(self)
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                if "Content-Type" not in headers:
+                    self.send_header("Content-Type", "application/json; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(body)  # the client may have timed out and left
+
+            do_GET = _serve
+            do_POST = _serve
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        return Handler

@@ -1,0 +1,394 @@
+"""The alert pipeline end to end: real slack-sdk client against the local fake Slack, real SQLite.
+
+Time is an injected clock; every scenario checks what actually reached the server.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from alerts.console import ConsoleNotifier
+from alerts.outbox import status
+from alerts.pipeline import Deps, deliver_outbox, process
+from alerts.slack import SlackNotifier, WebhookNotifier
+from monitor.config import AlertsConfig, Route, Silence, SlackConfig
+from monitor.errors import ConfigError
+from monitor.model import Finding, Scope, Severity, fingerprint
+from monitor.state.store import SQLiteStore
+from tests.fakes.slack_server import Failure, FakeSlack
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+TOKEN = "xoxb-test-token"
+EVIL = "<!channel> <http://evil|click>"
+
+
+def finding(
+    kind: str = "idle_gpu",
+    project: str = "ml-prod",
+    instance: str = "a3-node-1",
+    severity: Severity = Severity.WARNING,
+    impact: str = "123.45",
+    labels: dict[str, str] | None = None,
+) -> Finding:
+    scope = Scope(project=project, zone="us-central1-a", instance=instance, labels=labels or {})
+    return Finding(
+        kind=kind,
+        severity=severity,
+        title=f"Idle GPUs on {instance}",
+        summary=f"8 x H100 on {instance} under 5% for 6 h",
+        impact_usd=Decimal(impact),
+        window_start=T0 - timedelta(hours=6),
+        window_end=T0,
+        scope=scope,
+        evidence={"gpus": 8, "mean_util_pct": 3.1},
+        recommendation="Stop the instance or shrink the node pool",
+        fingerprint=fingerprint(kind, scope),
+    )
+
+
+class Crash(Exception):
+    """Stands in for `kill -9` at a fault point."""
+
+
+@dataclass
+class Clock:
+    now: datetime = T0
+
+    def advance(self, **kw: float) -> datetime:
+        self.now += timedelta(**kw)
+        return self.now
+
+
+@dataclass
+class Env:
+    slack: FakeSlack
+    db: Path
+    alerts: AlertsConfig = field(default_factory=lambda: AlertsConfig(group_wait_seconds=30))
+    slack_cfg: SlackConfig = field(default_factory=lambda: SlackConfig(channel="C0ALERTS"))
+    token: str = TOKEN
+    clock: Clock = field(default_factory=Clock)
+
+    def deps(self, fault=None, notifier=None) -> Deps:
+        n = notifier or SlackNotifier(SecretStr(self.token), self.slack.base_url, timeout=1)
+        return Deps(SQLiteStore(self.db), n, self.alerts, self.slack_cfg, fault=fault)
+
+    def cycle(self, findings: list[Finding], deps: Deps | None = None):
+        d = deps or self.deps()
+        rep = process(findings, self.clock.now, d)
+        return rep, deliver_outbox(d, self.clock.now)
+
+    def posts(self) -> list[dict]:
+        return self.slack.messages
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    with FakeSlack(token=TOKEN) as slack:
+        yield Env(slack, tmp_path / "state.sqlite")
+
+
+def fps_in(msg: dict) -> str:
+    return json.dumps(msg["blocks"])
+
+
+def test_group_wait_then_one_message_with_every_finding(env: Env) -> None:
+    a, b = finding(instance="n1"), finding(instance="n2", impact="10")
+    rep, dr = env.cycle([a, b])
+    assert rep.waiting == 1 and dr.sent == 0 and env.posts() == []
+    env.clock.advance(seconds=29)
+    env.cycle([a, b])
+    assert env.posts() == []
+    env.clock.advance(seconds=1)
+    rep, dr = env.cycle([a, b])
+    assert dr.sent == 1 and len(rep.notified) == 1
+    [msg] = env.posts()
+    assert msg["channel"] == "C0ALERTS" and msg["thread_ts"] is None
+    body = fps_in(msg)
+    assert a.fingerprint in body and b.fingerprint in body
+    assert "$123.45" in body and "Stop the instance" in body
+    # the outbox recorded Slack's ts
+    st = status(SQLiteStore(env.db))
+    assert (st.sent, st.pending, st.failed) == (1, 0, 0)
+
+
+def test_exactly_once_per_repeat_interval_over_three_days(env: Env) -> None:
+    a, b = finding(instance="n1"), finding(kind="inter_zone_egress", instance="n2")
+    deps = env.deps()
+    end = T0 + timedelta(hours=72)
+    while env.clock.now < end:
+        env.cycle([a, b], deps)
+        env.clock.advance(minutes=15)
+    posts = env.posts()
+    for f in (a, b):
+        times = [m["ts"] for m in posts if f.fingerprint in fps_in(m)]
+        assert len(times) == 3, f"{f.kind}: {len(times)} messages in 72 h"  # first + 2 repeats
+    roots = [m for m in posts if m["thread_ts"] is None]
+    assert len(roots) == 2  # one group per kind
+    repeats = [m for m in posts if m["thread_ts"] is not None]
+    assert all(m["reply_broadcast"] for m in repeats)
+    assert {m["thread_ts"] for m in repeats} == {m["ts"] for m in roots}
+
+
+def test_resolution_goes_in_the_thread_of_the_first_message(env: Env) -> None:
+    a, b = finding(instance="n1"), finding(instance="n2")
+    env.alerts = AlertsConfig(group_wait_seconds=0, group_interval_seconds=300)
+    env.cycle([a, b])
+    [root] = env.posts()
+    env.clock.advance(minutes=10)
+    env.cycle([a])  # b resolved
+    env.clock.advance(minutes=10)
+    env.cycle([])  # a resolved
+    root2, upd1, upd2 = env.posts()
+    assert root2 == root
+    assert upd1["thread_ts"] == upd2["thread_ts"] == root["ts"]
+    assert "Resolved" in upd1["text"] or "resolved" in json.dumps(upd1["blocks"])
+    assert "Idle GPUs on n2" in json.dumps(upd1["blocks"]) and "Idle GPUs on n1" not in json.dumps(
+        upd1["blocks"]
+    )
+    assert upd2["text"].startswith("[RESOLVED]") and "n1" in upd2["text"]
+    # firing again later opens a new thread
+    env.clock.advance(hours=1)
+    env.cycle([a])
+    assert env.posts()[-1]["thread_ts"] is None and len(env.posts()) == 4
+
+
+def test_send_resolved_off_sends_no_resolution(env: Env) -> None:
+    env.alerts = AlertsConfig(group_wait_seconds=0, send_resolved=False)
+    env.cycle([finding()])
+    env.clock.advance(hours=1)
+    env.cycle([])
+    env.clock.advance(hours=30)
+    env.cycle([])
+    assert len(env.posts()) == 1
+
+
+def test_429_delays_by_retry_after_then_delivers_once(env: Env) -> None:
+    env.alerts = AlertsConfig(group_wait_seconds=0)
+    env.slack.fail("chat.postMessage", Failure(status=429, retry_after=120))
+    _, dr = env.cycle([finding()])
+    assert (dr.sent, dr.retried, dr.rate_limited) == (0, 1, True)
+    st = status(SQLiteStore(env.db))
+    assert st.pending == 1 and "rate limited" in (st.last_error or "")
+    env.clock.advance(seconds=119)
+    assert deliver_outbox(env.deps(), env.clock.now).sent == 0
+    assert len(env.slack.calls("chat.postMessage")) == 1  # not even tried before Retry-After
+    env.clock.advance(seconds=1)
+    assert deliver_outbox(env.deps(), env.clock.now).sent == 1
+    assert len(env.posts()) == 1 and len(env.slack.calls("chat.postMessage")) == 2
+    env.clock.advance(hours=1)
+    assert deliver_outbox(env.deps(), env.clock.now).sent == 0
+    assert len(env.posts()) == 1
+
+
+def test_500_is_retried_with_backoff_and_not_duplicated(env: Env) -> None:
+    env.alerts = AlertsConfig(group_wait_seconds=0)
+    env.slack.fail("chat.postMessage", Failure(status=500), times=2)
+    _, dr = env.cycle([finding()])
+    assert dr.retried == 1
+    env.clock.advance(seconds=29)
+    assert deliver_outbox(env.deps(), env.clock.now).retried == 0  # backoff 30 s not over
+    env.clock.advance(seconds=1)
+    assert deliver_outbox(env.deps(), env.clock.now).retried == 1  # second 500; next wait 60 s
+    env.clock.advance(seconds=60)
+    assert deliver_outbox(env.deps(), env.clock.now).sent == 1
+    assert len(env.posts()) == 1 and len(env.slack.calls("chat.postMessage")) == 3
+    # each retry after an uncertain 5xx first checked whether the message had arrived
+    assert len(env.slack.calls("conversations.history")) == 2
+
+
+def test_timeout_after_slack_posted_is_found_not_resent(env: Env) -> None:
+    env.alerts = AlertsConfig(group_wait_seconds=0)
+    env.slack.fail("chat.postMessage", Failure(delay=1.5, process_first=True))
+    _, dr = env.cycle([finding()])
+    assert dr.retried == 1 and len(env.posts()) == 1  # Slack has it; we do not know yet
+    env.clock.advance(minutes=5)
+    dr = deliver_outbox(env.deps(), env.clock.now)
+    assert (dr.recovered, dr.sent) == (1, 0)
+    assert len(env.slack.calls("chat.postMessage")) == 1 and len(env.posts()) == 1
+    st = status(SQLiteStore(env.db))
+    assert (st.sent, st.pending) == (1, 0)
+
+
+def test_invalid_auth_fails_is_surfaced_and_not_retried(env: Env) -> None:
+    env.alerts = AlertsConfig(group_wait_seconds=0)
+    env.token = "xoxb-revoked"
+    _, dr = env.cycle([finding()])
+    assert (dr.sent, dr.failed) == (0, 1)
+    st = status(SQLiteStore(env.db))
+    assert (st.failed, st.pending, st.healthy) == (1, 0, False)
+    assert st.last_error == "chat.postMessage: invalid_auth"
+    for _ in range(5):
+        env.clock.advance(hours=1)
+        deliver_outbox(env.deps(), env.clock.now)
+    assert len(env.slack.calls("chat.postMessage")) == 1
+
+
+def test_channel_not_found_is_permanent(env: Env) -> None:
+    env.alerts = AlertsConfig(group_wait_seconds=0)
+    env.slack_cfg = SlackConfig(channel="#no-such-channel")
+    _, dr = env.cycle([finding()])
+    assert dr.failed == 1
+    assert status(SQLiteStore(env.db)).last_error == "chat.postMessage: channel_not_found"
+
+
+@pytest.mark.parametrize("point", ["after_enqueue", "before_send"])
+def test_crash_between_written_and_sent_then_restart_delivers_once(env: Env, point: str) -> None:
+    env.alerts = AlertsConfig(group_wait_seconds=0)
+
+    def crash(at: str) -> None:
+        if at == point:
+            raise Crash(at)
+
+    with pytest.raises(Crash):
+        env.cycle([finding()], env.deps(fault=crash))
+    assert env.slack.calls("chat.postMessage") == []
+    assert status(SQLiteStore(env.db)).pending == 1
+    # a new process on the same SQLite file
+    env.clock.advance(minutes=1)
+    fresh = env.deps()
+    process([finding()], env.clock.now, fresh)  # the log already has it: nothing new enqueued
+    first, second = deliver_outbox(fresh, env.clock.now), deliver_outbox(fresh, env.clock.now)
+    assert (first.sent, second.sent) == (1, 0)
+    env.clock.advance(minutes=5)
+    deliver_outbox(env.deps(), env.clock.now)
+    assert len(env.posts()) == 1 and len(env.slack.calls("chat.postMessage")) == 1
+
+
+def test_crash_after_slack_confirmed_but_before_recording_is_not_resent(env: Env) -> None:
+    env.alerts = AlertsConfig(group_wait_seconds=0)
+
+    def crash(at: str) -> None:
+        if at == "after_send":
+            raise Crash(at)
+
+    with pytest.raises(Crash):
+        env.cycle([finding()], env.deps(fault=crash))
+    assert len(env.posts()) == 1
+    env.clock.advance(minutes=1)
+    dr = deliver_outbox(env.deps(), env.clock.now)
+    assert dr.recovered == 1 and len(env.slack.calls("chat.postMessage")) == 1
+    assert status(SQLiteStore(env.db)).sent == 1
+
+
+def test_label_value_arrives_escaped(env: Env) -> None:
+    env.alerts = AlertsConfig(group_wait_seconds=0)
+    f = finding(project="p<&>", instance=EVIL, labels={"team": EVIL})
+    env.cycle([f])
+    [call] = env.slack.calls("chat.postMessage")
+    raw = call.body
+    assert b"<!channel>" not in raw and b"<http://evil" not in raw
+    assert b"&lt;!channel&gt; &lt;http://evil|click&gt;" in raw
+    assert b"p&lt;&amp;&gt;" in raw
+    msg = env.posts()[0]
+    assert "<!" not in msg["text"] and "<http" not in msg["text"]
+
+
+def test_silence_mutes_until_it_expires(env: Env) -> None:
+    until = (T0 + timedelta(hours=2)).isoformat()
+    env.alerts = AlertsConfig(
+        group_wait_seconds=0, silences=(Silence(match={"project": "sandbox"}, until=until, comment="ok"),)
+    )
+    loud, quiet = finding(project="ml-prod"), finding(project="sandbox")
+    rep, _ = env.cycle([loud, quiet])
+    assert rep.silenced == 1
+    assert [quiet.fingerprint in fps_in(m) for m in env.posts()] == [False]
+    env.clock.advance(hours=1)
+    env.cycle([loud, quiet])
+    assert len(env.posts()) == 1  # still silenced, and not "resolved" either
+    env.clock.advance(hours=1)
+    env.cycle([loud, quiet])
+    assert len(env.posts()) == 2 and quiet.fingerprint in fps_in(env.posts()[-1])
+
+
+def test_silence_by_label_and_min_severity(env: Env) -> None:
+    env.alerts = AlertsConfig(
+        group_wait_seconds=0,
+        min_severity="warning",
+        silences=(Silence(match={"label.team": "research"}, until="2099-01-01T00:00:00Z"),),
+    )
+    rep, _ = env.cycle(
+        [
+            finding(instance="info", severity=Severity.INFO),
+            finding(instance="muted", labels={"team": "research"}),
+            finding(instance="shown", severity=Severity.CRITICAL),
+        ]
+    )
+    assert (rep.below_min_severity, rep.silenced) == (1, 1)
+    [msg] = env.posts()
+    assert "shown" in msg["text"] and "muted" not in fps_in(msg) and "info" not in msg["text"]
+
+
+def test_routes_send_team_findings_to_the_team_channel(env: Env) -> None:
+    env.alerts = AlertsConfig(group_wait_seconds=0)
+    env.slack_cfg = SlackConfig(
+        channel="C0ALERTS",
+        routes=(
+            Route(match={"label.team": "ml"}, channel="#ml-team"),
+            Route(match={"severity": "critical"}, channel="#digest"),
+        ),
+    )
+    ml = finding(instance="n1", labels={"team": "ml"}, severity=Severity.CRITICAL)
+    crit = finding(instance="n2", severity=Severity.CRITICAL)
+    other = finding(instance="n3")
+    env.cycle([ml, crit, other])
+    by_channel = {m["channel"]: fps_in(m) for m in env.posts()}
+    assert set(by_channel) == {"C0MLTEAM", "C0DIGEST", "C0ALERTS"}
+    assert ml.fingerprint in by_channel["C0MLTEAM"]  # first matching route wins
+    assert crit.fingerprint in by_channel["C0DIGEST"] and other.fingerprint in by_channel["C0ALERTS"]
+
+
+def test_bad_matchers_are_config_errors(env: Env) -> None:
+    env.slack_cfg = SlackConfig(channel="C0ALERTS", routes=(Route(match={"teem": "ml"}, channel="#x"),))
+    with pytest.raises(ConfigError) as e:
+        env.cycle([finding()])
+    assert str(e.value) == (
+        'slack.routes[0].match: unknown key "teem"; use one of kind, severity, project, zone, region, '
+        "cluster, instance or label.<key>"
+    )
+    env.slack_cfg = SlackConfig(channel="C0ALERTS")
+    env.alerts = AlertsConfig(silences=(Silence(match={"kind": "idle_gpu"}, until="next week"),))
+    with pytest.raises(ConfigError, match=r"^alerts\.silences\[0\]\.until: bad timestamp \"next week\""):
+        env.cycle([finding()])
+    env.alerts = AlertsConfig(group_by=("kind", "team"))
+    with pytest.raises(ConfigError, match=r'^alerts\.group_by: unknown key "team"'):
+        env.cycle([finding()])
+
+
+def test_console_notifier_through_the_same_pipeline(tmp_path: Path) -> None:
+    out = io.StringIO()
+    notifier = ConsoleNotifier(tmp_path / "alerts", out)
+    deps = Deps(
+        SQLiteStore(tmp_path / "s.sqlite"), notifier, AlertsConfig(group_wait_seconds=0), SlackConfig()
+    )
+    a, b = finding(instance="n1", labels={"team": EVIL}), finding(instance="n2")
+    process([a, b], T0, deps)
+    assert deliver_outbox(deps, T0).sent == 1
+    process([a], T0 + timedelta(hours=1), deps)
+    assert deliver_outbox(deps, T0 + timedelta(hours=1)).sent == 1
+    lines = [json.loads(x) for x in (tmp_path / "alerts" / "alerts.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 and lines[1]["thread_ts"] == lines[0]["ts"]
+    assert "&lt;!channel&gt;" in json.dumps(lines[0]["blocks"])
+    printed = out.getvalue()
+    assert "Idle GPUs on n1" in printed and "$123.45" in printed and "(thread 1.000000)" in printed
+
+
+def test_webhook_has_no_threads_so_updates_are_top_level(env: Env) -> None:
+    env.alerts = AlertsConfig(group_wait_seconds=0)
+    deps = env.deps(notifier=WebhookNotifier(env.slack.webhook_url))
+    env.cycle([finding(instance="n1"), finding(instance="n2")], deps)
+    env.clock.advance(hours=1)
+    env.cycle([finding(instance="n1")], deps)
+    hooks = env.slack.calls("webhook")
+    assert len(hooks) == 2 and all("thread_ts" not in h.params for h in hooks)
+    assert status(deps.store).sent == 2

@@ -1,0 +1,145 @@
+"""The daily digest: Markdown shows exactly the figures passed in, the PNG is a real chart of the
+expected size, and `send_digest` uploads it through files_upload_v2 against the fake Slack."""
+
+from __future__ import annotations
+
+import io
+from datetime import date, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import pytest
+from pydantic import SecretStr
+
+from alerts.charts import CHART_SIZE_PX, render_chart
+from alerts.console import ConsoleNotifier
+from alerts.digest import DigestData, DigestFinding, render_blocks, render_markdown, send_digest, write_digest
+from alerts.slack import SlackNotifier
+from tests.fakes.slack_server import FakeSlack
+
+DAY = date(2026, 11, 1)
+D = Decimal
+
+
+def sample(provisional: bool = True) -> DigestData:
+    days = [DAY - timedelta(days=i) for i in range(6, -1, -1)]
+    daily = {
+        d: {"compute": D("1000.00") + i * 10, "network": D("120.50"), "storage": D("33.333")}
+        for i, d in enumerate(days)
+    }
+    return DigestData.from_dicts(
+        day=DAY,
+        timezone="Europe/Paris",
+        yesterday_by_category={"compute": D("1060.00"), "network": D("120.50"), "storage": D("33.333")},
+        previous_by_category={"compute": D("1050.00"), "network": D("100.50"), "storage": D("33.333")},
+        yesterday_by_project={"ml-prod": D("1100.005"), "sandbox|x": D("113.828")},
+        previous_by_project={"ml-prod": D("1000"), "old-proj": D("184.166")},
+        mtd_by_category={"compute": D("1060.00"), "network": D("120.50"), "storage": D("33.333")},
+        daily_by_category=daily,
+        idle_gpu_by_day={d: D("250.25") for d in days},
+        findings=[
+            DigestFinding(
+                "Idle GPUs on a3-node-1", "idle_gpu", "warning", D("512.344"), "ml-prod", provisional=True
+            ),
+            DigestFinding("Cross-zone all-reduce", "inter_zone_egress", "warning", D("99.99"), "ml-prod"),
+            DigestFinding("<!channel> tiny", "other", "info", D("0.01"), "<!here>"),
+        ],
+        provisional_days=[DAY] if provisional else [],
+        top_n=2,
+    )
+
+
+def test_markdown_shows_the_figures_passed_in() -> None:
+    md = render_markdown(sample())
+    assert "# gpucost daily digest: 2026-11-01 (Europe/Paris)" in md
+    assert "Yesterday (2026-11-01): **$1,213.83** *(provisional)*, +$30.00 (+2.5%) vs 2026-10-31" in md
+    assert "- Month to date: **$1,213.83**" in md
+    assert "| compute | $1,060.00 | $1,050.00 | +$10.00 (+1.0%) |" in md
+    assert "| network | $120.50 | $100.50 | +$20.00 (+19.9%) |" in md
+    assert "| ml-prod | $1,100.00 | $1,000.00 | +$100.00 (+10.0%) |" in md  # half-even cents
+    assert "| sandbox\\|x | $113.83 | $0.00 | +$113.83 |" in md  # table cell escaped
+    assert "| old-proj | $0.00 | $184.17 | -$184.17 (-100.0%) |" in md
+    assert "1. **$512.34** Idle GPUs on a3-node-1 (ml-prod) `idle_gpu` *(provisional)*" in md
+    assert "2. **$99.99** Cross-zone all-reduce" in md and "tiny" not in md  # top_n = 2
+    assert "| 2026-11-01 *(provisional)* | $1,060.00 | $120.50 | $33.33 | $1,213.83 | $250.25 |" in md
+    assert "| 2026-10-26 | $1,000.00 |" in md
+
+
+def test_floats_are_rejected() -> None:
+    with pytest.raises(
+        TypeError, match=r"DigestData.mtd_by_category\['compute'\]: expected Decimal, got float"
+    ):
+        DigestData.from_dicts(
+            day=DAY,
+            timezone="UTC",
+            yesterday_by_category={},
+            previous_by_category={},
+            yesterday_by_project={},
+            previous_by_project={},
+            mtd_by_category={"compute": 1.5},
+            daily_by_category={},
+        )
+
+
+def test_blocks_escape_billing_text() -> None:
+    d = DigestData.from_dicts(
+        day=DAY,
+        timezone="UTC",
+        yesterday_by_category={"compute": D(1)},
+        previous_by_category={},
+        yesterday_by_project={"<!channel> <http://evil|click>": D(1)},
+        previous_by_project={},
+        mtd_by_category={"compute": D(1)},
+        daily_by_category={DAY: {"compute": D(1)}},
+        findings=[DigestFinding("<!here>", "k", "warning", D(1), "p&q")],
+    )
+    text = str(render_blocks(d))
+    assert "<!channel>" not in text and "<!here>" not in text and "<http" not in text
+    assert "&lt;!channel&gt; &lt;http://evil|click&gt;" in text and "p&amp;q" in text
+
+
+def test_chart_is_a_real_png_of_the_expected_size(tmp_path: Path) -> None:
+    png = render_chart(sample(), tmp_path / "c.png")
+    img = mpimg.imread(png)
+    assert img.shape[:2] == (CHART_SIZE_PX[1], CHART_SIZE_PX[0]) == (600, 1200)
+    assert img.std() > 0.05  # not a blank canvas
+    # the idle-GPU hatch is drawn in red: some pixels are strongly red
+    red = (img[..., 0] > 0.75) & (img[..., 1] < 0.3) & (img[..., 2] < 0.3)
+    assert red.sum() > 100
+
+
+def test_write_digest_files(tmp_path: Path) -> None:
+    md, png = write_digest(sample(), tmp_path / "out")
+    assert (md.name, png.name) == ("digest-2026-11-01.md", "digest-2026-11-01.png")
+    assert "![Daily spend by category](digest-2026-11-01.png)" in md.read_text()
+    assert mpimg.imread(png).shape[:2] == (600, 1200)
+
+
+@pytest.mark.integration
+def test_send_digest_posts_and_uploads_chart_with_files_upload_v2(tmp_path: Path) -> None:
+    d = sample()
+    png = render_chart(d, tmp_path / "c.png")
+    with FakeSlack(token="xoxb-t") as slack:
+        res = send_digest(SlackNotifier(SecretStr("xoxb-t"), slack.base_url), d, png, channel="#digest")
+        assert res.ok
+        methods = [r.method for r in slack.requests]
+        assert methods == [
+            "chat.postMessage",
+            "files.getUploadURLExternal",
+            "upload",
+            "files.completeUploadExternal",
+        ]
+        [post] = slack.messages
+        [f] = slack.files
+        assert f["data"] == png.read_bytes() and f["channel"] == "C0DIGEST" and f["thread_ts"] == post["ts"]
+        assert "$1,213.83" in post["text"]
+
+
+def test_send_digest_to_console(tmp_path: Path) -> None:
+    d = sample(provisional=False)
+    out = io.StringIO()
+    png = render_chart(d, tmp_path / "c.png")
+    res = send_digest(ConsoleNotifier(tmp_path / "alerts", out), d, png)
+    assert res.ok and (tmp_path / "alerts" / "c.png").exists()
+    assert "$1,213.83" in out.getvalue()
