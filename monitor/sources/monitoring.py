@@ -1,0 +1,287 @@
+"""GPU utilization from Cloud Monitoring (`MetricServiceClient.list_time_series`).
+
+One request series per (project, metric) covers the whole fleet: the server aligns every series to
+`alignment_seconds` with ALIGN_MEAN and reduces them with REDUCE_MEAN grouped by host and GPU (the
+group-by list names every label we read, since the reducer drops the others). Pages are followed one
+by one, each retried on its own with bounded exponential backoff on UNAVAILABLE, DEADLINE_EXCEEDED
+and RESOURCE_EXHAUSTED; the library's own retry is switched off so the budget (and the sleep, which
+tests inject) is ours. When retries run out, `RetryableSourceError` propagates and `poll` leaves that
+window's watermark where it was, so the next poll asks for the same window again: nothing is lost,
+and because a window's stored samples are replaced (never appended) nothing is doubled either.
+
+Fresh points take up to ~4 minutes to appear, so every poll re-reads the last `reread` (5 minutes,
+rounded up to whole alignment windows) before the watermark.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from monitor.config import GoogleConfig, UtilizationConfig
+from monitor.errors import ConfigError, PermanentSourceError, RetryableSourceError, SourceError
+from monitor.sources.presets import PRESETS, MetricSpec
+from monitor.state.store import StateStore
+from monitor.utilization import (
+    FetchResult,
+    ParsedSeries,
+    assemble,
+    migrate,
+    parse_series,
+    read_watermark,
+    replace_window,
+    select_signals,
+    to_rest_json,
+)
+
+__all__ = ["CloudMonitoringSource", "PollReport", "WindowReport", "build_client", "window_for"]
+
+
+@dataclass(frozen=True)
+class WindowReport:
+    scope: str
+    preset: str
+    start: datetime
+    end: datetime
+    samples: int
+    skipped: dict[str, int]
+    requests: int
+
+
+@dataclass
+class PollReport:
+    """What one poll read; `failed` maps "project/preset" to the error that kept its window in place."""
+
+    windows: list[WindowReport] = field(default_factory=list)
+    failed: dict[str, SourceError] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    @property
+    def requests(self) -> int:
+        return sum(w.requests for w in self.windows)
+
+    @property
+    def skipped(self) -> dict[str, int]:
+        total: Counter[str] = Counter()
+        for w in self.windows:
+            total.update(w.skipped)
+        return dict(total)
+
+    def raise_for_failures(self) -> None:
+        """Re-raise the first failure (retryable unless one was permanent), for callers that want it."""
+        if not self.failed:
+            return
+        errors = list(self.failed.values())
+        first = next((e for e in errors if isinstance(e, PermanentSourceError)), errors[0])
+        raise type(first)("; ".join(f"{k}: {v}" for k, v in self.failed.items())) from first
+
+
+def _grpc_target(endpoint: str | None) -> str | None:
+    if endpoint is None:
+        return None
+    for scheme in ("https://", "http://"):
+        endpoint = endpoint.removeprefix(scheme)
+    return endpoint.rstrip("/")
+
+
+def build_client(cfg: UtilizationConfig, google: GoogleConfig) -> Any:
+    """A `MetricServiceClient`: plaintext gRPC to `api_endpoint` when `insecure`, else TLS + credentials."""
+    import grpc
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.auth.exceptions import DefaultCredentialsError
+    from google.cloud import monitoring_v3
+    from google.cloud.monitoring_v3.services.metric_service.transports import MetricServiceGrpcTransport
+
+    target = _grpc_target(cfg.api_endpoint)
+    if cfg.insecure:
+        if target is None:
+            raise ConfigError('utilization.insecure: needs utilization.api_endpoint = "host:port"')
+        transport = MetricServiceGrpcTransport(channel=grpc.insecure_channel(target))
+        return monitoring_v3.MetricServiceClient(transport=transport)
+    credentials = AnonymousCredentials() if google.credentials == "anonymous" else None
+    options = ClientOptions(api_endpoint=target) if target else None
+    try:
+        return monitoring_v3.MetricServiceClient(credentials=credentials, client_options=options)
+    except DefaultCredentialsError:
+        raise ConfigError(
+            "google.credentials: no Application Default Credentials found; run "
+            '"gcloud auth application-default login" or use a service account'
+        ) from None
+
+
+def _retryable() -> tuple[type[BaseException], ...]:
+    from google.api_core import exceptions as gexc
+
+    return (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.ResourceExhausted, gexc.TooManyRequests)
+
+
+def window_for(
+    watermark: datetime | None,
+    now: datetime,
+    alignment_seconds: int,
+    *,
+    reread: timedelta,
+    initial: timedelta,
+) -> tuple[datetime, datetime]:
+    """The next window to read: the watermark minus the late-point margin (whole windows), to `now`
+    floored to the alignment; before the first poll, the last `initial` instead."""
+    align = alignment_seconds
+    end = datetime.fromtimestamp((int(now.timestamp()) // align) * align, UTC)
+    if watermark is None:
+        return end - initial, end
+    margin = math.ceil(reread.total_seconds() / align) * align
+    return datetime.fromtimestamp((int(watermark.timestamp()) // align) * align - margin, UTC), end
+
+
+def _status(e: BaseException) -> str:
+    """The gRPC status name (RESOURCE_EXHAUSTED), not api_core's HTTP-flavoured one (TOO_MANY_REQUESTS)."""
+    code = getattr(e, "grpc_status_code", None) or getattr(e, "code", None)
+    return getattr(code, "name", type(e).__name__)
+
+
+class CloudMonitoringSource:
+    """`UtilizationSource` over Cloud Monitoring, plus `poll` for the daemon's watermarked reads."""
+
+    def __init__(
+        self,
+        cfg: UtilizationConfig,
+        google: GoogleConfig,
+        client: Any = None,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        max_attempts: int = 5,
+        initial_backoff: float = 1.0,
+        max_backoff: float = 30.0,
+        timeout: float = 60.0,
+        reread: timedelta = timedelta(minutes=5),
+        initial_lookback: timedelta = timedelta(hours=6),
+        page_size: int | None = None,
+    ):
+        self.cfg = cfg
+        self._owns_client = client is None
+        self._client = build_client(cfg, google) if client is None else client
+        self._sleep = sleep
+        self.max_attempts = max(1, max_attempts)
+        self.initial_backoff, self.max_backoff = initial_backoff, max_backoff
+        self.timeout = timeout
+        self.reread, self.initial_lookback = reread, initial_lookback
+        self.page_size = page_size
+
+    def close(self) -> None:
+        if self._owns_client:
+            self._client.transport.close()
+
+    # ----------------------------------------------------------------------------------------- reads
+
+    def fetch(self, start: datetime, end: datetime) -> FetchResult:
+        """Every configured project and preset for ``[start, end)``; raises `SourceError` on failure."""
+        samples, skipped, requests = [], Counter(), 0
+        for project in self.cfg.projects:
+            for preset in self.cfg.presets:
+                part = self.fetch_preset(project, preset, start, end)
+                samples += part.samples
+                skipped.update(part.skipped)
+                requests += part.requests
+        return FetchResult(select_signals(samples), dict(skipped), requests)
+
+    def fetch_preset(self, project: str, preset: str, start: datetime, end: datetime) -> FetchResult:
+        skips: Counter[str] = Counter()
+        parsed: list[ParsedSeries] = []
+        calls = [0]
+        for spec in PRESETS[preset].metrics:
+            for page in self._pages(project, spec, start, end, calls):
+                for ts in page.time_series:
+                    if (ps := parse_series(to_rest_json(ts), skips, default_project=project)) is not None:
+                        parsed.append(ps)
+        samples = assemble(parsed, self.cfg.alignment_seconds, skips, window=(start, end))
+        return FetchResult(samples, {str(k): v for k, v in skips.items() if v}, calls[0])
+
+    def _request(self, project: str, spec: MetricSpec, start: datetime, end: datetime, token: str) -> Any:
+        from google.cloud import monitoring_v3
+        from google.protobuf.duration_pb2 import Duration
+
+        agg = monitoring_v3.Aggregation(
+            alignment_period=Duration(seconds=self.cfg.alignment_seconds),
+            per_series_aligner=monitoring_v3.Aggregation.Aligner.ALIGN_MEAN,
+            cross_series_reducer=monitoring_v3.Aggregation.Reducer.REDUCE_MEAN,
+            group_by_fields=list(spec.labels.group_by_fields),
+        )
+        return monitoring_v3.ListTimeSeriesRequest(
+            name=f"projects/{project}",
+            filter=spec.filter,
+            interval=monitoring_v3.TimeInterval(start_time=start, end_time=end),
+            aggregation=agg,
+            view=monitoring_v3.ListTimeSeriesRequest.TimeSeriesView.FULL,
+            page_size=self.page_size or 0,
+            page_token=token,
+        )
+
+    def _pages(
+        self, project: str, spec: MetricSpec, start: datetime, end: datetime, calls: list[int]
+    ) -> Iterator[Any]:
+        token = ""
+        while True:
+            page = self._call(self._request(project, spec, start, end, token), calls)
+            yield page
+            token = page.next_page_token
+            if not token:
+                return
+
+    def _call(self, request: Any, calls: list[int]) -> Any:
+        """One page, retried on transient errors; the library retry is off so the budget is ours."""
+        from google.api_core import exceptions as gexc
+
+        what = f"Cloud Monitoring {request.name} {request.filter.split(' AND ')[0]}"
+        last: Exception | None = None
+        for attempt in range(self.max_attempts):
+            calls[0] += 1
+            try:
+                return self._client.list_time_series(request=request, retry=None, timeout=self.timeout)
+            except _retryable() as e:
+                last = e
+                if attempt + 1 < self.max_attempts:
+                    self._sleep(min(self.max_backoff, self.initial_backoff * 2**attempt))
+            except gexc.GoogleAPICallError as e:
+                raise PermanentSourceError(f"{what}: {_status(e)}: {e.message}") from e
+        assert last is not None
+        raise RetryableSourceError(
+            f"{what}: {_status(last)} after {self.max_attempts} attempts; the window will be retried"
+        ) from last
+
+    # ----------------------------------------------------------------------------------------- polls
+
+    def poll(self, store: StateStore, now: datetime) -> PollReport:
+        """Read each (project, preset) from its watermark (minus the late margin) to `now`."""
+        migrate(store)
+        report = PollReport()
+        for project in self.cfg.projects:
+            for preset in self.cfg.presets:
+                watermark = read_watermark(store, project, preset)
+                start, end = window_for(
+                    watermark,
+                    now,
+                    self.cfg.alignment_seconds,
+                    reread=self.reread,
+                    initial=self.initial_lookback,
+                )
+                if end <= start or (watermark is not None and end < watermark):
+                    continue
+                try:
+                    part = self.fetch_preset(project, preset, start, end)
+                except SourceError as e:
+                    report.failed[f"{project}/{preset}"] = e
+                    continue
+                n = replace_window(store, project, preset, start, end, part.samples, now=now)
+                report.windows.append(
+                    WindowReport(project, preset, start, end, n, part.skipped, part.requests)
+                )
+        return report

@@ -1,0 +1,138 @@
+"""GPU utilization from Cloud Monitoring REST JSON files (the embedded default and offline analysis).
+
+Accepted shapes, camelCase exactly as `projects.timeSeries.list` returns them, as `.json` or
+`.json.gz`: one page ``{"timeSeries": [...], "nextPageToken": ...}`` (``{}`` is an empty page), an
+array of such pages, or an array of TimeSeries. A directory stands for every such file in it, in name
+order. A file that is not JSON or not one of these shapes is an `InputError` naming the file (and the
+line for JSON syntax errors); a bad series or point inside a good file is a counted skip.
+
+Raw points (e.g. 60 s Ops Agent samples) are averaged into alignment windows the way Cloud Monitoring's
+ALIGN_MEAN would. Files named after a day (``2026-11-01.json.gz``, as the simulator writes them) are
+only opened when that day can hold points of the requested window; parsed files are cached by
+(path, mtime, size), so a daemon polling a growing directory re-reads only what changed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from collections import Counter
+from collections.abc import Iterable
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from monitor.errors import InputError
+from monitor.utilization import FetchResult, ParsedSeries, assemble, parse_series
+
+__all__ = ["FileUtilizationSource", "read_time_series"]
+
+_SHAPE = (
+    'expected a Cloud Monitoring timeSeries page ({"timeSeries": [...]}), an array of pages, '
+    "or an array of TimeSeries"
+)
+_PAGE_KEYS = frozenset({"timeSeries", "nextPageToken", "unit", "executionErrors"})
+_SUFFIXES = (".json.gz", ".json")
+
+
+def _decode(path: Path) -> Any:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(str(path), "no such file") from None
+    except OSError as e:
+        raise InputError(str(path), f"cannot read ({e.strerror})") from None
+    if path.name.endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error):
+            raise InputError(str(path), "not a valid gzip file") from None
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InputError(str(path), "not UTF-8 text (is it gzip without a .gz name?)") from None
+    except json.JSONDecodeError as e:
+        raise InputError(str(path), f"not valid JSON ({e.msg}, column {e.colno})", line=e.lineno) from None
+
+
+def _page(doc: dict[str, Any], path: Path, where: str) -> list[Any]:
+    if "timeSeries" not in doc and not doc.keys() <= _PAGE_KEYS:
+        raise InputError(str(path), _SHAPE, field=where or None)
+    series = doc.get("timeSeries", [])
+    if not isinstance(series, list):
+        raise InputError(str(path), "expected an array", field=f"{where}timeSeries")
+    return series
+
+
+def read_time_series(path: Path) -> list[Any]:
+    """The TimeSeries objects of one file, whatever its accepted shape (validated only as a container)."""
+    doc = _decode(path)
+    if isinstance(doc, dict):
+        return _page(doc, path, "")
+    if not isinstance(doc, list):
+        raise InputError(str(path), _SHAPE)
+    out: list[Any] = []
+    for i, item in enumerate(doc):
+        if isinstance(item, dict) and ("timeSeries" in item or item.keys() <= _PAGE_KEYS):
+            out += _page(item, path, f"[{i}].")
+        elif isinstance(item, dict) and ("points" in item or "metric" in item):
+            out.append(item)
+        else:
+            raise InputError(str(path), _SHAPE, field=f"[{i}]")
+    return out
+
+
+def _day_of(path: Path) -> date | None:
+    stem = next((path.name[: -len(s)] for s in _SUFFIXES if path.name.endswith(s)), path.name)
+    try:
+        return date.fromisoformat(stem)
+    except ValueError:
+        return None
+
+
+class FileUtilizationSource:
+    """`UtilizationSource` over exported or simulated Cloud Monitoring JSON."""
+
+    def __init__(self, paths: Iterable[str | Path], *, alignment_seconds: int = 300):
+        self.paths = [Path(p) for p in paths]
+        self.alignment_seconds = alignment_seconds
+        self._cache: dict[Path, tuple[tuple[int, int], list[ParsedSeries], Counter[str]]] = {}
+
+    def files(self) -> list[Path]:
+        """Explicit files in the order given; a directory's `.json` / `.json.gz` files by name."""
+        out: list[Path] = []
+        for p in self.paths:
+            if p.is_dir():
+                out += sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(_SUFFIXES))
+            elif p.exists():
+                out.append(p)
+            else:
+                raise InputError(
+                    str(p), "no such file or directory (check utilization.files / --utilization)"
+                )
+        return out
+
+    def fetch(self, start: datetime, end: datetime) -> FetchResult:
+        """Samples starting in ``[start, end)``; `requests` counts the files read."""
+        first, last = (start - timedelta(days=1)).date(), end.date()
+        files = [f for f in self.files() if (d := _day_of(f)) is None or first <= d <= last]
+        skips: Counter[str] = Counter()
+        parsed: list[ParsedSeries] = []
+        for f in files:
+            series, file_skips = self._parsed(f)
+            parsed += series
+            skips.update(file_skips)
+        samples = assemble(parsed, self.alignment_seconds, skips, window=(start, end))
+        return FetchResult(samples, {str(k): v for k, v in skips.items() if v}, len(files))
+
+    def _parsed(self, path: Path) -> tuple[list[ParsedSeries], Counter[str]]:
+        st = path.stat()
+        stamp = (st.st_mtime_ns, st.st_size)
+        hit = self._cache.get(path)
+        if hit is not None and hit[0] == stamp:
+            return hit[1], hit[2]
+        skips: Counter[str] = Counter()
+        series = [ps for ts in read_time_series(path) if (ps := parse_series(ts, skips)) is not None]
+        self._cache[path] = (stamp, series, skips)
+        return series, skips

@@ -1,0 +1,305 @@
+"""CloudMonitoringSource through the real google-cloud-monitoring client against a local gRPC server."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import grpc
+import pytest
+
+from monitor.config import GoogleConfig, UtilizationConfig
+from monitor.errors import ConfigError, PermanentSourceError, RetryableSourceError
+from monitor.sources.monitoring import CloudMonitoringSource, window_for
+from monitor.state.store import SQLiteStore
+from monitor.utilization import load_samples, read_watermark
+from tests.fakes.monitoring_server import FakeMonitoringServer, gauge_series
+
+pytestmark = pytest.mark.integration
+
+NVML = "agent.googleapis.com/gpu/utilization"
+NVML_MEM = "agent.googleapis.com/gpu/memory/bytes_used"
+DCGM_SM = "workload.googleapis.com/dcgm.gpu.profiling.sm_utilization"
+T0 = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
+M5 = timedelta(minutes=5)
+GCE_GROUP_BY = [
+    "resource.label.project_id",
+    "resource.label.zone",
+    "resource.label.instance_id",
+    "metadata.system_labels.name",
+    "metric.label.gpu_number",
+    "metric.label.model",
+]
+
+
+def nvml(instance: int, points, gpu: str = "0", metric: str = NVML, **kw):
+    return gauge_series(
+        metric,
+        "gce_instance",
+        {"project_id": "p1", "instance_id": str(1000 + instance), "zone": "us-central1-a"},
+        {"gpu_number": gpu, "model": "NVIDIA H100 80GB HBM3", **kw.pop("labels", {})},
+        points,
+        system_labels={"name": f"vm-{instance}"},
+        **kw,
+    )
+
+
+def buckets(first_end: datetime, values) -> list[tuple[datetime, float]]:
+    return [(first_end + i * M5, v) for i, v in enumerate(values)]
+
+
+@pytest.fixture
+def server():
+    srv = FakeMonitoringServer(page_size=2).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def make_source(server):
+    made: list[CloudMonitoringSource] = []
+
+    def make(presets=("ops_agent_nvml",), **kw):
+        cfg = UtilizationConfig(
+            source="cloud_monitoring",
+            projects=("p1",),
+            presets=presets,
+            api_endpoint=server.address,
+            insecure=True,
+        )
+        sleeps: list[float] = []
+        src = CloudMonitoringSource(cfg, GoogleConfig(credentials="anonymous"), sleep=sleeps.append, **kw)
+        made.append(src)
+        return src, sleeps
+
+    yield make
+    for src in made:
+        src.close()
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = SQLiteStore(tmp_path / "state.sqlite")
+    yield s
+    s.close()
+
+
+def test_one_aggregated_request_series_per_metric_with_pages(server, make_source):
+    server.add(*(nvml(i, buckets(T0 + M5, [10.0 * i, 20.0, 30.0])) for i in range(5)))
+    src, sleeps = make_source()
+
+    result = src.fetch(T0, T0 + 3 * M5)
+
+    util = [r for r in server.requests if NVML + '"' in r.filter]
+    assert [r.page_token for r in util] == ["", "2", "4"]  # 5 series, 2 per page
+    for r in server.requests:
+        assert r.name == "projects/p1"
+        assert r.interval.start_time == T0 and r.interval.end_time == T0 + 3 * M5
+        assert r.aggregation.alignment_period.total_seconds() == 300
+        assert r.aggregation.per_series_aligner.name == "ALIGN_MEAN"
+        assert r.aggregation.cross_series_reducer.name == "REDUCE_MEAN"
+        assert list(r.aggregation.group_by_fields) == GCE_GROUP_BY
+    assert util[0].filter == f'metric.type = "{NVML}" AND resource.type = "gce_instance"'
+    mem = [r for r in server.requests if NVML_MEM in r.filter]
+    assert mem[0].filter.endswith('AND metric.label.memory_state = "used"')
+    assert result.requests == 4 and sleeps == []
+    assert len(result.samples) == 15
+    s = next(x for x in result.samples if x.instance_id == "1003" and x.start == T0)
+    assert (s.project, s.zone, s.instance_name, s.gpu, s.end) == ("p1", "us-central1-a", "vm-3", "0", T0 + M5)
+    assert (s.utilization_pct, s.signal, s.memory_used_bytes) == (30.0, "gpu_utilization", None)
+
+
+def test_transient_unavailable_mid_pagination_is_retried(server, make_source):
+    server.add(*(nvml(i, buckets(T0 + M5, [50.0])) for i in range(3)))
+    server.faults = [None, grpc.StatusCode.UNAVAILABLE]  # page 2 fails once
+    src, sleeps = make_source()
+
+    result = src.fetch(T0, T0 + M5)
+
+    assert [r.page_token for r in server.requests[:3]] == ["", "2", "2"]
+    assert sleeps == [1.0]
+    assert result.requests == 4
+    assert sorted(s.instance_id for s in result.samples) == ["1000", "1001", "1002"]
+
+
+def test_quota_exhausted_raises_retryable_after_bounded_backoff(server, make_source):
+    server.add(nvml(0, buckets(T0 + M5, [50.0])))
+    server.faults = [grpc.StatusCode.RESOURCE_EXHAUSTED] * 4
+    src, sleeps = make_source(max_attempts=4)
+
+    with pytest.raises(RetryableSourceError, match="RESOURCE_EXHAUSTED after 4 attempts"):
+        src.fetch(T0, T0 + M5)
+    assert sleeps == [1.0, 2.0, 4.0]
+    assert len(server.requests) == 4
+
+
+def test_permanent_error_is_not_retried(server, make_source):
+    server.faults = [grpc.StatusCode.PERMISSION_DENIED]
+    src, sleeps = make_source()
+    with pytest.raises(PermanentSourceError, match="PERMISSION_DENIED"):
+        src.fetch(T0, T0 + M5)
+    assert sleeps == [] and len(server.requests) == 1
+
+
+def _stored_rows(store) -> list[tuple]:
+    with store.transaction() as conn:
+        return [tuple(r) for r in conn.execute("SELECT host, gpu, start FROM utilization_samples")]
+
+
+def test_failed_poll_keeps_window_and_next_poll_rereads_it(server, make_source, store):
+    server.add(nvml(0, buckets(T0 - timedelta(hours=1) + M5, [10.0] * 40)))
+    server.add(nvml(1, buckets(T0 - 11 * M5, [20.0] * 20)))
+    src, _ = make_source(max_attempts=3, initial_lookback=timedelta(hours=1))
+
+    first = src.poll(store, T0 + timedelta(minutes=2))
+    assert first.ok and read_watermark(store, "p1", "ops_agent_nvml") == T0
+    assert first.windows[0].start == T0 - timedelta(hours=1)
+
+    server.faults = [grpc.StatusCode.UNAVAILABLE] * 3
+    failed = src.poll(store, T0 + timedelta(minutes=12))
+    assert not failed.ok and isinstance(failed.failed["p1/ops_agent_nvml"], RetryableSourceError)
+    assert read_watermark(store, "p1", "ops_agent_nvml") == T0  # not advanced
+    with pytest.raises(RetryableSourceError):
+        failed.raise_for_failures()
+
+    third = src.poll(store, T0 + timedelta(minutes=17))
+    assert third.ok and read_watermark(store, "p1", "ops_agent_nvml") == T0 + 3 * M5
+    last = server.requests[-1]
+    assert last.interval.start_time == T0 - M5  # watermark minus the late-point margin
+    assert last.interval.end_time == T0 + 3 * M5
+
+    rows = _stored_rows(store)
+    assert len(rows) == len(set(rows))  # nothing doubled
+    for host in ("1000", "1001"):  # nothing lost: every 5-minute window from the first poll's start
+        starts = sorted(r[2] for r in rows if r[0] == host)
+        have = [datetime.fromisoformat(s.replace("Z", "+00:00")) for s in starts]
+        assert have == [T0 - timedelta(hours=1) + i * M5 for i in range(15)]
+
+
+def test_late_points_are_reread_and_replace_stored_samples(server, make_source, store):
+    server.add(nvml(0, buckets(T0, [40.0, 5.0])))  # windows 09:55 and 10:00, the last one partial
+    src, _ = make_source(initial_lookback=timedelta(minutes=10))
+    src.poll(store, T0 + timedelta(minutes=7))  # reads [09:55, 10:05)
+    assert [s.utilization_pct for s in load_samples(store, T0 - M5, T0 + M5)] == [40.0, 5.0]
+
+    server.series.clear()  # the late points arrived: 10:00-10:05 is really 50 %, and 10:05 exists
+    server.add(nvml(0, buckets(T0, [40.0, 50.0, 60.0])))
+    report = src.poll(store, T0 + timedelta(minutes=12))
+
+    assert report.windows[0].start == T0 and report.windows[0].end == T0 + 2 * M5
+    got = load_samples(store, T0 - M5, T0 + 2 * M5)
+    assert [(s.start, s.utilization_pct) for s in got] == [(T0 - M5, 40.0), (T0, 50.0), (T0 + M5, 60.0)]
+    assert len(_stored_rows(store)) == 3
+
+
+def test_sm_activity_beats_nvml_and_memory_marks_idle_but_allocated(server, make_source, store):
+    server.add(
+        nvml(0, buckets(T0 + M5, [95.0]), gpu="0"),
+        nvml(0, buckets(T0 + M5, [90.0]), gpu="1"),
+        nvml(0, buckets(T0 + M5, [0.0]), gpu="0", metric=DCGM_SM),
+        nvml(
+            0,
+            buckets(T0 + M5, [7e10]),
+            gpu="0",
+            metric=NVML_MEM,
+            value_type="INT64",
+            labels={"memory_state": "used"},
+        ),
+        nvml(0, buckets(T0 + M5, [1e10]), gpu="1", metric=NVML_MEM, labels={"memory_state": "free"}),
+    )
+    src, _ = make_source(presets=("ops_agent_nvml", "ops_agent_dcgm"))
+
+    result = src.fetch(T0, T0 + M5)
+    by_gpu = {s.gpu: s for s in result.samples}
+    assert len(result.samples) == 2
+    assert (by_gpu["0"].signal, by_gpu["0"].utilization_pct) == ("sm_active", 0.0)
+    assert by_gpu["0"].memory_used_bytes == 7e10 and by_gpu["0"].idle_but_allocated
+    assert (by_gpu["1"].signal, by_gpu["1"].memory_used_bytes) == ("gpu_utilization", None)
+    assert not by_gpu["1"].idle_but_allocated
+
+    src.poll(store, T0 + timedelta(minutes=6))  # presets are stored apart; reading picks the best
+    stored = {s.gpu: s for s in load_samples(store, T0, T0 + M5)}
+    assert stored["0"].signal == "sm_active" and stored["0"].memory_used_bytes == 7e10
+    assert len(_stored_rows(store)) == 3  # nvml x2 + dcgm x1
+
+
+def test_unusable_series_are_counted_not_fatal(server, make_source):
+    server.add(
+        nvml(0, buckets(T0 + M5, [30.0])),
+        nvml(1, buckets(T0 + M5, [30.0, 40.0]), metric_kind="CUMULATIVE"),
+        gauge_series(
+            NVML,
+            "gce_instance",
+            {"project_id": "p1", "zone": "z"},
+            {"gpu_number": "0"},
+            buckets(T0 + M5, [1.0]),
+        ),
+    )
+    src, _ = make_source()
+    result = src.fetch(T0, T0 + 2 * M5)
+    assert [s.instance_id for s in result.samples] == ["1000"]
+    assert result.skipped == {"unexpected_metric_kind": 2, "missing_labels": 1}
+
+
+def test_gke_and_managed_prometheus_presets(server, make_source):
+    node = {"project_id": "p1", "location": "us-central1-a", "cluster_name": "train", "node_name": "gke-n1"}
+    server.add(
+        gauge_series(
+            "kubernetes.io/node/accelerator/duty_cycle",
+            "k8s_node",
+            node,
+            {"accelerator_id": "GPU-aa", "model": "nvidia-l4"},
+            buckets(T0 + M5, [80.0]),
+        ),
+        gauge_series(
+            "prometheus.googleapis.com/DCGM_FI_PROF_GR_ENGINE_ACTIVE/gauge",
+            "prometheus_target",
+            {"project_id": "p1", "location": "us-central1-a", "cluster": "train"},
+            {"gpu": "3", "Hostname": "gke-n2", "modelName": "NVIDIA A100"},
+            buckets(T0 + M5, [0.25]),
+        ),
+    )
+    src, _ = make_source(presets=("gke", "managed_prometheus_dcgm"))
+    result = src.fetch(T0, T0 + M5)
+    got = {s.node_name: (s.cluster, s.gpu, s.signal, s.utilization_pct) for s in result.samples}
+    assert got == {
+        "gke-n1": ("train", "GPU-aa", "node_duty_cycle", 80.0),
+        "gke-n2": ("train", "3", "gr_engine_active", 25.0),
+    }
+    container = next(r for r in server.requests if "container/accelerator/duty_cycle" in r.filter)
+    assert "metadata.system_labels.node_name" in container.aggregation.group_by_fields
+
+
+def test_insecure_needs_an_endpoint():
+    cfg = UtilizationConfig(source="cloud_monitoring", projects=("p1",), insecure=True)
+    with pytest.raises(ConfigError, match=r"utilization\.insecure: needs utilization\.api_endpoint"):
+        CloudMonitoringSource(cfg, GoogleConfig(credentials="anonymous"))
+
+
+@pytest.mark.parametrize(
+    ("watermark", "now", "expected"),
+    [
+        (None, T0 + timedelta(minutes=7), (T0 - timedelta(hours=1) + M5, T0 + M5)),
+        (T0, T0 + timedelta(minutes=12), (T0 - M5, T0 + 2 * M5)),
+        (T0, T0 + timedelta(minutes=2), (T0 - M5, T0)),  # same window again: only the re-read
+    ],
+)
+def test_window_for(watermark, now, expected):
+    got = window_for(watermark, now, 300, reread=timedelta(minutes=4), initial=timedelta(hours=1))
+    assert got == expected
+
+
+def test_replace_window_swaps_exactly_the_window(store):
+    from monitor.utilization import GpuSample, migrate, replace_window
+
+    def sample(host: str, start: datetime, pct: float) -> GpuSample:
+        return GpuSample(
+            "p1", "z", host, None, None, None, "0", None, start, start + M5, pct, "sm_active", None
+        )
+
+    migrate(store)
+    replace_window(store, "p1", "x", T0 - M5, T0 + M5, [sample("a", T0 - M5, 1), sample("b", T0, 2)], now=T0)
+    replace_window(store, "p1", "x", T0, T0 + 2 * M5, [sample("a", T0 + M5, 3)], now=T0)
+
+    got = [(s.instance_id, s.start, s.utilization_pct) for s in load_samples(store, T0 - M5, T0 + 2 * M5)]
+    assert got == [("a", T0 - M5, 1.0), ("a", T0 + M5, 3.0)]  # "b" at T0 was re-read and is gone
+    assert read_watermark(store, "p1", "x") == T0 + 2 * M5

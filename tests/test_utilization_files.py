@@ -1,0 +1,248 @@
+"""FileUtilizationSource: Cloud Monitoring REST JSON in every accepted shape, and every kind of bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from monitor.errors import InputError
+from monitor.sources.utilization_files import FileUtilizationSource
+
+NVML = "agent.googleapis.com/gpu/utilization"
+T0 = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
+M1, M5 = timedelta(minutes=1), timedelta(minutes=5)
+
+
+def iso(dt: datetime) -> str:
+    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def point(end: datetime, value, key: str = "doubleValue") -> dict:
+    return {"interval": {"startTime": iso(end), "endTime": iso(end)}, "value": {key: value}}
+
+
+def series(instance: str = "1001", points=None, *, gpu: str = "0", metric_type: str = NVML, **over) -> dict:
+    """A TimeSeries as projects.timeSeries.list returns it (newest point first), as the simulator writes."""
+    ts = {
+        "metric": {
+            "type": metric_type,
+            "labels": {"gpu_number": gpu, "model": "NVIDIA A100-SXM4-40GB", "uuid": f"GPU-{instance}-{gpu}"},
+        },
+        "resource": {
+            "type": "gce_instance",
+            "labels": {"project_id": "ml-prod", "instance_id": instance, "zone": "us-central1-a"},
+        },
+        "metadata": {"systemLabels": {"name": f"vm-{instance}"}},
+        "metricKind": "GAUGE",
+        "valueType": "DOUBLE",
+        "points": points if points is not None else [point(T0 + M5, 40.0), point(T0, 20.0)],
+    }
+    ts.update(over)
+    return ts
+
+
+def write(path, doc, *, gz: bool = False):
+    data = json.dumps(doc).encode()
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def fetch(paths, start=T0 - M5, end=T0 + timedelta(hours=1)):
+    return FileUtilizationSource(paths).fetch(start, end)
+
+
+SHAPES = {
+    "page": lambda ts: {"timeSeries": ts, "unit": "%"},
+    "array of pages": lambda ts: [{"timeSeries": ts[:1], "nextPageToken": "x"}, {"timeSeries": ts[1:]}, {}],
+    "array of series": lambda ts: ts,
+}
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gz"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_shape_gives_the_same_samples(tmp_path, shape, gz):
+    doc = SHAPES[shape]([series("1001"), series("1002", gpu="3")])
+    path = write(tmp_path / ("u.json.gz" if gz else "u.json"), doc, gz=gz)
+
+    result = fetch([path])
+
+    got = [(s.instance_id, s.instance_name, s.gpu, s.start, s.end, s.utilization_pct) for s in result.samples]
+    assert got == [
+        ("1001", "vm-1001", "0", T0 - M5, T0, 20.0),
+        ("1001", "vm-1001", "0", T0, T0 + M5, 40.0),
+        ("1002", "vm-1002", "3", T0 - M5, T0, 20.0),
+        ("1002", "vm-1002", "3", T0, T0 + M5, 40.0),
+    ]
+    s = result.samples[0]
+    assert (s.project, s.zone, s.model, s.signal) == (
+        "ml-prod",
+        "us-central1-a",
+        "NVIDIA A100-SXM4-40GB",
+        "gpu_utilization",
+    )
+    assert result.skipped == {} and result.requests == 1
+
+
+def test_raw_minute_points_average_into_alignment_windows(tmp_path):
+    values = [0, 10, 20, 30, 40, 100, 100, 100, 100, 100]
+    pts = [  # int64 arrives as a string in REST JSON
+        point(T0 + i * M1, str(v), "int64Value") if i % 2 else point(T0 + i * M1, float(v))
+        for i, v in zip(range(1, 11), values, strict=True)
+    ]
+    path = write(tmp_path / "u.json", {"timeSeries": [series(points=pts[::-1])]})
+
+    result = fetch([path])
+
+    assert [(s.start, s.utilization_pct) for s in result.samples] == [(T0, 20.0), (T0 + M5, 100.0)]
+    assert result.skipped == {}
+
+
+def test_directory_is_read_in_name_order_and_day_files_outside_the_window_are_skipped(tmp_path):
+    day = tmp_path / "utilization"
+    day.mkdir()
+    write(day / "2026-10-20.json.gz", {"timeSeries": [series("9")]}, gz=True)  # far outside: not opened
+    write(day / "2026-11-01.json.gz", {"timeSeries": [series("1001")]}, gz=True)
+    write(day / "2026-10-31.json", {"timeSeries": [series("1002")]})
+    (day / "notes.txt").write_text("ignored")
+
+    result = fetch([day])
+
+    assert {s.instance_id for s in result.samples} == {"1001", "1002"}
+    assert result.requests == 2
+
+
+def test_window_bounds_are_start_inclusive_end_exclusive(tmp_path):
+    path = write(tmp_path / "u.json", [series()])
+    assert [s.start for s in fetch([path], T0, T0 + M5).samples] == [T0]
+
+
+def test_changed_file_is_read_again(tmp_path):
+    path = write(tmp_path / "u.json", [series()])
+    src = FileUtilizationSource([path])
+    assert len(src.fetch(T0 - M5, T0 + M5).samples) == 2
+    write(path, [series(points=[point(T0, 99.0)])])
+    os.utime(path, ns=(1, 1))  # a new mtime even on coarse-clock filesystems
+    assert [s.utilization_pct for s in src.fetch(T0 - M5, T0 + M5).samples] == [99.0]
+
+
+BAD = {
+    "non-numeric double": ([point(T0 + M5, "abc"), point(T0, 20.0)], {}, {"non_numeric": 1}),
+    "NaN": ([point(T0 + M5, "NaN"), point(T0, 20.0)], {}, {"non_numeric": 1}),
+    "string value": ([point(T0 + M5, "busy", "stringValue"), point(T0, 20.0)], {}, {"non_numeric": 1}),
+    "int64 not an integer": ([point(T0 + M5, "4.5x", "int64Value"), point(T0, 20.0)], {}, {"non_numeric": 1}),
+    "cumulative kind": (None, {"metricKind": "CUMULATIVE"}, {"unexpected_metric_kind": 2}),
+    "distribution value": (None, {"valueType": "DISTRIBUTION"}, {"unexpected_metric_kind": 2}),
+    "unknown metric": (None, {"metric": {"type": "custom.googleapis.com/x"}}, {"unknown_metric": 2}),
+    "metric type not a string": (None, {"metric": {"type": {"a": 1}}}, {"unknown_metric": 2}),
+    "missing instance labels": (
+        None,
+        {"resource": {"type": "gce_instance", "labels": {"project_id": "p"}}, "metadata": {}},
+        {"missing_labels": 2},
+    ),
+    "out of order": (
+        [point(T0 + M5, 1.0), point(T0 + 2 * M5, 2.0), point(T0, 3.0), point(T0 - M5, 4.0)],
+        {},
+        {"out_of_order": 1},
+    ),
+    "duplicate time": ([point(T0, 1.0), point(T0, 2.0)], {}, {"out_of_order": 1}),
+    "bad timestamp": (
+        [{"interval": {"endTime": "yesterday"}, "value": {"doubleValue": 1}}, point(T0, 20.0)],
+        {},
+        {"bad_timestamp": 1},
+    ),
+    "out of range": ([point(T0 + M5, 150.0), point(T0, 20.0)], {}, {"out_of_range": 1}),
+    "points not a list": ("nope", {}, {"malformed_series": 1}),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_input_is_a_counted_skip_and_good_series_survive(tmp_path, case):
+    pts, over, skipped = BAD[case]
+    bad = series("6666", pts, **over) if pts is not None else series("6666", **over)
+    path = write(tmp_path / "u.json", {"timeSeries": [bad, series("1001")]})
+
+    result = fetch([path])
+
+    assert result.skipped == skipped
+    assert {(s.instance_id, s.start) for s in result.samples} >= {("1001", T0 - M5), ("1001", T0)}
+    bad_points = len(pts) if isinstance(pts, list) else 2 if pts is None else 0
+    kept = [s for s in result.samples if s.instance_id == "6666"]
+    assert len(kept) <= max(0, bad_points - sum(skipped.values()))
+
+
+def test_out_of_order_keeps_the_longest_ordered_run(tmp_path):
+    ends = [T0 + 2 * M5, T0 + M5, T0 + 3 * M5, T0, T0 - M5]  # newest first, one stray point
+    pts = [point(e, v) for e, v in zip(ends, [1.0, 2.0, 9.0, 3.0, 4.0], strict=True)]
+    result = fetch([write(tmp_path / "u.json", [series(points=pts)])], start=T0 - timedelta(hours=1))
+    assert result.skipped == {"out_of_order": 1}
+    got = [(s.end, s.utilization_pct) for s in result.samples]
+    assert got == [(T0 - M5, 4.0), (T0, 3.0), (T0 + M5, 2.0), (T0 + 2 * M5, 1.0)]
+
+
+def test_memory_without_utilization_is_counted(tmp_path):
+    mem = series(
+        "1001",
+        metric_type="agent.googleapis.com/gpu/memory/bytes_used",
+        valueType="INT64",
+        points=[point(T0, "1000", "int64Value")],
+    )
+    mem["metric"]["labels"]["memory_state"] = "used"
+    util = series("1001", points=[point(T0 + M5, 0.0)])
+    used = fetch([write(tmp_path / "u.json", [mem, util])])
+    assert used.skipped == {"memory_without_utilization": 1}
+    assert [s.memory_used_bytes for s in used.samples] == [None]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("u.json", b'{"timeSeries": [\n  {"metric": }\n]}', r"u\.json:2: not valid JSON"),
+        ("u.json", b'{"foo": 1}', r"u\.json: expected a Cloud Monitoring timeSeries page"),
+        ("u.json", b"[1, 2]", r"u\.json: \[0\]: expected a Cloud Monitoring timeSeries page"),
+        ("u.json", b'"text"', r"u\.json: expected a Cloud Monitoring timeSeries page"),
+        ("u.json", b'{"timeSeries": {"a": 1}}', r"u\.json: timeSeries: expected an array"),
+        ("u.json.gz", b"not gzip", r"u\.json\.gz: not a valid gzip file"),
+        ("u.json", gzip.compress(b"{}"), r"u\.json: not UTF-8 text"),
+    ],
+)
+def test_files_that_are_not_monitoring_json_are_input_errors(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(InputError, match=message):
+        fetch([path])
+
+
+def test_missing_path_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match=r"nope\.json: no such file or directory"):
+        fetch([tmp_path / "nope.json"])
+
+
+def test_reads_the_fleet_simulator_output_exactly(tmp_path):
+    """The contract with `gpucost simulate`: its aligned points come back one sample each, unchanged."""
+    from monitor.simulate.simulator import FleetSimulator
+
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    sim = FleetSimulator(7, start, 2)
+    series_list = sim.utilization_series(start, start + timedelta(hours=6))
+    write(tmp_path / "2026-11-01.json.gz", {"timeSeries": series_list}, gz=True)
+
+    result = fetch([tmp_path], start, start + timedelta(days=1))
+
+    expected = {
+        (
+            ts["resource"]["labels"]["instance_id"],
+            ts["metric"]["labels"]["gpu_number"],
+            p["interval"]["startTime"],
+        ): p["value"]["doubleValue"]
+        for ts in series_list
+        for p in ts["points"]
+    }
+    got = {(s.instance_id, s.gpu, iso(s.start)): s.utilization_pct for s in result.samples}
+    assert result.skipped == {} and len(expected) > 1000
+    assert got == expected
+    unmonitored = {v.name for v in sim.fleet.vms if v.machine.gpus and not v.monitored}
+    assert unmonitored and not unmonitored & {s.instance_name for s in result.samples}
