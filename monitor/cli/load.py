@@ -8,7 +8,6 @@ import click
 
 from monitor.cli import cli
 from monitor.cli._common import billing_option
-from monitor.errors import NotAvailableYet
 
 
 @cli.command("load")
@@ -21,5 +20,20 @@ from monitor.errors import NotAvailableYet
     help="DuckDB file to load into (created if missing).",
 )
 def load_cmd(billing_paths, db_path) -> None:
-    """Load billing export files into the embedded DuckDB table."""
-    raise NotAvailableYet("gpucost load is being built")
+    """Load billing export files into the embedded DuckDB table.
+
+    All files load in one transaction: a malformed row anywhere leaves the database unchanged.
+    Rows are appended (never de-duplicated), so loading the same file twice counts it twice.
+    """
+    from monitor.sources.duckdb_conn import open_billing_db
+    from monitor.sources.loader import load_billing
+
+    conn = open_billing_db(db_path)
+    try:
+        report = load_billing([Path(p) for p in billing_paths], conn)
+    finally:
+        conn.close()
+    for name, rows in report.per_file.items():
+        click.echo(f"  {name}: {rows} rows")
+    files = "file" if report.files == 1 else "files"
+    click.echo(f"loaded {report.rows} rows from {report.files} {files} into {db_path}")

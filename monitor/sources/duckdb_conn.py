@@ -7,7 +7,6 @@ table is always created from `monitor.schema` (never hand-written DDL).
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import duckdb
@@ -58,7 +57,8 @@ def _arrow_type(col: Column) -> pa.DataType:
 
 #: The export schema as Arrow, the shape `insert_arrow` expects (timestamps are UTC microseconds).
 ARROW_SCHEMA = pa.schema([pa.field(c.name, _arrow_type(c)) for c in EXPORT_SCHEMA])
-_batch_names = (f"_gpucost_batch_{n}" for n in itertools.count())
+#: Name the Arrow batch is registered under for the length of one INSERT (then unregistered).
+_BATCH_VIEW = "_gpucost_batch"
 
 
 def open_billing_db(path: Path | str | None) -> duckdb.DuckDBPyConnection:
@@ -69,9 +69,9 @@ def open_billing_db(path: Path | str | None) -> duckdb.DuckDBPyConnection:
     a DuckDB file, locked by another process, unwritable directory) is an `InputError`.
     """
     target = ":memory:" if path is None else str(path)
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
     try:
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = duckdb.connect(target)
     except (duckdb.Error, OSError) as e:
         raise InputError(
@@ -90,13 +90,12 @@ def open_billing_db(path: Path | str | None) -> duckdb.DuckDBPyConnection:
 
 def insert_arrow(conn: duckdb.DuckDBPyConnection, table: pa.Table) -> int:
     """Append rows already validated and shaped as `ARROW_SCHEMA`; returns the row count."""
-    name = next(_batch_names)
-    conn.register(name, table)
+    conn.register(_BATCH_VIEW, table)
     try:
         select = [f'"{c.name}"' for c in EXPORT_SCHEMA]
-        return _insert(conn, ", ".join(select), f'"{name}"', [])
+        return _insert(conn, ", ".join(select), f'"{_BATCH_VIEW}"', [])
     finally:
-        conn.unregister(name)
+        conn.unregister(_BATCH_VIEW)
 
 
 def insert_ndjson(conn: duckdb.DuckDBPyConnection, path: Path) -> int:
@@ -132,9 +131,15 @@ def insert_parquet(conn: duckdb.DuckDBPyConnection, path: Path) -> int:
 
 
 def _checked(expr: str, col: Column) -> str:
-    """`expr` with the loader's row rules: REPEATED NULL -> [], required NULL -> error()."""
+    """`expr` with the loader's row rules: REPEATED NULL -> [], required NULL -> error().
+
+    A NULL list element is rejected like the Python path does (BigQuery arrays cannot hold NULL).
+    """
     if col.mode == "REPEATED":
-        expr = f"COALESCE({expr}, CAST([] AS {duckdb_type(col)}))"
+        expr = (
+            f"CASE WHEN list_position({expr}, NULL) IS NOT NULL THEN error('{col.name}: null element') "
+            f"ELSE COALESCE({expr}, CAST([] AS {duckdb_type(col)})) END"
+        )
     if col.name in REQUIRED_COLUMNS:
         expr = f"CASE WHEN {expr} IS NULL THEN error('{col.name}: required field is missing') ELSE {expr} END"
     return f'{expr} AS "{col.name}"'

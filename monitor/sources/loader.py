@@ -1,0 +1,379 @@
+"""Load billing export files (NDJSON[.gz], Parquet, CSV) or Python rows into the embedded table.
+
+Two paths, one set of rules:
+
+- NDJSON and Parquet are parsed natively by DuckDB with every column declared (fast: no Python per
+  row). When DuckDB rejects a file, the file is re-read in Python only to *locate* the bad line and
+  name the field, so the user gets `billing.ndjson:17: cost: expected a number, got "abc"` rather
+  than a DuckDB message.
+- CSV (nested fields flattened to dotted columns, REPEATED fields as JSON or Python-repr lists) and
+  Python dicts go through `normalize_row` and are appended in Arrow batches.
+
+A call loads everything or nothing: one transaction for all files, rolled back on the first bad row.
+Rows are appended as they are, never de-duplicated: corrections are separate export rows by design.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from enum import Enum
+from math import isfinite
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from monitor.errors import InputError
+from monitor.schema import EXPORT_SCHEMA, Column
+from monitor.sources import duckdb_conn as db
+from monitor.sources.export_csv import iter_csv_records
+from monitor.timeutil import parse_timestamp
+
+__all__ = [
+    "BATCH_ROWS",
+    "FieldError",
+    "FileFormat",
+    "LoadReport",
+    "detect_format",
+    "load_billing",
+    "load_rows",
+    "normalize_row",
+]
+
+#: Rows per Arrow batch on the Python path: large enough to amortise the insert, small enough to
+#: keep memory flat on multi-million-row files.
+BATCH_ROWS = 50_000
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """What one `load_billing` call appended: file count, total rows, rows per file path."""
+
+    files: int
+    rows: int
+    per_file: dict[str, int] = field(default_factory=dict)
+
+
+class FileFormat(Enum):
+    NDJSON = "ndjson"
+    PARQUET = "parquet"
+    CSV = "csv"
+
+
+_SUFFIXES = {
+    ".ndjson": FileFormat.NDJSON,
+    ".jsonl": FileFormat.NDJSON,
+    ".json": FileFormat.NDJSON,
+    ".parquet": FileFormat.PARQUET,
+    ".pq": FileFormat.PARQUET,
+    ".csv": FileFormat.CSV,
+}
+
+
+def detect_format(path: Path) -> FileFormat:
+    """Format from the file name (`.ndjson`/`.jsonl`/`.json`[.gz], `.parquet`, `.csv`[.gz])."""
+    suffixes = [s.lower() for s in path.suffixes]
+    gz = bool(suffixes) and suffixes[-1] == ".gz"
+    ext = suffixes[-2] if gz and len(suffixes) > 1 else (suffixes[-1] if suffixes else "")
+    fmt = _SUFFIXES.get(ext)
+    if fmt is None or (gz and fmt is FileFormat.PARQUET):
+        raise InputError(
+            str(path),
+            "unknown file type: name export files *.ndjson / *.jsonl / *.json (optionally .gz), "
+            "*.parquet or *.csv (optionally .gz)",
+        )
+    return fmt
+
+
+# --- row normalisation (CSV, Python rows, and locating DuckDB rejections) ------------------------
+
+
+class FieldError(ValueError):
+    """A value that does not fit the export schema; `field` is its dotted path (`credits[0].amount`)."""
+
+    def __init__(self, message: str, field: str = ""):
+        super().__init__(message)
+        self.message, self.field = message, field
+
+    def within(self, name: str) -> FieldError:
+        if not self.field:
+            self.field = name
+        elif not self.field.startswith("["):
+            self.field = f"{name}.{self.field}"
+        else:
+            self.field = name + self.field
+        return self
+
+
+Converter = Callable[[Any], Any]
+
+
+def _show(v: Any) -> str:
+    text = "null" if v is None else json.dumps(v) if isinstance(v, str) else repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _to_str(v: Any) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        return str(v)
+    raise FieldError(f"expected a string, got {_show(v)}")
+
+
+def _to_float(v: Any) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, str | int | float | Decimal) and not isinstance(v, bool):
+        try:
+            f = float(v)
+        except ValueError:
+            f = None
+        if f is not None and isfinite(f):
+            return f
+    raise FieldError(f"expected a number, got {_show(v)}")
+
+
+def _to_bool(v: Any) -> bool | None:
+    if v is None or isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+        return v.strip().lower() == "true"
+    raise FieldError(f"expected true or false, got {_show(v)}")
+
+
+def _to_timestamp(v: Any) -> datetime | None:
+    """Aware datetimes are converted to UTC; naive ones (and naive strings) are taken as UTC."""
+    if v is None:
+        return None
+    if isinstance(v, datetime):
+        return v.replace(tzinfo=UTC) if v.tzinfo is None else v.astimezone(UTC)
+    if isinstance(v, str):
+        try:
+            return _parse_cached(v)
+        except ValueError as e:
+            raise FieldError(str(e)) from None
+    raise FieldError(f'expected a timestamp such as "2026-11-01 10:00:00 UTC", got {_show(v)}')
+
+
+#: Exports repeat the same few timestamps (hour windows, one export_time per load) on many rows.
+_parse_cached = functools.lru_cache(maxsize=8192)(parse_timestamp)
+
+_SCALARS: dict[str, Converter] = {
+    "STRING": _to_str,
+    "FLOAT": _to_float,
+    "BOOLEAN": _to_bool,
+    "TIMESTAMP": _to_timestamp,
+}
+
+
+def _record(fields: tuple[Column, ...]) -> Converter:
+    # Hot loop (millions of calls): STRING fields already holding str/None skip the call.
+    convs = [(f.name, _converter(f), f.type == "STRING" and f.mode != "REPEATED") for f in fields]
+    names = ", ".join(f.name for f in fields)
+
+    def conv(v: Any) -> dict[str, Any] | None:
+        if v is None:
+            return None
+        if not isinstance(v, dict) and not isinstance(v, Mapping):
+            raise FieldError(f"expected an object with fields {names}, got {_show(v)}")
+        out = {}
+        get = v.get
+        for name, c, plain in convs:
+            x = get(name)
+            if plain and (x is None or x.__class__ is str):
+                out[name] = x
+                continue
+            try:
+                out[name] = c(x)
+            except FieldError as e:
+                raise e.within(name) from None
+        return out
+
+    return conv
+
+
+def _repeated(element: Converter) -> Converter:
+    def conv(v: Any) -> list[Any]:
+        if v is None:
+            return []
+        if not isinstance(v, list | tuple):
+            raise FieldError(f'expected a list such as [{{"key": "team", "value": "ml"}}], got {_show(v)}')
+        out = []
+        for i, x in enumerate(v):
+            if x is None:
+                raise FieldError("list element is null: drop it or give an object", f"[{i}]")
+            try:
+                out.append(element(x))
+            except FieldError as e:
+                raise e.within(f"[{i}]") from None
+        return out
+
+    return conv
+
+
+def _converter(col: Column) -> Converter:
+    base = _record(col.fields) if col.type == "RECORD" else _SCALARS[col.type]
+    return _repeated(base) if col.mode == "REPEATED" else base
+
+
+_ROW = _record(EXPORT_SCHEMA)
+
+
+def normalize_row(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """One export row in the canonical Python shape (`ARROW_SCHEMA`), or `FieldError`.
+
+    Accepts the bq-extract JSON shape (timestamps and numbers as strings) and Python values (aware
+    datetimes, floats, Decimals). Unknown keys are ignored; missing optional fields become NULL (an
+    empty list for REPEATED ones); a missing required field is an error.
+    """
+    if not isinstance(raw, Mapping):
+        raise FieldError(f"expected one export row object, got {_show(raw)}")
+    row = _ROW(raw)
+    for name in db.REQUIRED_COLUMNS:
+        if row[name] is None:
+            raise FieldError("required, but missing or null: every export row must have it", name)
+    return row
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+
+def load_billing(paths: Sequence[Path], conn: duckdb.DuckDBPyConnection) -> LoadReport:
+    """Append every file to `billing_export` in one transaction; `InputError` leaves it untouched.
+
+    The format follows the file name (see `detect_format`). Loading the same file twice appends
+    its rows twice: the export itself never repeats a row, so nothing here de-duplicates.
+    """
+    per_file: dict[str, int] = {}
+    with _transaction(conn):
+        for p in paths:
+            path = Path(p)
+            per_file[str(path)] = per_file.get(str(path), 0) + _load_file(conn, path)
+    return LoadReport(files=len(paths), rows=sum(per_file.values()), per_file=per_file)
+
+
+def load_rows(
+    conn: duckdb.DuckDBPyConnection,
+    rows: Iterable[Mapping[str, Any]],
+    source: str = "<rows>",
+    *,
+    batch_rows: int = BATCH_ROWS,
+) -> int:
+    """Append Python rows in export shape in one transaction; returns the count.
+
+    Rows may carry aware datetimes and floats/Decimals, or the bq-extract JSON shape (strings).
+    Errors name `source` and the 1-based position of the bad row.
+    """
+    with _transaction(conn):
+        return _insert_records(conn, enumerate(rows, 1), source, batch_rows)
+
+
+@contextmanager
+def _transaction(conn: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """BEGIN ... COMMIT, or ROLLBACK on any exception (a DuckDB error has already aborted it).
+
+    The caller's connection must not be inside a transaction of its own (DuckDB has no nesting).
+    """
+    conn.execute("BEGIN TRANSACTION")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _load_file(conn: duckdb.DuckDBPyConnection, path: Path) -> int:
+    fmt = detect_format(path)
+    if not path.is_file():
+        raise InputError(str(path), "no such file")
+    if fmt is FileFormat.CSV:
+        return _insert_records(conn, iter_csv_records(path), str(path))
+    native = db.insert_ndjson if fmt is FileFormat.NDJSON else db.insert_parquet
+    try:
+        return native(conn, path)
+    except duckdb.Error as e:
+        # The transaction is now aborted; find the bad row in Python for a precise message.
+        scan = _scan_ndjson if fmt is FileFormat.NDJSON else _scan_parquet
+        for line, raw in scan(path):
+            _normalize_at(raw, str(path), line)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(str(path), f"DuckDB could not load the file ({first})") from None
+
+
+def _normalize_at(raw: Any, path: str, line: int) -> dict[str, Any]:
+    try:
+        return normalize_row(raw)
+    except FieldError as e:
+        raise InputError(path, e.message, line=line, field=e.field or None) from None
+
+
+def _insert_records(
+    conn: duckdb.DuckDBPyConnection,
+    records: Iterable[tuple[int, Any]],
+    path: str,
+    batch_rows: int = BATCH_ROWS,
+) -> int:
+    total = 0
+    batch: list[dict[str, Any]] = []
+    for line, raw in records:
+        batch.append(_normalize_at(raw, path, line))
+        if len(batch) >= batch_rows:
+            total += db.insert_arrow(conn, pa.Table.from_pylist(batch, schema=db.ARROW_SCHEMA))
+            batch = []
+    if batch:
+        total += db.insert_arrow(conn, pa.Table.from_pylist(batch, schema=db.ARROW_SCHEMA))
+    return total
+
+
+def _scan_ndjson(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed object) per non-blank line; malformed JSON is an `InputError`."""
+    opener = gzip.open if path.suffix.lower() == ".gz" else open
+    n = 0
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            for n, text in enumerate(f, 1):
+                if not text.strip():
+                    continue
+                try:
+                    obj = json.loads(text)
+                except json.JSONDecodeError as e:
+                    raise InputError(
+                        str(path),
+                        f"not valid JSON ({e.msg} at column {e.colno}): write one export row object per line",
+                        line=n,
+                    ) from None
+                if not isinstance(obj, dict):
+                    raise InputError(
+                        str(path),
+                        f"expected one export row object per line (NDJSON), got {_show(obj)}",
+                        line=n,
+                    )
+                yield n, obj
+    except (UnicodeDecodeError, OSError, EOFError) as e:
+        raise InputError(
+            str(path), f"cannot read the file ({e}): expected UTF-8 NDJSON", line=n + 1
+        ) from None
+
+
+def _scan_parquet(path: Path) -> Iterator[tuple[int, Any]]:
+    """(row number, row dict) per Parquet row, for locating a value DuckDB could not cast."""
+    try:
+        reader = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as e:
+        raise InputError(str(path), f"not a readable Parquet file ({e})") from None
+    n = 0
+    for batch in reader.iter_batches(batch_size=BATCH_ROWS):
+        for row in batch.to_pylist():
+            n += 1
+            yield n, row

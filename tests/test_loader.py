@@ -1,0 +1,460 @@
+"""`gpucost load`: every export format lands in the DuckDB table in BigQuery's shape, or nothing does."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from monitor.cli import main
+from monitor.errors import InputError
+from monitor.schema import OPTIONAL_COLUMNS
+from monitor.sources.duckdb_conn import open_billing_db
+from monitor.sources.loader import load_billing, load_rows
+from tests.export_rows import export_row, without, write_csv, write_ndjson, write_parquet
+
+EXTERNAL = Path(__file__).resolve().parents[2] / "shared/data/external"
+KOKU = EXTERNAL / "koku-gcp-billing-export"
+
+Writer = Callable[[Path, list[dict]], Path]
+
+
+def _ndjson(tmp: Path, rows: list[dict]) -> Path:
+    return write_ndjson(tmp / "billing.ndjson", rows)
+
+
+def _ndjson_gz(tmp: Path, rows: list[dict]) -> Path:
+    return write_ndjson(tmp / "billing.ndjson.gz", rows)
+
+
+def _csv_json(tmp: Path, rows: list[dict]) -> Path:
+    return write_csv(tmp / "export.csv", rows, "json")
+
+
+def _csv_repr(tmp: Path, rows: list[dict]) -> Path:
+    return write_csv(tmp / "export.csv", rows, "repr", extra={"partition_date": "2026-11-01"})
+
+
+def _parquet(tmp: Path, rows: list[dict]) -> Path:
+    return write_parquet(tmp / "export.parquet", rows)
+
+
+WRITERS: dict[str, Writer] = {
+    "ndjson": _ndjson,
+    "ndjson.gz": _ndjson_gz,
+    "csv-json": _csv_json,
+    "csv-repr": _csv_repr,
+    "parquet": _parquet,
+}
+
+
+@pytest.fixture
+def conn() -> duckdb.DuckDBPyConnection:
+    c = open_billing_db(None)
+    yield c
+    c.close()
+
+
+def _count(conn: duckdb.DuckDBPyConnection) -> int:
+    return conn.execute("SELECT count(*) FROM billing_export").fetchone()[0]
+
+
+def _three_rows() -> list[dict]:
+    return [
+        export_row(),
+        export_row(
+            {"usage.amount": 3600.0, "sku.description": "A3 Instance Core running in Americas"},
+            cost=12.5,
+            labels=[{"key": "team", "value": "infra"}],
+            credits=[],
+        ),
+        export_row(
+            cost=-2.25,
+            credits=[
+                {
+                    "name": "CUD",
+                    "amount": -1.0,
+                    "full_name": None,
+                    "id": "c1",
+                    "type": "COMMITTED_USAGE_DISCOUNT",
+                },
+                {"name": "Promo", "amount": -0.5, "full_name": "Promo X", "id": "p1", "type": "PROMOTION"},
+            ],
+            usage_start_time="2026-11-01 11:00:00 UTC",
+        ),
+    ]
+
+
+# --- round trips ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", list(WRITERS))
+def test_each_format_round_trips_nested_fields(fmt: str, tmp_path: Path, conn) -> None:
+    path = WRITERS[fmt](tmp_path, _three_rows())
+    report = load_billing([path], conn)
+    assert (report.files, report.rows, report.per_file) == (1, 3, {str(path): 3})
+
+    micros, credit_micros = conn.execute(
+        "SELECT sum(CAST(round(cost * 1e6) AS BIGINT)),"
+        " sum((SELECT sum(CAST(round(c.amount * 1e6) AS BIGINT)) FROM unnest(credits) AS t(c)))"
+        " FROM billing_export"
+    ).fetchone()
+    assert micros == 98_250_000  # 88 + 12.5 - 2.25, exact
+    assert credit_micros == -8_500_000 - 1_500_000
+
+    labels = conn.execute(
+        "SELECT list_transform(labels, lambda l: l.key || '=' || l.value) FROM billing_export ORDER BY cost"
+    ).fetchall()
+    assert [r[0] for r in labels] == [
+        ["team=ml", "goog-k8s-cluster-name=train"],
+        ["team=infra"],
+        ["team=ml", "goog-k8s-cluster-name=train"],
+    ]
+    row = conn.execute(
+        "SELECT service.description, sku.description, usage.amount, project.labels, system_labels,"
+        " tags[1].inherited, price.effective_price, usage_start_time, _PARTITIONTIME, credits"
+        " FROM billing_export WHERE cost = -2.25"
+    ).fetchone()
+    assert row[:7] == (
+        "Compute Engine",
+        "Nvidia H100 80GB GPU running in Americas",
+        28800.0,
+        [{"key": "env", "value": "prod"}],
+        [{"key": "compute.googleapis.com/machine_spec", "value": "a3-highgpu-8g"}],
+        True,
+        11.0,
+    )
+    assert row[7] == datetime(2026, 11, 1, 11, tzinfo=UTC)
+    assert row[8] == datetime(2026, 11, 2, tzinfo=UTC)  # export_time 2026-11-02 03:15 -> its UTC day
+    assert row[9][1] == {
+        "name": "Promo",
+        "amount": -0.5,
+        "full_name": "Promo X",
+        "id": "p1",
+        "type": "PROMOTION",
+    }
+
+
+def test_ndjson_accepts_numbers_as_strings_and_ignores_unknown_keys(tmp_path: Path, conn) -> None:
+    row = export_row({"usage.amount": "7.5", "credits": [{"name": "SUD", "amount": "-10.0"}]}, cost="35.0")
+    row["some_future_column"] = {"x": 1}
+    row["service"]["new_sub_field"] = "ignored"
+    load_billing([write_ndjson(tmp_path / "b.ndjson", [row])], conn)
+    assert conn.execute(
+        "SELECT cost, usage.amount, credits[1].amount, credits[1].type FROM billing_export"
+    ).fetchone() == (
+        35.0,
+        7.5,
+        -10.0,
+        None,
+    )
+
+
+def test_parquet_with_older_nested_shape_loads(tmp_path: Path, conn) -> None:
+    """An older export's Parquet: credits without `type`/`id`, no price/tags/resource columns."""
+    rows = [without(export_row(), "price", "tags", "resource", "cost_at_list") for _ in range(2)]
+    for r in rows:
+        r["credits"] = [{"name": "SUD", "amount": -1.5}]
+        r["usage_start_time"] = datetime(2026, 11, 1, 10, tzinfo=UTC)
+    path = write_parquet(tmp_path / "old.parquet", rows)
+    assert load_billing([path], conn).rows == 2
+    assert conn.execute(
+        "SELECT credits, price, tags, resource, usage_start_time FROM billing_export"
+    ).fetchone() == (
+        [{"name": "SUD", "amount": -1.5, "full_name": None, "id": None, "type": None}],
+        None,
+        [],
+        None,
+        datetime(2026, 11, 1, 10, tzinfo=UTC),
+    )
+
+
+@pytest.mark.parametrize("fmt", list(WRITERS))
+def test_missing_optional_columns_load_as_null(fmt: str, tmp_path: Path, conn) -> None:
+    optional = sorted(OPTIONAL_COLUMNS)
+    path = WRITERS[fmt](tmp_path, [without(export_row(), *optional)])
+    load_billing([path], conn)
+    cols = ", ".join(f'"{c}"' for c in optional)
+    got = dict(zip(optional, conn.execute(f"SELECT {cols} FROM billing_export").fetchone(), strict=True))
+    repeated = {"labels", "system_labels", "tags", "credits"}
+    assert got == {c: ([] if c in repeated else None) for c in optional}
+    assert conn.execute("SELECT cost, service.id FROM billing_export").fetchone() == (88.0, "6F81-5844-456A")
+
+
+def test_load_rows_takes_python_values_and_appends_without_dedupe(conn) -> None:
+    row = export_row(
+        usage_start_time=datetime(2026, 11, 1, 12, tzinfo=UTC),
+        usage_end_time="2026-11-01T13:00:00Z",
+        export_time=datetime.fromisoformat("2026-11-01T23:30:00-02:00"),
+    )
+    assert load_rows(conn, [row]) == 1
+    assert load_rows(conn, iter([row, row])) == 2
+    assert _count(conn) == 3
+    starts, parts = conn.execute(
+        "SELECT list(DISTINCT usage_start_time), list(DISTINCT _PARTITIONTIME) FROM billing_export"
+    ).fetchone()
+    assert starts == [datetime(2026, 11, 1, 12, tzinfo=UTC)]
+    assert parts == [datetime(2026, 11, 2, tzinfo=UTC)]  # 23:30 at -02:00 is 01:30 UTC the next day
+
+
+def test_file_database_keeps_appends_across_opens(tmp_path: Path) -> None:
+    db_file = tmp_path / "sub" / "gpucost.duckdb"
+    path = write_ndjson(tmp_path / "b.ndjson", _three_rows())
+    for expected in (3, 6):
+        c = open_billing_db(db_file)
+        load_billing([path], c)
+        assert _count(c) == expected
+        assert c.execute("SELECT current_setting('TimeZone')").fetchone()[0] == "UTC"
+        c.close()
+
+
+def test_several_files_in_one_call(tmp_path: Path, conn) -> None:
+    a = write_ndjson(tmp_path / "a.ndjson", _three_rows())
+    b = write_csv(tmp_path / "b.csv", _three_rows()[:2])
+    report = load_billing([a, b], conn)
+    assert (report.files, report.rows, report.per_file) == (2, 5, {str(a): 3, str(b): 2})
+
+
+# --- malformed input: precise errors, nothing committed -----------------------------------------
+
+
+def _bad_rows(kind: str) -> tuple[list[dict], str, str]:
+    """Three rows, the third malformed; returns (rows, field, message fragment)."""
+    rows = _three_rows()
+    if kind == "timestamp":
+        rows[2]["usage_start_time"] = "yesterday"
+        return rows, "usage_start_time", 'bad timestamp "yesterday": use 2026-11-01T10:00:00Z'
+    if kind == "number":
+        rows[2]["usage"]["amount"] = "abc"
+        return rows, "usage.amount", 'expected a number, got "abc"'
+    if kind == "missing":
+        del rows[2]["cost"]
+        return rows, "cost", "required, but missing or null"
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("fmt", ["ndjson", "ndjson.gz", "csv-json", "csv-repr"])
+@pytest.mark.parametrize("kind", ["timestamp", "number", "missing"])
+def test_malformed_row_names_file_line_field_and_commits_nothing(
+    fmt: str, kind: str, tmp_path: Path, conn
+) -> None:
+    good = write_ndjson(tmp_path / "good.ndjson", _three_rows())
+    load_billing([good], conn)
+    rows, field, fragment = _bad_rows(kind)
+    if fmt.startswith("csv") and kind == "missing":
+        rows[2]["cost"] = None  # a CSV cannot lack a cell: the cell is empty
+    sub = tmp_path / "bad"
+    sub.mkdir()
+    bad = WRITERS[fmt](sub, rows)
+    with pytest.raises(InputError) as info:
+        load_billing([good, bad], conn)
+    e = info.value
+    line = 4 if fmt.startswith("csv") else 3  # CSV line 1 is the header
+    assert (e.path, e.line, e.field) == (str(bad), line, field)
+    assert str(e).startswith(f"{bad}:{line}: {field}: ")
+    assert fragment in str(e)
+    assert _count(conn) == 3  # the good file of the failed call was rolled back too
+
+
+def _line(**fields: object) -> str:
+    return json.dumps({**export_row(), **fields})
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "fragment"),
+    [
+        ('{"cost": 1', None, "not valid JSON (Expecting"),
+        ("[1, 2]", None, "expected one export row object per line (NDJSON), got [1, 2]"),
+        (_line(labels="team=ml"), "labels", "expected a list such as"),
+        (_line(service="Compute Engine"), "service", "expected an object with fields id, description"),
+        (_line(credits=[{"amount": "x"}]), "credits[0].amount", 'expected a number, got "x"'),
+        (_line(tags=[None]), "tags[0]", "list element is null"),
+    ],
+)
+def test_ndjson_structural_errors(text: str, field: str | None, fragment: str, tmp_path: Path, conn) -> None:
+    path = tmp_path / "billing.ndjson"
+    path.write_text(f"{_line()}\n\n{text}\n{_line()}\n")  # a blank line 2 still counts
+    with pytest.raises(InputError) as info:
+        load_billing([path], conn)
+    assert (info.value.line, info.value.field) == (3, field)
+    assert fragment in str(info.value)
+    assert _count(conn) == 0
+
+
+def test_parquet_bad_value_is_located(tmp_path: Path, conn) -> None:
+    rows = [export_row(cost="1.5"), export_row(cost="abc"), export_row(cost="2")]
+    path = write_parquet(tmp_path / "export.parquet", rows)
+    with pytest.raises(InputError) as info:
+        load_billing([path], conn)
+    assert (info.value.path, info.value.line, info.value.field) == (str(path), 2, "cost")
+    assert 'expected a number, got "abc"' in str(info.value)
+    assert _count(conn) == 0
+
+
+def test_parquet_missing_required_column(tmp_path: Path, conn) -> None:
+    path = write_parquet(tmp_path / "export.parquet", [without(export_row(), "export_time")])
+    with pytest.raises(InputError, match=r'export\.parquet: missing required column "export_time"'):
+        load_billing([path], conn)
+
+
+@pytest.mark.parametrize(
+    ("header_drop", "message"),
+    [
+        ("cost", 'export.csv: missing required column "cost": add it to the header'),
+        ("service", 'missing required column "service.id" or "service.description"'),
+    ],
+)
+def test_csv_missing_required_column(header_drop: str, message: str, tmp_path: Path, conn) -> None:
+    path = write_csv(tmp_path / "export.csv", [without(export_row(), header_drop)])
+    with pytest.raises(InputError, match=message) as info:
+        load_billing([path], conn)
+    assert info.value.line is None
+
+
+@pytest.mark.parametrize(
+    ("cell", "fragment"),
+    [
+        ("[{'key': 'a', 'value': }]", "cannot parse"),
+        ("__import__('os').system('echo pwned')", "cannot parse"),
+        ("{'key': 'a'}", "expected a list such as"),
+    ],
+)
+def test_csv_bad_repeated_cell(cell: str, fragment: str, tmp_path: Path, conn) -> None:
+    path = write_csv(tmp_path / "export.csv", [export_row(), export_row(labels="PLACEHOLDER")], "repr")
+    quoted = '"' + cell.replace('"', '""') + '"'
+    path.write_text(path.read_text().replace("PLACEHOLDER", quoted))
+    with pytest.raises(InputError) as info:
+        load_billing([path], conn)
+    assert (info.value.line, info.value.field) == (3, "labels")
+    assert fragment in str(info.value)
+
+
+def test_csv_wrong_field_count(tmp_path: Path, conn) -> None:
+    path = write_csv(tmp_path / "export.csv", [export_row(), export_row()])
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([*lines[:2], lines[2] + ",extra"]) + "\n")
+    with pytest.raises(InputError, match=r"export\.csv:3: expected \d+ fields like the header, got \d+"):
+        load_billing([path], conn)
+
+
+def test_load_rows_error_names_the_row_and_commits_nothing(conn) -> None:
+    rows = [export_row(), export_row(usage_end_time=datetime(2026, 11, 1)), export_row(cost=float("nan"))]
+    with pytest.raises(InputError) as info:
+        load_rows(conn, rows)
+    assert str(info.value) == "<rows>:3: cost: expected a number, got nan"
+    assert _count(conn) == 0
+
+
+@pytest.mark.parametrize("name", ["export.xlsx", "export.parquet.gz", "export"])
+def test_unknown_file_type(name: str, tmp_path: Path, conn) -> None:
+    path = tmp_path / name
+    path.write_text("x")
+    with pytest.raises(InputError, match="unknown file type: name export files"):
+        load_billing([path], conn)
+
+
+def test_not_a_parquet_file(tmp_path: Path, conn) -> None:
+    path = tmp_path / "export.parquet"
+    path.write_text("not parquet")
+    with pytest.raises(InputError, match=r"export\.parquet: not a readable Parquet file"):
+        load_billing([path], conn)
+
+
+def test_arrow_batches_span_many_rows(conn) -> None:
+    """Rows beyond one batch land, and an error in a later batch rolls back the earlier ones."""
+    rows = [export_row(cost=float(i)) for i in range(10)]
+    assert load_rows(conn, rows, batch_rows=4) == 10
+    assert conn.execute("SELECT sum(cost) FROM billing_export").fetchone()[0] == 45.0
+    with pytest.raises(InputError, match=r"<rows>:10: cost"):
+        load_rows(conn, [*rows[:9], export_row(cost="oops")], batch_rows=4)
+    assert _count(conn) == 10
+
+
+# --- real data ------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not KOKU.is_dir(), reason=f"real export samples not present at {KOKU}")
+def test_koku_csv_exports_load(conn) -> None:
+    files = {
+        "202011_30c31bca571d9b7f3b2c8459dd8bc34a_2020-11-08_2020-11-11.csv": 25,
+        "2022-08-01_5.csv": 9,
+        "2024-03-01_5.csv": 6,
+        "agpl/tmp_example.csv": 292,
+    }
+    report = load_billing([KOKU / f for f in files], conn)
+    assert report.per_file == {str(KOKU / f): n for f, n in files.items()}
+    promo, gce, machine = conn.execute(
+        "SELECT"
+        " (SELECT count(*) FROM billing_export, unnest(credits) AS t(c) WHERE c.type = 'PROMOTION'),"
+        " (SELECT count(*) FROM billing_export WHERE service.description = 'Compute Engine'),"
+        " (SELECT any_value(l.value) FROM billing_export, unnest(system_labels) AS t(l)"
+        "   WHERE l.key = 'compute.googleapis.com/machine_spec')"
+    ).fetchone()
+    assert promo > 0 and gce > 0
+    assert machine == "e2-medium"
+    nulls = conn.execute(
+        "SELECT count(*) FROM billing_export WHERE usage_start_time IS NULL OR export_time IS NULL"
+        " OR cost IS NULL OR _PARTITIONTIME IS NULL"
+    ).fetchone()[0]
+    assert nulls == 0
+    # koku's detailed export has resource.name; its standard export does not (-> NULL).
+    assert (
+        conn.execute("SELECT count(*) FROM billing_export WHERE resource.name = 'instance-1'").fetchone()[0]
+        == 15
+    )
+
+
+# --- CLI ------------------------------------------------------------------------------------------
+
+
+def test_cli_load_prints_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = write_ndjson(tmp_path / "a.ndjson", _three_rows())
+    b = write_parquet(tmp_path / "b.parquet", [export_row()])
+    db_file = tmp_path / "g.duckdb"
+    assert main(["load", "--billing", str(a), "--billing", str(b), "--db", str(db_file)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == f"loaded 4 rows from 2 files into {db_file}"
+    assert f"  {a}: 3 rows" in out and f"  {b}: 1 rows" in out
+    c = open_billing_db(db_file)
+    assert _count(c) == 4
+    c.close()
+
+
+def test_cli_bad_file_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows, _, _ = _bad_rows("timestamp")
+    bad = write_ndjson(tmp_path / "billing.ndjson", rows)
+    db_file = tmp_path / "g.duckdb"
+    assert main(["load", "--billing", str(bad), "--db", str(db_file)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith(f'gpucost: error: {bad}:3: usage_start_time: bad timestamp "yesterday"')
+    c = open_billing_db(db_file)
+    assert _count(c) == 0
+    c.close()
+
+
+def test_cli_unopenable_database_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = write_ndjson(tmp_path / "a.ndjson", [export_row()])
+    not_db = tmp_path / "not.duckdb"
+    not_db.write_text("this is not a duckdb file" * 100)
+    assert main(["load", "--billing", str(good), "--db", str(not_db)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot open the DuckDB database" in err[0]
+
+
+def test_arrow_schema_matches_table(conn) -> None:
+    """The Python path's Arrow schema and the DDL come from one schema: their columns agree."""
+    from monitor.sources.duckdb_conn import ARROW_SCHEMA
+
+    table_cols = [r[0] for r in conn.execute("DESCRIBE billing_export").fetchall()]
+    assert table_cols == [*ARROW_SCHEMA.names, "_PARTITIONTIME"]
+    assert isinstance(ARROW_SCHEMA.field("credits").type, pa.ListType)
