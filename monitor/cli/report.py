@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-import click
+import sys
+from datetime import datetime
+from pathlib import Path
 
+import click
+from rich.console import Console
+
+from monitor.attribution import compile_rules
 from monitor.cli import cli
 from monitor.cli._common import (
     billing_option,
@@ -12,7 +18,48 @@ from monitor.cli._common import (
     load_optional_config,
     window_options,
 )
-from monitor.errors import NotAvailableYet
+from monitor.clock import SystemClock
+from monitor.config import Config
+from monitor.focus import focus_rows, write_focus_csv
+from monitor.report import (
+    build_report,
+    data_extent,
+    default_window,
+    parse_by,
+    render_csv,
+    render_json,
+    render_table,
+)
+from monitor.sources.base import BillingSource
+from monitor.sources.factory import billing_source_from_config, billing_source_from_files, search_range
+
+
+def make_console() -> Console:
+    """Rich output sized to the terminal; when piped, wide enough that nothing is truncated."""
+    console = Console()
+    return console if console.is_terminal else Console(width=240)
+
+
+def open_billing(billing_paths: tuple[Path, ...], cfg: Config) -> BillingSource:
+    """`--billing` files in an in-memory DuckDB, else the source `[billing]` configures."""
+    rules = compile_rules(cfg.attribution.rules)
+    if billing_paths:
+        return billing_source_from_files(billing_paths, rules=rules)
+    return billing_source_from_config(cfg.billing, google=cfg.google, rules=rules)
+
+
+def resolve_window(
+    source: BillingSource, start: datetime | None, end: datetime | None, now: datetime
+) -> tuple[datetime, datetime, datetime]:
+    """(start, end, as_of): defaults from the data; `as_of` (the latest load, else now) is what
+    provisional days are counted back from."""
+    lo, hi = search_range(source.engine, now)
+    _, last_end, last_export, _ = data_extent(source, start or lo, end or hi)
+    try:
+        start, end = default_window(last_end, start, end, now)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--start'") from None
+    return start, end, last_export or now
 
 
 @cli.command("report")
@@ -29,5 +76,22 @@ from monitor.errors import NotAvailableYet
 @format_option("table", "json", "csv", "focus")
 def report_cmd(billing_paths, config_path, start, end, by, fmt) -> None:
     """Attributed gross / credits / net cost, provisional days marked."""
-    load_optional_config(config_path)
-    raise NotAvailableYet("gpucost report lands with the billing pipeline issue")
+    cfg = load_optional_config(config_path)
+    try:
+        parse_by(by)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--by'") from None
+    source = open_billing(billing_paths, cfg)
+    start, end, as_of = resolve_window(source, start, end, SystemClock().now())
+    days = cfg.billing.provisional_days
+    if fmt == "focus":
+        rows = focus_rows(source, start=start, end=end, now=as_of, provisional_days=days)
+        write_focus_csv(rows, sys.stdout)
+        return
+    report = build_report(source, start=start, end=end, by=by, now=as_of, provisional_days=days)
+    if fmt == "json":
+        click.echo(render_json(report))
+    elif fmt == "csv":
+        click.echo(render_csv(report), nl=False)
+    else:
+        render_table(report, make_console())

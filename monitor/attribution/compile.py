@@ -1,0 +1,245 @@
+"""Attribution rules -> SQL CASE expressions, spliced into the queries' syntax tree.
+
+Queries in `queries/*.sql` contain three reviewed slots, written as function calls so that each file
+still parses as BigQuery SQL:
+
+- `GPUCOST_RULE()`: the name of the first rule that matches the row (NULL when none does); reads
+  the columns `service_id`, `service_description`, `sku_id`, `sku_description`, `cost_type` and
+  `transaction_type` of the surrounding SELECT;
+- `GPUCOST_SUBCATEGORY(rule)`: that rule's `category.subcategory` (`other` when no rule matched);
+- `GPUCOST_SKU_PRICING_MODEL(rule)`: the pricing model the rule implies, or NULL.
+
+`render_query` replaces them with `CASE` expressions built as sqlglot nodes. Rule patterns and
+names only ever enter the SQL as string literals (`exp.Literal.string`), which sqlglot escapes for
+each dialect, so a rule from config cannot change the query's structure. Patterns are checked with
+RE2 (the regex engine of both BigQuery and DuckDB) before any query runs.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+
+import duckdb
+import sqlglot
+from sqlglot import exp
+
+from monitor.attribution.rules import BUILTIN_RULES, Rule
+from monitor.config import AttributionRule
+from monitor.errors import ConfigError
+from monitor.schema import TABLE_NAME
+from monitor.sql import for_bigquery, for_duckdb
+
+__all__ = [
+    "SLOTS",
+    "classify",
+    "compile_rules",
+    "config_rules",
+    "query_params",
+    "render_query",
+    "rule_case",
+]
+
+SLOTS = ("GPUCOST_RULE", "GPUCOST_SUBCATEGORY", "GPUCOST_SKU_PRICING_MODEL")
+_DIALECTS = {"bigquery", "duckdb"}
+
+
+def config_rules(rules: Iterable[AttributionRule]) -> tuple[Rule, ...]:
+    """`[attribution] rules` as `Rule`s named `attribution.rules[i]`, validated for RE2."""
+    out = []
+    for i, r in enumerate(rules):
+        name = f"attribution.rules[{i}]"
+        if r.service is None and r.sku_regex is None and r.sku_id is None:
+            raise ConfigError(
+                f"{name}: give at least one of service, sku_regex or sku_id "
+                "(a rule without a condition would claim every row)"
+            )
+        out.append(
+            Rule(
+                name=name,
+                category=r.category,
+                sku_regex=r.sku_regex,
+                service=r.service,
+                sku_id=r.sku_id,
+                pricing_model=r.pricing_model,
+            )
+        )
+    return tuple(out)
+
+
+def compile_rules(overrides: Iterable[AttributionRule] = ()) -> tuple[Rule, ...]:
+    """Config overrides first, then the built-in rules: the order the CASE tests them in."""
+    rules = (*config_rules(overrides), *BUILTIN_RULES)
+    for rule in rules:
+        _check_patterns(rule)
+    return rules
+
+
+def _check_patterns(rule: Rule) -> None:
+    for field in ("sku_regex", "service_regex", "transaction_type_regex"):
+        pattern = getattr(rule, field)
+        if pattern is not None:
+            _check_re2(rule.name, field, pattern)
+
+
+@functools.cache
+def _check_re2(name: str, field: str, pattern: str) -> None:
+    """Compile `pattern` with DuckDB's RE2: Python's `re` accepts look-arounds RE2 rejects."""
+    try:
+        with duckdb.connect(":memory:") as conn:
+            conn.execute("SELECT regexp_matches('', $1)", [pattern]).fetchall()
+    except duckdb.Error as e:
+        detail = str(e).strip().splitlines()[0]
+        raise ConfigError(
+            f"{name}.{field}: {pattern!r} is not valid RE2, the regex dialect of BigQuery and DuckDB "
+            f"(no look-arounds or back-references): {detail}"
+        ) from None
+
+
+def _col(name: str) -> exp.Column:
+    return exp.column(name)
+
+
+def _condition(rule: Rule) -> exp.Expression:
+    """The rule's conditions ANDed; every constant is a string literal."""
+    parts: list[exp.Expression] = []
+    if rule.cost_type is not None:
+        parts.append(exp.EQ(this=_col("cost_type"), expression=exp.Literal.string(rule.cost_type)))
+    if rule.service is not None:
+        by_name = exp.EQ(
+            this=exp.Lower(this=_col("service_description")),
+            expression=exp.Literal.string(rule.service.lower()),
+        )
+        by_id = exp.EQ(this=_col("service_id"), expression=exp.Literal.string(rule.service))
+        parts.append(exp.Paren(this=exp.or_(by_name, by_id)))
+    if rule.service_regex is not None:
+        parts.append(_regex("service_description", rule.service_regex))
+    if rule.sku_id is not None:
+        parts.append(exp.EQ(this=_col("sku_id"), expression=exp.Literal.string(rule.sku_id)))
+    if rule.sku_regex is not None:
+        parts.append(_regex("sku_description", rule.sku_regex))
+    if rule.transaction_type_regex is not None:
+        parts.append(_regex("transaction_type", rule.transaction_type_regex))
+    return exp.and_(*parts)
+
+
+def _regex(column: str, pattern: str) -> exp.Expression:
+    # NULL-safe: a NULL column never matches (a CASE treats NULL as false anyway).
+    return exp.RegexpLike(this=_col(column), expression=exp.Literal.string(pattern))
+
+
+def rule_case(rules: Sequence[Rule]) -> exp.Case:
+    """`CASE WHEN <cond> THEN '<rule name>' ... END`: the first matching rule's name, else NULL."""
+    case = exp.Case()
+    for rule in rules:
+        case = case.when(_condition(rule), exp.Literal.string(rule.name))
+    return case
+
+
+def _lookup(arg: exp.Expression, pairs: dict[str, str | None], default: str | None) -> exp.Expression:
+    """`CASE <arg> WHEN 'name' THEN 'value' ... ELSE default END`, skipping pairs equal to default."""
+    null = exp.Null()
+    case = exp.Case(this=arg.copy())
+    wanted = [(k, v) for k, v in pairs.items() if v != default]
+    if not wanted:
+        return exp.Literal.string(default) if default is not None else null
+    for key, value in wanted:
+        case = case.when(exp.Literal.string(key), exp.Literal.string(value) if value else null)
+    return case.else_(exp.Literal.string(default) if default is not None else null)
+
+
+def _fill_slots(tree: exp.Expression, rules: tuple[Rule, ...]) -> exp.Expression:
+    subcategories = {r.name: r.category for r in rules}
+    models = {r.name: (r.pricing_model.value if r.pricing_model else None) for r in rules}
+    rule_expr = rule_case(rules)
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Anonymous) or node.name.upper() not in SLOTS:
+            return node
+        slot, args = node.name.upper(), node.expressions
+        if slot == "GPUCOST_RULE":
+            if args:
+                raise ConfigError(f"query slot {slot}() takes no argument")
+            return rule_expr.copy()
+        if len(args) != 1:
+            raise ConfigError(f"query slot {slot}(rule) takes exactly one argument")
+        if slot == "GPUCOST_SUBCATEGORY":
+            return _lookup(args[0], subcategories, "other")
+        return _lookup(args[0], models, None)
+
+    return tree.transform(swap)
+
+
+@functools.lru_cache(maxsize=64)
+def _render(name: str, dialect: str, table: str, rules: tuple[Rule, ...]) -> str:
+    base = for_bigquery(name, table) if dialect == "bigquery" else for_duckdb(name, table)
+    tree = sqlglot.parse_one(base, read=dialect)
+    return _fill_slots(tree, rules).sql(dialect=dialect, pretty=True)
+
+
+def render_query(
+    name: str,
+    dialect: str,
+    *,
+    table: str = TABLE_NAME,
+    rules: Sequence[Rule] | None = None,
+) -> str:
+    """The named query for `dialect` ("bigquery" | "duckdb") reading `table`, slots filled.
+
+    `rules` defaults to the built-in rules; pass `compile_rules(cfg.attribution.rules)` to put the
+    config overrides first. Both engines get the same tree, so they attribute identically.
+    """
+    if dialect not in _DIALECTS:
+        raise ValueError(f"dialect must be one of {sorted(_DIALECTS)}, got {dialect!r}")
+    return _render(name, dialect, table, tuple(BUILTIN_RULES if rules is None else rules))
+
+
+@functools.cache
+def query_params(name: str) -> frozenset[str]:
+    """The `@parameters` a query uses, so a source passes exactly those (BigQuery and DuckDB both
+    reject or mis-bind surplus parameters)."""
+    tree = sqlglot.parse_one(for_bigquery(name, "p.d.t"), read="bigquery")
+    return frozenset(p.name for p in tree.find_all(exp.Parameter))
+
+
+def classify(
+    rules: Sequence[Rule],
+    *,
+    service_id: str | None = None,
+    service: str | None = None,
+    sku_id: str | None = None,
+    sku: str | None = None,
+    cost_type: str = "regular",
+    transaction_type: str | None = None,
+) -> Rule | None:
+    """The first rule matching one SKU, evaluated by DuckDB with the very CASE the queries use.
+
+    For tests and `gpucost skus`-style audits of a single SKU; queries classify in the engine.
+    """
+    tree = exp.select(rule_case(tuple(rules)).as_("rule")).from_(
+        exp.select(
+            *(exp.cast(exp.Placeholder(this=k), exp.DataType.build("VARCHAR")).as_(k) for k in _INPUTS)
+        ).subquery("t")
+    )
+    values = {
+        "service_id": service_id,
+        "service_description": service,
+        "sku_id": sku_id,
+        "sku_description": sku,
+        "cost_type": cost_type,
+        "transaction_type": transaction_type,
+    }
+    with duckdb.connect(":memory:") as conn:
+        row = conn.execute(tree.sql(dialect="duckdb"), values).fetchone()
+    name = row[0] if row else None
+    return next((r for r in rules if r.name == name), None)
+
+
+_INPUTS = (
+    "service_id",
+    "service_description",
+    "sku_id",
+    "sku_description",
+    "cost_type",
+    "transaction_type",
+)

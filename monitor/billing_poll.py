@@ -1,0 +1,402 @@
+"""Incremental polling of the billing export: late and corrected rows replace, never append.
+
+Each poll (`poll_billing`) reads only the load watermark of every partition in scope
+(`queries/partitions.sql`: MAX(export_time), row count and usage hours per `_PARTITIONTIME` day),
+compares it with the watermarks stored by the previous poll, and re-aggregates (`queries/hourly.sql`)
+just the usage hours the changed partitions contain. The stored hourly aggregates for those hours
+are deleted and rewritten, and the new watermarks recorded, in one transaction: a crash leaves the
+old aggregates and old watermarks, so the next poll simply redoes the work. A poll with no new
+loads runs the watermark query and nothing else, so its cost does not grow with the table's age.
+
+Scope: the last `billing.lookback_days` of usage, and early in a month (the first `lookback_days`
+days) the whole previous invoice month too, which Google keeps correcting until it closes.
+Usage days within the last `billing.provisional_days` are provisional: their cost can still change.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from monitor.config import BillingConfig
+from monitor.model import Scope, micros_to_decimal
+from monitor.sources.base import BillingSource
+from monitor.state.store import StateStore
+from monitor.timeutil import floor_day, floor_hour, to_iso
+
+__all__ = [
+    "COMPONENT",
+    "HOURLY_COLUMNS",
+    "HourlyCost",
+    "PollReport",
+    "hourly_costs",
+    "poll_billing",
+    "poll_scope",
+    "provisional_since",
+]
+
+COMPONENT = "billing"
+_HOUR = timedelta(hours=1)
+_DAY = timedelta(days=1)
+
+_KEYS = (
+    "usage_hour",
+    "invoice_month",
+    "project_id",
+    "region",
+    "zone",
+    "resource_name",
+    "instance_id",
+    "cluster",
+    "node_pool",
+    "namespace",
+    "user_labels",
+    "service_id",
+    "service_description",
+    "sku_id",
+    "sku_description",
+    "subcategory",
+    "pricing_model",
+    "cost_type",
+    "currency",
+    "pricing_unit",
+)
+_MONEY = ("gross_micros", "cud_micros", "sud_micros", "other_credit_micros", "credit_micros", "net_micros")
+#: Columns of `hourly.sql` kept in `billing_hourly`, in order.
+HOURLY_COLUMNS: tuple[str, ...] = (*_KEYS, "row_count", "usage_amount", *_MONEY)
+
+_MIGRATIONS = (
+    """
+    CREATE TABLE billing_partitions (
+      partition_time TEXT PRIMARY KEY,
+      max_export_time TEXT NOT NULL,
+      row_count INTEGER NOT NULL,
+      min_usage_hour TEXT,
+      max_usage_hour TEXT,
+      polled_at TEXT NOT NULL
+    );
+    CREATE TABLE billing_hourly (
+      """
+    + ",\n      ".join(
+        [f"{k} TEXT" + (" NOT NULL" if k in ("usage_hour", "subcategory") else "") for k in _KEYS]
+        + ["row_count INTEGER NOT NULL", "usage_amount REAL"]
+        + [f"{m} INTEGER NOT NULL" for m in _MONEY]
+        + ["polled_at TEXT NOT NULL"]
+    )
+    + """
+    );
+    CREATE INDEX billing_hourly_by_hour ON billing_hourly (usage_hour);
+    CREATE TABLE billing_poll (
+      id INTEGER PRIMARY KEY CHECK (id = 1),
+      polled_at TEXT NOT NULL,
+      provisional_days INTEGER NOT NULL,
+      scope_start TEXT NOT NULL
+    )
+    """,
+)
+
+
+@dataclass(frozen=True)
+class PollReport:
+    """What one poll looked at, what it found changed and what it cost."""
+
+    now: datetime
+    scope_start: datetime
+    scope_end: datetime
+    partitions_seen: int
+    partitions_changed: tuple[datetime, ...]
+    windows: tuple[tuple[datetime, datetime], ...]
+    hourly_rows_written: int
+    queries: tuple[str, ...]
+    bytes_processed: int | None
+    provisional_since: datetime
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "now": to_iso(self.now),
+            "scope": [to_iso(self.scope_start), to_iso(self.scope_end)],
+            "partitions_seen": self.partitions_seen,
+            "partitions_changed": [to_iso(p) for p in self.partitions_changed],
+            "windows": [[to_iso(a), to_iso(b)] for a, b in self.windows],
+            "hourly_rows_written": self.hourly_rows_written,
+            "queries": list(self.queries),
+            "bytes_processed": self.bytes_processed,
+            "provisional_since": to_iso(self.provisional_since),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass(frozen=True)
+class HourlyCost:
+    """One stored hourly aggregate (money in integer micros), as detectors read it."""
+
+    usage_hour: datetime
+    subcategory: str
+    gross_micros: int
+    cud_micros: int
+    sud_micros: int
+    other_credit_micros: int
+    credit_micros: int
+    net_micros: int
+    row_count: int
+    provisional: bool
+    keys: Mapping[str, str | None] = field(default_factory=dict)
+    usage_amount: float | None = None
+
+    @property
+    def category(self) -> str:
+        return self.subcategory.split(".", 1)[0]
+
+    @property
+    def gross(self) -> Decimal:
+        return micros_to_decimal(self.gross_micros)
+
+    @property
+    def credits(self) -> Decimal:
+        return micros_to_decimal(self.credit_micros)
+
+    @property
+    def net(self) -> Decimal:
+        return micros_to_decimal(self.net_micros)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The configured user labels of the row (`billing.labels`), parsed from `k=v,k=v`."""
+        raw = self.keys.get("user_labels") or ""
+        return dict(part.split("=", 1) for part in raw.split(",") if "=" in part)
+
+    @property
+    def scope(self) -> Scope:
+        k = self.keys
+        return Scope(
+            project=k.get("project_id"),
+            zone=k.get("zone"),
+            region=k.get("region"),
+            instance=k.get("resource_name"),
+            instance_id=k.get("instance_id"),
+            cluster=k.get("cluster"),
+            labels=self.labels,
+        )
+
+
+def provisional_since(now: datetime, provisional_days: int) -> datetime:
+    """Start of the first provisional usage day: today and the `provisional_days - 1` before it.
+
+    >>> provisional_since(datetime(2026, 11, 10, 12, tzinfo=UTC), 3).isoformat()
+    '2026-11-08T00:00:00+00:00'
+    """
+    return floor_day(now) - timedelta(days=provisional_days - 1)
+
+
+def poll_scope(now: datetime, lookback_days: int) -> tuple[datetime, datetime]:
+    """Usage range a poll covers: `lookback_days` back, plus the previous month early in a month."""
+    today = floor_day(now)
+    start = today - timedelta(days=lookback_days)
+    if now.astimezone(UTC).day <= lookback_days:
+        first = today.replace(day=1)
+        start = min(start, (first - _DAY).replace(day=1))
+    return start, today + _DAY
+
+
+def _migrate(store: StateStore) -> None:
+    store.migrate(COMPONENT, list(_MIGRATIONS))
+
+
+def poll_billing(
+    source: BillingSource,
+    store: StateStore,
+    cfg: BillingConfig,
+    now: datetime,
+) -> PollReport:
+    """One incremental poll; see the module docstring. `now` is injected (aware UTC)."""
+    began = time.monotonic()
+    _migrate(store)
+    scope_start, scope_end = poll_scope(now, cfg.lookback_days)
+    partition_end = scope_end + _DAY
+    window = {"usage_start": scope_start, "usage_end": scope_end, "partition_end": partition_end}
+    queries, bytes_total = ["partitions"], 0
+    marks = source.run("partitions", window)
+    bytes_total = _add(bytes_total, marks.bytes_processed)
+    seen = {_ts(r["partition_time"]): r for r in marks.rows}
+    stored = _stored_marks(store, floor_day(scope_start) - _DAY)
+    changed = sorted(p for p in seen.keys() | stored.keys() if _mark(seen.get(p)) != _mark(stored.get(p)))
+
+    windows: tuple[tuple[datetime, datetime], ...] = ()
+    rows: list[dict[str, Any]] = []
+    if changed:
+        span = _hull([seen.get(p) for p in changed] + [stored.get(p) for p in changed])
+        if span is not None:
+            lo, hi = max(span[0], scope_start), min(span[1], scope_end)
+            if lo < hi:
+                windows = ((lo, hi),)
+                params = {"usage_start": lo, "usage_end": hi, "partition_end": partition_end}
+                result = source.run("hourly", params | {"label_keys": list(cfg.labels)})
+                queries.append("hourly")
+                bytes_total = _add(bytes_total, result.bytes_processed)
+                rows = result.rows
+
+    with store.transaction() as conn:
+        for lo, hi in windows:
+            conn.execute(
+                "DELETE FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ?",
+                (_iso(lo), _iso(hi)),
+            )
+        _insert_hourly(conn, rows, now)
+        _write_marks(conn, changed, seen, now)
+        conn.execute(
+            "INSERT INTO billing_poll (id, polled_at, provisional_days, scope_start) VALUES (1, ?, ?, ?)"
+            " ON CONFLICT (id) DO UPDATE SET polled_at = excluded.polled_at,"
+            " provisional_days = excluded.provisional_days, scope_start = excluded.scope_start",
+            (_iso(now), cfg.provisional_days, _iso(scope_start)),
+        )
+    return PollReport(
+        now=now,
+        scope_start=scope_start,
+        scope_end=scope_end,
+        partitions_seen=len(seen),
+        partitions_changed=tuple(changed),
+        windows=windows,
+        hourly_rows_written=len(rows),
+        queries=tuple(queries),
+        bytes_processed=bytes_total if _reports_bytes(marks.bytes_processed) else None,
+        provisional_since=provisional_since(now, cfg.provisional_days),
+        seconds=time.monotonic() - began,
+    )
+
+
+def hourly_costs(
+    store: StateStore,
+    start: datetime,
+    end: datetime,
+    *,
+    now: datetime | None = None,
+    provisional_days: int | None = None,
+) -> list[HourlyCost]:
+    """Stored hourly aggregates with `start <= usage_hour < end`, provisional hours marked.
+
+    Provisional is judged against `now` / `provisional_days` when given, else against the last
+    poll's; before any poll nothing is stored and the list is empty.
+    """
+    _migrate(store)
+    with store.transaction() as conn:
+        poll = conn.execute("SELECT polled_at, provisional_days FROM billing_poll WHERE id = 1").fetchone()
+        cur = conn.execute(
+            f"SELECT {', '.join(HOURLY_COLUMNS)} FROM billing_hourly"
+            " WHERE usage_hour >= ? AND usage_hour < ? ORDER BY usage_hour",
+            (_iso(start), _iso(end)),
+        )
+        raw = cur.fetchall()
+    if poll is None and now is None:
+        return []
+    ref = now if now is not None else _ts(poll["polled_at"])
+    days = provisional_days if provisional_days is not None else (poll["provisional_days"] if poll else 3)
+    since = provisional_since(ref, days)
+    return [_hourly(r, since) for r in raw]
+
+
+def _hourly(r: sqlite3.Row, since: datetime) -> HourlyCost:
+    hour = _ts(r["usage_hour"])
+    return HourlyCost(
+        usage_hour=hour,
+        subcategory=r["subcategory"],
+        gross_micros=r["gross_micros"],
+        cud_micros=r["cud_micros"],
+        sud_micros=r["sud_micros"],
+        other_credit_micros=r["other_credit_micros"],
+        credit_micros=r["credit_micros"],
+        net_micros=r["net_micros"],
+        row_count=r["row_count"],
+        provisional=hour >= since,
+        keys={k: r[k] for k in _KEYS if k not in ("usage_hour", "subcategory")},
+        usage_amount=r["usage_amount"],
+    )
+
+
+def _insert_hourly(conn: sqlite3.Connection, rows: Iterable[Mapping[str, Any]], now: datetime) -> None:
+    cols = (*HOURLY_COLUMNS, "polled_at")
+    sql = f"INSERT INTO billing_hourly ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+    polled = _iso(now)
+    conn.executemany(sql, ([_cell(r[c]) for c in HOURLY_COLUMNS] + [polled] for r in rows))
+
+
+def _write_marks(
+    conn: sqlite3.Connection, changed: list[datetime], seen: dict[datetime, dict], now: datetime
+) -> None:
+    for p in changed:
+        row = seen.get(p)
+        if row is None:  # the partition vanished (table rewritten): forget it
+            conn.execute("DELETE FROM billing_partitions WHERE partition_time = ?", (_iso(p),))
+            continue
+        conn.execute(
+            "INSERT INTO billing_partitions (partition_time, max_export_time, row_count, min_usage_hour,"
+            " max_usage_hour, polled_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (partition_time) DO UPDATE"
+            " SET max_export_time = excluded.max_export_time, row_count = excluded.row_count,"
+            " min_usage_hour = excluded.min_usage_hour, max_usage_hour = excluded.max_usage_hour,"
+            " polled_at = excluded.polled_at",
+            (*_mark(row), _iso(now)),
+        )
+
+
+def _stored_marks(store: StateStore, since: datetime) -> dict[datetime, dict[str, Any]]:
+    with store.transaction() as conn:
+        cur = conn.execute(
+            "SELECT partition_time, max_export_time, row_count, min_usage_hour, max_usage_hour"
+            " FROM billing_partitions WHERE partition_time >= ?",
+            (_iso(since),),
+        )
+        return {_ts(r["partition_time"]): dict(r) for r in cur.fetchall()}
+
+
+def _mark(row: Mapping[str, Any] | None) -> tuple | None:
+    """A partition's watermark in the stored (string) form, comparable across polls."""
+    if row is None:
+        return None
+    return (
+        _iso(_ts(row["partition_time"])),
+        _iso(_ts(row["max_export_time"])),
+        int(row["row_count"]),
+        _iso(_ts(row["min_usage_hour"])) if row["min_usage_hour"] else None,
+        _iso(_ts(row["max_usage_hour"])) if row["max_usage_hour"] else None,
+    )
+
+
+def _hull(rows: list[Mapping[str, Any] | None]) -> tuple[datetime, datetime] | None:
+    """The usage hours covered by these partitions: [earliest hour, latest hour + 1h)."""
+    lows = [_ts(r["min_usage_hour"]) for r in rows if r and r["min_usage_hour"]]
+    highs = [_ts(r["max_usage_hour"]) for r in rows if r and r["max_usage_hour"]]
+    if not lows or not highs:
+        return None
+    return floor_hour(min(lows)), floor_hour(max(highs)) + _HOUR
+
+
+def _ts(v: datetime | str) -> datetime:
+    if isinstance(v, datetime):
+        return v.astimezone(UTC) if v.tzinfo else v.replace(tzinfo=UTC)
+    return datetime.fromisoformat(v.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def _iso(dt: datetime) -> str:
+    """Fixed-width UTC text (microseconds always present) so stored times sort as strings."""
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _cell(v: Any) -> Any:
+    if isinstance(v, datetime):
+        return _iso(v)
+    if isinstance(v, Decimal):
+        return int(v)
+    return v
+
+
+def _add(total: int, part: int | None) -> int:
+    return total + (part or 0)
+
+
+def _reports_bytes(first: int | None) -> bool:
+    return first is not None

@@ -1,0 +1,235 @@
+"""Attributed cost rows in FinOps FOCUS 1.x columns, so other FinOps tools can read them.
+
+`queries/focus.sql` aggregates the export per usage day, account, project, service, SKU, location,
+resource, cost type and label set; each of its rows becomes one FOCUS charge row. Mapping choices
+(the export has no amortisation, so these are the honest ones):
+
+- ListCost = `cost_at_list` (else `cost`); ContractedCost = `cost` (negotiated prices, before
+  credits); BilledCost = EffectiveCost = `cost` + all credits (what the invoice charges).
+- ChargeCategory: Tax (`cost_type` tax), Adjustment (adjustment, rounding_error), Purchase
+  (commitment fees, also ChargeFrequency Recurring), else Usage.
+- PricingCategory: Standard (on-demand and non-compute), Dynamic (Spot), Committed (commitment
+  fees, CUD-covered and reserved usage).
+- gpucost's own attribution travels in `x_` columns (FOCUS's prefix for custom columns).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any, TextIO
+
+from monitor.billing_poll import provisional_since
+from monitor.model import micros_to_decimal
+from monitor.sources.base import BillingSource
+from monitor.timeutil import to_iso
+
+__all__ = ["FOCUS_COLUMNS", "focus_rows", "to_focus", "write_focus_csv"]
+
+FOCUS_COLUMNS: tuple[str, ...] = (
+    "AvailabilityZone",
+    "BilledCost",
+    "BillingAccountId",
+    "BillingAccountName",
+    "BillingCurrency",
+    "BillingPeriodEnd",
+    "BillingPeriodStart",
+    "ChargeCategory",
+    "ChargeClass",
+    "ChargeDescription",
+    "ChargeFrequency",
+    "ChargePeriodEnd",
+    "ChargePeriodStart",
+    "CommitmentDiscountCategory",
+    "CommitmentDiscountId",
+    "CommitmentDiscountName",
+    "CommitmentDiscountStatus",
+    "CommitmentDiscountType",
+    "ConsumedQuantity",
+    "ConsumedUnit",
+    "ContractedCost",
+    "ContractedUnitPrice",
+    "EffectiveCost",
+    "InvoiceIssuerName",
+    "ListCost",
+    "ListUnitPrice",
+    "PricingCategory",
+    "PricingQuantity",
+    "PricingUnit",
+    "ProviderName",
+    "PublisherName",
+    "RegionId",
+    "RegionName",
+    "ResourceId",
+    "ResourceName",
+    "ResourceType",
+    "ServiceCategory",
+    "ServiceName",
+    "SkuId",
+    "SkuPriceId",
+    "SubAccountId",
+    "SubAccountName",
+    "Tags",
+    "x_Category",
+    "x_Subcategory",
+    "x_PricingModel",
+    "x_CommitmentCredits",
+    "x_Provisional",
+    "x_ExportRows",
+)
+
+_SERVICE_CATEGORY = {
+    "compute": "Compute",
+    "network": "Networking",
+    "storage": "Storage",
+    "storage.bigquery": "Analytics",
+    "orchestration.gke": "Compute",
+    "orchestration.vertex_ai": "AI and Machine Learning",
+    "orchestration.other": "Management and Governance",
+}
+_PRICING_CATEGORY = {
+    "on_demand": "Standard",
+    "spot": "Dynamic",
+    "committed": "Committed",
+    "reserved": "Committed",
+}
+_PROVIDER = "Google Cloud"
+
+
+def focus_rows(
+    source: BillingSource,
+    *,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    provisional_days: int = 3,
+) -> Iterator[dict[str, str]]:
+    """FOCUS rows for usage in [start, end), provisional days flagged in `x_Provisional`."""
+    params = {"usage_start": start, "usage_end": end, "partition_end": end + timedelta(days=7)}
+    since = provisional_since(now, provisional_days)
+    for row in source.run("focus", params).rows:
+        yield to_focus(row, provisional=row["usage_day"] >= since)
+
+
+def _amount(micros: int | None) -> str:
+    return f"{micros_to_decimal(micros):.6f}"
+
+
+def _quantity(v: float | None) -> str:
+    return "" if v is None else format(Decimal(repr(v)).normalize(), "f")
+
+
+def _unit_price(micros: int, quantity: float | None) -> str:
+    if not quantity:
+        return ""
+    return f"{micros_to_decimal(micros) / Decimal(repr(quantity)):.9f}"
+
+
+def _billing_period(month: str | None) -> tuple[str, str]:
+    if not month or len(month) != 6 or not month.isdigit():
+        return "", ""
+    first = datetime(int(month[:4]), int(month[4:]), 1, tzinfo=UTC)
+    nxt = (first + timedelta(days=32)).replace(day=1)
+    return to_iso(first) or "", to_iso(nxt) or ""
+
+
+def _charge(subcategory: str, cost_type: str) -> tuple[str, str, str]:
+    """(ChargeCategory, ChargeClass, ChargeFrequency)."""
+    if cost_type == "tax":
+        return "Tax", "", "One-Time"
+    if cost_type in ("adjustment", "rounding_error"):
+        return "Adjustment", "Correction" if cost_type == "adjustment" else "", "One-Time"
+    if subcategory == "compute.commitment_fee":
+        return "Purchase", "", "Recurring"
+    return "Usage", "", "Usage-Based"
+
+
+def _resource_type(global_name: str | None) -> str:
+    g = global_name or ""
+    if "/instances/" in g:
+        return "Virtual Machine"
+    if "/disk" in g:
+        return "Disk"
+    return ""
+
+
+def _tags(label_set: str | None) -> str:
+    if not label_set:
+        return ""
+    pairs = dict(p.split("=", 1) for p in label_set.split(",") if "=" in p)
+    return json.dumps(pairs, sort_keys=True)
+
+
+def to_focus(row: dict[str, Any], *, provisional: bool) -> dict[str, str]:
+    """One `focus.sql` row as FOCUS columns (all strings, empty for unknown)."""
+    sub, pm = row["subcategory"], row["pricing_model"]
+    category = sub.split(".", 1)[0]
+    charge_category, charge_class, frequency = _charge(sub, row["cost_type"])
+    period_start, period_end = _billing_period(row["invoice_month"])
+    committed = pm == "committed"
+    day = row["usage_day"]
+    return {
+        "AvailabilityZone": row["zone"] or "",
+        "BilledCost": _amount(row["net_micros"]),
+        "BillingAccountId": row["billing_account_id"] or "",
+        "BillingAccountName": "",
+        "BillingCurrency": row["currency"] or "",
+        "BillingPeriodEnd": period_end,
+        "BillingPeriodStart": period_start,
+        "ChargeCategory": charge_category,
+        "ChargeClass": charge_class,
+        "ChargeDescription": row["sku_description"] or "",
+        "ChargeFrequency": frequency,
+        "ChargePeriodEnd": to_iso(day + timedelta(days=1)) or "",
+        "ChargePeriodStart": to_iso(day) or "",
+        "CommitmentDiscountCategory": "Usage" if committed and row["cud_micros"] else "",
+        "CommitmentDiscountId": "",
+        "CommitmentDiscountName": "",
+        "CommitmentDiscountStatus": "Used" if committed and row["cud_micros"] else "",
+        "CommitmentDiscountType": "",
+        "ConsumedQuantity": _quantity(row["usage_amount"]),
+        "ConsumedUnit": row["usage_unit"] or "",
+        "ContractedCost": _amount(row["gross_micros"]),
+        "ContractedUnitPrice": _unit_price(row["gross_micros"], row["pricing_amount"]),
+        "EffectiveCost": _amount(row["net_micros"]),
+        "InvoiceIssuerName": _PROVIDER,
+        "ListCost": _amount(row["list_micros"]),
+        "ListUnitPrice": _unit_price(row["list_micros"], row["pricing_amount"]),
+        "PricingCategory": _PRICING_CATEGORY.get(pm or "", "Standard"),
+        "PricingQuantity": _quantity(row["pricing_amount"]),
+        "PricingUnit": row["pricing_unit"] or "",
+        "ProviderName": _PROVIDER,
+        "PublisherName": _PROVIDER,
+        "RegionId": row["region"] or "",
+        "RegionName": row["region"] or "",
+        "ResourceId": row["resource_global_name"] or row["resource_name"] or "",
+        "ResourceName": row["resource_name"] or "",
+        "ResourceType": _resource_type(row["resource_global_name"]),
+        "ServiceCategory": _SERVICE_CATEGORY.get(sub, _SERVICE_CATEGORY.get(category, "Other")),
+        "ServiceName": row["service_description"] or "",
+        "SkuId": row["sku_id"] or "",
+        "SkuPriceId": "",
+        "SubAccountId": row["project_id"] or "",
+        "SubAccountName": row["project_name"] or "",
+        "Tags": _tags(row["label_set"]),
+        "x_Category": category,
+        "x_Subcategory": sub,
+        "x_PricingModel": pm or "",
+        "x_CommitmentCredits": _amount(row["cud_micros"]),
+        "x_Provisional": "true" if provisional else "false",
+        "x_ExportRows": str(row["row_count"]),
+    }
+
+
+def write_focus_csv(rows: Iterable[dict[str, str]], out: TextIO) -> int:
+    """Write FOCUS rows as CSV with a header; returns the number of data rows."""
+    w = csv.DictWriter(out, fieldnames=FOCUS_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    n = 0
+    for row in rows:
+        w.writerow(row)
+        n += 1
+    return n

@@ -1,0 +1,259 @@
+"""The attributed cost report: gross / credits / net per group, provisional days marked.
+
+`build_report` runs `queries/report.sql` (aggregated by the engine per usage day and group key) and
+folds the days into one line per group, keeping apart the part of each line that falls on
+provisional days, which Google may still correct. Rendering (rich table, JSON, CSV) is pure.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from monitor.billing_poll import provisional_since
+from monitor.model import micros_to_decimal
+from monitor.sources.base import BillingSource
+from monitor.timeutil import floor_day, to_iso
+
+__all__ = [
+    "GROUPINGS",
+    "CostReport",
+    "ReportLine",
+    "build_report",
+    "data_extent",
+    "default_window",
+    "parse_by",
+    "render_csv",
+    "render_json",
+    "render_table",
+]
+
+#: `--by` values (plus `label:KEY`).
+GROUPINGS = ("category", "project", "region", "zone", "instance", "service", "sku", "cluster")
+_MONEY = ("gross_micros", "cud_micros", "sud_micros", "other_credit_micros", "credit_micros", "net_micros")
+_NONE = "(none)"
+#: Rows loaded this long after usage still count (the queries widen further by themselves).
+_LATE = timedelta(days=7)
+
+
+def parse_by(text: str) -> tuple[str, str]:
+    """`--by` as (group_by, label_key): `project` -> ("project", ""), `label:team` -> ("label", "team")."""
+    if text.startswith("label:"):
+        key = text.removeprefix("label:")
+        if not key:
+            raise ValueError('label grouping needs a key, e.g. "label:team"')
+        return "label", key
+    if text not in GROUPINGS:
+        raise ValueError(f'unknown grouping "{text}"; use one of {", ".join(GROUPINGS)} or label:KEY')
+    return text, ""
+
+
+@dataclass(frozen=True)
+class ReportLine:
+    """One group's money in integer micros; `provisional_net_micros` is the part on provisional days."""
+
+    key: str | None
+    pricing_model: str | None = None
+    gross_micros: int = 0
+    cud_micros: int = 0
+    sud_micros: int = 0
+    other_credit_micros: int = 0
+    credit_micros: int = 0
+    net_micros: int = 0
+    provisional_net_micros: int = 0
+    provisional: bool = False
+    row_count: int = 0
+
+    def add(self, row: dict[str, Any], provisional: bool) -> ReportLine:
+        sums = {m: getattr(self, m) + int(row[m]) for m in _MONEY}
+        return replace(
+            self,
+            **sums,
+            row_count=self.row_count + int(row["row_count"]),
+            provisional=self.provisional or provisional,
+            provisional_net_micros=self.provisional_net_micros
+            + (int(row["net_micros"]) if provisional else 0),
+        )
+
+    @property
+    def label(self) -> str:
+        name = self.key if self.key is not None else _NONE
+        return f"{name} ({self.pricing_model})" if self.pricing_model else name
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": self.key, "pricing_model": self.pricing_model}
+        for m in (*_MONEY, "provisional_net_micros"):
+            out[m.removesuffix("_micros")] = float(micros_to_decimal(getattr(self, m)))
+            out[m] = getattr(self, m)
+        out["provisional"] = self.provisional
+        out["rows"] = self.row_count
+        return out
+
+
+@dataclass(frozen=True)
+class CostReport:
+    start: datetime
+    end: datetime
+    by: str
+    provisional_since: datetime
+    lines: tuple[ReportLine, ...]
+    total: ReportLine
+    engine: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "start": to_iso(self.start),
+            "end": to_iso(self.end),
+            "by": self.by,
+            "engine": self.engine,
+            "provisional_since": to_iso(self.provisional_since),
+            "lines": [line.to_dict() for line in self.lines],
+            "total": self.total.to_dict(),
+        }
+
+
+def _base_params(start: datetime, end: datetime) -> dict[str, Any]:
+    return {"usage_start": start, "usage_end": end, "partition_end": end + _LATE}
+
+
+def data_extent(
+    source: BillingSource, start: datetime, end: datetime
+) -> tuple[datetime | None, datetime | None, datetime | None, int]:
+    """(first usage start, last usage end, last export time, rows) of the data in [start, end)."""
+    (row,) = source.run("extent", _base_params(start, end)).rows or [{}]
+    return (
+        row.get("min_usage_start"),
+        row.get("max_usage_end"),
+        row.get("max_export_time"),
+        int(row.get("row_count") or 0),
+    )
+
+
+def default_window(
+    latest_usage_end: datetime | None, start: datetime | None, end: datetime | None, now: datetime
+) -> tuple[datetime, datetime]:
+    """`--start/--end` defaults: end = latest usage in the data (else now), start = end - 14 days."""
+    end = end or latest_usage_end or now
+    start = start or end - timedelta(days=14)
+    if start >= end:
+        raise ValueError(f"--start ({to_iso(start)}) must be before --end ({to_iso(end)})")
+    return start, end
+
+
+def build_report(
+    source: BillingSource,
+    *,
+    start: datetime,
+    end: datetime,
+    by: str = "category",
+    now: datetime,
+    provisional_days: int = 3,
+) -> CostReport:
+    """Run `report.sql` for [start, end) and fold days into lines, largest net first."""
+    group_by, label_key = parse_by(by)
+    since = provisional_since(now, provisional_days)
+    params = _base_params(start, end) | {"group_by": group_by, "label_key": label_key}
+    result = source.run("report", params)
+    lines: dict[tuple[str | None, str | None], ReportLine] = {}
+    total = ReportLine(key="TOTAL")
+    for row in result.rows:
+        provisional = floor_day(row["usage_day"]) >= since
+        k = (row["group_key"], row["pricing_model"])
+        lines[k] = lines.get(k, ReportLine(key=k[0], pricing_model=k[1])).add(row, provisional)
+        total = total.add(row, provisional)
+    ordered = sorted(lines.values(), key=lambda line: (-line.net_micros, line.label))
+    return CostReport(
+        start=start,
+        end=end,
+        by=by,
+        provisional_since=since,
+        lines=tuple(ordered),
+        total=total,
+        engine=source.engine,
+        extra={"bytes_processed": result.bytes_processed},
+    )
+
+
+def _money(micros: int) -> str:
+    return f"{micros_to_decimal(micros):,.2f}"
+
+
+def render_table(report: CostReport, console: Console) -> None:
+    """A rich table; `*` marks lines with cost on provisional days."""
+    table = Table(
+        title=f"Cost by {escape(report.by)}, {to_iso(report.start)} to {to_iso(report.end)}",
+        caption=(
+            f"* includes provisional days (from {report.provisional_since.date().isoformat()}): "
+            "late and corrected rows may still change them"
+        ),
+    )
+    table.add_column(report.by)
+    for col in ("gross", "CUD", "SUD", "other credits", "net", "share"):
+        table.add_column(col, justify="right")
+    net_total = report.total.net_micros or 1
+    for line in (*report.lines, report.total):
+        is_total = line is report.total
+        table.add_row(
+            escape(line.label) + (" *" if line.provisional else ""),
+            _money(line.gross_micros),
+            _money(line.cud_micros),
+            _money(line.sud_micros),
+            _money(line.other_credit_micros),
+            _money(line.net_micros),
+            f"{100 * line.net_micros / net_total:.1f}%",
+            end_section=line is (report.lines[-1] if report.lines else None),
+            style="bold" if is_total else None,
+        )
+    console.print(table)
+
+
+def render_json(report: CostReport) -> str:
+    return json.dumps(report.to_dict(), indent=2)
+
+
+CSV_COLUMNS = (
+    "key",
+    "pricing_model",
+    "gross",
+    "cud_credits",
+    "sud_credits",
+    "other_credits",
+    "credits",
+    "net",
+    "provisional_net",
+    "provisional",
+    "rows",
+)
+
+
+def render_csv(report: CostReport, out: TextIO | None = None) -> str:
+    """CSV with exact decimal amounts (6 places, as summed in micros); the total is the last row."""
+    buf = out or io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for line in _with_total(report.lines, report.total):
+        w.writerow(
+            [
+                line.key if line.key is not None else "",
+                line.pricing_model or "",
+                *(f"{micros_to_decimal(getattr(line, m)):.6f}" for m in (*_MONEY, "provisional_net_micros")),
+                "true" if line.provisional else "false",
+                line.row_count,
+            ]
+        )
+    return buf.getvalue() if out is None else ""
+
+
+def _with_total(lines: Iterable[ReportLine], total: ReportLine) -> Iterable[ReportLine]:
+    yield from lines
+    yield total

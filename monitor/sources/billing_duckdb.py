@@ -1,0 +1,86 @@
+"""`DuckDBBillingSource`: the queries of `queries/`, transpiled by sqlglot, on the embedded table.
+
+The same BigQuery SQL the BigQuery source runs, with the same attribution CASE spliced in, so the
+two engines agree row for row. The connection comes from `monitor.sources.duckdb_conn.
+open_billing_db` (session time zone UTC, table created from the schema).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import duckdb
+
+from monitor.attribution.compile import query_params, render_query
+from monitor.attribution.rules import Rule
+from monitor.errors import ConfigError, PermanentSourceError
+from monitor.schema import TABLE_NAME
+from monitor.sources.base import QueryResult
+
+__all__ = ["DuckDBBillingSource"]
+
+
+class DuckDBBillingSource:
+    """Runs named queries on a DuckDB connection holding the export table.
+
+    `rules` is the ordered attribution (config overrides first, see `compile_rules`); None means
+    the built-in rules. Parameters the query does not use are dropped, missing ones are an error.
+    """
+
+    engine = "duckdb"
+
+    def __init__(
+        self,
+        conn: duckdb.DuckDBPyConnection,
+        *,
+        rules: Sequence[Rule] | None = None,
+        table: str = TABLE_NAME,
+    ):
+        self.conn = conn
+        self.rules = None if rules is None else tuple(rules)
+        self.table = table
+
+    def sql(self, name: str) -> str:
+        """The DuckDB SQL `run(name, ...)` executes (for `--explain`-style debugging and tests)."""
+        return render_query(name, "duckdb", table=self.table, rules=self.rules)
+
+    def run(self, name: str, params: dict[str, Any]) -> QueryResult:
+        wanted = query_params(name)
+        missing = sorted(wanted - params.keys())
+        if missing:
+            raise ConfigError(f"query {name!r} needs parameter(s) {', '.join('@' + m for m in missing)}")
+        bound = {k: _bind(v) for k, v in params.items() if k in wanted}
+        sql = self.sql(name)
+        began = time.monotonic()
+        try:
+            cursor = self.conn.execute(sql, bound)
+            columns = [d[0] for d in cursor.description]
+            rows = [dict(zip(columns, (_value(v) for v in r), strict=True)) for r in cursor.fetchall()]
+        except duckdb.Error as e:
+            detail = str(e).strip().splitlines()[0]
+            raise PermanentSourceError(f"DuckDB query {name!r} failed: {detail}") from e
+        return QueryResult(name=name, rows=rows, seconds=time.monotonic() - began)
+
+    def dry_run(self, name: str, params: dict[str, Any]) -> int | None:
+        """DuckDB has no bytes-billed figure; scanning the local file is free."""
+        return None
+
+
+def _bind(value: Any) -> Any:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime parameter {value!r}: pass timezone-aware UTC")
+        return value.astimezone(UTC)
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _value(v: Any) -> Any:
+    """Timestamps back as aware UTC datetimes, whatever the session zone."""
+    if isinstance(v, datetime):
+        return v.replace(tzinfo=UTC) if v.tzinfo is None else v.astimezone(UTC)
+    return v

@@ -1,0 +1,104 @@
+-- focus.sql: attributed cost per usage day at the grain of a FOCUS 1.x cost row.
+--
+-- One row per day, billing account, project, service, SKU, location, resource, cost type and
+-- label set, with list / gross / credit / net micros, so monitor/focus.py can write FOCUS columns
+-- (ListCost, ContractedCost, BilledCost, EffectiveCost, ...) without reading raw export rows.
+--
+-- Params: @usage_start, @usage_end (TIMESTAMP), @partition_end (TIMESTAMP, upper bound of load
+-- days; widened to at least 2 days past usage).
+WITH export_rows AS (
+  SELECT
+    TIMESTAMP_TRUNC(usage_start_time, DAY) AS usage_day,
+    billing_account_id,
+    invoice.month AS invoice_month,
+    project.id AS project_id,
+    project.name AS project_name,
+    location.region AS region,
+    location.zone AS zone,
+    resource.name AS resource_name,
+    resource.global_name AS resource_global_name,
+    (
+      SELECT STRING_AGG(CONCAT(l.key, '=', l.value), ',' ORDER BY l.key)
+      FROM UNNEST(labels) AS l
+    ) AS label_set,
+    service.id AS service_id,
+    service.description AS service_description,
+    sku.id AS sku_id,
+    sku.description AS sku_description,
+    IFNULL(cost_type, 'regular') AS cost_type,
+    transaction_type,
+    currency,
+    usage.amount AS usage_amount,
+    usage.unit AS usage_unit,
+    usage.amount_in_pricing_units AS pricing_amount,
+    usage.pricing_unit AS pricing_unit,
+    CAST(ROUND(IFNULL(cost, 0) * 1000000) AS INT64) AS gross_micros,
+    CAST(ROUND(IFNULL(cost_at_list, IFNULL(cost, 0)) * 1000000) AS INT64) AS list_micros,
+    IFNULL((
+      SELECT SUM(CAST(ROUND(c.amount * 1000000) AS INT64)) FROM UNNEST(credits) AS c
+    ), 0) AS credit_micros,
+    IFNULL((
+      SELECT SUM(CAST(ROUND(c.amount * 1000000) AS INT64))
+      FROM UNNEST(credits) AS c
+      WHERE
+        STARTS_WITH(IFNULL(c.type, ''), 'COMMITTED_USAGE_DISCOUNT')
+        OR c.type = 'FEE_UTILIZATION_OFFSET'
+        OR (c.type IS NULL AND STARTS_WITH(LOWER(IFNULL(c.name, '')), 'committed'))
+    ), 0) AS cud_micros
+  FROM billing_export
+  WHERE
+    _PARTITIONTIME >= TIMESTAMP_SUB(TIMESTAMP_TRUNC(@usage_start, DAY), INTERVAL 1 DAY)
+    AND _PARTITIONTIME < GREATEST(
+      @partition_end, TIMESTAMP_ADD(TIMESTAMP_TRUNC(@usage_end, DAY), INTERVAL 3 DAY)
+    )
+    AND usage_start_time >= @usage_start
+    AND usage_start_time < @usage_end
+),
+ruled AS (
+  SELECT e.*, GPUCOST_RULE() AS rule FROM export_rows AS e
+),
+attributed AS (
+  SELECT
+    r.*,
+    GPUCOST_SUBCATEGORY(r.rule) AS subcategory,
+    CASE
+      WHEN STARTS_WITH(GPUCOST_SUBCATEGORY(r.rule), 'compute.')
+        THEN IFNULL(GPUCOST_SKU_PRICING_MODEL(r.rule), IF(r.cud_micros <> 0, 'committed', 'on_demand'))
+    END AS pricing_model
+  FROM ruled AS r
+)
+SELECT
+  usage_day,
+  billing_account_id,
+  invoice_month,
+  project_id,
+  project_name,
+  region,
+  zone,
+  resource_name,
+  resource_global_name,
+  label_set,
+  service_id,
+  service_description,
+  sku_id,
+  sku_description,
+  subcategory,
+  pricing_model,
+  cost_type,
+  currency,
+  usage_unit,
+  pricing_unit,
+  COUNT(*) AS row_count,
+  SUM(usage_amount) AS usage_amount,
+  SUM(pricing_amount) AS pricing_amount,
+  SUM(list_micros) AS list_micros,
+  SUM(gross_micros) AS gross_micros,
+  SUM(cud_micros) AS cud_micros,
+  SUM(credit_micros) AS credit_micros,
+  SUM(gross_micros + credit_micros) AS net_micros
+FROM attributed
+GROUP BY
+  usage_day, billing_account_id, invoice_month, project_id, project_name, region, zone,
+  resource_name, resource_global_name, label_set, service_id, service_description, sku_id,
+  sku_description, subcategory, pricing_model, cost_type, currency, usage_unit, pricing_unit
+ORDER BY usage_day, project_id, service_description, sku_description, resource_name

@@ -1,0 +1,112 @@
+-- hourly.sql: attributed cost per usage hour, at the grain the state store keeps.
+--
+-- Gross cost, credits by type (CUD, SUD, other) and net, as integer micros summed in the engine.
+-- Every row is attributed by the compiled rules (GPUCOST_RULE() and friends are slots filled with
+-- SQL CASE expressions built from the rules, see monitor/attribution/compile.py) and keyed by
+-- project, region, zone, resource (instance) name and numeric id, GKE cluster / node pool /
+-- namespace and the configured user labels.
+--
+-- Params: @usage_start, @usage_end (TIMESTAMP, usage hours to aggregate), @partition_end (TIMESTAMP,
+-- upper bound of load days; widened to at least 2 days past usage), @label_keys (ARRAY<STRING>).
+WITH export_rows AS (
+  SELECT
+    TIMESTAMP_TRUNC(usage_start_time, HOUR) AS usage_hour,
+    invoice.month AS invoice_month,
+    project.id AS project_id,
+    location.region AS region,
+    location.zone AS zone,
+    resource.name AS resource_name,
+    NULLIF(REGEXP_EXTRACT(resource.global_name, r'/instances/([^/]+)$'), '') AS instance_id,
+    (SELECT MAX(l.value) FROM UNNEST(labels) AS l WHERE l.key = 'goog-k8s-cluster-name') AS cluster,
+    (SELECT MAX(l.value) FROM UNNEST(labels) AS l WHERE l.key = 'goog-k8s-node-pool-name') AS node_pool,
+    (SELECT MAX(l.value) FROM UNNEST(labels) AS l WHERE l.key = 'k8s-namespace') AS namespace,
+    (
+      SELECT STRING_AGG(CONCAT(l.key, '=', l.value), ',' ORDER BY l.key)
+      FROM UNNEST(labels) AS l
+      WHERE l.key IN UNNEST(@label_keys)
+    ) AS user_labels,
+    service.id AS service_id,
+    service.description AS service_description,
+    sku.id AS sku_id,
+    sku.description AS sku_description,
+    IFNULL(cost_type, 'regular') AS cost_type,
+    transaction_type,
+    currency,
+    usage.amount_in_pricing_units AS usage_amount,
+    usage.pricing_unit AS pricing_unit,
+    CAST(ROUND(IFNULL(cost, 0) * 1000000) AS INT64) AS gross_micros,
+    IFNULL((
+      SELECT SUM(CAST(ROUND(c.amount * 1000000) AS INT64)) FROM UNNEST(credits) AS c
+    ), 0) AS credit_micros,
+    IFNULL((
+      SELECT SUM(CAST(ROUND(c.amount * 1000000) AS INT64))
+      FROM UNNEST(credits) AS c
+      WHERE
+        STARTS_WITH(IFNULL(c.type, ''), 'COMMITTED_USAGE_DISCOUNT')
+        OR c.type = 'FEE_UTILIZATION_OFFSET'
+        OR (c.type IS NULL AND STARTS_WITH(LOWER(IFNULL(c.name, '')), 'committed'))
+    ), 0) AS cud_micros,
+    IFNULL((
+      SELECT SUM(CAST(ROUND(c.amount * 1000000) AS INT64))
+      FROM UNNEST(credits) AS c
+      WHERE
+        c.type = 'SUSTAINED_USAGE_DISCOUNT'
+        OR (c.type IS NULL AND STARTS_WITH(LOWER(IFNULL(c.name, '')), 'sustained'))
+    ), 0) AS sud_micros
+  FROM billing_export
+  WHERE
+    _PARTITIONTIME >= TIMESTAMP_SUB(TIMESTAMP_TRUNC(@usage_start, DAY), INTERVAL 1 DAY)
+    AND _PARTITIONTIME < GREATEST(
+      @partition_end, TIMESTAMP_ADD(TIMESTAMP_TRUNC(@usage_end, DAY), INTERVAL 3 DAY)
+    )
+    AND usage_start_time >= @usage_start
+    AND usage_start_time < @usage_end
+),
+ruled AS (
+  SELECT e.*, GPUCOST_RULE() AS rule FROM export_rows AS e
+),
+attributed AS (
+  SELECT
+    r.*,
+    GPUCOST_SUBCATEGORY(r.rule) AS subcategory,
+    CASE
+      WHEN STARTS_WITH(GPUCOST_SUBCATEGORY(r.rule), 'compute.')
+        THEN IFNULL(GPUCOST_SKU_PRICING_MODEL(r.rule), IF(r.cud_micros <> 0, 'committed', 'on_demand'))
+    END AS pricing_model
+  FROM ruled AS r
+)
+SELECT
+  usage_hour,
+  invoice_month,
+  project_id,
+  region,
+  zone,
+  resource_name,
+  instance_id,
+  cluster,
+  node_pool,
+  namespace,
+  user_labels,
+  service_id,
+  service_description,
+  sku_id,
+  sku_description,
+  subcategory,
+  pricing_model,
+  cost_type,
+  currency,
+  pricing_unit,
+  COUNT(*) AS row_count,
+  SUM(usage_amount) AS usage_amount,
+  SUM(gross_micros) AS gross_micros,
+  SUM(cud_micros) AS cud_micros,
+  SUM(sud_micros) AS sud_micros,
+  SUM(credit_micros - cud_micros - sud_micros) AS other_credit_micros,
+  SUM(credit_micros) AS credit_micros,
+  SUM(gross_micros + credit_micros) AS net_micros
+FROM attributed
+GROUP BY
+  usage_hour, invoice_month, project_id, region, zone, resource_name, instance_id, cluster,
+  node_pool, namespace, user_labels, service_id, service_description, sku_id, sku_description,
+  subcategory, pricing_model, cost_type, currency, pricing_unit
+ORDER BY usage_hour, project_id, service_description, sku_description

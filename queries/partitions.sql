@@ -1,0 +1,24 @@
+-- partitions.sql: the load watermark of every ingestion-time partition in the polled scope.
+--
+-- One row per `_PARTITIONTIME` day: the latest `export_time` loaded into it, its row count, and the
+-- usage hours its rows cover. The poll compares these with the stored watermarks and re-aggregates
+-- only the usage hours of partitions that changed. Reads three cheap columns, never cost data.
+--
+-- Params: @usage_start, @usage_end (TIMESTAMP, the usage range in scope), @partition_end
+-- (TIMESTAMP, upper bound of the load days to look at; widened to at least 2 days past usage).
+SELECT
+  _PARTITIONTIME AS partition_time,
+  MAX(export_time) AS max_export_time,
+  COUNT(*) AS row_count,
+  MIN(TIMESTAMP_TRUNC(usage_start_time, HOUR)) AS min_usage_hour,
+  MAX(TIMESTAMP_TRUNC(usage_start_time, HOUR)) AS max_usage_hour
+FROM billing_export
+WHERE
+  _PARTITIONTIME >= TIMESTAMP_SUB(TIMESTAMP_TRUNC(@usage_start, DAY), INTERVAL 1 DAY)
+  AND _PARTITIONTIME < GREATEST(
+    @partition_end, TIMESTAMP_ADD(TIMESTAMP_TRUNC(@usage_end, DAY), INTERVAL 3 DAY)
+  )
+  AND usage_start_time >= @usage_start
+  AND usage_start_time < @usage_end
+GROUP BY partition_time
+ORDER BY partition_time

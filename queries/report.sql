@@ -1,0 +1,99 @@
+-- report.sql: attributed gross / credits / net per usage day and one grouping key.
+--
+-- @group_by picks the key: category (the `category.subcategory`, with the compute pricing model),
+-- project, region, zone, instance (resource.name), service, sku, cluster, or label (the value of
+-- user label @label_key). Days let the caller mark the provisional ones.
+--
+-- Params: @usage_start, @usage_end (TIMESTAMP), @partition_end (TIMESTAMP, upper bound of load
+-- days; widened to at least 2 days past usage), @group_by (STRING), @label_key (STRING).
+WITH export_rows AS (
+  SELECT
+    TIMESTAMP_TRUNC(usage_start_time, DAY) AS usage_day,
+    project.id AS project_id,
+    location.region AS region,
+    location.zone AS zone,
+    resource.name AS resource_name,
+    (SELECT MAX(l.value) FROM UNNEST(labels) AS l WHERE l.key = 'goog-k8s-cluster-name') AS cluster,
+    (SELECT MAX(l.value) FROM UNNEST(labels) AS l WHERE l.key = @label_key) AS label_value,
+    service.id AS service_id,
+    service.description AS service_description,
+    sku.id AS sku_id,
+    sku.description AS sku_description,
+    IFNULL(cost_type, 'regular') AS cost_type,
+    transaction_type,
+    CAST(ROUND(IFNULL(cost, 0) * 1000000) AS INT64) AS gross_micros,
+    IFNULL((
+      SELECT SUM(CAST(ROUND(c.amount * 1000000) AS INT64)) FROM UNNEST(credits) AS c
+    ), 0) AS credit_micros,
+    IFNULL((
+      SELECT SUM(CAST(ROUND(c.amount * 1000000) AS INT64))
+      FROM UNNEST(credits) AS c
+      WHERE
+        STARTS_WITH(IFNULL(c.type, ''), 'COMMITTED_USAGE_DISCOUNT')
+        OR c.type = 'FEE_UTILIZATION_OFFSET'
+        OR (c.type IS NULL AND STARTS_WITH(LOWER(IFNULL(c.name, '')), 'committed'))
+    ), 0) AS cud_micros,
+    IFNULL((
+      SELECT SUM(CAST(ROUND(c.amount * 1000000) AS INT64))
+      FROM UNNEST(credits) AS c
+      WHERE
+        c.type = 'SUSTAINED_USAGE_DISCOUNT'
+        OR (c.type IS NULL AND STARTS_WITH(LOWER(IFNULL(c.name, '')), 'sustained'))
+    ), 0) AS sud_micros
+  FROM billing_export
+  WHERE
+    _PARTITIONTIME >= TIMESTAMP_SUB(TIMESTAMP_TRUNC(@usage_start, DAY), INTERVAL 1 DAY)
+    AND _PARTITIONTIME < GREATEST(
+      @partition_end, TIMESTAMP_ADD(TIMESTAMP_TRUNC(@usage_end, DAY), INTERVAL 3 DAY)
+    )
+    AND usage_start_time >= @usage_start
+    AND usage_start_time < @usage_end
+),
+ruled AS (
+  SELECT e.*, GPUCOST_RULE() AS rule FROM export_rows AS e
+),
+attributed AS (
+  SELECT
+    r.*,
+    GPUCOST_SUBCATEGORY(r.rule) AS subcategory,
+    CASE
+      WHEN STARTS_WITH(GPUCOST_SUBCATEGORY(r.rule), 'compute.')
+        THEN IFNULL(GPUCOST_SKU_PRICING_MODEL(r.rule), IF(r.cud_micros <> 0, 'committed', 'on_demand'))
+    END AS pricing_model
+  FROM ruled AS r
+),
+keyed AS (
+  SELECT
+    a.usage_day,
+    a.gross_micros,
+    a.credit_micros,
+    a.cud_micros,
+    a.sud_micros,
+    CASE @group_by
+      WHEN 'category' THEN a.subcategory
+      WHEN 'project' THEN a.project_id
+      WHEN 'region' THEN a.region
+      WHEN 'zone' THEN a.zone
+      WHEN 'instance' THEN a.resource_name
+      WHEN 'service' THEN a.service_description
+      WHEN 'sku' THEN a.sku_description
+      WHEN 'cluster' THEN a.cluster
+      WHEN 'label' THEN a.label_value
+    END AS group_key,
+    IF(@group_by = 'category', a.pricing_model, NULL) AS group_pricing_model
+  FROM attributed AS a
+)
+SELECT
+  usage_day,
+  group_key,
+  group_pricing_model AS pricing_model,
+  COUNT(*) AS row_count,
+  SUM(gross_micros) AS gross_micros,
+  SUM(cud_micros) AS cud_micros,
+  SUM(sud_micros) AS sud_micros,
+  SUM(credit_micros - cud_micros - sud_micros) AS other_credit_micros,
+  SUM(credit_micros) AS credit_micros,
+  SUM(gross_micros + credit_micros) AS net_micros
+FROM keyed
+GROUP BY usage_day, group_key, group_pricing_model
+ORDER BY usage_day, group_key, group_pricing_model

@@ -1,0 +1,200 @@
+"""Incremental polling: late and corrected rows replace stored hours; idle polls scan nothing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import duckdb
+import pytest
+
+from monitor.billing_poll import hourly_costs, poll_billing, poll_scope, provisional_since
+from monitor.config import BillingConfig
+from monitor.errors import RetryableSourceError
+from monitor.sources.base import QueryResult
+from monitor.sources.billing_duckdb import DuckDBBillingSource
+from monitor.sources.duckdb_conn import open_billing_db
+from monitor.state.store import SQLiteStore
+from tests.test_queries import export_row, fleet_rows, input_totals, load_rows
+
+D = datetime(2026, 11, 10, tzinfo=UTC)
+GPU = "Nvidia Tesla A100 GPU running in Americas"
+XZ = "Network Inter Zone Data Transfer Out"
+CFG = BillingConfig(lookback_days=10, provisional_days=3, labels=("team",))
+
+
+class CountingSource:
+    """Our own BillingSource around the real DuckDB one: records every query, can fail one."""
+
+    engine = "duckdb"
+
+    def __init__(self, inner: DuckDBBillingSource, fail: str | None = None):
+        self.inner, self.fail, self.runs = inner, fail, []
+
+    def run(self, name: str, params: dict[str, Any]) -> QueryResult:
+        self.runs.append(name)
+        if name == self.fail:
+            raise RetryableSourceError(f"{name}: 503 backendError")
+        return self.inner.run(name, params)
+
+    def dry_run(self, name: str, params: dict[str, Any]) -> int | None:
+        return None
+
+
+@pytest.fixture
+def conn() -> duckdb.DuckDBPyConnection:
+    c = open_billing_db(None)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def store(tmp_path) -> SQLiteStore:
+    s = SQLiteStore(tmp_path / "state.sqlite")
+    yield s
+    s.close()
+
+
+def _day(day: datetime, hours: range = range(24)) -> list[dict[str, Any]]:
+    """A GPU VM hour by hour plus its inter-zone traffic, loaded 4 hours after each hour."""
+    rows = []
+    for h in hours:
+        hour = day + timedelta(hours=h)
+        rows.append(export_row(GPU, 2.933908, hour=hour, instance="vm-a", labels={"team": "nlp"}))
+        rows.append(export_row(XZ, 0.013, hour=hour, instance="vm-a", labels={"team": "nlp"}))
+    return rows
+
+
+def _stored_net(store: SQLiteStore, start: datetime, end: datetime) -> Decimal:
+    return sum((h.net for h in hourly_costs(store, start, end)), Decimal(0))
+
+
+def test_late_and_corrected_rows_replace_the_stored_hours(conn, store) -> None:
+    first = _day(D - timedelta(days=2)) + _day(D - timedelta(days=1)) + _day(D, range(4))
+    load_rows(conn, first)
+    src = CountingSource(DuckDBBillingSource(conn))
+    r1 = poll_billing(src, store, CFG, now=D + timedelta(hours=8))
+    assert r1.queries == ("partitions", "hourly")
+    assert len(r1.partitions_changed) == 3
+    d2 = (D - timedelta(days=2), D - timedelta(days=1))
+    before = _stored_net(store, *d2)
+    assert before == Decimal("24") * (Decimal("2.933908") + Decimal("0.013"))
+
+    # A day later: Google re-rates one D-2 GPU hour (a negating and a corrected row, same usage
+    # window, adjustment_info set) and a late inter-zone row for D-2 arrives.
+    late = timedelta(days=2, hours=22)  # loaded on D+1
+    hour5, hour10 = D - timedelta(days=2, hours=-5), D - timedelta(days=2, hours=-10)
+    fixes = [
+        export_row(GPU, -2.933908, hour=hour5, instance="vm-a", labels={"team": "nlp"}, export_lag=late),
+        export_row(GPU, 1.5, hour=hour5, instance="vm-a", labels={"team": "nlp"}, export_lag=late),
+        export_row(XZ, 0.75, hour=hour10, instance="vm-a", labels={"team": "nlp"}, export_lag=late - timedelta(hours=5)),
+    ]  # fmt: skip
+    for f in fixes[:2]:
+        f["adjustment_info"] = {
+            "id": "adj-1",
+            "description": "re-rating",
+            "mode": "MANUAL",
+            "type": "CORRECTION",
+        }
+    load_rows(conn, fixes)
+    src.runs.clear()
+    r2 = poll_billing(src, store, CFG, now=D + timedelta(days=1, hours=8))
+
+    assert r2.queries == ("partitions", "hourly")
+    assert r2.partitions_changed == (D + timedelta(days=1),)
+    assert r2.windows == ((hour5, hour10 + timedelta(hours=1)),)  # only the hours that changed
+    after = _stored_net(store, *d2)
+    assert after == before - Decimal("2.933908") + Decimal("1.5") + Decimal("0.75")
+    # Nothing double counted: the store holds exactly the export, row for row and cent for cent.
+    everything = hourly_costs(store, D - timedelta(days=30), D + timedelta(days=2))
+    gross, _ = input_totals(first + fixes)
+    assert sum(h.gross for h in everything) == gross
+    assert sum(h.row_count for h in everything) == len(first + fixes)
+    # The engine's own report for D-2 agrees with the stored hours.
+    rep = DuckDBBillingSource(conn).run(
+        "report",
+        {"usage_start": d2[0], "usage_end": d2[1], "partition_end": D + timedelta(days=3),
+         "group_by": "project", "label_key": "team"},
+    ).rows  # fmt: skip
+    assert Decimal(sum(r["net_micros"] for r in rep)) / 1_000_000 == after
+    # The hour that was re-rated keeps its original rows: net 1.5, not just the corrections (0).
+    gpu5 = [
+        h for h in hourly_costs(store, hour5, hour5 + timedelta(hours=1)) if h.subcategory == "compute.gpu"
+    ]
+    assert sum(h.net for h in gpu5) == Decimal("1.5")
+
+
+def test_a_poll_without_new_loads_runs_only_the_watermark_query(conn, store) -> None:
+    load_rows(conn, _day(D - timedelta(days=1)))
+    src = CountingSource(DuckDBBillingSource(conn))
+    poll_billing(src, store, CFG, now=D + timedelta(hours=6))
+    snapshot = hourly_costs(store, D - timedelta(days=2), D + timedelta(days=1))
+    src.runs.clear()
+    again = poll_billing(src, store, CFG, now=D + timedelta(hours=7))
+    assert src.runs == ["partitions"]
+    assert (again.partitions_changed, again.windows, again.hourly_rows_written) == ((), (), 0)
+    assert hourly_costs(store, D - timedelta(days=2), D + timedelta(days=1)) == snapshot
+
+
+def test_watermarks_advance_only_after_the_replace_committed(conn, store) -> None:
+    load_rows(conn, _day(D - timedelta(days=1)))
+    failing = CountingSource(DuckDBBillingSource(conn), fail="hourly")
+    with pytest.raises(RetryableSourceError):
+        poll_billing(failing, store, CFG, now=D + timedelta(hours=6))
+    assert hourly_costs(store, D - timedelta(days=2), D + timedelta(days=1)) == []
+    healthy = CountingSource(DuckDBBillingSource(conn))
+    report = poll_billing(healthy, store, CFG, now=D + timedelta(hours=7))
+    assert healthy.runs == ["partitions", "hourly"]  # the failed window is redone, not skipped
+    assert report.hourly_rows_written == 48
+
+
+def test_provisional_days_are_marked(conn, store) -> None:
+    load_rows(conn, _day(D - timedelta(days=3)) + _day(D - timedelta(days=2)) + _day(D, range(2)))
+    report = poll_billing(DuckDBBillingSource(conn), store, CFG, now=D + timedelta(hours=8))
+    assert report.provisional_since == D - timedelta(days=2)
+    hours = hourly_costs(store, D - timedelta(days=5), D + timedelta(days=1))
+    by_day = {(h.usage_hour.date(), h.provisional) for h in hours}
+    assert by_day == {
+        ((D - timedelta(days=3)).date(), False),
+        ((D - timedelta(days=2)).date(), True),
+        (D.date(), True),
+    }
+    gpu = next(h for h in hours if h.subcategory == "compute.gpu")
+    assert (gpu.scope.instance, gpu.labels, gpu.category) == ("vm-a", {"team": "nlp"}, "compute")
+
+
+@pytest.mark.parametrize(
+    ("now", "start"),
+    [
+        (datetime(2026, 12, 3, 9, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC)),
+        (datetime(2026, 12, 10, 9, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC)),
+        (datetime(2026, 12, 11, 9, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC)),
+        (datetime(2026, 12, 20, 9, tzinfo=UTC), datetime(2026, 12, 10, tzinfo=UTC)),
+        (datetime(2027, 1, 2, 9, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC)),
+    ],
+)
+def test_early_in_a_month_the_previous_invoice_month_is_in_scope(now: datetime, start: datetime) -> None:
+    assert poll_scope(now, 10)[0] == start
+    assert provisional_since(now, 0) > now  # zero provisional days: nothing is provisional
+
+
+def test_previous_month_corrections_are_picked_up_early_in_the_month(conn, store) -> None:
+    nov5 = datetime(2026, 11, 5, 10, tzinfo=UTC)
+    load_rows(conn, [export_row(GPU, 2.0, hour=nov5, export_lag=timedelta(hours=3))])
+    poll_billing(DuckDBBillingSource(conn), store, CFG, now=datetime(2026, 11, 6, tzinfo=UTC))
+    # A credit-note-like correction for Nov 5, loaded on Dec 2.
+    load_rows(conn, [export_row(GPU, -0.5, hour=nov5, export_lag=timedelta(days=26, hours=14))])
+    report = poll_billing(DuckDBBillingSource(conn), store, CFG, now=datetime(2026, 12, 3, tzinfo=UTC))
+    assert report.windows == ((nov5, nov5 + timedelta(hours=1)),)
+    assert _stored_net(store, nov5, nov5 + timedelta(hours=1)) == Decimal("1.5")
+
+
+def test_poll_conserves_generated_fleet(conn, store) -> None:
+    rows = fleet_rows(seed=11, n=1500)
+    load_rows(conn, rows)
+    poll_billing(DuckDBBillingSource(conn), store, CFG, now=datetime(2026, 11, 6, tzinfo=UTC))
+    hours = hourly_costs(store, datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC))
+    gross, credits = input_totals(rows)
+    assert abs(sum(h.gross for h in hours) - gross) < Decimal("0.01")
+    assert abs(sum(h.net for h in hours) - (gross + credits)) < Decimal("0.01")

@@ -1,0 +1,252 @@
+"""`gpucost report` / `gpucost skus` and the FOCUS export, from export files to output."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from monitor.cli import main
+from monitor.focus import FOCUS_COLUMNS, focus_rows
+from monitor.report import build_report, default_window, parse_by, render_csv
+from monitor.sources.billing_duckdb import DuckDBBillingSource
+from monitor.sources.duckdb_conn import open_billing_db
+from tests.conftest import SHARED_DATA
+from tests.export_rows import write_ndjson
+from tests.test_queries import T0, export_row, fleet_rows, input_totals, load_rows
+
+SAMPLE_FOCUS = SHARED_DATA / "focus-1.0-sample" / "focus_sample.csv"
+
+
+def _rows() -> list[dict]:
+    """Two days of a GPU VM (one day CUD-covered) plus egress, tax and a Spot VM."""
+    rows = []
+    for h in range(48):
+        hour = T0 + timedelta(hours=h)
+        cud = [("COMMITTED_USAGE_DISCOUNT", -1.0)] if h < 24 else []
+        rows.append(
+            export_row(
+                "Nvidia H100 80GB GPU running in Americas",
+                9.8,
+                hour=hour,
+                instance="trainer-0",
+                instance_id="4242",
+                credits=cud,
+                labels={"team": "nlp"},
+            )
+        )
+        rows.append(export_row("Network Inter Zone Data Transfer Out", 0.25, hour=hour, instance="trainer-0"))
+        rows.append(
+            export_row(
+                "Spot Preemptible Nvidia L4 GPU running in Americas",
+                0.2236,
+                hour=hour,
+                project="ml-research",
+                labels={"team": "vision"},
+            )
+        )
+    rows.append(
+        export_row("Tax", 3.21, hour=T0, service={"id": "T", "description": "Invoice"}, cost_type="tax")
+    )
+    return rows
+
+
+@pytest.fixture
+def source() -> DuckDBBillingSource:
+    conn = open_billing_db(None)
+    load_rows(conn, _rows())
+    yield DuckDBBillingSource(conn)
+    conn.close()
+
+
+@pytest.fixture
+def export_file(tmp_path: Path) -> Path:
+    return write_ndjson(tmp_path / "export.ndjson", _rows())
+
+
+def test_parse_by() -> None:
+    assert parse_by("project") == ("project", "")
+    assert parse_by("label:team") == ("label", "team")
+    for bad in ("label:", "owner", "Project"):
+        with pytest.raises(ValueError):
+            parse_by(bad)
+
+
+def test_default_window_ends_at_the_latest_usage() -> None:
+    last = datetime(2026, 11, 4, tzinfo=UTC)
+    now = datetime(2027, 1, 1, tzinfo=UTC)
+    assert default_window(last, None, None, now) == (last - timedelta(days=14), last)
+    assert default_window(None, None, None, now) == (now - timedelta(days=14), now)
+    with pytest.raises(ValueError, match="must be before"):
+        default_window(last, last, last, now)
+
+
+def test_report_by_category_with_pricing_models_and_provisional_days(source) -> None:
+    now = T0 + timedelta(days=1, hours=12)  # provisional_days=1: only the second day is provisional
+    rep = build_report(
+        source, start=T0, end=T0 + timedelta(days=2), by="category", now=now, provisional_days=1
+    )
+    lines = {line.label: line for line in rep.lines}
+    assert set(lines) == {
+        "compute.gpu (committed)",
+        "compute.gpu (on_demand)",
+        "compute.gpu (spot)",
+        "network.inter_zone",
+        "tax",
+    }
+    committed = lines["compute.gpu (committed)"]
+    assert (committed.gross_micros, committed.cud_micros, committed.net_micros) == (
+        24 * 9_800_000,
+        -24_000_000,
+        24 * 8_800_000,
+    )
+    assert not committed.provisional  # all on day one
+    on_demand = lines["compute.gpu (on_demand)"]
+    assert on_demand.provisional and on_demand.provisional_net_micros == on_demand.net_micros
+    assert rep.total.gross_micros == sum(line.gross_micros for line in rep.lines)
+    assert rep.total.gross_micros == 48 * (9_800_000 + 250_000 + 223_600) + 3_210_000
+    assert rep.provisional_since == T0 + timedelta(days=1)
+
+
+def test_report_by_label_and_instance(source) -> None:
+    now = T0 + timedelta(days=30)
+    by_team = build_report(source, start=T0, end=T0 + timedelta(days=2), by="label:team", now=now)
+    assert {line.key for line in by_team.lines} == {"nlp", "vision", None}
+    by_vm = build_report(source, start=T0, end=T0 + timedelta(days=2), by="instance", now=now)
+    trainer = next(line for line in by_vm.lines if line.key == "trainer-0")
+    assert trainer.gross_micros == 48 * (9_800_000 + 250_000)
+    assert not by_vm.total.provisional
+
+
+def test_csv_is_exact_and_totals_last(source) -> None:
+    rep = build_report(source, start=T0, end=T0 + timedelta(days=2), by="project", now=T0)
+    rows = list(csv.DictReader(io.StringIO(render_csv(rep))))
+    assert rows[-1]["key"] == "TOTAL"
+    assert sum(Decimal(r["gross"]) for r in rows[:-1]) == Decimal(rows[-1]["gross"])
+    assert {r["key"] for r in rows[:-1]} == {"ml-prod", "ml-research"}
+
+
+def test_focus_rows_use_focus_names_and_conserve_cost(source) -> None:
+    rows = list(focus_rows(source, start=T0, end=T0 + timedelta(days=2), now=T0 + timedelta(days=1)))
+    assert list(rows[0]) == list(FOCUS_COLUMNS)
+    gross, credits = input_totals(_rows())
+    assert sum(Decimal(r["ContractedCost"]) for r in rows) == gross
+    assert sum(Decimal(r["BilledCost"]) for r in rows) == gross + credits
+    gpu = next(r for r in rows if r["ResourceName"] == "trainer-0" and "H100" in r["ChargeDescription"])
+    assert gpu["ResourceType"] == "Virtual Machine"
+    assert gpu["ResourceId"].endswith("/instances/4242")
+    assert (gpu["RegionId"], gpu["AvailabilityZone"]) == ("us-central1", "us-central1-a")
+    assert json.loads(gpu["Tags"]) == {"team": "nlp"}
+    assert gpu["ChargePeriodStart"] in ("2026-11-02T00:00:00Z", "2026-11-03T00:00:00Z")
+    tax = next(r for r in rows if r["x_Subcategory"] == "tax")
+    assert (tax["ChargeCategory"], tax["BilledCost"]) == ("Tax", "3.210000")
+    spot = next(r for r in rows if r["x_PricingModel"] == "spot")
+    assert spot["PricingCategory"] == "Dynamic"
+
+
+def test_focus_columns_match_the_official_sample() -> None:
+    if not SAMPLE_FOCUS.is_file():
+        pytest.skip(f"{SAMPLE_FOCUS} not present")
+    with SAMPLE_FOCUS.open(encoding="utf-8") as f:
+        header = next(csv.reader(f))
+    ours = [c for c in FOCUS_COLUMNS if not c.startswith("x_")]
+    assert set(ours) == set(header) - {"Id"}  # "Id" is the sample's row number, not a FOCUS column
+
+
+def test_cli_report_json_from_an_export_file(export_file: Path, capsys) -> None:
+    assert main(["report", "--billing", str(export_file), "--format", "json", "--by", "project"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # Default window: 14 days up to the latest usage_end_time in the data.
+    assert out["end"] == "2026-11-04T00:00:00Z"
+    assert out["start"] == "2026-10-21T00:00:00Z"
+    gross, credits = input_totals(_rows())
+    assert Decimal(out["total"]["gross_micros"]) / 1_000_000 == gross
+    assert Decimal(out["total"]["net_micros"]) / 1_000_000 == gross + credits
+    # Provisional days are counted back from the latest load (rows load 4 h after their hour).
+    assert out["provisional_since"] == "2026-11-02T00:00:00Z"
+    assert out["total"]["provisional"] is True
+
+
+def test_cli_report_table_and_focus(export_file: Path, capsys) -> None:
+    assert main(["report", "--billing", str(export_file), "--start", "2026-11-02T00:00:00Z"]) == 0
+    table = capsys.readouterr().out
+    assert "compute.gpu (committed)" in table and "TOTAL" in table and "provisional" in table
+    assert main(["report", "--billing", str(export_file), "--format", "focus"]) == 0
+    focus = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert focus and set(focus[0]) == set(FOCUS_COLUMNS)
+
+
+def test_cli_skus_json(export_file: Path, capsys) -> None:
+    assert main(["skus", "--billing", str(export_file), "--format", "json"]) == 0
+    skus = {s["sku"]: s for s in json.loads(capsys.readouterr().out)}
+    gpu = skus["Nvidia H100 80GB GPU running in Americas"]
+    assert {k: gpu[k] for k in ("service", "category", "subcategory", "pricing_model", "rows")} == {
+        "service": "Compute Engine",
+        "category": "compute",
+        "subcategory": "compute.gpu",
+        "pricing_model": "on_demand",
+        "rows": 48,
+    }
+    assert gpu["committed_rows"] == 24
+    assert gpu["cost"] == pytest.approx(48 * 9.8)
+    assert skus["Spot Preemptible Nvidia L4 GPU running in Americas"]["pricing_model"] == "spot"
+
+
+def test_cli_config_overrides_reach_the_engine(export_file: Path, tmp_path: Path, capsys) -> None:
+    cfg = tmp_path / "gpucost.toml"
+    cfg.write_text(
+        '[attribution]\nrules = [{ sku_regex = "(?i)inter zone", category = "network.other" }]\n',
+        encoding="utf-8",
+    )
+    args = ["skus", "--billing", str(export_file), "--config", str(cfg), "--format", "json"]
+    assert main(args) == 0
+    skus = {s["sku"]: s for s in json.loads(capsys.readouterr().out)}
+    assert skus["Network Inter Zone Data Transfer Out"]["subcategory"] == "network.other"
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["report", "--by", "owner"], "unknown grouping"),
+        (["report", "--config", "{cfg}"], "billing.db"),
+        (["report", "--billing", "{file}", "--start", "2026-11-05", "--end", "2026-11-01"], "must be before"),
+        (["skus", "--config", "{bad}"], "attribution.rules[0]"),
+    ],
+)
+def test_cli_user_mistakes_are_one_line(argv, needle, export_file, tmp_path, capsys) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[billing]\ndb = "{tmp_path / "missing.duckdb"}"\n', encoding="utf-8")
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        '[attribution]\nrules = [{ sku_regex = "a(?=b)", category = "other" }]\n', encoding="utf-8"
+    )
+    argv = [a.format(cfg=cfg, file=export_file, bad=bad) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_report_conserves_a_generated_fleet(tmp_path: Path, capsys) -> None:
+    rows = fleet_rows(seed=9, n=800)
+    path = write_ndjson(tmp_path / "fleet.ndjson", rows)
+    argv = [
+        "report",
+        "--billing",
+        str(path),
+        "--format",
+        "json",
+        "--start",
+        "2026-10-01",
+        "--end",
+        "2026-12-01",
+    ]
+    assert main(argv) == 0
+    total = json.loads(capsys.readouterr().out)["total"]
+    gross, credits = input_totals(rows)
+    assert abs(Decimal(total["gross_micros"]) / 1_000_000 - gross) < Decimal("0.01")
+    assert abs(Decimal(total["net_micros"]) / 1_000_000 - (gross + credits)) < Decimal("0.01")
