@@ -1,15 +1,45 @@
-"""`gpucost run`."""
+"""`gpucost run`: the daemon, or one full cycle with --once."""
 
 from __future__ import annotations
 
+import sys
+from collections import defaultdict
+from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import click
 
+from monitor.billing_poll import hourly_costs
 from monitor.cli import cli
 from monitor.cli._common import config_option
 from monitor.config import load_config
-from monitor.errors import NotAvailableYet
+from monitor.logs import configure_logging
+from monitor.render import findings_text
+from monitor.timeutil import floor_hour, to_iso
+
+
+def _summary(service) -> str:
+    """What the cycle attributed (last 14 days, by category) and found, for a person reading."""
+    deps = service.deps
+    now = deps.clock.now()
+    end = floor_hour(now) + timedelta(hours=1)
+    start = end - timedelta(days=14)
+    rows = hourly_costs(deps.store, start, end, now=now, provisional_days=deps.cfg.billing.provisional_days)
+    gross: dict[str, Decimal] = defaultdict(Decimal)
+    net: dict[str, Decimal] = defaultdict(Decimal)
+    for r in rows:
+        gross[r.subcategory] += r.gross
+        net[r.subcategory] += r.net
+    lines = [f"gpucost: attributed spend {to_iso(start)} .. {to_iso(end)} (simulated now {to_iso(now)})"]
+    for sub in sorted(gross, key=lambda s: -gross[s]):
+        lines.append(f"  {sub:<26} gross ${gross[sub]:>14,.2f}   net ${net[sub]:>14,.2f}")
+    lines.append(f"  {'TOTAL':<26} gross ${sum(gross.values()):>14,.2f}   net ${sum(net.values()):>14,.2f}")
+    lines.append("")
+    lines.append(f"gpucost: {len(deps.findings)} findings")
+    if deps.findings:
+        lines.append(findings_text(deps.findings))
+    return "\n".join(lines)
 
 
 @cli.command("run")
@@ -17,5 +47,17 @@ from monitor.errors import NotAvailableYet
 @click.option("--once", is_flag=True, help="Run one full cycle (poll, detect, deliver, digest) and exit.")
 def run_cmd(config_path: Path, once: bool) -> None:
     """Run the always-on daemon (or one cycle with --once)."""
-    load_config(config_path)
-    raise NotAvailableYet("gpucost run (the daemon) lands with the daemon issue")
+    from monitor.service import Service
+
+    cfg = load_config(config_path)
+    configure_logging(cfg.logging.format, cfg.logging.level)
+    service = Service(cfg, stream=sys.stdout)
+    try:
+        if once:
+            result = service.once()
+            click.echo(_summary(service))
+            click.echo(f"gpucost: digest written to {result['digest']['markdown']}")
+            return
+        raise SystemExit(service.serve())
+    finally:
+        service.close()

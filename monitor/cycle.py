@@ -1,0 +1,260 @@
+"""The steps of one monitoring cycle, as `run_*(deps, now)` functions.
+
+The daemon decides *when* each runs (monitor.daemon), the CLI *which* runs once; both call these.
+Each step reads what earlier steps left in the state store, so steps can run at different cadences
+and a crash in one never corrupts another: billing poll -> utilization poll -> detection (findings
++ alert pipeline) -> delivery (outbox) -> digest.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any, TextIO
+from zoneinfo import ZoneInfo
+
+from alerts import pipeline
+from alerts.delivery import deliver_outbox
+from alerts.digest import send_digest, write_digest
+from alerts.factory import make_notifier
+from alerts.notifier import Notifier
+from alerts.outbox import status as outbox_status
+from monitor.assemble import assemble_inputs
+from monitor.billing_poll import poll_billing
+from monitor.clock import Clock
+from monitor.config import Config
+from monitor.detectors import Detector, build_detectors, run_detectors
+from monitor.detectors.inputs import BudgetSpec
+from monitor.digest_data import digest_data
+from monitor.metrics import Metrics
+from monitor.model import Finding
+from monitor.sources.base import BillingSource
+from monitor.sources.budgets import Budget, budget_source_from_config
+from monitor.sources.pricing import price_source_from_config
+from monitor.state.findings import record_findings
+from monitor.state.store import SQLiteStore, open_store
+from monitor.timeutil import floor_hour
+from monitor.utilization import migrate as migrate_utilization
+from monitor.utilization import read_watermark, replace_window
+
+__all__ = [
+    "Deps",
+    "budget_specs",
+    "build_deps",
+    "run_billing_poll",
+    "run_cycle",
+    "run_delivery",
+    "run_detection",
+    "run_digest",
+    "run_price_refresh",
+    "run_utilization_poll",
+]
+
+log = logging.getLogger("gpucost.cycle")
+_DETECTION_WINDOW = timedelta(days=14)
+_FILE_REREAD = timedelta(days=3)
+
+
+@dataclass
+class Deps:
+    cfg: Config
+    clock: Clock
+    store: SQLiteStore
+    billing: BillingSource
+    utilization: Any  # CloudMonitoringSource | FileUtilizationSource
+    prices: Any  # PriceSource
+    budgets: Any  # BudgetSource
+    detectors: list[Detector]
+    notifier: Notifier
+    metrics: Metrics
+    last_success: dict[str, datetime] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def alert_deps(self) -> pipeline.Deps:
+        return pipeline.Deps(self.store, self.notifier, self.cfg.alerts, self.cfg.slack)
+
+
+def _utilization_source(cfg: Config) -> Any:
+    if cfg.utilization.source == "cloud_monitoring":
+        from monitor.sources.monitoring import CloudMonitoringSource
+
+        return CloudMonitoringSource(cfg.utilization, cfg.google)
+    from monitor.sources.utilization_files import FileUtilizationSource
+
+    return FileUtilizationSource(
+        list(cfg.utilization.files), alignment_seconds=cfg.utilization.alignment_seconds
+    )
+
+
+def build_deps(
+    cfg: Config,
+    clock: Clock,
+    billing: BillingSource,
+    *,
+    metrics: Metrics | None = None,
+    stream: TextIO | None = None,
+    environ: dict[str, str] | None = None,
+) -> Deps:
+    """Wire every source from config; nothing is read from the network here."""
+    store = open_store(cfg.state.url)
+    return Deps(
+        cfg=cfg,
+        clock=clock,
+        store=store,
+        billing=billing,
+        utilization=_utilization_source(cfg),
+        prices=price_source_from_config(cfg.pricing, cfg.google, store),
+        budgets=budget_source_from_config(cfg.budgets, cfg.google),
+        detectors=build_detectors(cfg.detectors, "config"),
+        notifier=make_notifier(cfg, environ, stream),
+        metrics=metrics or Metrics.create(),
+    )
+
+
+def _ok(deps: Deps, step: str, now: datetime) -> None:
+    deps.last_success[step] = now
+
+
+def run_billing_poll(deps: Deps, now: datetime) -> dict[str, Any]:
+    report = poll_billing(deps.billing, deps.store, deps.cfg.billing, now)
+    for q in report.queries:
+        deps.metrics.billing_queries.labels(q).inc()
+    if report.bytes_processed:
+        deps.metrics.billing_bytes.inc(report.bytes_processed)
+    deps.metrics.billing_rows.inc(report.hourly_rows_written)
+    _ok(deps, "billing", now)
+    log.info(
+        "billing poll",
+        extra={
+            "partitions_changed": len(report.partitions_changed),
+            "hourly_rows": report.hourly_rows_written,
+            "queries": len(report.queries),
+        },
+    )
+    return report.to_dict()
+
+
+def run_utilization_poll(deps: Deps, now: datetime) -> dict[str, Any]:
+    src = deps.utilization
+    if hasattr(src, "poll"):  # Cloud Monitoring: per (project, preset) watermarks in the store
+        report = src.poll(deps.store, now)
+        report.raise_for_failures()
+        count, skipped = sum(w.samples for w in report.windows), report.skipped
+    else:  # files: re-read the recent days (late points replace, never duplicate)
+        migrate_utilization(deps.store)
+        end = floor_hour(now) + timedelta(hours=1)
+        first = read_watermark(deps.store, "files", "files") is None
+        start = end - (_DETECTION_WINDOW if first else _FILE_REREAD)
+        result = src.fetch(start, end)
+        replace_window(deps.store, "files", "files", start, end, result.samples, now=now)
+        count, skipped = len(result.samples), result.skipped
+    deps.metrics.utilization_samples.labels(deps.cfg.utilization.source).inc(count)
+    _ok(deps, "utilization", now)
+    log.info("utilization poll", extra={"samples": count, "skipped": sum(skipped.values())})
+    return {"samples": count, "skipped": skipped}
+
+
+def budget_specs(budgets: list[Budget]) -> list[BudgetSpec]:
+    """Budgets the detectors can evaluate: total, one project, or one label."""
+    specs = []
+    for b in budgets:
+        if len(b.projects) > 1 or b.project_numbers or b.services:
+            log.warning("budget not evaluated: multi-project / service filters", extra={"budget": b.name})
+            continue
+        specs.append(
+            BudgetSpec(
+                name=b.name,
+                amount=b.amount_usd,
+                project=b.projects[0] if b.projects else None,
+                label=b.labels[0] if b.labels else None,
+            )
+        )
+    return specs
+
+
+def detect(
+    deps: Deps, now: datetime, start: datetime | None = None, end: datetime | None = None
+) -> list[Finding]:
+    """Findings for [start, end) (default: the last 14 days up to the current hour)."""
+    end = end or floor_hour(now) + timedelta(hours=1)
+    start = start or end - _DETECTION_WINDOW
+    month_start = start.replace(day=1, hour=0)  # budget forecasts need the whole month to date
+    inputs = assemble_inputs(
+        deps.store,
+        min(start, month_start),
+        end,
+        now,
+        provisional_days=deps.cfg.billing.provisional_days,
+        idle_threshold_pct=deps.cfg.utilization.idle_threshold_pct,
+        prices=deps.prices.price_book(now),
+        budgets=budget_specs(deps.budgets.budgets()),
+    )
+    return run_detectors(inputs, deps.detectors, now)
+
+
+def run_detection(deps: Deps, now: datetime) -> dict[str, Any]:
+    findings = detect(deps, now)
+    counts = record_findings(deps.store, findings, now)
+    report = pipeline.process(findings, now, deps.alert_deps)
+    deps.findings = findings
+    deps.metrics.findings.clear()
+    for f in findings:
+        deps.metrics.findings.labels(f.kind, f.severity.value).inc()
+    _ok(deps, "detection", now)
+    log.info("detection", extra={"findings": len(findings), **counts})
+    return {"findings": len(findings), **counts, "pipeline": str(report)}
+
+
+def run_delivery(deps: Deps, now: datetime) -> dict[str, Any]:
+    report = deliver_outbox(deps.alert_deps, now)
+    st = outbox_status(deps.store)
+    deps.metrics.outbox_depth.labels("pending").set(st.pending)
+    deps.metrics.outbox_depth.labels("failed").set(st.failed)
+    deps.metrics.outbox_depth.labels("sent").set(st.sent)
+    failed = getattr(report, "failed", 0)
+    if failed:
+        deps.metrics.delivery_failures.labels("permanent").inc(failed)
+    _ok(deps, "delivery", now)
+    return {"report": str(report), "pending": st.pending, "failed": st.failed}
+
+
+def run_digest(deps: Deps, now: datetime, day: date | None = None, send: bool = False) -> dict[str, Any]:
+    """Yesterday's digest (in the digest's time zone): to Slack when sending, else under out_dir."""
+    tz = ZoneInfo(deps.cfg.digest.timezone)
+    day = day or (now.astimezone(tz).date() - timedelta(days=1))
+    data = digest_data(deps.store, day, deps.cfg.digest.timezone, now, deps.cfg.billing.provisional_days)
+    for cat, amount in data.mtd_by_category.items():
+        deps.metrics.spend_usd.labels(cat).set(float(amount))
+    md, png = write_digest(data, deps.cfg.digest.out_dir)
+    result: dict[str, Any] = {"markdown": str(md), "png": str(png)}
+    if send:
+        result["slack"] = str(send_digest(deps.notifier, data, png, deps.alert_deps.default_channel))
+    _ok(deps, "digest", now)
+    log.info("digest written", extra={"day": str(day), "markdown": str(md)})
+    return result
+
+
+def run_price_refresh(deps: Deps, now: datetime) -> dict[str, Any]:
+    if hasattr(deps.prices, "refresh"):
+        deps.prices.refresh(now)
+    book = deps.prices.price_book(now)
+    _ok(deps, "prices", now)
+    return {"source": book.source, "as_of": str(book.as_of)}
+
+
+def run_cycle(deps: Deps, now: datetime) -> dict[str, Any]:
+    """One full cycle, in order (used by `gpucost run --once` and tests)."""
+    return {
+        "billing": run_billing_poll(deps, now),
+        "utilization": run_utilization_poll(deps, now),
+        "detection": run_detection(deps, now),
+        "delivery": run_delivery(deps, now),
+        "digest": run_digest(deps, now),
+    }
+
+
+def state_dir(cfg: Config) -> Path:
+    return Path(cfg.state.url.removeprefix("sqlite:///")).parent
