@@ -6,7 +6,7 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 DEMO_CONFIG ?= deploy/config/demo.toml
 PYTEST_ARGS ?= -n 2
 
-.PHONY: demo test lint bench clean venv
+.PHONY: demo test lint bench clean venv bqemu
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,12 +24,16 @@ venv: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(BIN)/gpucost run --config $(DEMO_CONFIG) $(if $(ONCE),--once,)
 
-test: $(VENV)/.installed-test
-	$(BIN)/ruff check monitor alerts tests
+# The BigQuery emulator (PyPI bqemulator) lives in its own venv: its pins clash with ours.
+bqemu:
+	PYTHON=$(PYTHON) bash tests/emulators/bqemu_setup.sh
+
+test: $(VENV)/.installed-test bqemu
+	$(BIN)/ruff check monitor alerts tests bench
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed
-	$(BIN)/python bench/bench.py
+	$(BIN)/python bench/bench.py $(BENCH_ARGS)
 
 clean:
 	rm -rf out build dist *.egg-info .pytest_cache .ruff_cache

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 
 import click
 
 from monitor.cli import cli
-from monitor.errors import NotAvailableYet
+from monitor.cli._common import TIMESTAMP
 
 
 @cli.command("simulate")
@@ -27,6 +29,37 @@ from monitor.errors import NotAvailableYet
     type=click.IntRange(1, 10000),
     help="Multiply the fleet (for benchmarks).",
 )
-def simulate_cmd(out_dir, days, seed, scale) -> None:
+@click.option(
+    "--start",
+    type=TIMESTAMP,
+    default="2026-11-01T00:00:00Z",
+    show_default=True,
+    help="First usage hour (UTC, on the hour).",
+)
+@click.option("--clean", is_flag=True, help="The same fleet without any injected hidden cost.")
+def simulate_cmd(out_dir: Path, days: int, seed: int, scale: int, start: datetime, clean: bool) -> None:
     """Write a simulated GPU fleet: billing export, utilization and injected hidden costs."""
-    raise NotAvailableYet("gpucost simulate is being built")
+    from monitor.simulate import write_fleet
+
+    summary = write_fleet(out_dir, seed=seed, days=days, scale=scale, start=start, inject=not clean)
+    totals = summary["totals"]
+    click.echo(
+        f"wrote {summary['rows']:,} billing rows, {days} days from {start:%Y-%m-%d %H:%M}Z, "
+        f"seed {seed}, scale {scale} -> {out_dir}"
+    )
+    click.echo(
+        f"total cost {_usd(totals['cost_micros'])}, credits {_usd(totals['credits_micros'])}, "
+        f"net {_usd(totals['net_cost_micros'])}"
+    )
+    hidden = summary["hidden_costs"]
+    if hidden:
+        listed = ", ".join(f"{h['kind']}/{h['variant']} ${h['impact_usd']:,.2f}" for h in hidden)
+        click.echo(f"hidden costs injected ({len(hidden)}): {listed}")
+    else:
+        click.echo("hidden costs injected: none (--clean)")
+    click.echo(f"files: {', '.join(summary['files'][:2])}, utilization/*.json.gz ({days}), ground_truth.json")
+
+
+def _usd(micros: int) -> str:
+    amount = Decimal(micros) / 1_000_000
+    return f"{'-' if amount < 0 else ''}${abs(amount):,.2f}"

@@ -16,7 +16,13 @@ from monitor.simulate.rand import hexid
 __all__ = [
     "COMPUTE",
     "FILESTORE",
+    "GCS_DOWNLOAD",
     "GKE",
+    "GKE_ZONAL",
+    "INTER_ZONE",
+    "INTER_ZONE_INGRESS",
+    "INTER_ZONE_OLD",
+    "INTRA_ZONE",
     "INVOICE",
     "MACHINES",
     "REGIONS",
@@ -30,8 +36,15 @@ __all__ = [
     "Sku",
     "commitment_skus",
     "compute_skus",
+    "filestore_sku",
+    "gcs_sku",
+    "inter_region_sku",
+    "internet_sku",
     "net_sku",
+    "pd_sku",
+    "snapshot_sku",
     "storage_sku",
+    "vertex_skus",
 ]
 
 GIB = 1 << 30
@@ -146,10 +159,22 @@ def compute_skus(machine: MachineType, region: Region, pricing: Pricing) -> dict
     core, ram = _FAMILY_PRICES[machine.family][rate]
     fam, area = machine.family, region.area
     skus = {
-        "core": Sku(COMPUTE, f"{prefix}{fam} Instance Core running in {area}", "seconds", "hour", 3600,
-                    _local(core, region)),
-        "ram": Sku(COMPUTE, f"{prefix}{fam} Instance Ram running in {area}", "byte-seconds",
-                   "gibibyte hour", GIB * 3600, _local(ram, region)),
+        "core": Sku(
+            COMPUTE,
+            f"{prefix}{fam} Instance Core running in {area}",
+            "seconds",
+            "hour",
+            3600,
+            _local(core, region),
+        ),
+        "ram": Sku(
+            COMPUTE,
+            f"{prefix}{fam} Instance Ram running in {area}",
+            "byte-seconds",
+            "gibibyte hour",
+            GIB * 3600,
+            _local(ram, region),
+        ),
     }
     if machine.gpu is not None:
         price = machine.gpu.spot if spot else machine.gpu.on_demand
@@ -164,12 +189,30 @@ def commitment_skus(machine: MachineType, region: Region) -> dict[str, Sku]:
     core, ram = _COMMIT_1Y[machine.family]
     fam, area = machine.family, region.area
     return {
-        "gpu": Sku(COMPUTE, f"Commitment v1: {machine.gpu.sku_name} GPU running in {area} for 1 Year",
-                   "seconds", "hour", 3600, _local(machine.gpu.commit_1y, region)),
-        "core": Sku(COMPUTE, f"Commitment v1: {fam} Cpu in {area} for 1 Year", "seconds", "hour", 3600,
-                    _local(core, region)),
-        "ram": Sku(COMPUTE, f"Commitment v1: {fam} Ram in {area} for 1 Year", "byte-seconds",
-                   "gibibyte hour", GIB * 3600, _local(ram, region)),
+        "gpu": Sku(
+            COMPUTE,
+            f"Commitment v1: {machine.gpu.sku_name} GPU running in {area} for 1 Year",
+            "seconds",
+            "hour",
+            3600,
+            _local(machine.gpu.commit_1y, region),
+        ),
+        "core": Sku(
+            COMPUTE,
+            f"Commitment v1: {fam} Cpu in {area} for 1 Year",
+            "seconds",
+            "hour",
+            3600,
+            _local(core, region),
+        ),
+        "ram": Sku(
+            COMPUTE,
+            f"Commitment v1: {fam} Ram in {area} for 1 Year",
+            "byte-seconds",
+            "gibibyte hour",
+            GIB * 3600,
+            _local(ram, region),
+        ),
     }
 
 
@@ -180,5 +223,61 @@ def net_sku(description: str, price: str, service: Service = COMPUTE) -> Sku:
 
 def storage_sku(service: Service, description: str, price_per_gib_month: str) -> Sku:
     """A capacity SKU: usage in byte-seconds, priced per GiB-month (730 hours)."""
-    return Sku(service, description, "byte-seconds", "gibibyte month", GIB * MONTH_SECONDS,
-               D(price_per_gib_month))
+    return Sku(
+        service, description, "byte-seconds", "gibibyte month", GIB * MONTH_SECONDS, D(price_per_gib_month)
+    )
+
+
+# Convenience constructors for the SKUs the fleet uses (descriptions per gcp.md section 3).
+def pd_sku(region: Region) -> Sku:
+    return storage_sku(COMPUTE, f"Balanced PD Capacity in {region.city}", "0.10")
+
+
+def snapshot_sku(region: Region) -> Sku:
+    return storage_sku(COMPUTE, f"Storage PD Snapshot in {region.city}", "0.05")
+
+
+def gcs_sku(location: str, price: str) -> Sku:
+    return storage_sku(STORAGE, f"Standard Storage {location}", price)
+
+
+def filestore_sku(region: Region) -> Sku:
+    return storage_sku(FILESTORE, f"Filestore Basic SSD Capacity in {region.city}", "0.30")
+
+
+GKE_ZONAL = Sku(GKE, "Zonal Kubernetes Clusters", "seconds", "hour", 3600, D("0.10"))
+GCS_DOWNLOAD = net_sku("Download Worldwide Destinations (excluding Asia & Australia)", "0.12", STORAGE)
+INTRA_ZONE = net_sku("Network Intra Zone Data Transfer Out", "0")
+INTER_ZONE = net_sku("Network Inter Zone Data Transfer Out", "0.01")
+INTER_ZONE_OLD = net_sku("Network Inter Zone Egress", "0.01")
+INTER_ZONE_INGRESS = net_sku("Network Inter Zone Ingress", "0")
+
+
+def internet_sku(src: Region, dst_area: str, *, old: bool = False) -> Sku:
+    what = "Internet Egress" if old else "Internet Data Transfer Out"
+    return net_sku(f"Network {what} from {src.area} to {dst_area}", "0.12")
+
+
+def inter_region_sku(src: Region, dst: Region) -> Sku:
+    return net_sku(f"Network Inter Region Data Transfer Out from {src.area} to {dst.area}", "0.05")
+
+
+def vertex_skus(region: Region) -> tuple[Sku, Sku]:
+    area = region.area
+    core = Sku(
+        VERTEX,
+        f"Online/Batch Prediction N1 Predefined Instance Core running in {area}",
+        "seconds",
+        "hour",
+        3600,
+        _local(D("0.0379"), region),
+    )
+    ram = Sku(
+        VERTEX,
+        f"Online/Batch Prediction N1 Predefined Instance RAM running in {area}",
+        "byte-seconds",
+        "gibibyte hour",
+        GIB * 3600,
+        _local(D("0.0050"), region),
+    )
+    return core, ram

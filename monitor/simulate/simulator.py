@@ -1,0 +1,159 @@
+"""`FleetSimulator`: the fleet's billing rows, export deliveries, utilization and ground truth over
+one window; `write_fleet` puts them on disk.
+
+Every entity-hour is rendered independently (keyed randomness), so the demo daemon can ask for
+just the rows exported in the last few minutes of a fast clock and get exactly the rows a full
+run would have written with those export times.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from monitor.errors import UserError
+from monitor.simulate.compute import Ctx
+from monitor.simulate.delivery import MAX_LATENESS, Delivery
+from monitor.simulate.export import ExportWriter, open_gzip
+from monitor.simulate.layout import build_fleet
+from monitor.simulate.truth import Tally, hidden_costs, micros_of
+from monitor.simulate.utilization import iter_series, utilization_series
+from monitor.timeutil import to_iso
+
+__all__ = ["DEFAULT_START", "FleetSimulator", "write_fleet"]
+
+DEFAULT_START = datetime(2026, 11, 1, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+
+
+class FleetSimulator:
+    """A deterministic GPU fleet on Google Cloud over `days` days from `start` (UTC, hour-aligned)."""
+
+    def __init__(self, seed: int, start: datetime, days: int, scale: int = 1, inject: bool = True):
+        if start.tzinfo is None:
+            raise UserError(f"simulate: start {start.isoformat()} has no time zone; give it in UTC (…Z)")
+        if days < 1 or scale < 1:
+            raise UserError(f"simulate: days ({days}) and scale ({scale}) must be at least 1")
+        start = start.astimezone(UTC)
+        if start != start.replace(minute=0, second=0, microsecond=0):
+            raise UserError(f"simulate: start {to_iso(start)} must be on the hour (usage windows are hourly)")
+        self.seed, self.start, self.days, self.scale, self.inject = seed, start, days, scale, inject
+        self.hours = days * 24
+        self.end = start + timedelta(days=days)
+        self.fleet = build_fleet(seed, self.hours, scale, inject)
+        self.ctx = Ctx(seed, start, Delivery(seed, start))
+
+    def hour_rows(self, h: int) -> Iterator[dict]:
+        """Every row of usage hour h, export_time set."""
+        return self._hour_rows(h, None)
+
+    def _hour_rows(self, h: int, exported: tuple[datetime, datetime] | None) -> Iterator[dict]:
+        """Rows of hour h; with `exported` = (t0, t1], only those loaded then. An entity-hour's
+        export time is known before its rows are rendered, so skipped ones cost one hash."""
+        usage_end = self.ctx.hour_start(h + 1)
+        for entity in self.fleet.entities:
+            when = self.ctx.delivery.export_time(entity.key, h, usage_end)
+            corrected = getattr(entity, "correction_hour", None) == h
+            if exported is not None and not corrected and not exported[0] < when <= exported[1]:
+                continue
+            for row in entity.rows(self.ctx, h):
+                if row["export_time"] is None:
+                    row["export_time"] = when
+                if exported is None or exported[0] < row["export_time"] <= exported[1]:
+                    yield row
+
+    def billing_rows(self) -> Iterator[dict]:
+        for h in range(self.hours):
+            yield from self._hour_rows(h, None)
+
+    def rows_exported_between(self, t0: datetime, t1: datetime) -> Iterator[dict]:
+        """Rows with t0 < export_time <= t1 (only usage hours that can land then are visited)."""
+        lo = max(0, math.floor((t0 - MAX_LATENESS - self.start) / HOUR))
+        hi = min(self.hours, math.ceil((t1 - self.start) / HOUR))
+        for h in range(lo, hi):
+            yield from self._hour_rows(h, (t0, t1))
+
+    def last_export_time(self) -> datetime:
+        """An upper bound of every export_time of the window (late rows included)."""
+        return self.end + MAX_LATENESS + HOUR * 4
+
+    def utilization_series(self, t0: datetime, t1: datetime) -> list[dict]:
+        return utilization_series(self.ctx, self.fleet.vms, self.hours, t0, t1)
+
+    def _row_sum(self, entities: Iterable[Any], hours: range, keep) -> int:
+        return sum(
+            micros_of(row["cost"])
+            for e in entities
+            for h in hours
+            for row in e.rows(self.ctx, h)
+            if keep(row)
+        )
+
+    def ground_truth(self, tally: Tally | None = None) -> dict:
+        """Hidden costs with exact impacts, totals over every row, the window. Pass the `Tally` of a
+        pass already made over `billing_rows()` to avoid rendering the rows twice."""
+        if tally is None:
+            tally = Tally()
+            for row in self.billing_rows():
+                tally.add(row)
+        return {
+            "seed": self.seed,
+            "scale": self.scale,
+            "injected": self.inject,
+            "window": {"start": to_iso(self.start), "end": to_iso(self.end)},
+            "totals": tally.totals(),
+            "hidden_costs": hidden_costs(self.fleet, self.start, tally, self._row_sum),
+        }
+
+
+def _write_page(path: Path, series: Iterable[dict]) -> None:
+    """One `{"timeSeries": [...]}` page, streamed series by series (same bytes as json.dumps)."""
+    with open_gzip(path) as gz:
+        gz.write(b'{"timeSeries":[')
+        for i, ts in enumerate(series):
+            gz.write((b"," if i else b"") + json.dumps(ts, separators=(",", ":")).encode())
+        gz.write(b"]}")
+
+
+def write_fleet(
+    out_dir: Path,
+    seed: int,
+    days: int,
+    scale: int = 1,
+    start: datetime | None = None,
+    inject: bool = True,
+) -> dict:
+    """Write billing (NDJSON.gz + Parquet), daily utilization files and ground_truth.json under
+    `out_dir`; return a summary (rows, files, totals, hidden costs)."""
+    sim = FleetSimulator(seed, start or DEFAULT_START, days, scale, inject)
+    out_dir = Path(out_dir)
+    (out_dir / "billing").mkdir(parents=True, exist_ok=True)
+    (out_dir / "utilization").mkdir(parents=True, exist_ok=True)
+    files = [out_dir / "billing" / "export.ndjson.gz", out_dir / "billing" / "export.parquet"]
+    tally = Tally()
+    with ExportWriter(files[0], files[1]) as writer:
+        for row in sim.billing_rows():
+            writer.write(row)
+            tally.add(row)
+    for d in range(days):
+        t0 = sim.start + timedelta(days=d)
+        path = out_dir / "utilization" / f"{t0.date().isoformat()}.json.gz"
+        _write_page(path, iter_series(sim.ctx, sim.fleet.vms, sim.hours, t0, t0 + timedelta(days=1)))
+        files.append(path)
+    truth = sim.ground_truth(tally)
+    files.append(out_dir / "ground_truth.json")
+    files[-1].write_text(json.dumps(truth, indent=2) + "\n")
+    return {
+        "out": str(out_dir),
+        "rows": tally.rows,
+        "files": [str(f.relative_to(out_dir)) for f in files],
+        "totals": truth["totals"],
+        "hidden_costs": [
+            {"kind": h["kind"], "variant": h["variant"], "impact_usd": h["impact_usd"]}
+            for h in truth["hidden_costs"]
+        ],
+    }
