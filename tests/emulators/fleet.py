@@ -1,0 +1,140 @@
+"""One simulated billing export for the BigQuery-source tests, and how it is shaped for the emulator.
+
+`fleet_rows()` is deterministic (seeded) and loaded both into the emulator (through the real client,
+`to_json_row`) and into the embedded DuckDB table, so the two engines see exactly the same rows.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from monitor.config import BillingConfig, GoogleConfig
+from tests.emulators.wire import PARTITION_STANDIN
+from tests.test_queries import CE, GCS, export_row
+
+__all__ = [
+    "ANONYMOUS",
+    "BQ_PROJECT",
+    "DATASET",
+    "FLEET_END",
+    "FLEET_START",
+    "LoadedExport",
+    "billing_config",
+    "fleet_rows",
+    "to_json_row",
+]
+
+BQ_PROJECT = "gpucost-test"
+DATASET = "billing"
+FLEET_START = datetime(2026, 11, 2, tzinfo=UTC)
+FLEET_END = FLEET_START + timedelta(days=3)
+
+_SKUS = [
+    ("Nvidia H100 80GB GPU running in Americas", CE),
+    ("Spot Preemptible Nvidia Tesla A100 GPU running in Americas", CE),
+    ("Commitment v1: Nvidia H100 80GB GPU running in Americas for 1 Year", CE),
+    ("A3 Instance Core running in Americas", CE),
+    ("A3 Instance Ram running in Americas", CE),
+    ("Network Inter Zone Data Transfer Out", CE),
+    ("Network Inter Zone Egress", CE),
+    ("Network Inter Zone Ingress", CE),
+    ("Network Internet Data Transfer Out from Americas to EMEA", CE),
+    ("Balanced PD Capacity in Iowa", CE),
+    ("Storage PD Snapshot in Iowa", CE),
+    ("Standard Storage US Multi-region", GCS),
+    ("Download Worldwide Destinations (excluding Asia & Australia)", GCS),
+    ("Regional Kubernetes Clusters", {"id": "CCD8-9BF1-090E", "description": "Kubernetes Engine"}),
+]
+_CREDIT_TYPES = [
+    "COMMITTED_USAGE_DISCOUNT",
+    "COMMITTED_USAGE_DISCOUNT_DOLLAR_BASE",
+    "FEE_UTILIZATION_OFFSET",
+    "SUSTAINED_USAGE_DISCOUNT",
+    "PROMOTION",
+    "FREE_TIER",
+]
+
+
+def fleet_rows(seed: int = 11, n: int = 240) -> list[dict[str, Any]]:
+    """A seeded export over three usage days and ~six load days (partitions), with every credit
+    type, GKE and user labels, spot/commitment SKUs, ingress vs egress, corrections and tax."""
+    rnd = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        sku, svc = rnd.choice(_SKUS)
+        cost = round(rnd.uniform(0, 40), rnd.choice([2, 6, 9]))
+        credits = [
+            (rnd.choice(_CREDIT_TYPES), -round(rnd.uniform(0, cost / 3), 6)) for _ in range(rnd.randint(0, 2))
+        ]
+        labels = rnd.choice([{}, {"team": "vision"}, {"team": "nlp", "job": "llm-7b"}])
+        if rnd.random() < 0.3:
+            labels |= {
+                "goog-k8s-cluster-name": "train",
+                "goog-k8s-node-pool-name": "h100",
+                "k8s-namespace": "ml",
+            }
+        rows.append(
+            export_row(
+                sku,
+                cost,
+                hour=FLEET_START + timedelta(hours=rnd.randrange(72)),
+                service=svc,
+                credits=credits,
+                project=rnd.choice(["ml-prod", "ml-research"]),
+                zone=rnd.choice(["us-central1-a", "us-central1-b", None]),
+                instance=rnd.choice(["trainer-0", "trainer-1", None]),
+                instance_id=rnd.choice(["111", "222", None]),
+                labels=labels,
+                export_lag=timedelta(hours=rnd.randrange(2, 60)),
+            )
+        )
+    # A correction pair for an earlier hour, loaded two days later (late data), and tax.
+    late = timedelta(days=2, hours=5)
+    rows.append(export_row("A3 Instance Core running in Americas", -7.25, hour=FLEET_START, export_lag=late))
+    rows.append(export_row("A3 Instance Core running in Americas", 6.5, hour=FLEET_START, export_lag=late))
+    tax = {"id": "TAX", "description": "Invoice"}
+    rows.append(
+        export_row("Tax", 12.345678, hour=FLEET_START + timedelta(hours=30), service=tax, cost_type="tax")
+    )
+    return rows
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def to_json_row(row: dict[str, Any]) -> dict[str, Any]:
+    """An export row as the BigQuery streaming API takes it (RFC 3339 timestamps), with the
+    emulator's `_PARTITIONTIME` stand-in: the load day, as the DuckDB loader derives it."""
+    day = row["export_time"].astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return _jsonable({**row, PARTITION_STANDIN: day})
+
+
+def billing_config(endpoint: str, table: str, **extra: Any) -> BillingConfig:
+    return BillingConfig(source="bigquery", table=table, project=BQ_PROJECT, api_endpoint=endpoint, **extra)
+
+
+ANONYMOUS = GoogleConfig(credentials="anonymous")
+
+
+@dataclass(frozen=True)
+class LoadedExport:
+    """The export rows loaded into the emulator's `table` (the same rows `duck_conn` holds)."""
+
+    table: str
+    rows: list[dict[str, Any]]
+    load_seconds: float
