@@ -317,10 +317,15 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
     if (secret := _secret_key_error(data)) is not None:
         raise ConfigError(f"{source}: {secret}")
     try:
-        return Config.model_validate(data)
+        cfg = Config.model_validate(data)
     except ValidationError as e:
         lines = [f"{source}: {_format_error(err)}" for err in e.errors()]
         raise ConfigError("\n".join(lines)) from None
+    # Detector sections are declared by each registered detector; validate them at start-up too.
+    from monitor.detectors import build_detectors
+
+    build_detectors(cfg.detectors, source)
+    return cfg
 
 
 def load_config(path: str | Path) -> Config:

@@ -96,6 +96,17 @@ CASES = [
         'gpucost.toml: budgets.items.0.label: expected "key=value", got "team"',
     ),
     (
+        {"detectors": {"idle_gpu": {"min_idle_hour": 2}}},
+        "gpucost.toml: detectors.idle_gpu.min_idle_hour: unknown key; [detectors.idle_gpu] accepts: "
+        "enabled, min_impact_usd, warning_usd, critical_usd, min_idle_hours, max_gap_hours, min_idle_share",
+    ),
+    (
+        {"detectors": {"idle_gpus": {}}},
+        "gpucost.toml: detectors.idle_gpus: unknown detector; known detectors: budget_forecast, "
+        "commitment_opportunity, cross_region_egress, cross_zone_egress, idle_gpu, idle_orchestration, "
+        "spend_anomaly, spot_opportunity, unmonitored_gpu",
+    ),
+    (
         {"google": {"credentials": "json"}},
         "gpucost.toml: google.credentials: Input should be 'default' or 'anonymous', got 'json'",
     ),
