@@ -9,8 +9,10 @@ and a crash in one never corrupts another: billing poll -> utilization poll -> d
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
 from zoneinfo import ZoneInfo
@@ -19,14 +21,14 @@ from alerts import pipeline
 from alerts.delivery import deliver_outbox
 from alerts.digest import send_digest, write_digest
 from alerts.factory import make_notifier
-from alerts.notifier import Notifier
+from alerts.notifier import Notifier, Outcome
 from alerts.outbox import status as outbox_status
 from monitor.assemble import assemble_inputs
 from monitor.billing_poll import poll_billing
 from monitor.clock import Clock
 from monitor.config import Config
 from monitor.detectors import Detector, build_detectors, run_detectors
-from monitor.detectors.inputs import BudgetSpec
+from monitor.detectors.inputs import BudgetSpec, DetectorInputs
 from monitor.digest_data import digest_data
 from monitor.metrics import Metrics
 from monitor.model import Finding
@@ -40,9 +42,13 @@ from monitor.utilization import migrate as migrate_utilization
 from monitor.utilization import read_watermark, replace_window
 
 __all__ = [
+    "Cancelled",
     "Deps",
     "budget_specs",
     "build_deps",
+    "detect",
+    "detection_inputs",
+    "month_to_date_by_category",
     "run_billing_poll",
     "run_cycle",
     "run_delivery",
@@ -175,14 +181,14 @@ def budget_specs(budgets: list[Budget]) -> list[BudgetSpec]:
     return specs
 
 
-def detect(
+def detection_inputs(
     deps: Deps, now: datetime, start: datetime | None = None, end: datetime | None = None
-) -> list[Finding]:
-    """Findings for [start, end) (default: the last 14 days up to the current hour)."""
+) -> DetectorInputs:
+    """What detectors see for [start, end) (default: the last 14 days up to the current hour)."""
     end = end or floor_hour(now) + timedelta(hours=1)
     start = start or end - _DETECTION_WINDOW
     month_start = start.replace(day=1, hour=0)  # budget forecasts need the whole month to date
-    inputs = assemble_inputs(
+    return assemble_inputs(
         deps.store,
         min(start, month_start),
         end,
@@ -192,19 +198,52 @@ def detect(
         prices=deps.prices.price_book(now),
         budgets=budget_specs(deps.budgets.budgets()),
     )
-    return run_detectors(inputs, deps.detectors, now)
 
 
-def run_detection(deps: Deps, now: datetime) -> dict[str, Any]:
-    findings = detect(deps, now)
+def detect(
+    deps: Deps, now: datetime, start: datetime | None = None, end: datetime | None = None
+) -> list[Finding]:
+    """Findings for [start, end) (default: the last 14 days up to the current hour)."""
+    return run_detectors(detection_inputs(deps, now, start, end), deps.detectors, now)
+
+
+def month_to_date_by_category(inputs: DetectorInputs, now: datetime) -> dict[str, Decimal]:
+    """Net spend per top-level category since the first of `now`'s month (UTC), exact Decimals."""
+    first = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    out: dict[str, Decimal] = {}
+    for h in inputs.hourly:
+        if first <= h.hour <= now:
+            cat = h.subcategory.split(".", 1)[0]
+            out[cat] = out.get(cat, Decimal(0)) + h.net
+    return out
+
+
+class Cancelled(Exception):
+    """A step stopped at a safe point because the daemon is shutting down (nothing half-written)."""
+
+
+def run_detection(deps: Deps, now: datetime, cancelled: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """Detect, record findings and enqueue alerts. `cancelled()` is checked before anything is
+    written, so a shutdown never lets a detection enqueue alerts after the final outbox flush."""
+
+    def checkpoint() -> None:
+        if cancelled is not None and cancelled():
+            raise Cancelled("detection")
+
+    inputs = detection_inputs(deps, now)
+    checkpoint()
+    findings = run_detectors(inputs, deps.detectors, now)
+    checkpoint()
     counts = record_findings(deps.store, findings, now)
     report = pipeline.process(findings, now, deps.alert_deps)
     deps.findings = findings
     deps.metrics.findings.clear()
     for f in findings:
         deps.metrics.findings.labels(f.kind, f.severity.value).inc()
+    for cat, amount in month_to_date_by_category(inputs, now).items():
+        deps.metrics.spend_usd.labels(cat).set(float(amount))  # exported as a float; summed exactly
     _ok(deps, "detection", now)
-    log.info("detection", extra={"findings": len(findings), **counts})
+    log.info("detection", extra={"findings": len(findings), **counts, "notified": len(report.notified)})
     return {"findings": len(findings), **counts, "pipeline": str(report)}
 
 
@@ -214,24 +253,66 @@ def run_delivery(deps: Deps, now: datetime) -> dict[str, Any]:
     deps.metrics.outbox_depth.labels("pending").set(st.pending)
     deps.metrics.outbox_depth.labels("failed").set(st.failed)
     deps.metrics.outbox_depth.labels("sent").set(st.sent)
-    failed = getattr(report, "failed", 0)
-    if failed:
-        deps.metrics.delivery_failures.labels("permanent").inc(failed)
+    if report.failed:
+        deps.metrics.delivery_failures.labels("permanent").inc(report.failed)
+    if report.retried:
+        deps.metrics.delivery_failures.labels("retryable").inc(report.retried)
     _ok(deps, "delivery", now)
     return {"report": str(report), "pending": st.pending, "failed": st.failed}
 
 
-def run_digest(deps: Deps, now: datetime, day: date | None = None, send: bool = False) -> dict[str, Any]:
-    """Yesterday's digest (in the digest's time zone): to Slack when sending, else under out_dir."""
+_DIGEST_MIGRATIONS = [
+    "CREATE TABLE digest_sent (day TEXT NOT NULL, channel TEXT NOT NULL, sent_at TEXT NOT NULL,"
+    " slack_ts TEXT, PRIMARY KEY (day, channel))"
+]
+
+
+def _digest_sent(deps: Deps, day: date, channel: str) -> bool:
+    deps.store.migrate("digest", _DIGEST_MIGRATIONS)
+    with deps.store.transaction() as conn:
+        row = conn.execute("SELECT 1 FROM digest_sent WHERE day = ? AND channel = ?", (str(day), channel))
+        return row.fetchone() is not None
+
+
+def _record_digest(deps: Deps, day: date, channel: str, ts: str | None, now: datetime) -> None:
+    with deps.store.transaction() as conn:
+        conn.execute(
+            "INSERT OR REPLACE INTO digest_sent (day, channel, sent_at, slack_ts) VALUES (?, ?, ?, ?)",
+            (str(day), channel, now.isoformat(), ts),
+        )
+
+
+def run_digest(
+    deps: Deps, now: datetime, day: date | None = None, send: bool = False, force: bool = False
+) -> dict[str, Any]:
+    """Yesterday's digest (in the digest's time zone) written under `digest.out_dir`; with `send`,
+    also posted, once per day and channel (a restart does not post it again) unless `force`.
+    `result["sent"]` / `result["error"]` say how the post went."""
     tz = ZoneInfo(deps.cfg.digest.timezone)
     day = day or (now.astimezone(tz).date() - timedelta(days=1))
-    data = digest_data(deps.store, day, deps.cfg.digest.timezone, now, deps.cfg.billing.provisional_days)
-    for cat, amount in data.mtd_by_category.items():
-        deps.metrics.spend_usd.labels(cat).set(float(amount))
+    migrate_utilization(deps.store)  # a digest before any utilization poll reads no samples, not no table
+    data = digest_data(
+        deps.store,
+        day,
+        deps.cfg.digest.timezone,
+        now,
+        deps.cfg.billing.provisional_days,
+        deps.cfg.utilization.idle_threshold_pct,
+    )
     md, png = write_digest(data, deps.cfg.digest.out_dir)
-    result: dict[str, Any] = {"markdown": str(md), "png": str(png)}
-    if send:
-        result["slack"] = str(send_digest(deps.notifier, data, png, deps.alert_deps.default_channel))
+    result: dict[str, Any] = {"day": str(day), "markdown": str(md), "png": str(png)}
+    channel = deps.alert_deps.default_channel
+    if send and not force and _digest_sent(deps, day, channel):
+        result.update(sent=True, error=None, already=True)
+    elif send:
+        delivery = send_digest(deps.notifier, data, png, channel)
+        failed = [r for r in (delivery.post, delivery.chart) if r is not None and r.error]
+        result.update(sent=delivery.ok, error=failed[0].error if failed else None, already=False)
+        if delivery.post.outcome is Outcome.SENT:  # the text arrived: never post it twice
+            deps.store.migrate("digest", _DIGEST_MIGRATIONS)
+            _record_digest(deps, day, channel, delivery.post.ts, now)
+        if not delivery.ok:
+            log.error("digest not delivered", extra={"day": str(day), "error": result["error"]})
     _ok(deps, "digest", now)
     log.info("digest written", extra={"day": str(day), "markdown": str(md)})
     return result

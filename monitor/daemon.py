@@ -1,9 +1,10 @@
 """APScheduler wiring, and nothing else: *when* each `run_*` step runs, never *what* it does.
 
-Every job is a thin wrapper around a pure-ish `run_*(deps, now)` from `monitor.cycle`. A failing job
-is logged with context, counted, and backed off (exponentially, capped) without touching the others.
-SIGTERM / SIGINT stop the scheduler, let a running job finish for a few seconds (each job commits in
-transactions, so abandoning one is safe), flush the outbox once, and exit 0 within 10 s.
+Every job is a thin wrapper around a `run_*(deps, now)` from `monitor.cycle`. A failing job is
+logged with context, counted, and backed off (exponentially, capped) without touching the others.
+On SIGTERM / SIGINT the service stops the scheduler, gives a running job a few seconds to finish
+(each job commits in transactions, so abandoning one is safe), flushes the outbox once, and exits 0
+within 10 s.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from apscheduler.triggers.base import BaseTrigger
 
 from monitor.metrics import Metrics
 
-__all__ = ["GuardedJob", "JobSpec", "Scheduler"]
+__all__ = ["GuardedJob", "JobSpec", "Scheduler", "install_signal_handlers", "wait_for_signal"]
 
 log = logging.getLogger("gpucost.daemon")
 
@@ -39,8 +40,9 @@ class JobSpec:
 class GuardedJob:
     """Runs one job, records success or failure, and backs off after consecutive failures.
 
-    Backoff is tracked in wall-clock seconds: the first failure waits `base` seconds before the job
-    may run again, doubling up to `cap`. A success resets it.
+    Backoff is tracked in monotonic seconds: the first failure waits `base` seconds before the job
+    may run again, doubling up to `cap`. A success resets it. `last_success` is wall-clock UTC (it
+    is shown on /readyz and compared with the readiness threshold).
     """
 
     spec: JobSpec
@@ -52,6 +54,10 @@ class GuardedJob:
     last_success: datetime | None = None
     last_error: str | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def running(self) -> bool:
+        return self._lock.locked()
 
     def __call__(self) -> bool:
         if time.monotonic() < self.next_allowed:
@@ -103,7 +109,21 @@ class Scheduler:
     def start(self) -> None:
         self._sched.start()
 
-    def stop(self, timeout: float = 6.0) -> bool:
+    def run_soon(self, name: str) -> bool:
+        """Run `name` now instead of at its next trigger time; False if it is running already (the
+        caller then leaves a flag the running instance picks up) or the scheduler has stopped."""
+        if self.jobs[name].running or not self._sched.running:
+            return False
+        try:
+            self._sched.modify_job(name, next_run_time=datetime.now(UTC))
+        except Exception:  # the scheduler is shutting down: nothing more will run anyway
+            return False
+        return True
+
+    def running(self) -> list[str]:
+        return [name for name, job in self.jobs.items() if job.running]
+
+    def stop(self, timeout: float = 5.0) -> bool:
         """Stop scheduling; wait up to `timeout` s for a running job. True if all finished."""
         done = threading.Event()
 
@@ -111,12 +131,13 @@ class Scheduler:
             self._sched.shutdown(wait=True)
             done.set()
 
-        threading.Thread(target=_shutdown, daemon=True).start()
+        threading.Thread(target=_shutdown, name="scheduler-shutdown", daemon=True).start()
         return done.wait(timeout)
 
 
-def wait_for_signal(stop: threading.Event) -> None:
-    """Block the main thread until SIGTERM or SIGINT."""
+def install_signal_handlers(stop: threading.Event) -> None:
+    """SIGTERM / SIGINT set `stop` (main thread only). Installed before the slow start-up, so a
+    signal during it still ends in a clean exit 0 rather than the default abrupt death."""
 
     def _handler(signum: int, _frame: object) -> None:
         log.info("signal received; shutting down", extra={"signal": signal.Signals(signum).name})
@@ -124,5 +145,11 @@ def wait_for_signal(stop: threading.Event) -> None:
 
     signal.signal(signal.SIGTERM, _handler)
     signal.signal(signal.SIGINT, _handler)
+
+
+def wait_for_signal(stop: threading.Event) -> None:
+    """Block the main thread until SIGTERM or SIGINT (or until `stop` is set by someone else)."""
+    if threading.current_thread() is threading.main_thread():
+        install_signal_handlers(stop)
     while not stop.wait(0.5):
         pass

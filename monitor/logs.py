@@ -15,11 +15,21 @@ from typing import IO, Any
 
 __all__ = ["configure_logging", "redact"]
 
-_SECRET = re.compile(r"xox[abpers]-[A-Za-z0-9-]+|https://hooks\.slack\.com/services/\S+")
+_SECRET = re.compile(
+    r"xox[a-z]-[A-Za-z0-9-]+"  # bot, user, app-configuration tokens
+    r"|xapp-[A-Za-z0-9-]+"  # app-level tokens
+    r"|https://hooks\.slack\.com/\S+"  # incoming-webhook URLs carry their secret in the path
+    r"|(?<=Bearer )[A-Za-z0-9._~+/=-]+"  # any bearer credential, e.g. in a dumped request header
+)
 _STD = set(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
 
 
 def redact(text: str) -> str:
+    """Replace anything shaped like a Slack token, webhook URL or bearer credential.
+
+    >>> redact("auth failed for xoxb-123-456-abc (Authorization: Bearer xoxb-123-456-abc)")
+    'auth failed for [redacted] (Authorization: Bearer [redacted])'
+    """
     return _SECRET.sub("[redacted]", text)
 
 
@@ -46,10 +56,18 @@ class _TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
 
     def format(self, record: logging.LogRecord) -> str:
+        """`HH:MM:SS LEVEL logger: message key=value ...`, then the traceback on its own lines."""
         extras = {k: v for k, v in vars(record).items() if k not in _STD and not k.startswith("_")}
-        line = super().format(record)
+        exc_info, exc_text = record.exc_info, record.exc_text
+        record.exc_info, record.exc_text = None, None
+        try:
+            line = super().format(record)
+        finally:
+            record.exc_info, record.exc_text = exc_info, exc_text
         if extras:
             line += " " + " ".join(f"{k}={v}" for k, v in extras.items())
+        if exc_info:
+            line += "\n" + self.formatException(exc_info)
         return redact(line)
 
 
@@ -63,3 +81,5 @@ def configure_logging(fmt: str = "auto", level: str = "INFO", stream: IO[str] | 
     root.setLevel(level)
     for noisy in ("apscheduler", "urllib3", "google", "slack_sdk"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # "skipped: maximum number of running instances reached" is max_instances=1 working as designed
+    logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)

@@ -1,7 +1,17 @@
 """`gpucost run`: build the dependencies from config, then one cycle (`--once`) or the daemon.
 
 The always-on mode schedules the `monitor.cycle` steps with `monitor.daemon.Scheduler`, serves
-/healthz, /readyz and /metrics, and shuts down cleanly on SIGTERM / SIGINT (outbox flushed once).
+/healthz, /readyz and /metrics, and shuts down within a fixed budget on SIGTERM / SIGINT:
+
+1. stop scheduling and give a running job `JOB_GRACE_S` to finish (every step commits in
+   transactions, so a job cut short leaves the state store consistent and is redone next start);
+2. flush the outbox once, bounded by what is left of the budget (a hung Slack cannot hold us: an
+   unconfirmed message stays pending and is checked for, not re-sent blindly, on the next start);
+3. report whether anything had to be abandoned (`Service.abandoned`), so the CLI can exit at once
+   instead of waiting for a stuck thread.
+
+Detection runs after each poll, as its own job (own backoff, own metrics), and only once both sources
+have been polled by this process, so a restart never judges fresh billing against stale utilization.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from monitor.attribution.compile import compile_rules
 from monitor.clock import Clock, SystemClock
 from monitor.config import Config
 from monitor.cycle import (
+    Cancelled,
     Deps,
     build_deps,
     run_billing_poll,
@@ -34,17 +45,36 @@ from monitor.daemon import JobSpec, Scheduler, wait_for_signal
 from monitor.http import HealthServer
 from monitor.sources.base import BillingSource
 
-__all__ = ["Service"]
+__all__ = ["JOB_GRACE_S", "SHUTDOWN_BUDGET_S", "Service"]
 
 log = logging.getLogger("gpucost.service")
+
+#: Everything after the signal must fit in this (the contract is "exit 0 within 10 s").
+SHUTDOWN_BUDGET_S = 8.5
+#: How long a running job may take to finish before it is abandoned.
+JOB_GRACE_S = 5.0
+_POLLS = ("billing", "utilization")
 
 
 class Service:
     """Holds the wiring for one `gpucost run` process."""
 
-    def __init__(self, cfg: Config, *, stream: TextIO | None = None, environ: dict[str, str] | None = None):
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        stream: TextIO | None = None,
+        environ: dict[str, str] | None = None,
+        wall: Clock | None = None,
+    ):
         self.cfg = cfg
         self.feeder = None
+        self.wall = wall or SystemClock()  # real time: readiness ages, never the simulated clock
+        self.abandoned = False
+        self.sched: Scheduler | None = None
+        self.http: HealthServer | None = None
+        self._detect_due = threading.Event()
+        self._stopping = threading.Event()
         clock: Clock
         billing: BillingSource
         rules = compile_rules(cfg.attribution.rules)
@@ -61,7 +91,6 @@ class Service:
             clock = SystemClock()
             billing = billing_source_from_config(cfg.billing, google=cfg.google, rules=rules)
         self.deps: Deps = build_deps(cfg, clock, billing, stream=stream, environ=environ)
-        self._detect_lock = threading.Lock()
 
     # -- steps as the scheduler sees them -------------------------------------------------------
     def _now(self) -> datetime:
@@ -71,15 +100,31 @@ class Service:
         if self.feeder is not None:
             self.feeder.advance()
         run_billing_poll(self.deps, self._now())
-        self.detection_job()
+        self._request_detection()
 
     def utilization_job(self) -> None:
         run_utilization_poll(self.deps, self._now())
-        self.detection_job()
+        self._request_detection()
+
+    def _request_detection(self) -> None:
+        self._detect_due.set()
+        if self.sched is not None:
+            self.sched.run_soon("detection")  # if it is running, it sees the flag and goes again
 
     def detection_job(self) -> None:
-        with self._detect_lock:  # both polls trigger detection; never run it twice at once
-            run_detection(self.deps, self._now())
+        """Detect while new data arrived since the last run; a no-op until both sources polled."""
+        if not all(p in self.deps.last_success for p in _POLLS):
+            return
+        while self._detect_due.is_set() and not self._stopping.is_set():
+            self._detect_due.clear()
+            try:
+                run_detection(self.deps, self._now(), cancelled=self._stopping.is_set)
+            except Cancelled:
+                log.info("detection cancelled by shutdown; it runs again on the next start")
+                return
+
+    def digest_job(self) -> None:
+        run_digest(self.deps, self._now(), send=self.deps.notifier.name != "console")
 
     def once(self) -> dict[str, Any]:
         """One full cycle: advance the demo (if any), poll both sources, detect, deliver, digest."""
@@ -90,80 +135,120 @@ class Service:
     def job_specs(self) -> list[JobSpec]:
         d, cfg = self.cfg.daemon, self.cfg
 
-        def every(**kw: float) -> IntervalTrigger:
-            return IntervalTrigger(**kw, timezone=UTC)
-
-        hh, mm = (int(x) for x in cfg.digest.time.split(":"))
+        def every(seconds: float) -> IntervalTrigger:
+            return IntervalTrigger(seconds=seconds, timezone=UTC)
 
         def step(f: Callable[[Deps, datetime], Any]) -> Callable[[], Any]:
             return lambda: f(self.deps, self._now())
 
+        hh, mm = (int(x) for x in cfg.digest.time.split(":"))
+        fastest_poll = min(d.billing_poll_minutes, d.utilization_poll_minutes) * 60
         return [
-            JobSpec("billing_poll", self.billing_job, every(seconds=d.billing_poll_minutes * 60)),
-            JobSpec("utilization_poll", self.utilization_job, every(seconds=d.utilization_poll_minutes * 60)),
-            JobSpec("outbox_delivery", step(run_delivery), every(seconds=d.outbox_seconds)),
+            JobSpec("billing_poll", self.billing_job, every(d.billing_poll_minutes * 60)),
+            JobSpec("utilization_poll", self.utilization_job, every(d.utilization_poll_minutes * 60)),
+            # Kicked after each poll; the interval only catches a kick lost to a race.
+            JobSpec("detection", self.detection_job, every(fastest_poll), run_at_start=False),
+            JobSpec("outbox_delivery", step(run_delivery), every(d.outbox_seconds)),
             JobSpec(
                 "daily_digest",
-                step(lambda deps, now: run_digest(deps, now, send=self._slack_configured())),
+                self.digest_job,
                 CronTrigger(hour=hh, minute=mm, timezone=cfg.digest.timezone),
                 run_at_start=self.feeder is not None,
             ),
-            JobSpec("price_refresh", step(run_price_refresh), every(seconds=d.price_refresh_hours * 3600)),
+            JobSpec("price_refresh", step(run_price_refresh), every(d.price_refresh_hours * 3600)),
         ]
 
-    def _slack_configured(self) -> bool:
-        return type(self.deps.notifier).__name__ != "ConsoleNotifier"
-
     # -- the always-on loop ---------------------------------------------------------------------
-    def ready(self, sched: Scheduler) -> tuple[bool, dict[str, object]]:
+    def ready(self) -> tuple[bool, dict[str, object]]:
         """Ready when each source's poll succeeded within `http.ready_max_age_minutes`."""
         max_age = timedelta(minutes=self.cfg.http.ready_max_age_minutes)
-        now = datetime.now(UTC)
+        now = self.wall.now()
         detail: dict[str, object] = {}
-        ok = True
+        ok = self.sched is not None
         for name in ("billing_poll", "utilization_poll"):
-            job = sched.jobs[name]
-            fresh = job.last_success is not None and now - job.last_success <= max_age
-            ok &= fresh
+            job = self.sched.jobs[name] if self.sched is not None else None
+            last = job.last_success if job is not None else None
+            fresh = last is not None and now - last <= max_age
+            ok = ok and fresh
             detail[name] = {
-                "last_success": job.last_success.isoformat() if job.last_success else None,
-                "last_error": job.last_error,
+                "fresh": fresh,
+                "last_success": last.isoformat() if last else None,
+                "last_error": job.last_error if job is not None else None,
             }
         return ok, detail
 
-    def serve(self, stop: threading.Event | None = None) -> int:
-        stop = stop or threading.Event()
+    def start(self) -> None:
+        """Start the HTTP server and the scheduler (returns at once)."""
         d = self.cfg.daemon
-        sched = Scheduler(
+        self.sched = Scheduler(
             self.job_specs(),
             self.deps.metrics,
             misfire_grace=d.misfire_grace_seconds,
             jitter=d.jitter_seconds,
         )
-        http = None
         if self.cfg.http.enabled:
-            http = HealthServer(
-                self.cfg.http.host, self.cfg.http.port, self.deps.metrics.registry, lambda: self.ready(sched)
+            self.http = HealthServer(
+                self.cfg.http.host, self.cfg.http.port, self.deps.metrics.registry, self.ready
             )
-            http.start()
+            self.http.start()
             log.info(
-                "serving /healthz /readyz /metrics", extra={"host": self.cfg.http.host, "port": http.port}
+                "serving /healthz /readyz /metrics",
+                extra={"host": self.cfg.http.host, "port": self.http.port},
             )
-        sched.start()
-        log.info("gpucost daemon started", extra={"jobs": ",".join(sched.jobs)})
-        wait_for_signal(stop)
+        self.sched.start()
+        log.info("gpucost daemon started", extra={"jobs": ",".join(self.sched.jobs)})
+
+    def shutdown(self, budget_s: float = SHUTDOWN_BUDGET_S) -> bool:
+        """Stop jobs, flush the outbox once, stop HTTP; True if nothing had to be abandoned."""
         began = time.monotonic()
-        finished = sched.stop(timeout=6.0)
-        try:
-            run_delivery(self.deps, self._now())  # flush the outbox once before leaving
-        except Exception:
-            log.exception("final outbox flush failed; pending messages stay queued for the next start")
-        if http is not None:
-            http.stop()
+        assert self.sched is not None, "shutdown() before start()"
+        self._stopping.set()  # long steps stop at their next safe point
+        running = self.sched.running()
+        finished = self.sched.stop(timeout=min(JOB_GRACE_S, budget_s / 2))
+        if not finished:
+            log.warning(
+                "abandoning a running job; its open transaction rolls back and it runs again next start",
+                extra={"jobs": ",".join(self.sched.running() or running)},
+            )
+        flushed = self._bounded(
+            lambda: run_delivery(self.deps, self._now()), budget_s - (time.monotonic() - began) - 0.5
+        )
+        if self.http is not None:
+            self.http.stop()
+        self.abandoned = not (finished and flushed)
         log.info(
             "gpucost daemon stopped",
-            extra={"clean": finished, "shutdown_s": round(time.monotonic() - began, 2)},
+            extra={"clean": not self.abandoned, "shutdown_s": round(time.monotonic() - began, 2)},
         )
+        return not self.abandoned
+
+    def _bounded(self, fn: Callable[[], Any], timeout: float) -> bool:
+        """Run `fn` in a daemon thread for at most `timeout` s; True if it finished without error."""
+        outcome: dict[str, bool] = {}
+
+        def _run() -> None:
+            try:
+                result = fn()
+                outcome["ok"] = True
+                log.info("outbox flushed", extra={k: v for k, v in result.items() if k != "report"})
+            except Exception:
+                outcome["ok"] = False
+                log.exception("final outbox flush failed; pending messages stay queued for the next start")
+
+        t = threading.Thread(target=_run, name="final-flush", daemon=True)
+        t.start()
+        t.join(max(timeout, 0.1))
+        if t.is_alive():
+            log.warning("final outbox flush timed out; unconfirmed messages are checked on the next start")
+            return False
+        return outcome.get("ok", False)
+
+    def serve(self, stop: threading.Event | None = None) -> int:
+        """Run until SIGTERM / SIGINT (or `stop` is set); always 0: a shutdown is not a failure."""
+        stop = stop or threading.Event()
+        self.start()
+        wait_for_signal(stop)
+        self.shutdown()
         return 0
 
     def close(self) -> None:

@@ -63,3 +63,26 @@ def test_backoff_grows_and_success_resets() -> None:
     assert job() is False and job.failures == 2
     time.sleep(0.03)
     assert job() is True and job.failures == 0 and job.last_error is None
+
+
+def test_a_stuck_job_is_abandoned_within_the_timeout() -> None:
+    release = threading.Event()
+    started = threading.Event()
+
+    def stuck() -> None:
+        started.set()
+        release.wait(30)
+
+    sched = Scheduler(
+        [JobSpec("stuck", stuck, IntervalTrigger(seconds=60))], Metrics.create(), misfire_grace=5, jitter=0
+    )
+    sched.start()
+    try:
+        assert started.wait(5)
+        assert sched.running() == ["stuck"]
+        assert sched.run_soon("stuck") is False  # already running: not queued twice
+        t0 = time.monotonic()
+        assert sched.stop(timeout=0.3) is False
+        assert time.monotonic() - t0 < 1.0
+    finally:
+        release.set()

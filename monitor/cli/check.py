@@ -1,17 +1,264 @@
-"""`gpucost check`."""
+"""`gpucost check`: is this deployment able to do its job? One line per component, exit 1 if not.
+
+Checks what an operator would otherwise find out from a silent daemon: the billing source answers
+(a local DuckDB file exists and holds rows, or a BigQuery dry run of the `partitions` query succeeds
+and says how many bytes it would bill), utilization is readable (files exist, or one small Cloud
+Monitoring request), which prices are used and how old they are, the state store opens with its
+migrations, the outbox has no permanently failed message (`invalid_auth`, `channel_not_found` show
+here), and the Slack token is valid (`auth.test`). `--offline` skips everything that needs the
+network. Details pass through `monitor.logs.redact`, so a token can never be printed.
+"""
 
 from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
 
 import click
 
 from monitor.cli import cli
 from monitor.cli._common import config_option
-from monitor.config import load_config
+from monitor.clock import SystemClock
+from monitor.config import Config, load_config, slack_token
+from monitor.logs import redact
+
+__all__ = ["Check", "run_checks"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report; `ok` None means skipped (never unhealthy)."""
+
+    name: str
+    ok: bool | None
+    detail: str
+
+    def line(self) -> str:
+        word = "skip" if self.ok is None else ("ok" if self.ok else "FAIL")
+        return f"{self.name:<12} {word:<5} {redact(self.detail)}"
+
+
+def _age(then: datetime, now: datetime) -> str:
+    hours = (now - then) / timedelta(hours=1)
+    return f"{hours:.1f} h old" if hours < 48 else f"{hours / 24:.0f} days old"
+
+
+def check_billing(cfg: Config, offline: bool, now: datetime) -> Check:
+    b = cfg.billing
+    if b.source == "duckdb":
+        return _check_duckdb(cfg)
+    if offline:
+        return Check("billing", None, f"BigQuery {b.table}: dry run skipped (--offline)")
+    from monitor.billing_poll import poll_scope
+    from monitor.sources.factory import billing_source_from_config
+
+    start, end = poll_scope(now, b.lookback_days)
+    source = billing_source_from_config(b, google=cfg.google)
+    window = {"usage_start": start, "usage_end": end, "partition_end": end + timedelta(days=1)}
+    nbytes = source.dry_run("partitions", window)
+    return Check(
+        "billing", True, f"BigQuery {b.table}: dry run of `partitions` would process {nbytes or 0:,} bytes"
+    )
+
+
+def _check_duckdb(cfg: Config) -> Check:
+    import duckdb
+
+    db = cfg.billing.db
+    if not db.is_file():
+        if cfg.demo.enabled:
+            return Check("billing", True, f"DuckDB {db}: not created yet (the demo creates it on first run)")
+        return Check("billing", False, f"DuckDB {db}: file not found; load exports with `gpucost load`")
+    try:
+        conn = duckdb.connect(str(db), read_only=True)
+    except duckdb.Error as e:
+        if "lock" in str(e).lower():
+            return Check("billing", True, f"DuckDB {db}: present, held open by a running daemon")
+        return Check("billing", False, f"DuckDB {db}: cannot open ({str(e).splitlines()[0]})")
+    try:
+        rows, last = conn.execute("SELECT COUNT(*), MAX(export_time) FROM billing_export").fetchone()
+    except duckdb.Error as e:
+        return Check("billing", False, f"DuckDB {db}: no billing_export table ({str(e).splitlines()[0]})")
+    finally:
+        conn.close()
+    return Check("billing", rows > 0, f"DuckDB {db}: {rows:,} export rows, last exported {last}")
+
+
+def check_utilization(cfg: Config, offline: bool, now: datetime) -> Check:
+    u = cfg.utilization
+    if u.source == "files":
+        missing = [str(p) for p in u.files if not Path(p).exists()]
+        if not u.files:
+            return Check("utilization", False, "utilization.files is empty")
+        if missing and cfg.demo.enabled:
+            return Check(
+                "utilization", True, f"files: {', '.join(missing)} not created yet (the demo writes them)"
+            )
+        if missing:
+            return Check("utilization", False, f"files not found: {', '.join(missing)}")
+        count = sum(
+            sum(1 for f in Path(p).rglob("*") if f.is_file()) if Path(p).is_dir() else 1 for p in u.files
+        )
+        return Check("utilization", True, f"files: {count} file(s) under {len(u.files)} path(s)")
+    if offline:
+        return Check(
+            "utilization", None, f"Cloud Monitoring {', '.join(u.projects)}: request skipped (--offline)"
+        )
+    from monitor.sources.monitoring import CloudMonitoringSource
+
+    source = CloudMonitoringSource(u, cfg.google)
+    try:
+        result = source.fetch_preset(u.projects[0], u.presets[0], now - timedelta(minutes=10), now)
+    finally:
+        source.close()
+    return Check(
+        "utilization",
+        True,
+        f"Cloud Monitoring {u.projects[0]} ({u.presets[0]}): {len(result.samples)} samples in the last 10 min",
+    )
+
+
+def check_prices(cfg: Config, store_open: Callable[[], object] | None, now: datetime) -> Check:
+    from monitor.sources.pricing import CatalogPriceSource, SnapshotPriceSource
+
+    if cfg.pricing.source == "snapshot":
+        book = SnapshotPriceSource().price_book(now)
+        return Check(
+            "prices", True, f"bundled snapshot as of {book.as_of:%Y-%m-%d} ({_age(book.as_of, now)})"
+        )
+    if store_open is None:
+        return Check(
+            "prices", True, "Catalog API: nothing cached yet (fetched by the daemon; snapshot meanwhile)"
+        )
+    cached = CatalogPriceSource(cfg.pricing, cfg.google, store=store_open()).cached()  # type: ignore[arg-type]
+    if cached is None:
+        return Check(
+            "prices", True, "Catalog API: nothing cached yet (fetched by the daemon; snapshot meanwhile)"
+        )
+    stale = now - cached.as_of > timedelta(hours=2 * cfg.pricing.cache_hours)
+    return Check(
+        "prices",
+        not stale,
+        f"Catalog API cache from {cached.as_of:%Y-%m-%d %H:%M} ({_age(cached.as_of, now)})",
+    )
+
+
+def check_store(cfg: Config, store: object) -> Check:
+    with store.transaction() as conn:  # type: ignore[attr-defined]
+        rows = conn.execute(
+            "SELECT component, MAX(version) FROM schema_migrations GROUP BY component"
+        ).fetchall()
+    parts = ", ".join(f"{c} v{v}" for c, v in sorted(tuple(r) for r in rows)) or "no migrations yet"
+    return Check("state", True, f"{cfg.state.url}: {parts}")
+
+
+def check_outbox(store: object) -> Check:
+    from alerts.outbox import status
+
+    st = status(store)  # type: ignore[arg-type]
+    text = f"pending {st.pending}, failed {st.failed}, sent {st.sent}"
+    if st.last_error:
+        text += f"; last error: {st.last_error}"
+    return Check("outbox", st.healthy, text)
+
+
+def check_slack(cfg: Config, offline: bool, environ: Mapping[str, str]) -> Check:
+    from alerts.notifier import Outcome
+    from alerts.slack import SlackNotifier
+
+    token = slack_token(cfg.slack, dict(environ))
+    if token is not None and not cfg.slack.channel:
+        return Check(
+            "slack", False, "SLACK_BOT_TOKEN is set but slack.channel is not; alerts go to the console"
+        )
+    if token is None:
+        if cfg.slack.webhook_url_env:
+            set_ = bool(environ.get(cfg.slack.webhook_url_env, "").strip())
+            what = "set (not tested: a test would post)" if set_ else "NOT SET"
+            return Check("slack", set_, f"incoming webhook from ${cfg.slack.webhook_url_env}: {what}")
+        return Check("slack", True, "no SLACK_BOT_TOKEN: alerts go to the console and out/alerts")
+    if offline:
+        return Check(
+            "slack", None, f"bot token set, channel {cfg.slack.channel}: auth.test skipped (--offline)"
+        )
+    result = SlackNotifier(token, cfg.slack.api_base_url, timeout=10).auth_test()
+    if result.outcome is Outcome.SENT:
+        return Check("slack", True, f"auth.test ok (team {result.channel}), channel {cfg.slack.channel}")
+    return Check("slack", False, result.error or "auth.test failed")
+
+
+def _guard(name: str, fn: Callable[[], Check]) -> Check:
+    """A check that raises is a failed check with the error's first line, never a traceback."""
+    try:
+        return fn()
+    except Exception as e:
+        first = (str(e).splitlines() or [""])[0]
+        return Check(name, False, f"{type(e).__name__}: {first}")
+
+
+def _missing_sqlite(url: str) -> Path | None:
+    """The SQLite file `state.url` names, if it does not exist yet."""
+    if not url.startswith("sqlite:///"):
+        return None
+    path = Path(url.removeprefix("sqlite:///"))
+    return None if path.exists() else path
+
+
+def _missing_store_check(path: Path) -> Check:
+    parent = next((p for p in (path.parent, *path.parents) if p.exists()), Path("."))
+    if os.access(parent, os.W_OK):
+        return Check("state", True, f"{path}: not created yet (created on first run)")
+    return Check("state", False, f"{path}: does not exist and {parent} is not writable")
+
+
+def run_checks(cfg: Config, *, offline: bool, environ: Mapping[str, str], now: datetime) -> list[Check]:
+    from monitor.state.store import open_store
+
+    opened: list[object] = []
+
+    def store() -> object:
+        if not opened:
+            opened.append(open_store(cfg.state.url))
+        return opened[0]
+
+    checks = [
+        _guard("billing", lambda: check_billing(cfg, offline, now)),
+        _guard("utilization", lambda: check_utilization(cfg, offline, now)),
+    ]
+    missing = _missing_sqlite(cfg.state.url)
+    try:
+        if missing is not None:  # a check must not create the store as a side effect
+            checks.append(_guard("prices", lambda: check_prices(cfg, None, now)))
+            checks.append(_missing_store_check(missing))
+            checks.append(Check("outbox", True, "pending 0, failed 0, sent 0 (no state store yet)"))
+        else:
+            checks += [
+                _guard("prices", lambda: check_prices(cfg, store, now)),
+                _guard("state", lambda: check_store(cfg, store())),
+                _guard("outbox", lambda: check_outbox(store())),
+            ]
+        checks.append(_guard("slack", lambda: check_slack(cfg, offline, environ)))
+        return checks
+    finally:
+        for s in opened:
+            s.close()  # type: ignore[attr-defined]
 
 
 @cli.command("check")
 @config_option(required=True)
-def check_cmd(config_path) -> None:
-    """Validate the config and report the health of sources and alert delivery."""
-    load_config(config_path)
+@click.option(
+    "--offline", is_flag=True, help="Skip checks that need the network (BigQuery, Monitoring, Slack)."
+)
+def check_cmd(config_path: Path, offline: bool) -> None:
+    """Validate the config and report the health of sources and alert delivery (exit 1 if unhealthy)."""
+    cfg = load_config(config_path)
     click.echo(f"{config_path}: config OK")
+    checks = run_checks(cfg, offline=offline, environ=os.environ, now=SystemClock().now())
+    for c in checks:
+        click.echo(c.line())
+    if any(c.ok is False for c in checks):
+        sys.exit(1)

@@ -1,19 +1,111 @@
-"""`gpucost digest`."""
+"""`gpucost digest`: the daily digest from the state store the daemon keeps, on demand.
+
+Reads the same stored hourly aggregates as the daemon (so the figures match `gpucost report` for the
+day); before any daemon run the store is empty, and one billing poll fills it first. "Now" is the
+time of the last billing poll (what the stored data is current as of: real time in production, the
+simulated time in the demo), and the default day is the day before it in `digest.timezone`.
+"""
 
 from __future__ import annotations
 
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
 import click
 
+from monitor.attribution.compile import compile_rules
 from monitor.cli import cli
 from monitor.cli._common import config_option, load_optional_config
-from monitor.errors import NotAvailableYet
+from monitor.clock import FixedClock, SystemClock
+from monitor.config import Config
+from monitor.cycle import build_deps, run_billing_poll, run_digest
+from monitor.errors import ConfigError, GpucostError
+from monitor.sources.base import BillingSource, QueryResult
+from monitor.state.store import StateStore, open_store
+
+__all__ = ["LazyBilling", "digest_now", "last_poll"]
+
+
+class LazyBilling:
+    """The configured billing source, opened on first use: a digest over a store the daemon filled
+    never touches the export (nor waits for the DuckDB file the daemon holds open)."""
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.engine = cfg.billing.source
+        self._source: BillingSource | None = None
+
+    def _open(self) -> BillingSource:
+        if self._source is None:
+            from monitor.sources.factory import billing_source_from_config
+
+            rules = compile_rules(self.cfg.attribution.rules)
+            self._source = billing_source_from_config(self.cfg.billing, google=self.cfg.google, rules=rules)
+        return self._source
+
+    def run(self, name: str, params: dict[str, Any]) -> QueryResult:
+        return self._open().run(name, params)
+
+    def dry_run(self, name: str, params: dict[str, Any]) -> int | None:
+        return self._open().dry_run(name, params)
+
+
+def last_poll(store: StateStore) -> datetime | None:
+    """When billing was last polled (None before the first poll).
+
+    Reads the billing component's one-row poll table; `monitor.billing_poll` has no accessor for it.
+    """
+    with store.transaction() as conn:
+        exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'billing_poll'")
+        if exists.fetchone() is None:
+            return None
+        row = conn.execute("SELECT polled_at FROM billing_poll WHERE id = 1").fetchone()
+    return None if row is None else datetime.fromisoformat(row[0].replace("Z", "+00:00")).astimezone(UTC)
+
+
+def digest_now(billing: BillingSource, real_now: datetime) -> datetime:
+    """The instant a first poll is made as of: real time for BigQuery; for a local DuckDB copy, its
+    latest export time (the copy is a snapshot, like `gpucost report` treats it)."""
+    if billing.engine != "duckdb":
+        return real_now
+    from monitor.report import data_extent
+    from monitor.sources.factory import search_range
+
+    lo, hi = search_range("duckdb", real_now)
+    _, _, last_export, rows = data_extent(billing, lo, hi)
+    return last_export if rows and last_export is not None else real_now
 
 
 @cli.command("digest")
 @config_option()
 @click.option("--date", "day", type=click.DateTime(["%Y-%m-%d"]), help="Day to report (default: yesterday).")
-@click.option("--send", is_flag=True, help="Send to Slack instead of writing under out/.")
-def digest_cmd(config_path, day, send) -> None:
-    """Render the daily digest (Markdown + PNG chart), or send it to Slack."""
-    load_optional_config(config_path)
-    raise NotAvailableYet("gpucost digest lands with the alerts issue")
+@click.option(
+    "--send", is_flag=True, help="Also post it to Slack (the digest is written under out/ either way)."
+)
+def digest_cmd(config_path: Path | None, day: datetime | None, send: bool) -> None:
+    """Render the daily digest (Markdown + PNG chart) from the state store; --send posts it to Slack."""
+    cfg = load_optional_config(config_path)
+    billing = LazyBilling(cfg)
+    store = open_store(cfg.state.url)
+    try:
+        now = last_poll(store)
+    finally:
+        store.close()
+    clock = FixedClock(now or digest_now(billing, SystemClock().now()))
+    deps = build_deps(cfg, clock, billing)
+    try:
+        if send and deps.notifier.name == "console":
+            raise ConfigError("--send needs SLACK_BOT_TOKEN and slack.channel (or slack.webhook_url_env)")
+        if now is None:
+            run_billing_poll(deps, clock.now())
+        the_day: date | None = day.date() if day is not None else None
+        result = run_digest(deps, clock.now(), the_day, send=send, force=True)
+    finally:
+        deps.store.close()
+    click.echo(result["markdown"])
+    click.echo(result["png"])
+    if send and not result["sent"]:
+        raise GpucostError(f"digest written but not sent to Slack: {result['error']}")
+    if send:
+        click.echo(f"sent to {deps.alert_deps.default_channel}")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
+import threading
 from collections import defaultdict
 from datetime import timedelta
 from decimal import Decimal
@@ -14,6 +17,7 @@ from monitor.billing_poll import hourly_costs
 from monitor.cli import cli
 from monitor.cli._common import config_option
 from monitor.config import load_config
+from monitor.daemon import install_signal_handlers
 from monitor.logs import configure_logging
 from monitor.render import findings_text
 from monitor.timeutil import floor_hour, to_iso
@@ -51,13 +55,25 @@ def run_cmd(config_path: Path, once: bool) -> None:
 
     cfg = load_config(config_path)
     configure_logging(cfg.logging.format, cfg.logging.level)
+    stop = threading.Event()
+    if not once:  # before the slow start-up: a SIGTERM during it still exits 0
+        install_signal_handlers(stop)
     service = Service(cfg, stream=sys.stdout)
-    try:
-        if once:
+    if once:
+        try:
             result = service.once()
             click.echo(_summary(service))
             click.echo(f"gpucost: digest written to {result['digest']['markdown']}")
-            return
-        raise SystemExit(service.serve())
-    finally:
-        service.close()
+        finally:
+            service.close()
+        return
+    code = service.serve(stop)
+    if service.abandoned:
+        # A job thread is still running (a slow query, a hung request): waiting for it at interpreter
+        # exit could break the 10 s promise, and closing the stores under it is unsafe. Every write
+        # is transactional, so leaving now is safe; the next start redoes the job.
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(code)
+    service.close()
+    raise SystemExit(code)
