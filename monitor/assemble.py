@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -127,12 +126,20 @@ def _gpu_hour(j: JoinedHour) -> GpuHour:
     )
 
 
-@dataclass(frozen=True)
-class _Known:
-    """What billing last said about an instance: enough to price its unbilled hours."""
+def _cost_keys(c: GpuCostHour) -> list[str]:
+    """Every identity a billed instance-hour answers to: numeric id and (project, zone, name)."""
+    keys = [c.instance_id] if c.instance_id else []
+    if c.instance:
+        keys.append(f"{c.project}/{c.zone}/{c.instance}")
+    return keys
 
-    cost: GpuCostHour
-    last_hour: datetime
+
+def _sample_keys(s: GpuSample) -> list[str]:
+    keys = [s.instance_id] if s.instance_id else []
+    for name in (s.instance_name, s.node_name):
+        if name:
+            keys.append(f"{s.project}/{s.zone}/{name}")
+    return keys
 
 
 def _estimates(
@@ -141,42 +148,59 @@ def _estimates(
     prices: PriceLookup | None,
     threshold: float,
     end: datetime,
+    provisional_from: datetime | None = None,
 ) -> list[GpuHour]:
-    """GPU hours utilization covers but billing does not yet, priced from the price book."""
+    """GPU hours utilization covers but billing does not (yet), priced from the price book.
+
+    Only whole hours before `end` and, when given, at or after `provisional_from`: older hours are
+    settled billing, and an hour with utilization but no GPU row there is not ours to invent (an
+    instance billed to another account, say). An hour is "billed" when any identity of the
+    instance (id, or project/zone/name) has a GPU row in it, so a billing row without an id never
+    gets a second, estimated copy; hours missing between billed ones (rows landing out of order)
+    are estimated too.
+    """
     if prices is None or not samples:
         return []
-    known: dict[str, _Known] = {}
+    latest: dict[str, GpuCostHour] = {}
+    billed: set[tuple[str, datetime]] = set()
     for c in costs:
-        key = c.instance_id or f"{c.project}/{c.zone}/{c.instance}"
-        if key not in known or c.hour > known[key].last_hour:
-            known[key] = _Known(c, c.hour)
+        for key in _cost_keys(c):
+            billed.add((key, c.hour))
+            if key not in latest or c.hour > latest[key].hour:
+                latest[key] = c
     by_hour: dict[tuple[str, datetime], list[GpuSample]] = defaultdict(list)
+    aliases: dict[str, list[str]] = {}
     for s in samples:
-        key = s.instance_id or f"{s.project}/{s.zone}/{s.instance_name or s.node_name}"
         hour = s.start.replace(minute=0, second=0, microsecond=0)
-        if hour + _HOUR <= end:
-            by_hour[(key, hour)].append(s)
+        if hour + _HOUR > end or (provisional_from is not None and hour < provisional_from):
+            continue
+        keys = _sample_keys(s)
+        if keys:
+            by_hour[(keys[0], hour)].append(s)
+            aliases.setdefault(keys[0], keys)
     out = []
     for (key, hour), group in sorted(by_hour.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-        k = known.get(key)
-        if k is not None and hour <= k.last_hour:
-            continue  # billed (or billing has moved past it): never estimate over real rows
-        out.extend(_estimate_hour(key, hour, group, k, prices, threshold))
+        keys = aliases[key]
+        if any((k, hour) in billed for k in keys):
+            continue  # billed: never estimate over real rows
+        known = next((latest[k] for k in keys if k in latest), None)
+        out.extend(_estimate_hour(hour, group, known, prices, threshold))
     return out
 
 
 def _estimate_hour(
-    key: str,
     hour: datetime,
     group: list[GpuSample],
-    k: _Known | None,
+    known: GpuCostHour | None,
     prices: PriceLookup,
     threshold: float,
 ) -> list[GpuHour]:
-    first = group[0]
-    model = (k.cost.gpu_model if k else None) or normalize_gpu_model(first.model or "")
-    region = (k.cost.region if k else None) or region_of(first.zone or "")
-    pricing = (k.cost.pricing_model if k else None) or "on_demand"
+    """One estimated instance-hour: GPU model and pricing from its latest billed hour when there is
+    one, else from the Monitoring `model` label at on-demand prices."""
+    first, k = group[0], known
+    model = (k.gpu_model if k else None) or normalize_gpu_model(first.model or "")
+    region = (k.region if k else None) or region_of(first.zone or "")
+    pricing = (k.pricing_model if k else None) or "on_demand"
     term = {"committed": "on_demand", "reserved": "on_demand"}.get(pricing, pricing)
     unit = prices.gpu_hourly(str(model), region, term) if model else None
     if unit is None:
@@ -191,8 +215,8 @@ def _estimate_hour(
     return [
         GpuHour(
             hour=hour,
-            project=(k.cost.project if k else first.project),
-            instance=(k.cost.instance if k else first.instance_name or first.node_name),
+            project=(k.project if k else first.project),
+            instance=(k.instance if k else first.instance_name or first.node_name),
             gpu_model=str(model),
             gpus=gpus,
             gpu_hours=Decimal(gpus),
@@ -200,15 +224,15 @@ def _estimate_hour(
             mean_utilization_pct=sum(means) / gpus,
             idle_gpu_hours=Decimal(idle),
             idle_cost=(cost * idle / gpus).quantize(Decimal("0.000001")),
-            zone=(k.cost.zone if k else first.zone),
+            zone=(k.zone if k else first.zone),
             region=region,
-            instance_id=(k.cost.instance_id if k else first.instance_id),
-            cluster=(k.cost.cluster if k else first.cluster),
+            instance_id=(k.instance_id if k else first.instance_id),
+            cluster=(k.cluster if k else first.cluster),
             machine_type=None,
             memory_held=any(getattr(s, "idle_but_allocated", False) for s in group),
             pricing_model=pricing,
             estimated=True,
-            labels=dict(k.cost.labels) if k else {},
+            labels=dict(k.labels) if k else {},
         )
     ]
 
@@ -219,10 +243,12 @@ def gpu_hours(
     threshold: float,
     prices: PriceLookup | None,
     end: datetime,
+    provisional_from: datetime | None = None,
 ) -> list[GpuHour]:
+    """Billed GPU hours joined with utilization, plus estimated ones (see `_estimates`)."""
     costs = gpu_cost_hours(rows)
     billed = [_gpu_hour(j) for j in join_gpu_hours(costs, samples, threshold)]
-    return billed + _estimates(costs, samples, prices, threshold, end)
+    return billed + _estimates(costs, samples, prices, threshold, end, provisional_from)
 
 
 def assemble_inputs(
@@ -235,15 +261,20 @@ def assemble_inputs(
     idle_threshold_pct: float,
     prices: PriceLookup | None,
     budgets: Sequence[BudgetSpec] = (),
+    rows: Sequence[HourlyCost] | None = None,
 ) -> DetectorInputs:
-    rows = hourly_costs(store, start, end, now=now, provisional_days=provisional_days)
+    """Detector inputs for [start, end) from the store. `rows`: the hourly aggregates of that range
+    when the caller already read them (`hourly_costs` with the same `now` / `provisional_days`)."""
+    if rows is None:
+        rows = hourly_costs(store, start, end, now=now, provisional_days=provisional_days)
     samples = load_samples(store, start, end)
+    since = provisional_since(now, provisional_days)
     return DetectorInputs(
         window_start=start,
         window_end=end,
-        provisional_from=provisional_since(now, provisional_days),
+        provisional_from=since,
         hourly=cost_hours(rows),
-        gpu_hours=gpu_hours(rows, samples, idle_threshold_pct, prices, end),
+        gpu_hours=gpu_hours(rows, samples, idle_threshold_pct, prices, end, since),
         prices=prices,
         budgets=tuple(budgets),
     )

@@ -18,10 +18,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from monitor.detectors.base import registered
 from monitor.model import Finding
-from monitor.timeutil import to_iso
+from monitor.timeutil import parse_timestamp, to_iso
 
-__all__ = ["evidence_line", "findings_markdown", "findings_table", "findings_text"]
+__all__ = ["evidence_line", "findings_markdown", "findings_table", "findings_text", "is_advice"]
 
 _SEV_ORDER = {"critical": 0, "warning": 1, "info": 2}
 _SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
@@ -187,16 +188,31 @@ def _header(totals: Mapping[str, Any] | None, window: Mapping[str, Any] | None) 
             f"**Spend:** {_usd(totals.get('net_cost'))} net ({_usd(totals.get('cost'))} before "
             f"{_usd(totals.get('credits'))} credits), in USD."
         )
-    if w.get("provisional_from"):
+    if w.get("provisional_from") and not _after_end(w["provisional_from"], w.get("end")):
         lines.append(
             f"Billing from {_when(w['provisional_from'])} on is *provisional*: late rows may still raise it."
         )
     return [*lines, ""]
 
 
-def _summary_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def _after_end(provisional_from: datetime | str, end: datetime | str | None) -> bool:
+    """Whether nothing in the window is provisional (its first provisional instant is past the end)."""
+    if end is None:
+        return False
+    p = provisional_from if isinstance(provisional_from, datetime) else parse_timestamp(str(provisional_from))
+    e = end if isinstance(end, datetime) else parse_timestamp(str(end))
+    return p >= e
+
+
+def is_advice(kind: str) -> bool:
+    """Findings of advice detectors (cheaper ways to buy the same thing), reported apart from leaks."""
+    cls = registered().get(kind)
+    return bool(cls is not None and cls.advice)
+
+
+def _summary_table(rows: Sequence[Mapping[str, Any]], first: int = 1) -> list[str]:
     out = ["| # | Severity | Impact | Finding | Scope | Notes |", "|---|---|---:|---|---|---|"]
-    for i, f in enumerate(rows, 1):
+    for i, f in enumerate(rows, first):
         out.append(
             f"| {i} | {f['severity']} | {_usd(f['impact_usd'])} | {_cell(f['title'])} | "
             f"{_cell(_scope_text(f['scope']))} | {_flags(f)} |"
@@ -246,35 +262,56 @@ def findings_markdown(
     *,
     top: int = 10,
 ) -> str:
-    """A report a person would forward: summary table, the `top` findings in detail, attribution.
+    """A report a person would forward: the hidden costs (summary table, the `top` in detail), then
+    savings opportunities (advice, kept apart: nothing was lost), then where the money went.
 
     `totals` and `window` are the `analyze` JSON's objects (`cost`/`credits`/`net_cost`;
     `start`/`end`/`provisional_from` as datetimes or ISO strings); findings may be `Finding`s or
     their `to_dict()` form.
     """
     rows = _sorted(findings)
+    leaks = [f for f in rows if not is_advice(f["kind"])]
+    advice = [f for f in rows if is_advice(f["kind"])]
     lines = _header(totals, window)
-    if not rows:
+    if not leaks:
         lines += ["## Hidden costs", "", "No hidden costs found in this window.", ""]
     else:
-        total = sum((Decimal(str(f["impact_usd"])) for f in rows), Decimal(0))
-        counts = {s: sum(1 for f in rows if f["severity"] == s) for s in _SEV_ORDER}
+        total = sum((Decimal(str(f["impact_usd"])) for f in leaks), Decimal(0))
+        counts = {s: sum(1 for f in leaks if f["severity"] == s) for s in _SEV_ORDER}
         lines += [
             "## Hidden costs",
             "",
-            f"{len(rows)} finding(s), {_usd(total)} total impact "
+            f"{len(leaks)} finding(s), {_usd(total)} total impact "
             f"({counts['critical']} critical, {counts['warning']} warning, {counts['info']} info).",
             "",
-            *_summary_table(rows),
+            *_summary_table(leaks),
             "## Top findings",
             "",
         ]
-        for i, f in enumerate(rows[:top], 1):
-            lines += _detail(i, f)
-        if len(rows) > top:
-            lines += [f"_{len(rows) - top} smaller finding(s) are listed in the table above only._", ""]
+        lines += _details(leaks, 1, top)
+    if advice:
+        saved = sum((Decimal(str(f["impact_usd"])) for f in advice), Decimal(0))
+        lines += [
+            "## Savings opportunities",
+            "",
+            f"{len(advice)} way(s) to pay less for the same GPU hours, worth {_usd(saved)} in this "
+            "window. Advice, not money lost: these overlap (the same hours priced as a commitment "
+            "or as Spot), so do not add them up.",
+            "",
+            *_summary_table(advice, len(leaks) + 1),
+            *_details(advice, len(leaks) + 1, top),
+        ]
     lines += _attribution(attribution_rows)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _details(rows: Sequence[Mapping[str, Any]], first: int, top: int) -> list[str]:
+    lines: list[str] = []
+    for i, f in enumerate(rows[:top], first):
+        lines += _detail(i, f)
+    if len(rows) > top:
+        lines += [f"_{len(rows) - top} smaller finding(s) are listed in the table above only._", ""]
+    return lines
 
 
 # -- terminal ------------------------------------------------------------------------------------------

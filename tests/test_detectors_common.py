@@ -304,7 +304,10 @@ def test_clean_fleet_with_prices_only_raises_opportunities() -> None:
     (f,) = findings
     # 16 H100 on demand in every hour: 16 x 336 h x (11.00 - 7.70)
     assert f.impact_usd == D(16 * 336) * D("3.30")
-    assert f.severity is Severity.WARNING  # large, but an opportunity never goes critical by default
+    assert f.severity is Severity.INFO  # advice, not a leak: never alerts by default, however large
+    cfg = {"commitment_opportunity": {"max_severity": "warning"}}
+    (loud,) = run_detectors(inp, cfg, inp.window_end)
+    assert loud.severity is Severity.WARNING  # a team that wants savings alerts opts in
 
 
 def test_run_detectors_sorts_by_impact_and_accepts_raw_config() -> None:

@@ -116,6 +116,8 @@ def test_estimated_then_billed_keeps_the_fingerprint_and_replaces_the_impact() -
     estimated = pattern("BBIIII", estimated=True, labels={"team": "research"})
     (early,) = run(estimated, provisional_hours=400)
     assert early.estimated and early.provisional
+    assert (early.evidence["estimated_hours"], early.evidence["estimated_cost_usd"]) == (4, 352.0)
+    assert "4 of the hours ($352.00) are priced from list prices" in early.summary
     # billing lands: slightly different price, labels from the billing row, no estimate
     billed = pattern("BBIIII", price="10.50", labels={"team": "research", "job": "llm-7b"})
     (late,) = run(billed, provisional_hours=0)
@@ -125,6 +127,7 @@ def test_estimated_then_billed_keeps_the_fingerprint_and_replaces_the_impact() -
     # both at once (reconciliation in progress): billed hours win, nothing counted twice
     (mixed,) = run(estimated + billed)
     assert mixed.impact_usd == D(336) and not mixed.estimated
+    assert mixed.evidence["estimated_hours"] == 0 and "list prices" not in mixed.summary
 
 
 def test_each_instance_is_its_own_finding() -> None:

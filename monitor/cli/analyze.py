@@ -1,26 +1,158 @@
-"""`gpucost analyze`."""
+"""`gpucost analyze`: attribute every dollar of a window and flag hidden costs with their impact.
+
+stdout carries the report only (JSON, a table or Markdown); logs go to stderr.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from monitor.analysis import Analysis, analyze_once
 from monitor.cli import cli
 from monitor.cli._common import (
     billing_option,
     config_option,
     format_option,
     load_optional_config,
-    utilization_option,
     window_options,
 )
-from monitor.errors import NotAvailableYet
+from monitor.clock import SystemClock
+from monitor.config import Config
+from monitor.logs import configure_logging
+from monitor.render import findings_markdown, findings_table
+
+__all__ = ["analyze_cmd", "cli_analysis", "render_analysis_table", "utilization_paths_option"]
+
+
+def utilization_paths_option() -> Callable:
+    """`--utilization`: files or directories of Monitoring JSON (the simulator writes a directory
+    of day files; a directory stands for every .json / .json.gz file in it)."""
+    return click.option(
+        "--utilization",
+        "utilization_paths",
+        multiple=True,
+        type=click.Path(exists=True, path_type=Path),
+        help="Cloud Monitoring timeSeries JSON[.gz] file or directory of them; repeatable.",
+    )
+
+
+def cli_analysis(
+    billing_paths: tuple[Path, ...],
+    utilization_paths: tuple[Path, ...],
+    config_path: Path | None,
+    start: datetime | None,
+    end: datetime | None,
+    **kw: object,
+) -> tuple[Config, Analysis]:
+    """Shared by `analyze` and `gpus`: check the source flags, set up stderr logging, run once."""
+    if not billing_paths and config_path is None:
+        raise click.UsageError(
+            "give the billing data: --billing FILE (export NDJSON/Parquet/CSV, repeatable) "
+            "or --config PATH (reads the configured sources)"
+        )
+    cfg = load_optional_config(config_path)
+    with stderr_logging(cfg.logging.format, cfg.logging.level if config_path else "WARNING"):
+        result = analyze_once(
+            cfg,
+            now=SystemClock().now(),
+            billing_paths=billing_paths,
+            utilization_paths=utilization_paths,
+            start=start,
+            end=end,
+            with_budgets=config_path is not None,
+            **kw,  # type: ignore[arg-type]
+        )
+    return cfg, result
+
+
+class _CurrentStderr:
+    """Whatever `sys.stderr` is when a record is written (not when logging was set up)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+
+@contextmanager
+def stderr_logging(fmt: str, level: str) -> Iterator[None]:
+    """Logs to stderr (stdout carries the report) for the length of one command, then the root
+    logger as it was: the command may run in-process (tests, a notebook), not only as a program."""
+    root = logging.getLogger()
+    handlers, saved_level = root.handlers[:], root.level
+    configure_logging(fmt, level, stream=_CurrentStderr())  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(saved_level)
+
+
+def _usd(v: float) -> str:
+    return f"-${abs(v):,.2f}" if v < 0 else f"${v:,.2f}"
+
+
+def render_analysis_table(result: Analysis, console: Console) -> None:
+    """Window and totals, the findings table, then spend by category."""
+    d = result.to_dict()
+    w, t = d["window"], d["totals"]
+    console.print(
+        f"[bold]{w['start']} → {w['end']}[/]  net {_usd(t['net_cost'])} (cost {_usd(t['cost'])}, "
+        f"credits {_usd(t['credits'])}) {d['currency']}; provisional from {w['provisional_from']}"
+    )
+    console.print(findings_table(result.findings))
+    table = Table(title="Where the money went")
+    for col in ("Category", "Pricing", "Cost", "Credits", "Net"):
+        table.add_column(col, justify="left" if col in ("Category", "Pricing") else "right")
+    for a in d["attribution"]:
+        table.add_row(
+            a["subcategory"],
+            a["pricing_model"] or "-",
+            _usd(a["cost"]),
+            _usd(a["credits"]),
+            _usd(a["net_cost"]),
+        )
+    console.print(table)
+    s = d["stats"]
+    console.print(
+        f"[dim]{s['engine']}: {s['queries']} queries, {s['rows_scanned']:,} rows scanned, "
+        f"{s['rows_fetched']:,} fetched, {s['seconds']} s[/]"
+    )
 
 
 @cli.command("analyze")
 @billing_option()
-@utilization_option()
+@utilization_paths_option()
 @config_option()
 @window_options
 @format_option("json", "table", "markdown")
 def analyze_cmd(billing_paths, utilization_paths, config_path, start, end, fmt) -> None:
-    """Attribute spend and flag hidden costs with their dollar impact."""
-    load_optional_config(config_path)
-    raise NotAvailableYet("gpucost analyze lands with the detectors issue")
+    """Attribute spend and flag hidden costs with their dollar impact.
+
+    From export files (--billing, with --utilization for GPU metrics) or from the sources a config
+    names (--config alone: BigQuery and Cloud Monitoring in production). Window: --end defaults to
+    the latest usage in the data (now for BigQuery), --start to 14 days before --end.
+    """
+    _, result = cli_analysis(billing_paths, utilization_paths, config_path, start, end)
+    if fmt == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    elif fmt == "markdown":
+        d = result.to_dict()
+        click.echo(findings_markdown(result.findings, d["totals"], d["attribution"], d["window"]), nl=False)
+    else:
+        console = Console()
+        render_analysis_table(result, console if console.is_terminal else Console(width=200))

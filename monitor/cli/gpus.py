@@ -1,26 +1,98 @@
-"""`gpucost gpus`."""
+"""`gpucost gpus`: per GPU instance (and per project / label), what its GPU-hours cost and how many
+of them were idle or unmonitored."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
 
 from monitor.cli import cli
 from monitor.cli._common import (
     billing_option,
     config_option,
     format_option,
-    load_optional_config,
-    utilization_option,
     window_options,
 )
-from monitor.errors import NotAvailableYet
+from monitor.cli.analyze import cli_analysis, utilization_paths_option
+from monitor.gpus import GpuRollup, InstanceGpus, rollups, summarize_instances
+
+__all__ = ["gpus_cmd", "gpus_report"]
+
+_NUM = ("gpu_hours", "mean_utilization_pct", "gpu_cost_usd", "idle_gpu_hours", "idle_cost_usd")
+_NUM2 = ("unmonitored_cost_usd", "cost_per_busy_gpu_hour_usd")
+
+
+def gpus_report(instances: list[InstanceGpus], rolled: list[GpuRollup]) -> dict[str, Any]:
+    """The JSON document: `{"instances": [...], "rollups": [...]}` (issue 4, item 4)."""
+    return {"instances": [i.to_dict() for i in instances], "rollups": [r.to_dict() for r in rolled]}
+
+
+def _fmt(key: str, v: Any) -> str:
+    if v is None:
+        return "-"
+    if key.endswith("_usd"):
+        return f"${v:,.2f}"
+    if key == "mean_utilization_pct":
+        return f"{v:.1f}%"
+    return f"{v:,.1f}"
+
+
+def _table(title: str, first: list[str], rows: list[dict[str, Any]], keys: list[str]) -> Table:
+    table = Table(title=title)
+    for col in first:
+        table.add_column(col)
+    heads = {
+        "gpu_hours": "GPU-h",
+        "mean_utilization_pct": "util",
+        "gpu_cost_usd": "GPU cost",
+        "idle_gpu_hours": "idle GPU-h",
+        "idle_cost_usd": "idle $",
+        "unmonitored_cost_usd": "unmonitored $",
+        "cost_per_busy_gpu_hour_usd": "$/busy GPU-h",
+    }
+    for k in (*_NUM, *_NUM2):
+        table.add_column(heads[k], justify="right")
+    for row in rows:
+        table.add_row(
+            *(str(row.get(c) if row.get(c) is not None else "-") for c in keys),
+            *(_fmt(k, row[k]) for k in (*_NUM, *_NUM2)),
+        )
+    return table
 
 
 @cli.command("gpus")
 @billing_option()
-@utilization_option()
+@utilization_paths_option()
 @config_option()
 @window_options
 @format_option("table", "json")
 def gpus_cmd(billing_paths, utilization_paths, config_path, start, end, fmt) -> None:
-    """GPU-hours, utilization, idle dollars and unmonitored GPU spend per instance."""
-    load_optional_config(config_path)
-    raise NotAvailableYet("gpucost gpus lands with the GPU utilization issue")
+    """GPU-hours, utilization, idle dollars and unmonitored GPU spend per instance.
+
+    Rolled up per project and per configured billing label (billing.labels). Idle: a GPU-hour whose
+    mean utilization is below utilization.idle_threshold_pct; unmonitored: GPU spend with no
+    utilization data (never counted as busy or idle).
+    """
+    cfg, result = cli_analysis(
+        billing_paths, utilization_paths, config_path, start, end, detectors=[], month_to_date=False
+    )
+    instances = summarize_instances(result.gpu_hours)
+    doc = gpus_report(instances, rollups(instances, cfg.billing.labels))
+    if fmt == "json":
+        click.echo(json.dumps(doc, indent=2))
+        return
+    console = Console()
+    console = console if console.is_terminal else Console(width=200)
+    w = result.window_dict()
+    console.print(f"[bold]GPU spend and utilization, {w['start']} → {w['end']}[/]")
+    keys = ["instance", "project", "zone", "gpu_model", "gpus"]
+    console.print(
+        _table("Per instance", ["Instance", "Project", "Zone", "GPU", "GPUs"], doc["instances"], keys)
+    )
+    console.print(
+        _table("Rolled up", ["Group", "Key", "Instances"], doc["rollups"], ["group", "key", "instances"])
+    )

@@ -71,6 +71,12 @@ class Detector(ABC):
 
     name: ClassVar[str] = ""
     Config: ClassVar[type[DetectorConfig]] = DetectorConfig
+    #: True for detectors that give advice (a cheaper way to buy the same thing) rather than report
+    #: money leaking: their findings are `info` by default and are not hidden costs.
+    advice: ClassVar[bool] = False
+    #: True for detectors that judge the calendar month to date (budget forecasts): they are given
+    #: inputs reaching back to the 1st; the others judge exactly the analysed window.
+    month_to_date: ClassVar[bool] = False
 
     def __init__(self, config: DetectorConfig | None = None) -> None:
         self.config = config if config is not None else self.Config()

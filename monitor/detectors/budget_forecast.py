@@ -54,6 +54,7 @@ def _sum(rows: Sequence[CostHour], lo: datetime, hi: datetime) -> Decimal:
 class BudgetForecast(Detector):
     Config = BudgetForecastConfig
     config: BudgetForecastConfig
+    month_to_date = True
 
     def evaluate(self, inputs: DetectorInputs, now: datetime) -> list[Finding]:
         as_of = min(now, inputs.window_end)

@@ -7,6 +7,12 @@ one, else the value of `workload_label` (e.g. a `job` label shared by the VMs of
 else the sending instance. Workloads at or above `min_impact_usd` get their own finding; the rest of a
 project's traffic is summed into one project-level finding when that reaches the minimum, so no dollar
 is reported twice.
+
+Both a total and a rate must be reached: `min_impact_usd` in the window and `min_usd_per_day` per day
+the traffic ran (hours with traffic / 24, at least one day). Steady low-rate traffic (a replication
+job moving a few hundred GiB a day) is the normal price of keeping data in two places and adds up
+over a long window; a workload paying tens of dollars a day for traffic that co-location would make
+free is the hidden cost worth an alert.
 """
 
 from __future__ import annotations
@@ -42,10 +48,12 @@ Workload = tuple[str, str] | None  # ("cluster" | "label" | "instance", value), 
 
 class EgressConfig(DetectorConfig):
     """`min_impact_usd`: net traffic dollars in the window for a workload (or the rest of a project)
-    worth a finding. `workload_label`: a label whose value groups VMs into one workload when they are
-    not in a GKE cluster (e.g. "job"); unset groups by sending instance."""
+    worth a finding. `min_usd_per_day`: and at least this much per day the traffic ran.
+    `workload_label`: a label whose value groups VMs into one workload when they are not in a GKE
+    cluster (e.g. "job"); unset groups by sending instance."""
 
     min_impact_usd: Decimal = Field(default=Decimal(25), ge=0)
+    min_usd_per_day: Decimal = Field(default=Decimal(25), ge=0)
     workload_label: str | None = None
 
 
@@ -87,14 +95,19 @@ class _Egress(Detector):
             rest: list[CostHour] = []
             for wl in sorted(rows[project], key=str):
                 group = rows[project][wl]
-                impact = _net(group)
-                if wl is not None and self.keep(impact):
+                if wl is not None and self._worth(group):
                     findings.append(self._finding(project, wl, group, zones[(project, wl)], inputs))
                 else:
                     rest.extend(group)
-            if rest and self.keep(_net(rest)):
+            if rest and self._worth(rest):
                 findings.append(self._finding(project, None, rest, set(), inputs))
         return findings
+
+    def _worth(self, group: Sequence[CostHour]) -> bool:
+        """At the minimum in total and per day of traffic (see the module docstring)."""
+        impact = _net(group)
+        days = max(Decimal(1), Decimal(len({r.hour for r in group})) / 24)
+        return self.keep(impact) and impact / days >= self.config.min_usd_per_day
 
     def _finding(
         self,

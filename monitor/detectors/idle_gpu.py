@@ -158,6 +158,8 @@ class IdleGpu(Detector):
             "idle_gpu_hours": float(idle_gpu_hours),
             "idle_cost_usd": money(impact),
             "memory_held_hours": sum(1 for r in idle if r.memory_held),
+            "estimated_hours": sum(1 for r in idle if r.estimated),
+            "estimated_cost_usd": money(sum((q6(r.idle_cost) for r in idle if r.estimated), Decimal(0))),
             "runs": [_run_evidence(run) for run in runs],
             "hours": [_hour_evidence(r, inputs.provisional_from) for r in idle],
         }
@@ -241,4 +243,9 @@ def _wording(scope: Scope, ev: dict[str, Any], impact: Decimal) -> tuple[str, st
         )
     if ev["still_idle"]:
         summary += " Still idle at the end of the window."
+    if ev["estimated_hours"]:
+        summary += (
+            f" {ev['estimated_hours']} of the hours ({fmt_usd(Decimal(str(ev['estimated_cost_usd'])))}) are "
+            "priced from list prices: their billing rows have not arrived yet."
+        )
     return title, summary, rec

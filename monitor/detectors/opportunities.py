@@ -10,8 +10,10 @@ a savings figure from a guessed price would not be worth trusting.
   `name_regex`, or, if `max_job_hours` is set, instances whose runs are all that short), priced at
   on-demand minus Spot.
 
-Opportunities are not losses: severity is info unless the savings are large (`warning_usd`), and never
-above `max_severity`.
+Opportunities are advice, not losses (`Detector.advice`): nothing leaked, a cheaper way to buy the same
+GPU hours exists. So they never alert by default: severity is capped at `max_severity` ("info" unless
+configured), below the alert threshold; a team that wants savings alerts sets `max_severity = "warning"`
+(then `warning_usd` / `critical_usd` apply).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ class _OpportunityConfig(DetectorConfig):
     min_impact_usd: Decimal = Field(default=Decimal(50), ge=0)
     warning_usd: Decimal = Field(default=Decimal(1000), ge=0)
     critical_usd: Decimal = Field(default=Decimal(100000), ge=0)
-    max_severity: Literal["info", "warning", "critical"] = "warning"
+    max_severity: Literal["info", "warning", "critical"] = "info"
 
 
 class CommitmentOpportunityConfig(_OpportunityConfig):
@@ -111,6 +113,7 @@ def _percentile(values: Sequence[Decimal], pct: float) -> Decimal:
 class CommitmentOpportunity(Detector):
     Config = CommitmentOpportunityConfig
     config: CommitmentOpportunityConfig
+    advice = True
 
     def evaluate(self, inputs: DetectorInputs, now: datetime) -> list[Finding]:
         end = min(inputs.window_end, now)
@@ -197,6 +200,7 @@ class CommitmentOpportunity(Detector):
 class SpotOpportunity(Detector):
     Config = SpotOpportunityConfig
     config: SpotOpportunityConfig
+    advice = True
 
     def _reason(self, rows: Sequence[GpuHour]) -> str | None:
         labels = {f"{k}={v}" for r in rows for k, v in r.labels.items()}

@@ -2,7 +2,9 @@
 
 Not waste by itself, a blind spot: the fix is to install the Ops Agent (or DCGM exporter) on the
 instances listed. One finding per project (the fix is usually one image or one policy per project);
-the evidence lists each instance's unmonitored hours and GPU cost. Severity is capped at
+the evidence lists each instance's unmonitored hours and GPU cost, and when a single instance is
+involved the scope names it (the identity stays the project's, so a second instance joining later
+updates the same finding). Severity is capped at
 `max_severity` (default warning) because the dollars are spend without visibility, not proven loss.
 """
 
@@ -98,7 +100,7 @@ class UnmonitoredGpu(Detector):
             impact_usd=impact,
             window_start=hours[0],
             window_end=hours[-1] + ONE_HOUR,
-            scope=Scope(project=project),
+            scope=_scope(project, instances),
             evidence={
                 "instances": per_instance,
                 "unmonitored_hours": len(rows),
@@ -112,3 +114,19 @@ class UnmonitoredGpu(Detector):
             provisional=any(r.hour >= inputs.provisional_from for r in rows),
             estimated=any(r.estimated for r in rows),
         )
+
+
+def _scope(project: str | None, instances: dict[tuple[str | None, str], list[GpuHour]]) -> Scope:
+    """The project; with one instance, that instance too (zone, name, id, cluster)."""
+    if len(instances) != 1:
+        return Scope(project=project)
+    (rows,) = instances.values()
+    last = rows[-1]
+    return Scope(
+        project=project,
+        zone=last.zone,
+        region=last.region,
+        instance=last.instance,
+        instance_id=last.instance_id,
+        cluster=last.cluster,
+    )

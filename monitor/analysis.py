@@ -1,0 +1,482 @@
+"""One pass of the whole pipeline over a window: what `gpucost analyze` and `gpucost gpus` print.
+
+The daemon's steps, run once into a throwaway SQLite state store (a temp dir) so a one-off audit
+never touches the daemon's state: the billing poll (`poll_billing`, with a lookback stretched to the
+window), the utilization window (`replace_window` / `load_samples`), `assemble_inputs` and the
+detectors. Sources are either files (`--billing` export files loaded into an in-memory DuckDB,
+`--utilization` Monitoring JSON) or whatever `[billing]` / `[utilization]` configure (BigQuery and
+Cloud Monitoring in production), so the same command audits a live account.
+
+Window defaults: end = the latest `usage_end_time` in the data for the embedded engine (files or a
+local DuckDB copy, which may be days old), or now for BigQuery (live: hours utilization covers but
+billing does not yet are estimated); start = end - 14 days. Detectors also see the month to date
+(budget forecasts need it), but totals, attribution and GPU rows cover exactly [start, end).
+
+    sources = open_sources(cfg, billing_paths=[Path("export.ndjson.gz")])
+    result = run_analysis(sources, cfg, now=clock.now())
+    json.dumps(result.to_dict())
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from monitor.assemble import assemble_inputs
+from monitor.attribution import compile_rules
+from monitor.billing_poll import HourlyCost, hourly_costs, poll_billing, provisional_since
+from monitor.config import Config
+from monitor.detectors import build_detectors, run_detectors, sort_findings
+from monitor.detectors.budget_forecast import month_bounds
+from monitor.detectors.inputs import BudgetSpec, GpuHour
+from monitor.errors import UserError
+from monitor.model import Finding, micros_to_decimal
+from monitor.report import data_extent
+from monitor.sources.base import BillingSource, QueryResult
+from monitor.sources.factory import billing_source_from_config, billing_source_from_files, search_range
+from monitor.state.store import SQLiteStore
+from monitor.timeutil import floor_day, floor_hour, to_iso
+from monitor.utilization import UtilizationSource, replace_window
+from monitor.utilization import migrate as migrate_utilization
+
+__all__ = [
+    "Analysis",
+    "AttributionLine",
+    "Sources",
+    "Stats",
+    "Window",
+    "analyze_once",
+    "attribution",
+    "ceil_hour",
+    "detection_start",
+    "open_sources",
+    "resolve_window",
+    "run_analysis",
+]
+
+log = logging.getLogger("gpucost.analysis")
+_DEFAULT_SPAN = timedelta(days=14)
+_DAY = timedelta(days=1)
+_JOIN_ALIGNMENT = 3600  # seconds: the grain of the GPU join (hour buckets, epoch-aligned)
+
+
+# ------------------------------------------------------------------------------------------ records
+
+
+@dataclass(frozen=True)
+class Window:
+    """[start, end) analysed; `as_of` is the instant provisional days count back from (the latest
+    load for files, now for live sources) and the `now` the detectors see."""
+
+    start: datetime
+    end: datetime
+    as_of: datetime
+
+
+@dataclass(frozen=True)
+class AttributionLine:
+    """Money of one (subcategory, pricing model) over the window, exact (summed from micros)."""
+
+    category: str
+    subcategory: str
+    pricing_model: str | None
+    cost: Decimal
+    credits: Decimal
+
+    @property
+    def net_cost(self) -> Decimal:
+        return self.cost + self.credits
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "category": self.category,
+            "subcategory": self.subcategory,
+            "pricing_model": self.pricing_model,
+            "cost": _num(self.cost),
+            "credits": _num(self.credits),
+            "net_cost": _num(self.net_cost),
+        }
+
+
+@dataclass
+class Stats:
+    """What reading the billing data cost: queries run, rows, BigQuery bytes, wall seconds."""
+
+    engine: str
+    queries: int = 0
+    rows_scanned: int = 0
+    rows_fetched: int = 0
+    bytes_processed: int | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "queries": self.queries,
+            "rows_scanned": self.rows_scanned,
+            "rows_fetched": self.rows_fetched,
+            "bytes_processed": self.bytes_processed,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass(frozen=True)
+class Analysis:
+    window: Window
+    provisional_from: datetime
+    currency: str
+    attribution: tuple[AttributionLine, ...]
+    findings: tuple[Finding, ...]
+    gpu_hours: tuple[GpuHour, ...]
+    stats: Stats
+
+    @property
+    def totals(self) -> dict[str, Decimal]:
+        cost = sum((a.cost for a in self.attribution), Decimal(0))
+        credits = sum((a.credits for a in self.attribution), Decimal(0))
+        return {"cost": cost, "credits": credits, "net_cost": cost + credits}
+
+    def window_dict(self) -> dict[str, str | None]:
+        return {
+            "start": to_iso(self.window.start),
+            "end": to_iso(self.window.end),
+            "provisional_from": to_iso(self.provisional_from),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `gpucost analyze --format json` contract (issue 5), findings largest impact first."""
+        return {
+            "window": self.window_dict(),
+            "currency": self.currency,
+            "totals": {k: _num(v) for k, v in self.totals.items()},
+            "attribution": [a.to_dict() for a in self.attribution],
+            "findings": [f.to_dict() for f in self.findings],
+            "stats": self.stats.to_dict(),
+        }
+
+
+def _num(value: Decimal) -> float:
+    """A JSON number to the cent (the sums are exact micros; a report shows cents)."""
+    return float(value.quantize(Decimal("0.01")))
+
+
+# ------------------------------------------------------------------------------------------ sources
+
+
+@dataclass
+class Sources:
+    """Where one analysis reads from. `live` sources (BigQuery) default the window end to now."""
+
+    billing: BillingSource
+    utilization: UtilizationSource | None
+    prices: Any  # PriceSource
+    budgets: Sequence[BudgetSpec] = ()
+    live: bool = False
+    closers: list[Any] = field(default_factory=list)
+
+    def close(self) -> None:
+        for c in self.closers:
+            c.close()
+
+
+def open_sources(
+    cfg: Config,
+    *,
+    billing_paths: Sequence[Path] = (),
+    utilization_paths: Sequence[Path] = (),
+    budgets: bool = True,
+) -> Sources:
+    """`--billing` / `--utilization` files when given, else the sources `cfg` configures.
+
+    Without `--utilization` and with no utilization configured (no `utilization.files` and not
+    Cloud Monitoring), GPU spend is not joined to any utilization: that is "not asked", not
+    "agent missing", so `unmonitored_gpu` is left out rather than flagging the whole fleet.
+    Budgets come from `[budgets]` only when a config file supplied them.
+    """
+    from monitor.cycle import budget_specs  # the daemon's rule for which budgets are evaluable
+    from monitor.sources.budgets import budget_source_from_config
+    from monitor.sources.pricing import price_source_from_config
+
+    rules = compile_rules(cfg.attribution.rules)
+    if billing_paths:
+        billing = billing_source_from_files(billing_paths, rules=rules)
+    else:
+        billing = billing_source_from_config(cfg.billing, google=cfg.google, rules=rules)
+    _quiet(billing)
+    utilization, closers = _utilization_source(cfg, utilization_paths)
+    specs = budget_specs(budget_source_from_config(cfg.budgets, cfg.google).budgets()) if budgets else []
+    return Sources(
+        billing=billing,
+        utilization=utilization,
+        prices=price_source_from_config(cfg.pricing, cfg.google, None),
+        budgets=tuple(specs),
+        live=billing.engine == "bigquery",
+        closers=closers,
+    )
+
+
+def _quiet(billing: BillingSource) -> None:
+    """No DuckDB progress bar: it is drawn on the process's stdout, which carries the JSON."""
+    conn = getattr(billing, "conn", None)
+    if billing.engine == "duckdb" and conn is not None:
+        conn.execute("SET enable_progress_bar = false")
+
+
+def _utilization_source(cfg: Config, paths: Sequence[Path]) -> tuple[UtilizationSource | None, list[Any]]:
+    """Utilization aligned to the hour: the join judges each GPU by its mean over the hour, and the
+    mean of an hour's points equals the mean of its 5-minute means, so reading hourly means (server
+    side on Cloud Monitoring) gives the same figures from 12x fewer samples."""
+    from monitor.sources.utilization_files import FileUtilizationSource
+
+    align = _JOIN_ALIGNMENT
+    if paths:
+        return FileUtilizationSource(list(paths), alignment_seconds=align), []
+    if cfg.utilization.source == "cloud_monitoring":
+        from monitor.sources.monitoring import CloudMonitoringSource
+
+        ucfg = cfg.utilization.model_copy(update={"alignment_seconds": align})
+        src = CloudMonitoringSource(ucfg, cfg.google)
+        return src, [src]
+    if cfg.utilization.files:
+        return FileUtilizationSource(list(cfg.utilization.files), alignment_seconds=align), []
+    return None, []
+
+
+# ------------------------------------------------------------------------------------------- window
+
+
+class _Metered:
+    """A `BillingSource` that counts what it ran (for `stats`), delegating everything else."""
+
+    def __init__(self, inner: BillingSource):
+        self.inner = inner
+        self.engine = inner.engine
+        self.results: list[QueryResult] = []
+
+    def run(self, name: str, params: dict[str, Any]) -> QueryResult:
+        result = self.inner.run(name, params)
+        self.results.append(result)
+        return result
+
+    def dry_run(self, name: str, params: dict[str, Any]) -> int | None:
+        return self.inner.dry_run(name, params)
+
+
+def resolve_window(
+    source: BillingSource, start: datetime | None, end: datetime | None, now: datetime, *, live: bool
+) -> Window:
+    """Defaults from the data (files, local DuckDB) or from `now` (live); see the module docstring.
+
+    Raises `UserError` when the window is empty or reversed.
+    """
+    if live:
+        end = end or now
+        start = start or end - _DEFAULT_SPAN
+        as_of = now
+    else:
+        lo, hi = search_range(source.engine, now)
+        _, last_end, last_export, _ = data_extent(source, start or lo, end or hi)
+        end = end or last_end or now
+        start = start or end - _DEFAULT_SPAN
+        as_of = max(last_export, end) if last_export is not None else end
+    if start >= end:
+        raise UserError(f"--start ({to_iso(start)}) must be before --end ({to_iso(end)})")
+    return Window(start, end, as_of)
+
+
+def detection_start(window: Window) -> datetime:
+    """The detectors' window start: the analysed start, or the month start of the window's last
+    instant when earlier (month-to-date spend for budget forecasts)."""
+    month_start, _ = month_bounds(window.end - timedelta(microseconds=1))
+    return min(window.start, month_start)
+
+
+# ------------------------------------------------------------------------------------------ the run
+
+
+@contextmanager
+def _scratch_store() -> Iterator[SQLiteStore]:
+    with tempfile.TemporaryDirectory(prefix="gpucost-analyze-") as tmp:
+        store = SQLiteStore(Path(tmp) / "state.sqlite")
+        try:
+            yield store
+        finally:
+            store.close()
+
+
+def run_analysis(
+    sources: Sources,
+    cfg: Config,
+    *,
+    now: datetime,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    detectors: Any = None,
+    month_to_date: bool = True,
+) -> Analysis:
+    """The pipeline once over [start, end) (defaults: see `resolve_window`).
+
+    `detectors` overrides `cfg.detectors` (a built list, `[]` for none, or a raw `[detectors]`
+    table). `month_to_date=False` reads only the window (no budget forecast needs the month).
+    """
+    began = time.monotonic()
+    metered = _Metered(sources.billing)
+    window = resolve_window(metered, start, end, now, live=sources.live)
+    data_start = detection_start(window) if month_to_date else window.start
+    days = cfg.billing.provisional_days
+    with _scratch_store() as store:
+        _poll(metered, store, cfg, window, data_start)
+        _load_utilization(sources.utilization, store, data_start, window)
+        prices = sources.prices.price_book(window.as_of) if sources.prices is not None else None
+        all_rows = hourly_costs(store, data_start, window.end, now=window.as_of, provisional_days=days)
+        inputs = assemble_inputs(
+            store,
+            data_start,
+            window.end,
+            window.as_of,
+            provisional_days=days,
+            idle_threshold_pct=cfg.utilization.idle_threshold_pct,
+            prices=prices,
+            budgets=sources.budgets,
+            rows=all_rows,
+        )
+    rows = [r for r in all_rows if window.start <= r.usage_hour < window.end]
+    built = _detectors(cfg, detectors, with_unmonitored=sources.utilization is not None)
+    # impacts are counted inside [start, end); only month-to-date detectors see back to the 1st
+    narrow = replace(inputs, window_start=window.start)
+    findings = sort_findings(
+        run_detectors(narrow, [d for d in built if not d.month_to_date], window.as_of)
+        + run_detectors(inputs, [d for d in built if d.month_to_date], window.as_of)
+    )
+    gpu = tuple(g for g in inputs.gpu_hours if window.start <= g.hour < window.end)
+    stats = _stats(metered, sources.billing.engine, data_start, window.end)
+    stats.seconds = time.monotonic() - began
+    return Analysis(
+        window=window,
+        provisional_from=provisional_since(window.as_of, days),
+        currency=_currency(rows),
+        attribution=attribution(rows),
+        findings=tuple(findings),
+        gpu_hours=gpu,
+        stats=stats,
+    )
+
+
+def _poll(
+    source: BillingSource, store: SQLiteStore, cfg: Config, window: Window, data_start: datetime
+) -> None:
+    """`poll_billing` as of the latest load, with a lookback reaching back to `data_start`.
+
+    Polling "as of" the latest load (not the window end) makes the partition range cover rows that
+    landed days after their usage, so totals match the export to the cent.
+    """
+    poll_now = max(window.as_of, window.end)
+    lookback = max(1, (floor_day(poll_now) - floor_day(data_start)).days + 1)
+    # model_copy skips validation on purpose: the daemon's lookback is capped at 62 days, a one-off
+    # audit of a longer window is what the user asked for.
+    billing_cfg = cfg.billing.model_copy(update={"lookback_days": lookback})
+    report = poll_billing(source, store, billing_cfg, poll_now)
+    log.info(
+        "billing read",
+        extra={"queries": len(report.queries), "hourly_rows": report.hourly_rows_written},
+    )
+
+
+def ceil_hour(dt: datetime) -> datetime:
+    floor = floor_hour(dt)
+    return floor if floor == dt else floor + timedelta(hours=1)
+
+
+def _load_utilization(
+    source: UtilizationSource | None, store: SQLiteStore, data_start: datetime, window: Window
+) -> None:
+    migrate_utilization(store)
+    if source is None:
+        return
+    # whole hours (a live window ends at "now"): Monitoring aligns its buckets to the interval end
+    result = source.fetch(data_start, ceil_hour(window.end))
+    replace_window(store, "analyze", "analyze", data_start, window.end, result.samples, now=window.as_of)
+    skipped = sum(result.skipped.values())
+    log.info("utilization read", extra={"samples": len(result.samples), "skipped": skipped})
+    if skipped:
+        log.warning("utilization points skipped: %s", dict(result.skipped))
+
+
+def _detectors(cfg: Config, override: Any, *, with_unmonitored: bool) -> list[Any]:
+    raw = override if override is not None else cfg.detectors
+    built = raw if isinstance(raw, list) else build_detectors(raw, "config")
+    if not with_unmonitored:
+        built = [d for d in built if d.name != "unmonitored_gpu"]
+    return built
+
+
+def attribution(rows: Sequence[HourlyCost]) -> tuple[AttributionLine, ...]:
+    """Per (subcategory, pricing model), summed in integer micros; largest net first."""
+    sums: dict[tuple[str, str | None], list[int]] = defaultdict(lambda: [0, 0])
+    for r in rows:
+        acc = sums[(r.subcategory, r.keys.get("pricing_model"))]
+        acc[0] += r.gross_micros
+        acc[1] += r.credit_micros
+    lines = [
+        AttributionLine(sub.split(".", 1)[0], sub, pm, micros_to_decimal(g), micros_to_decimal(c))
+        for (sub, pm), (g, c) in sums.items()
+    ]
+    return tuple(sorted(lines, key=lambda a: (-a.net_cost, a.subcategory, a.pricing_model or "")))
+
+
+def _currency(rows: Sequence[HourlyCost]) -> str:
+    seen = {r.keys.get("currency") for r in rows if r.keys.get("currency")}
+    if len(seen) > 1:
+        log.warning("billing rows in several currencies: %s; amounts are not converted", sorted(seen))
+        return "mixed"
+    return next(iter(seen), "USD")
+
+
+def _stats(metered: _Metered, engine: str, start: datetime, end: datetime) -> Stats:
+    """Totals over every query run. Engines that do not count input rows (DuckDB; BigQuery reports
+    bytes instead) get one more cheap query: the export rows in the range read."""
+    scanned = [r.rows_scanned for r in metered.results if r.rows_scanned is not None]
+    if not scanned:
+        scanned = [data_extent(metered, start, end)[3]]
+    results = metered.results
+    reported = [r.bytes_processed for r in results if r.bytes_processed is not None]
+    return Stats(
+        engine=engine,
+        queries=len(results),
+        rows_scanned=sum(scanned),
+        rows_fetched=sum(len(r.rows) for r in results),
+        bytes_processed=sum(reported) if reported else None,
+    )
+
+
+def analyze_once(
+    cfg: Config,
+    *,
+    now: datetime,
+    billing_paths: Sequence[Path] = (),
+    utilization_paths: Sequence[Path] = (),
+    start: datetime | None = None,
+    end: datetime | None = None,
+    with_budgets: bool = True,
+    detectors: Any = None,
+    month_to_date: bool = True,
+) -> Analysis:
+    """Open the sources, run the analysis, close the sources (what the CLI commands call)."""
+    sources = open_sources(
+        cfg, billing_paths=billing_paths, utilization_paths=utilization_paths, budgets=with_budgets
+    )
+    try:
+        return run_analysis(
+            sources, cfg, now=now, start=start, end=end, detectors=detectors, month_to_date=month_to_date
+        )
+    finally:
+        sources.close()

@@ -1,0 +1,220 @@
+"""The pieces `gpucost analyze` / `gpucost gpus` add on top of the daemon's steps: exact attribution,
+live estimates only where billing is missing, per-instance GPU figures and the window rules."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from monitor.analysis import Window, attribution, detection_start, resolve_window
+from monitor.assemble import gpu_hours
+from monitor.billing_poll import HourlyCost
+from monitor.errors import UserError
+from monitor.gpus import rollups, summarize_instances
+from monitor.utilization import GpuSample
+from tests.test_detectors_common import FakePrices, gpu
+
+T0 = datetime(2026, 11, 2, tzinfo=UTC)
+H = timedelta(hours=1)
+D = Decimal
+
+
+def hourly(
+    hour: int,
+    sub: str = "compute.gpu",
+    gross: int = 88_000_000,
+    credit: int = 0,
+    *,
+    instance: str | None = "train-0",
+    iid: str | None = "111",
+    pricing_model: str | None = "on_demand",
+    gpu_hours: float | None = 8.0,
+) -> HourlyCost:
+    return HourlyCost(
+        usage_hour=T0 + hour * H,
+        subcategory=sub,
+        gross_micros=gross,
+        cud_micros=0,
+        sud_micros=0,
+        other_credit_micros=credit,
+        credit_micros=credit,
+        net_micros=gross + credit,
+        row_count=1,
+        provisional=False,
+        keys={
+            "project_id": "ml",
+            "zone": "us-central1-a",
+            "region": "us-central1",
+            "resource_name": instance,
+            "instance_id": iid,
+            "sku_description": "Nvidia H100 80GB GPU running in Americas",
+            "pricing_model": pricing_model,
+            "currency": "USD",
+        },
+        usage_amount=gpu_hours,
+    )
+
+
+def samples(hour: int, util: float, *, iid: str | None = "111", name: str = "train-0", gpus: int = 8):
+    start = T0 + hour * H
+    return [
+        GpuSample(
+            "ml",
+            "us-central1-a",
+            iid,
+            name,
+            None,
+            None,
+            str(g),
+            "NVIDIA H100 80GB HBM3",
+            start,
+            start + H,
+            util,
+            "nvml_utilization",
+            None,
+        )
+        for g in range(gpus)
+    ]
+
+
+# ------------------------------------------------------------------------------------- attribution
+
+
+def test_attribution_sums_micros_exactly_per_subcategory_and_pricing_model() -> None:
+    rows = [hourly(h, gross=333_333) for h in range(3)]  # 3 x $0.333333: floats would drift
+    rows += [hourly(0, "compute.gpu", 1_000_000, -1_000_000, pricing_model="committed")]
+    rows += [hourly(1, "network.inter_zone", 10_000_000, -2_500_000, pricing_model=None, instance=None)]
+    lines = attribution(rows)
+    got = {(a.subcategory, a.pricing_model): (a.category, a.cost, a.credits, a.net_cost) for a in lines}
+    assert got == {
+        ("compute.gpu", "on_demand"): ("compute", D("0.999999"), D(0), D("0.999999")),
+        ("compute.gpu", "committed"): ("compute", D(1), D(-1), D(0)),
+        ("network.inter_zone", None): ("network", D(10), D("-2.5"), D("7.5")),
+    }
+    assert [a.subcategory for a in lines] == ["network.inter_zone", "compute.gpu", "compute.gpu"]
+    assert lines[0].to_dict() == {
+        "category": "network",
+        "subcategory": "network.inter_zone",
+        "pricing_model": None,
+        "cost": 10.0,
+        "credits": -2.5,
+        "net_cost": 7.5,
+    }
+
+
+# ---------------------------------------------------------------------------------- live estimates
+
+
+def test_unbilled_hours_are_estimated_only_in_the_provisional_period() -> None:
+    billed = [hourly(h) for h in (0, 1, 2, 5)]  # hours 3 and 4 not billed yet (rows land out of order)
+    utils = [s for h in range(8) for s in samples(h, 0.0)]
+    prov = T0 + 4 * H
+    got = gpu_hours(
+        billed, utils, 10.0, FakePrices(table={("H100 80GB", "on_demand"): D(11)}), T0 + 7 * H, prov
+    )
+    est = sorted((g.hour - T0) // H for g in got if g.estimated)
+    assert est == [4, 6]  # 3 is settled (no invented cost), 5 is billed, 7 is not a whole hour yet
+    four = next(g for g in got if g.estimated and g.hour == T0 + 4 * H)
+    assert (four.gpu_cost, four.idle_cost, four.gpus, four.instance) == (D(88), D(88), 8, "train-0")
+    assert sorted((g.hour - T0) // H for g in got if not g.estimated) == [0, 1, 2, 5]
+
+
+def test_a_billed_hour_is_never_estimated_again_whatever_identity_billing_used() -> None:
+    billed = [hourly(0, iid=None)]  # the billing row has a name but no numeric id
+    utils = samples(0, 0.0) + samples(1, 0.0)
+    got = gpu_hours(
+        billed, utils, 10.0, FakePrices(table={("H100 80GB", "on_demand"): D(11)}), T0 + 2 * H, T0
+    )
+    assert [(g.hour - T0) // H for g in got if g.estimated] == [1]
+    assert [g.monitored for g in got if not g.estimated] == [True]  # joined by (project, zone, name)
+
+
+def test_an_instance_billing_has_not_seen_is_priced_from_its_monitoring_model() -> None:
+    utils = samples(0, 50.0, iid="999", name="new-vm", gpus=2)
+    (g,) = gpu_hours([], utils, 10.0, FakePrices(table={("H100 80GB", "on_demand"): D(11)}), T0 + H, T0)
+    assert (g.estimated, g.instance, g.gpu_model, g.gpus, g.gpu_cost, g.idle_cost) == (
+        True,
+        "new-vm",
+        "H100 80GB",
+        2,
+        D(22),
+        D(0),
+    )
+    assert gpu_hours([], utils, 10.0, None, T0 + H, T0) == []  # no prices: no guess
+
+
+# ---------------------------------------------------------------------------- per-instance figures
+
+
+def test_instance_summary_prefers_billed_hours_and_prices_a_busy_gpu_hour() -> None:
+    hours = [gpu(h, "a", util=80.0, idle=0) for h in range(6)]
+    hours += [gpu(h, "a", util=1.0, idle=8) for h in range(6, 10)]
+    hours += [gpu(9, "a", util=1.0, idle=8, estimated=True, price="12")]  # reconciled: billed wins
+    hours += [gpu(h, "dark", util=None, gpus=1, price="2") for h in range(5)]
+    by = {i.instance: i.to_dict() for i in summarize_instances(hours)}
+    a = by["a"]
+    assert a["gpu_hours"] == 80.0 and a["gpu_cost_usd"] == 880.0
+    assert a["idle_gpu_hours"] == 32.0 and a["idle_cost_usd"] == 352.0
+    assert a["mean_utilization_pct"] == 48.4  # (6 x 80 + 4 x 1) / 10, weighted by GPU-hours
+    assert a["cost_per_busy_gpu_hour_usd"] == 18.33  # $880 / 48 busy GPU-hours
+    assert a["unmonitored_cost_usd"] == 0.0
+    dark = by["dark"]
+    assert dark["unmonitored_cost_usd"] == 10.0 and dark["mean_utilization_pct"] is None
+    assert dark["cost_per_busy_gpu_hour_usd"] is None and dark["idle_cost_usd"] == 0.0
+    assert set(a) == {
+        "instance",
+        "instance_id",
+        "project",
+        "zone",
+        "machine_type",
+        "gpu_model",
+        "gpus",
+        "gpu_hours",
+        "mean_utilization_pct",
+        "gpu_cost_usd",
+        "idle_gpu_hours",
+        "idle_cost_usd",
+        "unmonitored_cost_usd",
+        "cost_per_busy_gpu_hour_usd",
+    }
+
+
+def test_rollups_per_project_and_per_label_value() -> None:
+    hours = [gpu(0, "a", labels={"team": "llm"}, idle=8, util=0.0), gpu(0, "b", labels={"team": "llm"})]
+    hours += [gpu(0, "c", project="other"), gpu(0, "d", util=None)]
+    rolled = [r.to_dict() for r in rollups(summarize_instances(hours), ["team"])]
+    key = {(r["group"], r["key"]): r for r in rolled}
+    assert key[("project", "ml-prod")]["instances"] == 3 and key[("project", "other")]["instances"] == 1
+    llm = key[("label:team", "llm")]
+    assert (llm["instances"], llm["gpu_cost_usd"], llm["idle_cost_usd"]) == (2, 176.0, 88.0)
+    assert key[("label:team", None)]["unmonitored_cost_usd"] == 88.0
+    total = sum(r["gpu_cost_usd"] for r in rolled if r["group"] == "project")
+    assert total == sum(r["gpu_cost_usd"] for r in rolled if r["group"] == "label:team") == 352.0
+
+
+# ------------------------------------------------------------------------------------------ window
+
+
+def test_live_window_ends_now_and_looks_back_fourteen_days() -> None:
+    now = datetime(2026, 11, 20, 13, 37, tzinfo=UTC)
+    w = resolve_window(None, None, None, now, live=True)  # type: ignore[arg-type]  # no query when live
+    assert (w.start, w.end, w.as_of) == (now - timedelta(days=14), now, now)
+    with pytest.raises(UserError, match=r"--start \(2026-11-20T13:37:00Z\) must be before --end"):
+        resolve_window(None, now, now - H, now, live=True)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "expected"),
+    [
+        ("2026-11-05", "2026-11-19", "2026-11-01"),  # the month to date, for budget forecasts
+        ("2026-10-20", "2026-11-03", "2026-10-20"),  # already reaches back past the 1st
+        ("2026-10-18", "2026-11-01", "2026-10-01"),  # ends at midnight on the 1st: October's month
+    ],
+)
+def test_detectors_see_the_month_to_date(start: str, end: str, expected: str) -> None:
+    def ts(s: str) -> datetime:
+        return datetime.fromisoformat(s).replace(tzinfo=UTC)
+
+    assert detection_start(Window(ts(start), ts(end), ts(end))) == ts(expected)

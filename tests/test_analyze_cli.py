@@ -1,0 +1,252 @@
+"""`gpucost analyze` end to end, in process, on a small simulated fleet: the JSON contract of issue 5
+key by key, totals to the cent, window defaults, the Markdown report, and user errors (exit 2)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monitor.cli import main
+from monitor.render import is_advice
+from monitor.simulate import write_fleet
+from monitor.timeutil import parse_timestamp
+from tests.export_rows import export_row, write_ndjson
+
+DAYS = 3
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("fleet")
+    write_fleet(out, seed=3, days=DAYS)
+    return out
+
+
+def files(fleet: Path) -> list[str]:
+    return [
+        "--billing",
+        str(fleet / "billing" / "export.parquet"),
+        "--utilization",
+        str(fleet / "utilization"),
+    ]
+
+
+def run(argv: list[str]) -> tuple[int, str]:
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(argv)
+    return rc, buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def analyzed(fleet: Path) -> dict[str, Any]:
+    rc, out = run(["analyze", *files(fleet), "--format", "json"])
+    assert rc == 0
+    return json.loads(out)  # stdout is the JSON document and nothing else
+
+
+@pytest.fixture(scope="module")
+def truth(fleet: Path) -> dict[str, Any]:
+    return json.loads((fleet / "ground_truth.json").read_text())
+
+
+def is_iso(v: Any) -> bool:
+    return isinstance(v, str) and v.endswith("Z") and parse_timestamp(v).tzinfo is not None
+
+
+def is_num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+FINDING_KEYS = {
+    "kind",
+    "severity",
+    "title",
+    "summary",
+    "impact_usd",
+    "window_start",
+    "window_end",
+    "scope",
+    "evidence",
+    "recommendation",
+    "fingerprint",
+    "provisional",
+    "estimated",
+}
+SCOPE_KEYS = {"project", "zone", "region", "instance", "instance_id", "cluster", "labels"}
+
+
+@pytest.mark.slow
+def test_json_has_every_key_of_the_contract_with_its_type(analyzed: dict[str, Any]) -> None:
+    d = analyzed
+    assert set(d) == {"window", "currency", "totals", "attribution", "findings", "stats"}
+    assert set(d["window"]) == {"start", "end", "provisional_from"}
+    assert all(is_iso(v) for v in d["window"].values())
+    assert d["currency"] == "USD"
+    assert set(d["totals"]) == {"cost", "credits", "net_cost"} and all(map(is_num, d["totals"].values()))
+    assert d["attribution"]
+    for a in d["attribution"]:
+        assert set(a) == {"category", "subcategory", "pricing_model", "cost", "credits", "net_cost"}
+        assert a["subcategory"].startswith(a["category"])
+        assert a["pricing_model"] is None or isinstance(a["pricing_model"], str)
+        assert all(is_num(a[k]) for k in ("cost", "credits", "net_cost"))
+    assert d["findings"]
+    for f in d["findings"]:
+        assert set(f) == FINDING_KEYS
+        assert f["severity"] in ("info", "warning", "critical")
+        assert all(isinstance(f[k], str) and f[k] for k in ("kind", "title", "summary", "recommendation"))
+        assert is_num(f["impact_usd"]) and f["impact_usd"] > 0
+        assert is_iso(f["window_start"]) and is_iso(f["window_end"])
+        assert set(f["scope"]) == SCOPE_KEYS and isinstance(f["scope"]["labels"], dict)
+        assert isinstance(f["evidence"], dict) and len(f["fingerprint"]) == 16
+        assert isinstance(f["provisional"], bool) and isinstance(f["estimated"], bool)
+    impacts = [f["impact_usd"] for f in d["findings"]]
+    assert impacts == sorted(impacts, reverse=True)
+    s = d["stats"]
+    assert set(s) == {"engine", "queries", "rows_scanned", "rows_fetched", "bytes_processed", "seconds"}
+    assert s["engine"] == "duckdb" and s["bytes_processed"] is None  # DuckDB bills no bytes
+    assert s["queries"] >= 3 and s["rows_fetched"] > 0 and is_num(s["seconds"])
+
+
+@pytest.mark.slow
+def test_totals_and_attribution_equal_the_export_to_the_cent(analyzed: dict, truth: dict) -> None:
+    t = truth["totals"]
+    assert analyzed["totals"] == {"cost": t["cost"], "credits": t["credits"], "net_cost": t["net_cost"]}
+    assert analyzed["stats"]["rows_scanned"] == t["rows"]
+    net = sum(a["net_cost"] for a in analyzed["attribution"])  # lines are rounded to the cent each
+    assert abs(net - t["net_cost"]) <= 0.005 * len(analyzed["attribution"])
+
+
+@pytest.mark.slow
+def test_window_defaults_to_fourteen_days_up_to_the_latest_usage(analyzed: dict, truth: dict) -> None:
+    end = parse_timestamp(truth["window"]["end"])
+    assert parse_timestamp(analyzed["window"]["end"]) == end
+    assert parse_timestamp(analyzed["window"]["start"]) == end - timedelta(days=14)
+    # every row has landed (late ones too): nothing in the window is provisional any more
+    assert parse_timestamp(analyzed["window"]["provisional_from"]) >= end
+
+
+@pytest.mark.slow
+def test_the_injected_idle_gpus_are_found_and_advice_never_alerts(analyzed: dict, truth: dict) -> None:
+    idle = {f["scope"]["instance_id"]: f for f in analyzed["findings"] if f["kind"] == "idle_gpu"}
+    for h in (h for h in truth["hidden_costs"] if h["kind"] == "idle_gpu"):
+        f = idle[h["scope"]["instance_id"]]
+        assert f["evidence"]["variant"] == h["variant"]
+        assert f["impact_usd"] == pytest.approx(h["impact_usd"], rel=0.01)
+        assert not f["estimated"]  # every hour is billed: nothing priced from the catalog
+    assert all(f["severity"] == "info" for f in analyzed["findings"] if is_advice(f["kind"]))
+    assert not any(f["kind"] == "budget_forecast" for f in analyzed["findings"])  # no budgets given
+
+
+@pytest.mark.slow
+def test_explicit_window_is_honoured(fleet: Path) -> None:
+    rc, out = run(
+        [
+            "analyze",
+            *files(fleet),
+            "--start",
+            "2026-11-02T00:00:00Z",
+            "--end",
+            "2026-11-03",
+            "--format",
+            "json",
+        ]
+    )
+    assert rc == 0
+    d = json.loads(out)
+    assert (d["window"]["start"], d["window"]["end"]) == ("2026-11-02T00:00:00Z", "2026-11-03T00:00:00Z")
+    for f in d["findings"]:
+        if f["kind"] == "idle_gpu":  # impact counted inside the window only
+            assert parse_timestamp(f["window_start"]) >= datetime.fromisoformat("2026-11-02T00:00:00+00:00")
+
+
+@pytest.mark.slow
+def test_markdown_leads_with_the_top_hidden_cost(fleet: Path, analyzed: dict) -> None:
+    rc, md = run(["analyze", *files(fleet), "--format", "markdown"])
+    assert rc == 0
+    top = next(f for f in analyzed["findings"] if not is_advice(f["kind"]))
+    assert md.startswith("# GPU cost report: ")
+    head = md.index("### 1. ")
+    assert md[head:].startswith(f"### 1. [{top['severity'].upper()}] {top['title']}")
+    assert f"- **Impact:** ${top['impact_usd']:,.2f} between" in md
+    assert "- **What to do:** " in md and "## Where the money went" in md
+    if any(is_advice(f["kind"]) for f in analyzed["findings"]):
+        assert md.index("## Savings opportunities") > head
+
+
+@pytest.mark.slow
+def test_table_format(fleet: Path) -> None:
+    rc, out = run(["analyze", *files(fleet), "--format", "table"])
+    assert rc == 0 and "Hidden costs" in out and "Where the money went" in out and "bob-a100-debug" in out
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    """One GPU row: enough to open, fast to load (user errors need no fleet)."""
+    return write_ndjson(tmp_path / "export.ndjson", [export_row()])
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--end", "yesterday"], 'bad timestamp "yesterday"'),
+        (["--start", "2026-11-02T00:00:00Z", "--end", "2026-11-01T00:00:00Z"], "must be before --end"),
+        (["--format", "pdf"], "'pdf' is not one of"),
+        (["--utilization", "/nonexistent/dir"], "does not exist"),
+    ],
+)
+def test_user_errors_are_one_line_and_exit_2(tiny: Path, capsys, extra: list[str], needle: str) -> None:
+    rc = main(["analyze", "--billing", str(tiny), *extra])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and needle in err
+
+
+def test_one_row_export_analyses(tiny: Path, capsys) -> None:
+    assert main(["analyze", "--billing", str(tiny), "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    (line,) = d["attribution"]
+    assert (line["subcategory"], line["cost"]) == ("compute.gpu", d["totals"]["cost"])
+    assert d["window"]["end"] == "2026-11-01T11:00:00Z" and d["findings"] == []
+
+
+def test_no_billing_source_is_a_usage_error(capsys) -> None:
+    assert main(["analyze", "--format", "json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "--billing FILE" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_config_alone_reads_the_configured_sources_and_budgets(fleet: Path, analyzed: dict, tmp_path) -> None:
+    db = tmp_path / "billing.duckdb"
+    assert run(["load", "--billing", str(fleet / "billing" / "export.ndjson.gz"), "--db", str(db)])[0] == 0
+    cfg = tmp_path / "gpucost.toml"
+    cfg.write_text(
+        f'[billing]\ndb = "{db}"\n\n[utilization]\nfiles = ["{fleet / "utilization"}"]\n\n'
+        '[budgets]\nitems = [{ name = "fleet", amount_usd = 1000.0 }]\n\n'
+        "[detectors.spot_opportunity]\nenabled = false\n"
+    )
+    rc, out = run(["analyze", "--config", str(cfg), "--format", "json"])
+    assert rc == 0
+    d = json.loads(out)
+    assert d["totals"] == analyzed["totals"] and d["window"] == analyzed["window"]
+    kinds = [f["kind"] for f in d["findings"]]
+    assert "budget_forecast" in kinds and "spot_opportunity" not in kinds  # config: budgets, detectors
+    (budget,) = [f for f in d["findings"] if f["kind"] == "budget_forecast"]
+    assert budget["evidence"]["budget"] == "fleet" and budget["severity"] == "critical"
+
+    def leaks(findings: list[dict]) -> set[tuple]:
+        return {
+            (f["kind"], f["fingerprint"], f["impact_usd"])
+            for f in findings
+            if f["kind"] != "spot_opportunity"
+        }
+
+    budget_key = ("budget_forecast", budget["fingerprint"], budget["impact_usd"])
+    assert leaks(d["findings"]) - {budget_key} == leaks(analyzed["findings"])

@@ -1,0 +1,136 @@
+"""`gpucost gpus` end to end, in process, on a small simulated fleet: the JSON fields of issue 4
+item 4, idle and unmonitored dollars against the simulator's ground truth, rollups, table output."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monitor.cli import main
+from monitor.simulate import write_fleet
+from tests.export_rows import export_row, write_ndjson
+
+INSTANCE_KEYS = {
+    "instance",
+    "instance_id",
+    "project",
+    "zone",
+    "machine_type",
+    "gpu_model",
+    "gpus",
+    "gpu_hours",
+    "mean_utilization_pct",
+    "gpu_cost_usd",
+    "idle_gpu_hours",
+    "idle_cost_usd",
+    "unmonitored_cost_usd",
+    "cost_per_busy_gpu_hour_usd",
+}
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("fleet")
+    write_fleet(out, seed=5, days=3)
+    return out
+
+
+def run(argv: list[str]) -> tuple[int, str]:
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(argv)
+    return rc, buf.getvalue()
+
+
+def args(fleet: Path) -> list[str]:
+    return [
+        "gpus",
+        "--billing",
+        str(fleet / "billing" / "export.ndjson.gz"),
+        "--utilization",
+        str(fleet / "utilization"),
+    ]
+
+
+@pytest.fixture(scope="module")
+def doc(fleet: Path) -> dict[str, Any]:
+    rc, out = run([*args(fleet), "--format", "json"])
+    assert rc == 0
+    return json.loads(out)
+
+
+@pytest.mark.slow
+def test_json_fields(doc: dict[str, Any]) -> None:
+    assert set(doc) == {"instances", "rollups"}
+    assert doc["instances"] and doc["rollups"]
+    for i in doc["instances"]:
+        assert set(i) == INSTANCE_KEYS
+        assert isinstance(i["gpus"], int) and i["gpus"] >= 1 and i["gpu_hours"] > 0
+        assert i["idle_cost_usd"] <= i["gpu_cost_usd"] and i["unmonitored_cost_usd"] <= i["gpu_cost_usd"]
+        assert i["mean_utilization_pct"] is None or 0 <= i["mean_utilization_pct"] <= 100
+    for r in doc["rollups"]:
+        assert set(r) == {"group", "key", "instances"} | (
+            INSTANCE_KEYS
+            - {"instance", "instance_id", "project", "zone", "machine_type", "gpu_model", "gpus"}
+        )
+    groups = {r["group"] for r in doc["rollups"]}
+    assert groups == {"project", "label:team", "label:job"}  # billing.labels defaults
+
+
+@pytest.mark.slow
+def test_idle_and_unmonitored_dollars_match_the_ground_truth(fleet: Path, doc: dict[str, Any]) -> None:
+    truth = json.loads((fleet / "ground_truth.json").read_text())
+    by_id = {i["instance_id"]: i for i in doc["instances"]}
+    for h in truth["hidden_costs"]:
+        inst = by_id.get(h["scope"]["instance_id"])
+        if h["kind"] == "idle_gpu":
+            assert inst["idle_cost_usd"] == pytest.approx(h["impact_usd"], rel=0.05)
+            assert inst["instance"] == h["scope"]["instance"] and inst["gpus"] == h["details"]["gpus"]
+        elif h["kind"] == "unmonitored_gpu":
+            assert inst["unmonitored_cost_usd"] == pytest.approx(h["impact_usd"], rel=0.05)
+            assert inst["mean_utilization_pct"] is None and inst["idle_cost_usd"] == 0
+    never = next(h for h in truth["hidden_costs"] if h["variant"] == "never_used")
+    assert by_id[never["scope"]["instance_id"]]["cost_per_busy_gpu_hour_usd"] is None  # nothing busy
+    idle = [i["idle_cost_usd"] for i in doc["instances"]]
+    assert idle == sorted(idle, reverse=True) and idle[0] > 0  # largest idle cost first
+
+
+@pytest.mark.slow
+def test_rollups_add_up_to_the_instances(doc: dict[str, Any]) -> None:
+    total = round(sum(i["gpu_cost_usd"] for i in doc["instances"]), 2)
+    for group in ("project", "label:team"):
+        rolled = sum(r["gpu_cost_usd"] for r in doc["rollups"] if r["group"] == group)
+        assert rolled == pytest.approx(total, abs=0.01 * len(doc["rollups"]))
+        assert sum(r["instances"] for r in doc["rollups"] if r["group"] == group) == len(doc["instances"])
+
+
+@pytest.mark.slow
+def test_table(fleet: Path) -> None:
+    rc, out = run(args(fleet))
+    assert rc == 0 and "Per instance" in out and "bob-a100-debug" in out and "Rolled up" in out
+
+
+def test_bad_window_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
+    tiny = write_ndjson(tmp_path / "export.ndjson", [export_row()])
+    assert main(["gpus", "--billing", str(tiny), "--start", "2026-13-01"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and "bad timestamp" in err
+
+
+def test_billing_without_utilization_is_all_unmonitored(tmp_path: Path, capsys) -> None:
+    tiny = write_ndjson(tmp_path / "export.ndjson", [export_row()])
+    assert main(["gpus", "--billing", str(tiny), "--format", "json"]) == 0
+    (inst,) = json.loads(capsys.readouterr().out)["instances"]
+    assert (inst["instance"], inst["instance_id"], inst["gpus"], inst["gpu_model"]) == (
+        "gpu-node-1",
+        "42",
+        8,
+        "H100 80GB",
+    )
+    assert inst["gpu_cost_usd"] == inst["unmonitored_cost_usd"] == 88.0
+    assert inst["mean_utilization_pct"] is None and inst["idle_cost_usd"] == 0.0

@@ -1,0 +1,152 @@
+"""Acceptance against the simulator's ground truth (issues 4 and 5), through the real CLI.
+
+For several seeds, a 14-day fleet with injected hidden costs must give:
+- every injected hidden cost as a finding of the right kind and scope, impact within 10% of truth;
+- the idle GPUs and their idle dollars in `gpucost gpus` within 5%;
+- no finding above $50 the ground truth does not contain;
+- totals equal to the export's to the cent.
+A `--clean` fleet (same fleet, nothing injected) must give no warning or critical finding.
+
+Advice is not a hidden cost: `commitment_opportunity` and `spot_opportunity` (detectors marked
+`advice`) price a cheaper way to buy GPU hours that were used, nothing leaked. The simulator does not
+inject them, so they are left out of the "nothing unexpected" check; they are `info` by default, so
+the clean fleet check covers them: they never alert.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monitor.cli import main
+from monitor.render import is_advice
+from monitor.simulate import write_fleet
+
+pytestmark = pytest.mark.slow
+
+SEEDS = (7, 11, 23)
+DAYS = 14
+IMPACT_TOLERANCE = 0.10
+GPUS_TOLERANCE = 0.05
+NOISE_USD = 50
+
+
+def cli_json(argv: list[str]) -> Any:
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main([*argv, "--format", "json"])
+    assert rc == 0
+    return json.loads(buf.getvalue())
+
+
+def run_fleet(out: Path, seed: int, inject: bool) -> dict[str, Any]:
+    write_fleet(out, seed=seed, days=DAYS, inject=inject)
+    src = ["--billing", str(out / "billing" / "export.parquet"), "--utilization", str(out / "utilization")]
+    return {
+        "truth": json.loads((out / "ground_truth.json").read_text()),
+        "analyze": cli_json(["analyze", *src]),
+        "gpus": cli_json(["gpus", *src]),
+    }
+
+
+@pytest.fixture(scope="module", params=SEEDS, ids=[f"seed{s}" for s in SEEDS])
+def fleet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return run_fleet(tmp_path_factory.mktemp(f"fleet{request.param}"), request.param, inject=True)
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return run_fleet(tmp_path_factory.mktemp("clean"), SEEDS[0], inject=False)
+
+
+def matches(truth: dict[str, Any], f: dict[str, Any]) -> bool:
+    """Same kind and the same thing: instance, cluster, or project (and variant where it has one)."""
+    want, got = truth["scope"], f["scope"]
+    if f["kind"] != truth["kind"] or got["project"] != want["project"]:
+        return False
+    kind = truth["kind"]
+    if kind == "idle_gpu":
+        return got["instance_id"] == want["instance_id"] and f["evidence"]["variant"] == truth["variant"]
+    if kind == "unmonitored_gpu":
+        ids = {i["instance_id"] for i in f["evidence"]["instances"]}
+        return got["instance_id"] == want["instance_id"] and ids == {want["instance_id"]}
+    if kind == "cross_zone_egress":
+        return got["cluster"] == want["cluster"]
+    if kind == "spend_anomaly":
+        return f["evidence"]["category"] is None  # the project as a whole, not one category
+    raise AssertionError(f"no matching rule for injected kind {kind}")
+
+
+def rel_error(found: float, truth: float) -> float:
+    return abs(found - truth) / truth
+
+
+def test_totals_equal_the_export_to_the_cent(fleet: dict[str, Any]) -> None:
+    t = fleet["truth"]["totals"]
+    assert fleet["analyze"]["totals"] == {
+        "cost": t["cost"],
+        "credits": t["credits"],
+        "net_cost": t["net_cost"],
+    }
+
+
+def test_every_injected_hidden_cost_is_found_with_its_impact(fleet: dict[str, Any]) -> None:
+    findings = fleet["analyze"]["findings"]
+    hidden = fleet["truth"]["hidden_costs"]
+    assert {h["kind"] for h in hidden} == {
+        "idle_gpu",
+        "cross_zone_egress",
+        "spend_anomaly",
+        "unmonitored_gpu",
+    }
+    for h in hidden:
+        found = [f for f in findings if matches(h, f)]
+        assert len(found) == 1, f"{h['kind']}/{h['variant']} {h['scope']}: {len(found)} findings"
+        err = rel_error(found[0]["impact_usd"], h["impact_usd"])
+        assert err <= IMPACT_TOLERANCE, (
+            f"{h['kind']}/{h['variant']}: {found[0]['impact_usd']} vs {h['impact_usd']}"
+        )
+        assert found[0]["severity"] in ("warning", "critical")  # each of these is worth an alert
+        assert not found[0]["estimated"]  # every hour is billed
+
+
+def test_gpus_finds_the_idle_gpus_and_their_idle_dollars(fleet: dict[str, Any]) -> None:
+    by_id = {i["instance_id"]: i for i in fleet["gpus"]["instances"]}
+    idle_truth = [h for h in fleet["truth"]["hidden_costs"] if h["kind"] == "idle_gpu"]
+    assert len(idle_truth) == 2
+    for h in idle_truth:
+        inst = by_id[h["scope"]["instance_id"]]
+        assert inst["instance"] == h["scope"]["instance"]
+        assert inst["idle_gpu_hours"] == pytest.approx(h["details"]["gpu_hours"], rel=GPUS_TOLERANCE)
+        assert rel_error(inst["idle_cost_usd"], h["impact_usd"]) <= GPUS_TOLERANCE
+    injected = {h["scope"]["instance_id"] for h in idle_truth}
+    others = [i for i in fleet["gpus"]["instances"] if i["instance_id"] not in injected]
+    assert sum(i["idle_cost_usd"] for i in others) <= NOISE_USD  # no other GPU reported idle
+
+
+def test_nothing_above_noise_that_was_not_injected(fleet: dict[str, Any]) -> None:
+    hidden = fleet["truth"]["hidden_costs"]
+    extra = [
+        (f["kind"], f["scope"], f["impact_usd"])
+        for f in fleet["analyze"]["findings"]
+        if f["impact_usd"] > NOISE_USD and not is_advice(f["kind"]) and not any(matches(h, f) for h in hidden)
+    ]
+    assert extra == []
+
+
+def test_a_clean_fleet_raises_no_warning(clean: dict[str, Any]) -> None:
+    assert clean["truth"]["hidden_costs"] == []
+    loud = [
+        (f["kind"], f["severity"], f["impact_usd"])
+        for f in clean["analyze"]["findings"]
+        if f["severity"] != "info"
+    ]
+    assert loud == []
+    assert all(i["idle_cost_usd"] == 0 for i in clean["gpus"]["instances"])
+    t = clean["truth"]["totals"]
+    assert clean["analyze"]["totals"]["net_cost"] == t["net_cost"]
