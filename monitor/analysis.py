@@ -25,7 +25,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -35,7 +35,7 @@ from monitor.assemble import assemble_inputs
 from monitor.attribution import compile_rules
 from monitor.billing_poll import HourlyCost, hourly_costs, poll_billing, provisional_since
 from monitor.config import Config
-from monitor.detectors import build_detectors, run_detectors, sort_findings
+from monitor.detectors import build_detectors, run_in_window
 from monitor.detectors.budget_forecast import month_bounds
 from monitor.detectors.inputs import BudgetSpec, GpuHour
 from monitor.errors import UserError
@@ -351,12 +351,7 @@ def run_analysis(
         )
     rows = [r for r in all_rows if window.start <= r.usage_hour < window.end]
     built = _detectors(cfg, detectors, with_unmonitored=sources.utilization is not None)
-    # impacts are counted inside [start, end); only month-to-date detectors see back to the 1st
-    narrow = replace(inputs, window_start=window.start)
-    findings = sort_findings(
-        run_detectors(narrow, [d for d in built if not d.month_to_date], window.as_of)
-        + run_detectors(inputs, [d for d in built if d.month_to_date], window.as_of)
-    )
+    findings = run_in_window(inputs, built, window.as_of, window.start)
     gpu = tuple(g for g in inputs.gpu_hours if window.start <= g.hour < window.end)
     stats = _stats(metered, sources.billing.engine, data_start, window.end)
     stats.seconds = time.monotonic() - began

@@ -27,7 +27,7 @@ from monitor.assemble import assemble_inputs
 from monitor.billing_poll import poll_billing
 from monitor.clock import Clock
 from monitor.config import Config
-from monitor.detectors import Detector, build_detectors, run_detectors
+from monitor.detectors import Detector, build_detectors, run_in_window
 from monitor.detectors.inputs import BudgetSpec, DetectorInputs
 from monitor.digest_data import digest_data
 from monitor.metrics import Metrics
@@ -181,13 +181,20 @@ def budget_specs(budgets: list[Budget]) -> list[BudgetSpec]:
     return specs
 
 
+def detection_window(
+    now: datetime, start: datetime | None = None, end: datetime | None = None
+) -> tuple[datetime, datetime]:
+    end = end or floor_hour(now) + timedelta(hours=1)
+    return start or end - _DETECTION_WINDOW, end
+
+
 def detection_inputs(
     deps: Deps, now: datetime, start: datetime | None = None, end: datetime | None = None
 ) -> DetectorInputs:
-    """What detectors see for [start, end) (default: the last 14 days up to the current hour)."""
-    end = end or floor_hour(now) + timedelta(hours=1)
-    start = start or end - _DETECTION_WINDOW
-    month_start = start.replace(day=1, hour=0)  # budget forecasts need the whole month to date
+    """What detectors see: from the 1st of the month (budget forecasts need the month to date) to
+    `end` (default: the last 14 days up to the current hour; see `detection_window`)."""
+    start, end = detection_window(now, start, end)
+    month_start = start.replace(day=1, hour=0)
     return assemble_inputs(
         deps.store,
         min(start, month_start),
@@ -204,7 +211,8 @@ def detect(
     deps: Deps, now: datetime, start: datetime | None = None, end: datetime | None = None
 ) -> list[Finding]:
     """Findings for [start, end) (default: the last 14 days up to the current hour)."""
-    return run_detectors(detection_inputs(deps, now, start, end), deps.detectors, now)
+    inputs = detection_inputs(deps, now, start, end)
+    return run_in_window(inputs, deps.detectors, now, detection_window(now, start, end)[0])
 
 
 def month_to_date_by_category(inputs: DetectorInputs, now: datetime) -> dict[str, Decimal]:
@@ -232,7 +240,7 @@ def run_detection(deps: Deps, now: datetime, cancelled: Callable[[], bool] | Non
 
     inputs = detection_inputs(deps, now)
     checkpoint()
-    findings = run_detectors(inputs, deps.detectors, now)
+    findings = run_in_window(inputs, deps.detectors, now, detection_window(now)[0])
     checkpoint()
     counts = record_findings(deps.store, findings, now)
     report = pipeline.process(findings, now, deps.alert_deps)

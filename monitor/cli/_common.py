@@ -65,8 +65,8 @@ def utilization_option() -> Callable:
         "--utilization",
         "utilization_paths",
         multiple=True,
-        type=_existing,
-        help="Cloud Monitoring timeSeries JSON[.gz]; repeatable.",
+        type=click.Path(exists=True, path_type=Path),
+        help="Cloud Monitoring timeSeries JSON[.gz] file, or a directory of them; repeatable.",
     )
 
 

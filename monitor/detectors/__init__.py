@@ -11,6 +11,7 @@ for an unknown detector, an unknown key or a bad value is a `ConfigError` naming
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -42,6 +43,7 @@ __all__ = [
     "register",
     "registered",
     "run_detectors",
+    "run_in_window",
     "sort_findings",
     "to_usd",
 ]
@@ -110,3 +112,15 @@ def run_detectors(
     for det in detectors:
         findings.extend(det.evaluate(inputs, now))
     return sort_findings(findings)
+
+
+def run_in_window(
+    inputs: DetectorInputs, detectors: Sequence[Detector], now: datetime, window_start: datetime
+) -> list[Finding]:
+    """Impacts count strictly inside [window_start, inputs.window_end); only month-to-date detectors
+    (budget forecasts), fed from the 1st of the month by the caller, see before `window_start`."""
+    narrow = replace(inputs, window_start=max(window_start, inputs.window_start))
+    return sort_findings(
+        run_detectors(narrow, [d for d in detectors if not d.month_to_date], now)
+        + run_detectors(inputs, [d for d in detectors if d.month_to_date], now)
+    )
