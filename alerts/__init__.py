@@ -3,7 +3,8 @@
 Public surface (import from the submodules; this package imports nothing heavy on its own):
 - `alerts.pipeline`: `Deps`, `process(findings, now, deps)`, `deliver_outbox(deps, now)`.
 - `alerts.outbox`: `status(store) -> OutboxStatus` (pending / failed / last_error).
-- `alerts.slack`: `SlackNotifier`, `WebhookNotifier`; `alerts.console`: `ConsoleNotifier`;
+- `alerts.slack`: `SlackNotifier` (`check_channel` for `gpucost check`), `WebhookNotifier`;
+  `alerts.channels`: channel name -> id resolution; `alerts.console`: `ConsoleNotifier`;
   `alerts.factory`: `make_notifier(config)`.
 - `alerts.digest`: `DigestData`, `render_markdown`, `render_blocks`, `send_digest`, `write_digest`;
   `alerts.charts`: `render_chart`.

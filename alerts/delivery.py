@@ -1,10 +1,14 @@
 """`deliver_outbox`: send what is due, then record the outcome. The retry policy lives here.
 
 For each due row (oldest first): resolve the thread (a reply waits while its thread root is still
-pending); if an earlier attempt is uncertain, ask the notifier whether the message already arrived;
-mark the attempt; send; record sent / retry / failed. A 429 stops the batch, since the rest would
-be rate limited too. An exception a notifier did not classify is treated as an uncertain retryable
-failure and logged: it reaches the retry logic instead of being swallowed.
+pending); resolve the channel to its id (the row's recorded id, else the notifier's, else the id
+Slack last confirmed for that name); if an earlier attempt is uncertain, ask the notifier whether
+the message already arrived in that channel; mark the attempt, persisting the id; send to the id;
+record sent / retry / failed. A channel that does not resolve is posted to by name, and a lookup
+there cannot succeed: after an uncertain failure such a message may arrive twice, never zero times.
+A 429 stops the batch, since the rest would be rate limited too. An exception a notifier did not
+classify is treated as an uncertain retryable failure and logged: it reaches the retry logic
+instead of being swallowed.
 """
 
 from __future__ import annotations
@@ -15,13 +19,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from alerts.notifier import DeliveryResult, Message, Outcome
+from alerts.notifier import DeliveryResult, Outcome
 from alerts.outbox import (
     OutboxRow,
     backoff,
     due_rows,
     ensure_schema,
     get_row,
+    known_channel_id,
     mark_attempt,
     mark_failed,
     mark_retry,
@@ -85,9 +90,8 @@ def _deliver_one(deps: Deps, row: OutboxRow, now: datetime) -> tuple[str, Delive
     ready, thread_ts, channel = _thread(deps, row)
     if not ready:
         return "deferred", None
-    msg = row.message(thread_ts)
-    if channel != msg.channel:
-        msg = Message(msg.idempotency_key, channel, msg.text, msg.blocks, msg.thread_ts, msg.reply_broadcast)
+    channel_id = row.channel_id or _resolve(deps, channel)
+    msg = replace(row.message(thread_ts), channel=channel_id or channel)
     if row.inflight:
         found = _call(lambda: deps.notifier.lookup(msg), "lookup")
         if found is not None and found.outcome is not Outcome.FAILED:
@@ -99,10 +103,20 @@ def _deliver_one(deps: Deps, row: OutboxRow, now: datetime) -> tuple[str, Delive
                 "cannot check whether %s arrived (%s); sending again", row.idempotency_key, found.error
             )
     fire_fault(deps.fault, "before_send")
-    mark_attempt(deps.store, row.id)
+    mark_attempt(deps.store, row.id, channel_id)
     result = _call(lambda: deps.notifier.send(msg), "send")
     fire_fault(deps.fault, "after_send")
     return _record(deps, row, result, now, attempts=row.attempts + 1), result
+
+
+def _resolve(deps: Deps, channel: str) -> str | None:
+    """The id to post to and search: the notifier's answer, else the id Slack confirmed earlier."""
+    try:
+        found = deps.notifier.resolve_channel(channel)
+    except Exception as e:  # resolution is best effort; delivery goes on by name
+        log.exception("resolving channel %s raised %s", channel, type(e).__name__)
+        found = None
+    return found or known_channel_id(deps.store, channel)
 
 
 def _call(fn: Callable[[], DeliveryResult | None], what: str) -> DeliveryResult | None:

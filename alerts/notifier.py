@@ -7,7 +7,8 @@ connection errors), or give up and surface the error (permanent: `invalid_auth`,
 outbox owns retries, so a message is neither dropped nor sent twice.
 
 An attempt whose outcome is unknown (a timeout after the request left, a 5xx) is `uncertain`: before
-sending it again the outbox asks the notifier whether the message already arrived (`lookup`).
+sending it again the outbox asks the notifier whether the message already arrived (`lookup`). That
+search needs the channel's id (`resolve_channel`), which the outbox records before the first send.
 """
 
 from __future__ import annotations
@@ -84,6 +85,12 @@ class Notifier(Protocol):
     name: str
     #: Whether `ts` values returned by `send` can be used as `thread_ts` for later messages.
     supports_threads: bool
+
+    def resolve_channel(self, channel: str) -> str | None:
+        """The stable id `lookup` can search for `channel` (a name or an id), or None if unknown.
+        The outbox posts to it and persists it before the first send, so a restart searches the
+        channel the message went to."""
+        ...
 
     def send(self, message: Message) -> DeliveryResult: ...
 

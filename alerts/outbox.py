@@ -6,8 +6,11 @@ confirmed (recording Slack's `ts` and channel id). Rows are keyed by an idempote
 (`UNIQUE`), so a message is enqueued once, and a row leaves `pending` only through `mark_sent` /
 `mark_failed`, so a sent key is never sent again.
 
-Before each send the row is marked `inflight`; a crash or an uncertain failure leaves the flag set
-and the next attempt first asks the notifier whether the message already arrived.
+Before each send the row is marked `inflight` and the channel id it goes to is stored with it; a
+crash or an uncertain failure leaves the flag set and the next attempt first asks the notifier
+whether the message already arrived, in that channel (Slack's history only takes ids, not names).
+When Slack confirms a post to a channel *name*, the id it answered with is remembered for that name
+(`alerts_channels`, `known_channel_id`): a fallback for bots that may not list channels.
 
 Row states: pending -> sent | failed. Retryable errors keep the row pending with `next_attempt_at`
 (Retry-After, else bounded exponential backoff); permanent errors mark it failed with the error.
@@ -34,6 +37,7 @@ __all__ = [
     "ensure_schema",
     "fmt_ts",
     "get_row",
+    "known_channel_id",
     "mark_attempt",
     "mark_failed",
     "mark_retry",
@@ -81,6 +85,16 @@ MIGRATIONS: list[str] = [
         failed_at TEXT
     );
     CREATE INDEX alerts_outbox_due ON alerts_outbox (status, next_attempt_at, id)
+    """,
+    # v2: the channel id a row is posted to (persisted before the first send, so a lookup after a
+    # crash searches that channel) and, per channel name, the id Slack last answered with.
+    """
+    ALTER TABLE alerts_outbox ADD COLUMN channel_id TEXT;
+    CREATE TABLE alerts_channels (
+        name TEXT PRIMARY KEY,
+        channel_id TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    )
     """,
 ]
 
@@ -134,6 +148,7 @@ class OutboxRow:
     slack_ts: str | None
     slack_channel: str | None
     last_error: str | None
+    channel_id: str | None = None  # where the first attempt went; None until then
 
     def message(self, thread_ts: str | None) -> Message:
         return Message(
@@ -167,6 +182,7 @@ def _row(r: sqlite3.Row) -> OutboxRow:
         slack_ts=r["slack_ts"],
         slack_channel=r["slack_channel"],
         last_error=r["last_error"],
+        channel_id=r["channel_id"],
     )
 
 
@@ -222,22 +238,40 @@ def get_row(store: StateStore, key: str) -> OutboxRow | None:
     return None if r is None else _row(r)
 
 
-def mark_attempt(store: StateStore, row_id: int) -> None:
-    """Committed before the send: a crash from here on leaves the attempt marked uncertain."""
+def mark_attempt(store: StateStore, row_id: int, channel_id: str | None = None) -> None:
+    """Committed before the send: a crash from here on leaves the attempt marked uncertain, and
+    `channel_id` (when known) says which channel to search. A recorded id is never overwritten."""
     with store.transaction() as conn:
         conn.execute(
-            "UPDATE alerts_outbox SET attempts = attempts + 1, inflight = 1 WHERE id = ? AND status = 'pending'",
-            (row_id,),
+            "UPDATE alerts_outbox SET attempts = attempts + 1, inflight = 1,"
+            " channel_id = COALESCE(channel_id, ?) WHERE id = ? AND status = 'pending'",
+            (channel_id, row_id),
         )
 
 
 def mark_sent(store: StateStore, row_id: int, ts: str | None, channel: str | None, now: datetime) -> None:
+    """Record Slack's confirmation; if the row named its channel, remember the id for that name."""
     with store.transaction() as conn:
         conn.execute(
             "UPDATE alerts_outbox SET status = 'sent', inflight = 0, sent_at = ?, slack_ts = ?,"
             " slack_channel = ?, last_error = NULL WHERE id = ? AND status = 'pending'",
             (fmt_ts(now), ts, channel, row_id),
         )
+        if channel:
+            conn.execute(
+                "INSERT INTO alerts_channels (name, channel_id, updated_at)"
+                " SELECT channel, ?, ? FROM alerts_outbox WHERE id = ? AND channel != ?"
+                " ON CONFLICT (name) DO UPDATE SET channel_id = excluded.channel_id,"
+                " updated_at = excluded.updated_at",
+                (channel, fmt_ts(now), row_id, channel),
+            )
+
+
+def known_channel_id(store: StateStore, name: str) -> str | None:
+    """The id Slack last answered with for a post to channel `name`, if any."""
+    with store.transaction() as conn:
+        r = conn.execute("SELECT channel_id FROM alerts_channels WHERE name = ?", (name,)).fetchone()
+    return None if r is None else r[0]
 
 
 def mark_retry(store: StateStore, row_id: int, next_at: datetime, error: str, *, uncertain: bool) -> None:

@@ -13,6 +13,18 @@ Errors are classified, never swallowed:
 Every message carries Slack message metadata `{"event_type": "gpucost_alert", "event_payload":
 {"idempotency_key": ...}}` so `lookup` can find an earlier attempt that did arrive. The token is
 held as a `SecretStr` and never logged (slack-sdk redacts the Authorization header in its own logs).
+
+Channel names: `lookup` reads `conversations.history` / `conversations.replies`, which take only
+channel ids, so a name (`#gpucost-alerts`) is resolved to its id with `conversations.list`
+(`alerts.channels`, cached per notifier). `deliver_outbox` resolves before the first send, posts to
+the id and persists it in the outbox row, so a restart after a crash searches the right channel.
+
+Bot token scopes: `chat:write` (post), `channels:history` / `groups:history` (the lookup after an
+uncertain send), `channels:read` / `groups:read` (resolve channel names; not needed when
+`slack.channel` and every route name a channel id), `files:write` (the digest chart). Without the
+`*:read` scopes a name cannot be resolved: one warning per name is logged, messages are posted by
+name, and an alert interrupted by a timeout or crash may then be posted twice (never lost).
+`check_channel(channel)` reports whether a channel resolves, for `gpucost check`.
 """
 
 from __future__ import annotations
@@ -21,6 +33,7 @@ import http.client
 import logging
 import socket
 import urllib.error
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +42,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError, SlackRequestError
 from slack_sdk.webhook import WebhookClient
 
+from alerts.channels import ChannelDirectory
 from alerts.notifier import DeliveryResult, Message
 
 __all__ = ["PERMANENT_ERRORS", "RETRYABLE_ERRORS", "SlackNotifier", "WebhookNotifier", "classify"]
@@ -108,11 +122,19 @@ class SlackNotifier:
     name = "slack"
     supports_threads = True
 
-    def __init__(self, token: SecretStr, base_url: str | None = None, *, timeout: int = 15):
+    def __init__(
+        self,
+        token: SecretStr,
+        base_url: str | None = None,
+        *,
+        timeout: int = 15,
+        channels: Callable[[WebClient], ChannelDirectory] = ChannelDirectory,
+    ):
         kwargs: dict[str, Any] = {"token": token.get_secret_value(), "timeout": timeout, "retry_handlers": []}
         if base_url:
             kwargs["base_url"] = base_url
         self._client = WebClient(**kwargs)
+        self._channels = channels(self._client)
 
     def __repr__(self) -> str:  # never show the token
         return f"SlackNotifier(base_url={self._client.base_url!r})"
@@ -124,6 +146,15 @@ class SlackNotifier:
         except Exception as e:
             return classify(e, "auth.test")
         return DeliveryResult.sent(None, resp.get("team_id"))
+
+    def resolve_channel(self, channel: str) -> str | None:
+        """The channel id for a name or id (cached `conversations.list`); None if unknown."""
+        return self._channels.resolve(channel)
+
+    def check_channel(self, channel: str) -> DeliveryResult:
+        """For `gpucost check`: SENT with the channel id, or FAILED / RETRY saying why not
+        (e.g. `missing_scope` naming channels:read and groups:read, or the name is not visible)."""
+        return self._channels.check(channel)
 
     def send(self, message: Message) -> DeliveryResult:
         try:
@@ -145,15 +176,21 @@ class SlackNotifier:
         return DeliveryResult.sent(resp.get("ts"), resp.get("channel"))
 
     def lookup(self, message: Message) -> DeliveryResult | None:
-        """Search recent channel history (or the thread) for our idempotency key."""
+        """Search recent channel history (or the thread) for our idempotency key.
+
+        A channel name is resolved to its id first (history only takes ids); a name that does not
+        resolve is a FAILED lookup, so the outbox sends again rather than lose the alert."""
+        channel = self.resolve_channel(message.channel)
+        if channel is None:
+            return DeliveryResult.failed(f"lookup: channel {message.channel} has no known id")
         try:
             if message.thread_ts:
                 resp = self._client.conversations_replies(
-                    channel=message.channel, ts=message.thread_ts, include_all_metadata=True, limit=200
+                    channel=channel, ts=message.thread_ts, include_all_metadata=True, limit=200
                 )
             else:
                 resp = self._client.conversations_history(
-                    channel=message.channel, include_all_metadata=True, limit=200
+                    channel=channel, include_all_metadata=True, limit=200
                 )
         except Exception as e:
             return classify(e, "lookup")
@@ -164,11 +201,13 @@ class SlackNotifier:
                 meta.get("event_type") == EVENT_TYPE
                 and payload.get("idempotency_key") == message.idempotency_key
             ):
-                return DeliveryResult.sent(m.get("ts"), resp.get("channel") or message.channel)
+                return DeliveryResult.sent(m.get("ts"), resp.get("channel") or channel)
         return None
 
     def send_file(self, channel: str, path: Path, title: str, thread_ts: str | None) -> DeliveryResult:
-        """Upload with `files_upload_v2` (getUploadURLExternal, POST bytes, completeUploadExternal)."""
+        """Upload with `files_upload_v2` (getUploadURLExternal, POST bytes, completeUploadExternal);
+        the last step takes a channel id, so a name is resolved first."""
+        channel = self.resolve_channel(channel) or channel
         try:
             self._client.files_upload_v2(
                 channel=channel, file=str(path), filename=path.name, title=title, thread_ts=thread_ts
@@ -205,6 +244,9 @@ class WebhookNotifier:
         if resp.status_code >= 500:
             return DeliveryResult.retry(what, uncertain=True)
         return DeliveryResult.failed(what)
+
+    def resolve_channel(self, channel: str) -> str | None:
+        return channel  # a webhook posts to its own channel; there is nothing to look up
 
     def lookup(self, message: Message) -> DeliveryResult | None:
         return None

@@ -207,8 +207,10 @@ def test_500_is_retried_with_backoff_and_not_duplicated(env: Env) -> None:
     assert len(env.slack.calls("conversations.history")) == 2
 
 
-def test_timeout_after_slack_posted_is_found_not_resent(env: Env) -> None:
+@pytest.mark.parametrize("channel", ["C0ALERTS", "#alerts"])  # history needs the id of a name
+def test_timeout_after_slack_posted_is_found_not_resent(env: Env, channel: str) -> None:
     env.alerts = AlertsConfig(group_wait_seconds=0)
+    env.slack_cfg = SlackConfig(channel=channel)
     env.slack.fail("chat.postMessage", Failure(delay=1.5, process_first=True))
     _, dr = env.cycle([finding()])
     assert dr.retried == 1 and len(env.posts()) == 1  # Slack has it; we do not know yet
@@ -265,8 +267,10 @@ def test_crash_between_written_and_sent_then_restart_delivers_once(env: Env, poi
     assert len(env.posts()) == 1 and len(env.slack.calls("chat.postMessage")) == 1
 
 
-def test_crash_after_slack_confirmed_but_before_recording_is_not_resent(env: Env) -> None:
+@pytest.mark.parametrize("channel", ["C0ALERTS", "#alerts"])
+def test_crash_after_slack_confirmed_but_before_recording_is_not_resent(env: Env, channel: str) -> None:
     env.alerts = AlertsConfig(group_wait_seconds=0)
+    env.slack_cfg = SlackConfig(channel=channel)
 
     def crash(at: str) -> None:
         if at == "after_send":

@@ -103,8 +103,11 @@ def test_lookup_finds_by_metadata_in_history_and_thread(slack: FakeSlack) -> Non
     assert n.lookup(msg(channel="C0ALERTS", key="root")).ts == root.ts
     assert n.lookup(msg(channel="C0ALERTS", key="reply", thread_ts=root.ts)).outcome is Outcome.SENT
     assert n.lookup(msg(channel="C0ALERTS", key="other")) is None
-    # Slack needs a channel id for history: a name cannot be checked (the outbox then resends)
-    assert n.lookup(msg(channel="#alerts", key="root")).outcome is Outcome.FAILED
+    # Slack needs a channel id for history: a name is resolved first (conversations.list) ...
+    assert n.lookup(msg(channel="#alerts", key="root")).ts == root.ts
+    assert len(slack.calls("conversations.list")) == 1
+    # ... and a name that resolves to nothing cannot be checked (the outbox then resends)
+    assert n.lookup(msg(channel="#gone", key="root")).outcome is Outcome.FAILED
 
 
 def test_webhook_classification(slack: FakeSlack) -> None:

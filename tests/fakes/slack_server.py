@@ -1,10 +1,18 @@
 """An HTTP server on 127.0.0.1 that behaves like Slack's Web API, for the real slack-sdk client.
 
-Implements `auth.test`, `chat.postMessage`, `conversations.history`, `conversations.replies`,
-`files.getUploadURLExternal`, the upload URL it hands out, `files.completeUploadExternal`, and an
-incoming-webhook endpoint (`/hooks/...`). Like Slack: the bot token goes in `Authorization: Bearer`,
-errors are HTTP 200 with `{"ok": false, "error": ...}`, channels may be named (`#alerts`) for
-posting but `conversations.*` need the channel id the post returned, and message metadata is kept.
+Implements `auth.test`, `chat.postMessage`, `conversations.list`, `conversations.history`,
+`conversations.replies`, `files.getUploadURLExternal`, the upload URL it hands out,
+`files.completeUploadExternal`, and an incoming-webhook endpoint (`/hooks/...`). Like Slack: the bot
+token goes in `Authorization: Bearer`, errors are HTTP 200 with `{"ok": false, "error": ...}`,
+channels may be named (`#alerts`) for posting but `conversations.history` / `.replies` need the
+channel id, and message metadata is kept.
+
+`conversations.list` pages with `limit` (default 100, capped by `page_size`) and an opaque `cursor`
+from `response_metadata.next_cursor` (empty on the last page); `types` defaults to public_channel;
+archived channels are listed unless `exclude_archived`. It needs the `channels:read` scope for
+public and `groups:read` for private channels (`missing_scope` with `needed` / `provided`
+otherwise); `scopes=` sets what the token has. Channels can be added, renamed and archived while
+the server runs.
 
 Scriptable failures (`fail(method, ...)`): HTTP 429 with Retry-After, HTTP 5xx, `ok: false`
 errors, and a delay that makes the client time out, optionally after the message was stored (an
@@ -13,6 +21,7 @@ uncertain outcome). Every request is recorded with its raw body.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
@@ -26,7 +35,7 @@ from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["Failure", "FakeSlack", "Recorded"]
+__all__ = ["DEFAULT_SCOPES", "Failure", "FakeSlack", "Recorded"]
 
 
 @dataclass(frozen=True)
@@ -47,10 +56,46 @@ class Recorded:
     params: dict[str, Any]
 
 
+#: What a bot token installed with the scopes gpucost documents would have.
+DEFAULT_SCOPES = frozenset(
+    {"chat:write", "channels:read", "groups:read", "channels:history", "groups:history", "files:write"}
+)
+
+
+@dataclass
+class _Channel:
+    id: str
+    name: str
+    private: bool = False
+    archived: bool = False
+    previous_names: list[str] = field(default_factory=list)
+
+    def as_api(self) -> dict[str, Any]:
+        """The shape `conversations.list` returns for a channel the bot is in."""
+        flags = ("is_group", "is_im", "is_mpim", "is_general", "is_shared", "is_ext_shared", "is_org_shared")
+        blank = {"value": "", "creator": "", "last_set": 0}
+        return {"id": self.id, "name": self.name, "name_normalized": self.name, "is_channel": True} | {
+            **dict.fromkeys(flags, False),
+            "is_private": self.private,
+            "is_archived": self.archived,
+            "is_member": True,
+            "created": 1767225600,
+            "creator": "U0ADMIN",
+            "context_team_id": "T000",
+            "previous_names": list(self.previous_names),
+            "topic": dict(blank),
+            "purpose": dict(blank),
+            "num_members": 3,
+        }
+
+
 @dataclass
 class _State:
     token: str
     channels: dict[str, str]  # name (without #) -> id
+    scopes: frozenset[str] = DEFAULT_SCOPES
+    page_size: int = 1000
+    meta: dict[str, _Channel] = field(default_factory=dict)  # id -> channel
     messages: list[dict[str, Any]] = field(default_factory=list)
     uploads: dict[str, dict[str, Any]] = field(default_factory=dict)
     files: list[dict[str, Any]] = field(default_factory=list)
@@ -76,10 +121,20 @@ def _parse_body(headers: Any, body: bytes) -> dict[str, Any]:
 class FakeSlack:
     """Start with `with FakeSlack() as slack:`; point `WebClient(base_url=slack.base_url)` at it."""
 
-    def __init__(self, token: str = "xoxb-test-token", channels: dict[str, str] | None = None):
-        self._s = _State(
-            token, dict(channels or {"alerts": "C0ALERTS", "ml-team": "C0MLTEAM", "digest": "C0DIGEST"})
-        )
+    def __init__(
+        self,
+        token: str = "xoxb-test-token",
+        channels: dict[str, str] | None = None,
+        *,
+        private: frozenset[str] | set[str] = frozenset(),
+        scopes: frozenset[str] | set[str] = DEFAULT_SCOPES,
+        page_size: int = 1000,
+    ):
+        """`channels` maps name -> id; names in `private` are private channels the bot is in;
+        `page_size` caps a `conversations.list` page (Slack may return fewer than `limit`)."""
+        names = dict(channels or {"alerts": "C0ALERTS", "ml-team": "C0MLTEAM", "digest": "C0DIGEST"})
+        self._s = _State(token, names, frozenset(scopes), page_size)
+        self._s.meta = {cid: _Channel(cid, name, name in private) for name, cid in names.items()}
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
@@ -117,6 +172,24 @@ class FakeSlack:
         with self._lock:
             self._s.failures.setdefault(method, deque()).extend([failure] * times)
 
+    def add_channel(self, name: str, channel_id: str, *, private: bool = False) -> None:
+        with self._lock:
+            self._s.channels[name] = channel_id
+            self._s.meta[channel_id] = _Channel(channel_id, name, private)
+
+    def rename_channel(self, old: str, new: str) -> None:
+        """Like Slack: the id stays, the old name stops working and is kept in `previous_names`."""
+        with self._lock:
+            cid = self._s.channels.pop(old)
+            self._s.channels[new] = cid
+            ch = self._s.meta[cid]
+            ch.previous_names.insert(0, old)
+            ch.name = new
+
+    def archive_channel(self, name: str) -> None:
+        with self._lock:
+            self._s.meta[self._s.channels[name]].archived = True
+
     @property
     def requests(self) -> list[Recorded]:
         with self._lock:
@@ -152,6 +225,8 @@ class FakeSlack:
         cid = self._channel_id(str(p.get("channel", "")), by_name=True)
         if cid is None:
             return {"ok": False, "error": "channel_not_found"}
+        if self._s.meta[cid].archived:
+            return {"ok": False, "error": "is_archived"}
         if not p.get("text") and not p.get("blocks"):
             return {"ok": False, "error": "no_text"}
         thread_ts = p.get("thread_ts")
@@ -201,6 +276,45 @@ class FakeSlack:
         ]
         return {"ok": True, "channel": cid, "messages": out, "has_more": len(found) > limit}
 
+    def _list_conversations(self, p: dict[str, Any]) -> dict[str, Any]:
+        types = [t.strip() for t in str(p.get("types") or "public_channel").split(",") if t.strip()]
+        if any(t not in ("public_channel", "private_channel", "mpim", "im") for t in types):
+            return {"ok": False, "error": "invalid_types"}
+        needed = [
+            scope
+            for t, scope in (("public_channel", "channels:read"), ("private_channel", "groups:read"))
+            if t in types and scope not in self._s.scopes
+        ]
+        if needed:
+            provided = ",".join(sorted(self._s.scopes))
+            return {"ok": False, "error": "missing_scope", "needed": ",".join(needed), "provided": provided}
+        try:
+            limit = int(p.get("limit") or 100)
+        except ValueError:
+            return {"ok": False, "error": "invalid_limit"}
+        if not 1 <= limit <= 1000:
+            return {"ok": False, "error": "invalid_limit"}
+        start = 0
+        if p.get("cursor"):
+            try:
+                start = int(base64.b64decode(str(p["cursor"])).decode().removeprefix("offset:"))
+            except ValueError:
+                return {"ok": False, "error": "invalid_cursor"}
+        exclude_archived = str(p.get("exclude_archived", "")).lower() in ("1", "true")
+        listed = [
+            ch
+            for ch in sorted(self._s.meta.values(), key=lambda c: c.id)
+            if ("private_channel" if ch.private else "public_channel") in types
+            and not (exclude_archived and ch.archived)
+        ]
+        end = start + min(limit, self._s.page_size)
+        cursor = base64.b64encode(f"offset:{end}".encode()).decode() if end < len(listed) else ""
+        return {
+            "ok": True,
+            "channels": [ch.as_api() for ch in listed[start:end]],
+            "response_metadata": {"next_cursor": cursor},
+        }
+
     def _get_upload_url(self, p: dict[str, Any]) -> dict[str, Any]:
         if not p.get("filename") or not p.get("length"):
             return {"ok": False, "error": "invalid_arguments"}
@@ -232,6 +346,8 @@ class FakeSlack:
             return {"ok": True, "team_id": "T000", "user_id": "U0BOT", "bot_id": "B0BOT"}
         if method == "chat.postMessage":
             return self._post_message(p)
+        if method == "conversations.list":
+            return self._list_conversations(p)
         if method in ("conversations.history", "conversations.replies"):
             return self._history(p, replies=method == "conversations.replies")
         if method == "files.getUploadURLExternal":
