@@ -159,7 +159,7 @@ def test_check_healthy(tmp_path, export_db, capsys, monkeypatch) -> None:
     assert re.match(r"prices +ok +bundled snapshot as of \d{4}-\d\d-\d\d", lines["prices"])
     assert re.match(r"state +ok .*not created yet", lines["state"])  # the check did not create it
     assert not (tmp_path / "state.sqlite").exists()
-    assert lines["slack"].split(None, 2)[1:] == ["ok", "auth.test ok (team T000), channel C0ALERTS"]
+    assert lines["slack"].split(None, 2)[1:] == ["ok", "auth.test ok (team T000); channels C0ALERTS = C0ALERTS"]
     assert TOKEN not in text
 
 

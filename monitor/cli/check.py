@@ -185,10 +185,21 @@ def check_slack(cfg: Config, offline: bool, environ: Mapping[str, str]) -> Check
         return Check(
             "slack", None, f"bot token set, channel {cfg.slack.channel}: auth.test skipped (--offline)"
         )
-    result = SlackNotifier(token, cfg.slack.api_base_url, timeout=10).auth_test()
-    if result.outcome is Outcome.SENT:
-        return Check("slack", True, f"auth.test ok (team {result.channel}), channel {cfg.slack.channel}")
-    return Check("slack", False, result.error or "auth.test failed")
+    notifier = SlackNotifier(token, cfg.slack.api_base_url, timeout=10)
+    result = notifier.auth_test()
+    if result.outcome is not Outcome.SENT:
+        return Check("slack", False, result.error or "auth.test failed")
+    # Every channel alerts may go to must resolve to an id: crash recovery searches history by id.
+    channels = dict.fromkeys([cfg.slack.channel, *(r.channel for r in cfg.slack.routes)])
+    seen, problems = [], []
+    for ch in channels:
+        got = notifier.check_channel(ch)
+        if got.outcome is Outcome.SENT:
+            seen.append(f"{ch} = {got.channel}")
+        else:
+            problems.append(f"{ch}: {got.error}")
+    detail = f"auth.test ok (team {result.channel}); channels " + ", ".join(seen + problems)
+    return Check("slack", not problems, detail)
 
 
 def _guard(name: str, fn: Callable[[], Check]) -> Check:
