@@ -429,11 +429,11 @@ def attribution(rows: Sequence[HourlyCost]) -> tuple[AttributionLine, ...]:
 
 
 def _currency(rows: Sequence[HourlyCost]) -> str:
-    seen = {r.keys.get("currency") for r in rows if r.keys.get("currency")}
-    if len(seen) > 1:
-        log.warning("billing rows in several currencies: %s; amounts are not converted", sorted(seen))
-        return "mixed"
-    return next(iter(seen), "USD")
+    """Always USD: `hourly.sql` divides every amount by `currency_conversion_rate`."""
+    seen = sorted({r.keys.get("currency") for r in rows if r.keys.get("currency")} - {"USD"})
+    if seen:
+        log.info("billing rows in %s converted to USD with currency_conversion_rate", ", ".join(seen))
+    return "USD"
 
 
 def _stats(metered: _Metered, engine: str, start: datetime, end: datetime) -> Stats:

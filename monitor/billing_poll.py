@@ -52,6 +52,7 @@ _KEYS = (
     "zone",
     "resource_name",
     "instance_id",
+    "machine_type",
     "cluster",
     "node_pool",
     "namespace",
@@ -83,7 +84,11 @@ _MIGRATIONS = (
     CREATE TABLE billing_hourly (
       """
     + ",\n      ".join(
-        [f"{k} TEXT" + (" NOT NULL" if k in ("usage_hour", "subcategory") else "") for k in _KEYS]
+        [
+            f"{k} TEXT" + (" NOT NULL" if k in ("usage_hour", "subcategory") else "")
+            for k in _KEYS
+            if k != "machine_type"  # added by migration 2
+        ]
         + ["row_count INTEGER NOT NULL", "usage_amount REAL"]
         + [f"{m} INTEGER NOT NULL" for m in _MONEY]
         + ["polled_at TEXT NOT NULL"]
@@ -97,6 +102,13 @@ _MIGRATIONS = (
       provisional_days INTEGER NOT NULL,
       scope_start TEXT NOT NULL
     )
+    """,
+    # 2: the machine type key (GPU count per VM) and money in USD (cost / currency_conversion_rate).
+    # Aggregates are a cache of the export: drop them and the watermarks so the next poll rebuilds.
+    """
+    ALTER TABLE billing_hourly ADD COLUMN machine_type TEXT;
+    DELETE FROM billing_hourly;
+    DELETE FROM billing_partitions
     """,
 )
 

@@ -25,6 +25,8 @@ from typing import Any, Protocol
 import duckdb
 import pandas as pd
 
+from monitor.gpu_models import gpus_for_machine_type
+
 __all__ = [
     "GpuCostHour",
     "GpuRollup",
@@ -117,7 +119,11 @@ ORDER BY c.idx
 
 
 def _gpus_from_usage(c: GpuCostHour) -> int:
-    """GPUs attached, from GPU-hours billed in a (full) hour; at least one."""
+    """GPUs attached: from the machine type when billing names it (`a3-highgpu-8g` => 8), else from
+    the GPU-hours billed in the hour (exact for a full hour); at least one."""
+    known = gpus_for_machine_type(c.machine_type) if c.machine_type else None
+    if known is not None:
+        return known.count
     return max(1, int((c.gpu_hours + Decimal("0.5")).to_integral_value()))
 
 

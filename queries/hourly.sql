@@ -1,6 +1,8 @@
 -- hourly.sql: attributed cost per usage hour, at the grain the state store keeps.
 --
--- Gross cost, credits by type (CUD, SUD, other) and net, as integer micros summed in the engine.
+-- Gross cost, credits by type (CUD, SUD, other) and net, as integer micros of USD summed in the
+-- engine: amounts are divided by `currency_conversion_rate` (the export's cost / rate = USD), so a
+-- billing account in another currency yields the same USD figures the detectors and alerts speak in.
 -- Every row is attributed by the compiled rules (GPUCOST_RULE() and friends are slots filled with
 -- SQL CASE expressions built from the rules, see monitor/attribution/compile.py) and keyed by
 -- project, region, zone, resource (instance) name and numeric id, GKE cluster / node pool /
@@ -17,6 +19,10 @@ WITH export_rows AS (
     location.zone AS zone,
     resource.name AS resource_name,
     NULLIF(REGEXP_EXTRACT(resource.global_name, r'/instances/([^/]+)$'), '') AS instance_id,
+    (
+      SELECT MAX(l.value) FROM UNNEST(system_labels) AS l
+      WHERE l.key = 'compute.googleapis.com/machine_spec'
+    ) AS machine_type,
     (SELECT MAX(l.value) FROM UNNEST(labels) AS l WHERE l.key = 'goog-k8s-cluster-name') AS cluster,
     (SELECT MAX(l.value) FROM UNNEST(labels) AS l WHERE l.key = 'goog-k8s-node-pool-name') AS node_pool,
     (SELECT MAX(l.value) FROM UNNEST(labels) AS l WHERE l.key = 'k8s-namespace') AS namespace,
@@ -34,12 +40,14 @@ WITH export_rows AS (
     currency,
     usage.amount_in_pricing_units AS usage_amount,
     usage.pricing_unit AS pricing_unit,
-    CAST(ROUND(IFNULL(cost, 0) * 1000000) AS INT64) AS gross_micros,
+    CAST(ROUND(IFNULL(cost, 0) / IFNULL(NULLIF(currency_conversion_rate, 0), 1) * 1000000) AS INT64)
+      AS gross_micros,
     IFNULL((
-      SELECT SUM(CAST(ROUND(c.amount * 1000000) AS INT64)) FROM UNNEST(credits) AS c
+      SELECT SUM(CAST(ROUND(c.amount / IFNULL(NULLIF(currency_conversion_rate, 0), 1) * 1000000) AS INT64))
+      FROM UNNEST(credits) AS c
     ), 0) AS credit_micros,
     IFNULL((
-      SELECT SUM(CAST(ROUND(c.amount * 1000000) AS INT64))
+      SELECT SUM(CAST(ROUND(c.amount / IFNULL(NULLIF(currency_conversion_rate, 0), 1) * 1000000) AS INT64))
       FROM UNNEST(credits) AS c
       WHERE
         STARTS_WITH(IFNULL(c.type, ''), 'COMMITTED_USAGE_DISCOUNT')
@@ -47,7 +55,7 @@ WITH export_rows AS (
         OR (c.type IS NULL AND STARTS_WITH(LOWER(IFNULL(c.name, '')), 'committed'))
     ), 0) AS cud_micros,
     IFNULL((
-      SELECT SUM(CAST(ROUND(c.amount * 1000000) AS INT64))
+      SELECT SUM(CAST(ROUND(c.amount / IFNULL(NULLIF(currency_conversion_rate, 0), 1) * 1000000) AS INT64))
       FROM UNNEST(credits) AS c
       WHERE
         c.type = 'SUSTAINED_USAGE_DISCOUNT'
@@ -83,6 +91,7 @@ SELECT
   zone,
   resource_name,
   instance_id,
+  machine_type,
   cluster,
   node_pool,
   namespace,
@@ -106,7 +115,7 @@ SELECT
   SUM(gross_micros + credit_micros) AS net_micros
 FROM attributed
 GROUP BY
-  usage_hour, invoice_month, project_id, region, zone, resource_name, instance_id, cluster,
+  usage_hour, invoice_month, project_id, region, zone, resource_name, instance_id, machine_type, cluster,
   node_pool, namespace, user_labels, service_id, service_description, sku_id, sku_description,
   subcategory, pricing_model, cost_type, currency, pricing_unit
 ORDER BY usage_hour, project_id, service_description, sku_description
