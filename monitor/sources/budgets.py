@@ -22,7 +22,8 @@ from typing import Any, Protocol
 from monitor.config import Budget as BudgetItem
 from monitor.config import BudgetsConfig, GoogleConfig
 from monitor.errors import ConfigError
-from monitor.sources.pricing import call_google, grpc_target, money_to_decimal
+from monitor.sources._google import call_google, grpc_target
+from monitor.sources.pricing import money_to_decimal
 
 __all__ = [
     "Budget",

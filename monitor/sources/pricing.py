@@ -16,31 +16,26 @@ exact regional price is flagged `approximate` in the `PriceQuote`::
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
-from enum import StrEnum
-from functools import cached_property
 from importlib import resources
 from typing import Any, Protocol, TypeVar
 
 from monitor.config import GoogleConfig, PricingConfig
-from monitor.errors import PermanentSourceError, RetryableSourceError, SourceError
+from monitor.errors import PermanentSourceError, SourceError
 from monitor.gpu_models import (
-    PRICE_PROXIES,
-    GpuModel,
     PriceKind,
-    geo_of_region,
-    normalize_gpu_model,
     parse_sku_description,
     region_of,
 )
+from monitor.pricebook import TABLES, EgressKind, PriceBook, PriceQuote, PriceTable
+from monitor.sources._google import call_google, grpc_target
 from monitor.state.store import StateStore
-from monitor.timeutil import parse_timestamp, to_iso
+from monitor.timeutil import to_iso
 
 __all__ = [
     "COMPUTE_ENGINE_SERVICE",
@@ -65,168 +60,8 @@ _MIGRATIONS = (
     "CREATE TABLE pricing_book (id INTEGER PRIMARY KEY CHECK (id = 1),"
     " fetched_at TEXT NOT NULL, book TEXT NOT NULL)",
 )
-_FORMAT = 1
 T = TypeVar("T")
 
-
-class EgressKind(StrEnum):
-    INTER_ZONE = "inter_zone"
-    INTERNET = "internet"
-
-
-_Table = dict[tuple[str, str, PriceKind], Decimal]  # (item, region, kind) -> USD per unit
-_TABLES = ("gpu", "cpu_core", "ram_gib", "egress_gib")
-
-
-@dataclass(frozen=True)
-class PriceQuote:
-    """A looked-up price and how it was found: `basis` is "region", "multi-region",
-    "any-region" or "proxy:<model>"; anything but "region" is `approximate`."""
-
-    price: Decimal
-    region: str
-    basis: str
-    approximate: bool
-
-
-@dataclass(frozen=True)
-class PriceBook:
-    """List prices in USD: per GPU-hour, per vCPU-hour and per GiB-hour of RAM (by machine family),
-    per GiB of egress. Treat as immutable. `approximate` marks a whole book as indicative (the
-    snapshot); `note` says where it came from and, for a fallback, why."""
-
-    as_of: datetime
-    source: str  # "catalog" | "snapshot"
-    gpu: _Table = field(default_factory=dict)
-    cpu_core: _Table = field(default_factory=dict)
-    ram_gib: _Table = field(default_factory=dict)
-    egress_gib: _Table = field(default_factory=dict)
-    approximate: bool = False
-    note: str = ""
-    currency: str = "USD"
-
-    def gpu_quote(
-        self, gpu_model: GpuModel | str, region: str | None, kind: PriceKind | str
-    ) -> PriceQuote | None:
-        """Price per GPU-hour and how it was found. `gpu_model` may be any spelling
-        `normalize_gpu_model` knows ("NVIDIA H100 80GB HBM3"); an unknown model gives None, an
-        unknown `kind` is a ValueError (a programming error, not missing data)."""
-        k = PriceKind(kind)
-        m = gpu_model if isinstance(gpu_model, GpuModel) else normalize_gpu_model(gpu_model)
-        if m is None:
-            return None
-        quote = _lookup(self._index.get(("gpu", m.value, k)), region)
-        if quote is None and m in PRICE_PROXIES:
-            proxy = _lookup(self._index.get(("gpu", PRICE_PROXIES[m].value, k)), region)
-            if proxy is not None:
-                return replace(proxy, basis=f"proxy:{PRICE_PROXIES[m].value}", approximate=True)
-        return quote
-
-    def gpu_hourly(
-        self, gpu_model: GpuModel | str, region: str | None, pricing_model: PriceKind | str
-    ) -> Decimal | None:
-        """USD per GPU-hour, with the documented fallback (see `gpu_quote` for the flag)."""
-        q = self.gpu_quote(gpu_model, region, pricing_model)
-        return None if q is None else q.price
-
-    def cpu_core_quote(self, family: str, region: str | None, kind: PriceKind | str) -> PriceQuote | None:
-        return _lookup(self._index.get(("cpu_core", family.upper(), PriceKind(kind))), region)
-
-    def ram_gib_quote(self, family: str, region: str | None, kind: PriceKind | str) -> PriceQuote | None:
-        return _lookup(self._index.get(("ram_gib", family.upper(), PriceKind(kind))), region)
-
-    def cpu_core_hourly(self, family: str, region: str | None, kind: PriceKind | str) -> Decimal | None:
-        q = self.cpu_core_quote(family, region, kind)
-        return None if q is None else q.price
-
-    def ram_gib_hourly(self, family: str, region: str | None, kind: PriceKind | str) -> Decimal | None:
-        q = self.ram_gib_quote(family, region, kind)
-        return None if q is None else q.price
-
-    def egress_quote(self, kind: EgressKind | str, region: str | None) -> PriceQuote | None:
-        return _lookup(self._index.get(("egress_gib", EgressKind(kind).value, PriceKind.ON_DEMAND)), region)
-
-    def egress_per_gib(self, kind: EgressKind | str, region: str | None = None) -> Decimal | None:
-        q = self.egress_quote(kind, region)
-        return None if q is None else q.price
-
-    @cached_property
-    def _index(self) -> dict[tuple[str, str, PriceKind], dict[str, Decimal]]:
-        """(table, item, kind) -> {region: price}, built once so lookups in hot loops are cheap."""
-        index: dict[tuple[str, str, PriceKind], dict[str, Decimal]] = {}
-        for name in _TABLES:
-            for (item, region, kind), price in getattr(self, name).items():
-                index.setdefault((name, item, kind), {})[region] = price
-        return index
-
-    def gpu_models(self) -> set[GpuModel]:
-        return {GpuModel(item) for item, _, _ in self.gpu}
-
-    def to_json(self) -> str:
-        doc: dict[str, Any] = {
-            "format": _FORMAT,
-            "as_of": to_iso(self.as_of),
-            "source": self.source,
-            "currency": self.currency,
-            "approximate": self.approximate,
-            "note": self.note,
-        }
-        for name in _TABLES:
-            nested: dict[str, dict[str, dict[str, str]]] = {}
-            for (item, region, kind), price in sorted(getattr(self, name).items()):
-                nested.setdefault(item, {}).setdefault(region, {})[kind.value] = str(price)
-            doc[name] = nested
-        return json.dumps(doc, indent=1, sort_keys=False)
-
-    @classmethod
-    def from_json(cls, text: str, *, origin: str = "price book") -> PriceBook:
-        """Inverse of `to_json`; the snapshot file uses the same format. Prices are strings."""
-        try:
-            doc = json.loads(text)
-            if doc.get("format") != _FORMAT:
-                raise ValueError(f"unsupported format {doc.get('format')!r} (expected {_FORMAT})")
-            tables = {name: _parse_table(doc.get(name, {})) for name in _TABLES}
-            return cls(
-                as_of=parse_timestamp(doc["as_of"]),
-                source=doc["source"],
-                currency=doc.get("currency", "USD"),
-                approximate=bool(doc.get("approximate", False)),
-                note=doc.get("note", ""),
-                **tables,
-            )
-        except (ValueError, KeyError, TypeError, ArithmeticError) as e:
-            raise ValueError(f"{origin}: not a valid price book ({e})") from None
-
-
-def _parse_table(nested: Mapping[str, Mapping[str, Mapping[str, str]]]) -> _Table:
-    table: _Table = {}
-    for item, regions in nested.items():
-        for region, kinds in regions.items():
-            for kind, price in kinds.items():
-                table[(item, region, PriceKind(kind))] = Decimal(price)
-    return table
-
-
-def _lookup(prices: Mapping[str, Decimal] | None, region: str | None) -> PriceQuote | None:
-    """Exact region, else the median-priced region of the same multi-region, else of all regions.
-
-    The median (lower middle, by price then region name) keeps the fallback deterministic and
-    representative rather than the cheapest or dearest outlier.
-    """
-    if not prices:
-        return None
-    want = region_of(region)
-    if want in prices:
-        return PriceQuote(prices[want], want, "region", False)
-    geo = geo_of_region(want)
-    same_geo = {r: p for r, p in prices.items() if geo is not None and geo_of_region(r) == geo}
-    pool, basis = (same_geo, "multi-region") if same_geo else (prices, "any-region")
-    ranked = sorted(pool.items(), key=lambda rp: (rp[1], rp[0]))
-    r, p = ranked[(len(ranked) - 1) // 2]
-    return PriceQuote(p, r, basis, True)
-
-
-# --- Catalog SKUs -> PriceBook -------------------------------------------------------------
 
 _USAGE_TYPES = {
     "OnDemand": PriceKind.ON_DEMAND,
@@ -289,7 +124,7 @@ def book_from_skus(skus: Iterable[Any], fetched_at: datetime) -> PriceBook:
     on duplicates the first SKU wins (the catalog lists the plain SKU before look-alikes we did
     not recognise as variants), and the count is logged.
     """
-    tables: dict[str, _Table] = {name: {} for name in _TABLES}
+    tables: dict[str, PriceTable] = {name: {} for name in TABLES}
     seen = kept = dupes = bad_unit = 0
     for sku in skus:
         seen += 1
@@ -315,48 +150,6 @@ def book_from_skus(skus: Iterable[Any], fetched_at: datetime) -> PriceBook:
     )
     note = f"Cloud Billing Catalog API, {seen} Compute Engine SKUs, list prices in USD"
     return PriceBook(as_of=fetched_at, source="catalog", note=note, **tables)
-
-
-# --- Google client plumbing (shared with monitor.sources.budgets) --------------------------
-
-
-def grpc_target(endpoint: str) -> str:
-    """`host:port` for a gRPC channel from `api_endpoint` (which may be written as a URL)."""
-    return endpoint.split("://", 1)[-1].rstrip("/")
-
-
-def call_google(what: str, fn: Callable[[], T]) -> T:
-    """Run a google-cloud call, turning its exceptions into gpucost's retryable/permanent tree.
-
-    Transient statuses (UNAVAILABLE, DEADLINE_EXCEEDED, 429/RESOURCE_EXHAUSTED, INTERNAL, ABORTED)
-    and an exhausted retry budget are `RetryableSourceError`; the rest (PERMISSION_DENIED,
-    NOT_FOUND, INVALID_ARGUMENT, missing credentials) are `PermanentSourceError`.
-    """
-    from google.api_core import exceptions as gexc
-    from google.auth import exceptions as auth_exc
-
-    retryable = (
-        gexc.ServiceUnavailable,
-        gexc.DeadlineExceeded,
-        gexc.TooManyRequests,
-        gexc.InternalServerError,
-        gexc.Aborted,
-        gexc.BadGateway,
-        gexc.GatewayTimeout,
-    )
-    try:
-        return fn()
-    except auth_exc.DefaultCredentialsError as e:
-        raise PermanentSourceError(
-            f"{what}: no Google credentials ({e}); run `gcloud auth application-default login`, "
-            'or set google.credentials = "anonymous" for a local emulator'
-        ) from e
-    except gexc.RetryError as e:
-        raise RetryableSourceError(f"{what}: gave up after retrying ({e.cause or e})") from e
-    except gexc.GoogleAPICallError as e:
-        kind = RetryableSourceError if isinstance(e, retryable) else PermanentSourceError
-        status = e.grpc_status_code.name if e.grpc_status_code else type(e).__name__
-        raise kind(f"{what}: {status}: {e.message}") from e
 
 
 # --- Sources -------------------------------------------------------------------------------
