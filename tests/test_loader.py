@@ -458,3 +458,48 @@ def test_arrow_schema_matches_table(conn) -> None:
     table_cols = [r[0] for r in conn.execute("DESCRIBE billing_export").fetchall()]
     assert table_cols == [*ARROW_SCHEMA.names, "_PARTITIONTIME"]
     assert isinstance(ARROW_SCHEMA.field("credits").type, pa.ListType)
+
+
+# --- the typed fast path (rows already in Python types) --------------------------------------------
+
+
+def _table(conn) -> list[tuple]:
+    return conn.execute("SELECT * FROM billing_export ORDER BY ALL").fetchall()
+
+
+def test_typed_rows_load_exactly_as_the_checked_path() -> None:
+    from datetime import timedelta
+
+    from monitor.simulate.simulator import DEFAULT_START, FleetSimulator
+
+    sim = FleetSimulator(7, DEFAULT_START, 2)
+    rows = list(sim.rows_exported_between(DEFAULT_START, DEFAULT_START + timedelta(hours=12)))
+    slow, fast = open_billing_db(None), open_billing_db(None)
+    assert load_rows(slow, rows) == load_rows(fast, iter(rows), typed=True, batch_rows=100) == len(rows)
+    assert len(rows) > 100 and _table(fast) == _table(slow)
+
+
+def test_typed_rows_in_string_shape_fall_back_to_the_per_row_path(conn) -> None:
+    rows = [export_row(cost=1.5), export_row(cost="2.5")]  # bq-extract strings: not Arrow-typed
+    assert load_rows(conn, rows, typed=True) == 2
+    assert conn.execute("SELECT sum(cost) FROM billing_export").fetchone()[0] == 4.0
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"cost": None}, "<rows>:2: cost: required, but missing or null: every export row must have it"),
+        ({"labels": [None]}, "<rows>:2: labels[0]: list element is null: drop it or give an object"),
+        ({"cost": "oops"}, '<rows>:2: cost: expected a number, got "oops"'),
+    ],
+)
+def test_typed_rows_errors_name_the_row_and_commit_nothing(bad: dict, message: str, conn) -> None:
+    good = {**export_row(), "usage_start_time": datetime(2026, 11, 1, 10, tzinfo=UTC)}
+    good |= {
+        "usage_end_time": datetime(2026, 11, 1, 11, tzinfo=UTC),
+        "export_time": datetime(2026, 11, 2, tzinfo=UTC),
+    }
+    with pytest.raises(InputError) as info:
+        load_rows(conn, [good, {**good, **bad}], typed=True)
+    assert str(info.value) == message
+    assert _count(conn) == 0

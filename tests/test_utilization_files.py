@@ -246,3 +246,16 @@ def test_reads_the_fleet_simulator_output_exactly(tmp_path):
     assert got == expected
     unmonitored = {v.name for v in sim.fleet.vms if v.machine.gpus and not v.monitored}
     assert unmonitored and not unmonitored & {s.instance_name for s in result.samples}
+
+
+def test_a_file_rewritten_with_the_same_bytes_is_not_parsed_again(tmp_path):
+    path = write(tmp_path / "u.json.gz", [series()], gz=True)
+    src = FileUtilizationSource([path])
+    first = src.fetch(T0 - M5, T0 + M5).samples
+    path.write_bytes(path.read_bytes())
+    os.utime(path, ns=(1, 1))  # a new stamp, same content: read, not parsed
+    assert src.fetch(T0 - M5, T0 + M5).samples == first and src.parsed_files == 1
+    write(path, [series(points=[point(T0, 99.0)])], gz=True)
+    os.utime(path, ns=(2, 2))
+    assert [s.utilization_pct for s in src.fetch(T0 - M5, T0 + M5).samples] == [99.0]
+    assert src.parsed_files == 2

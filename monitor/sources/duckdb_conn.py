@@ -88,11 +88,16 @@ def open_billing_db(path: Path | str | None) -> duckdb.DuckDBPyConnection:
     return conn
 
 
-def insert_arrow(conn: duckdb.DuckDBPyConnection, table: pa.Table) -> int:
-    """Append rows already validated and shaped as `ARROW_SCHEMA`; returns the row count."""
+def insert_arrow(conn: duckdb.DuckDBPyConnection, table: pa.Table, *, checked: bool = False) -> int:
+    """Append rows shaped as `ARROW_SCHEMA`; returns the row count.
+
+    With `checked`, DuckDB applies the loader's row rules (required fields present, no NULL list
+    element, REPEATED NULL -> []) as it does for NDJSON and Parquet, raising `duckdb.Error` on a
+    violation; without, the rows must have been validated already (`normalize_row`).
+    """
     conn.register(_BATCH_VIEW, table)
     try:
-        select = [f'"{c.name}"' for c in EXPORT_SCHEMA]
+        select = [_checked(f'"{c.name}"', c) if checked else f'"{c.name}"' for c in EXPORT_SCHEMA]
         return _insert(conn, ", ".join(select), f'"{_BATCH_VIEW}"', [])
     finally:
         conn.unregister(_BATCH_VIEW)

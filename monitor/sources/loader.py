@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from enum import Enum
+from itertools import islice
 from math import isfinite
 from pathlib import Path
 from typing import Any
@@ -268,13 +269,22 @@ def load_rows(
     source: str = "<rows>",
     *,
     batch_rows: int = BATCH_ROWS,
+    typed: bool = False,
 ) -> int:
     """Append Python rows in export shape in one transaction; returns the count.
 
     Rows may carry aware datetimes and floats/Decimals, or the bq-extract JSON shape (strings).
     Errors name `source` and the 1-based position of the bad row.
+
+    `typed=True` is the fast path for producers whose rows already hold the schema's Python types
+    (aware datetimes, floats, str, nested dicts and lists, e.g. the fleet simulator): each batch
+    goes straight to Arrow and DuckDB checks the row rules, about five times faster. A batch Arrow
+    cannot convert takes the per-row path, so strings still load and errors read the same; what
+    Arrow accepts is trusted as is (a bool or NaN in a FLOAT field is not rejected there).
     """
     with _transaction(conn):
+        if typed:
+            return _insert_typed(conn, enumerate(rows, 1), source, batch_rows)
         return _insert_records(conn, enumerate(rows, 1), source, batch_rows)
 
 
@@ -333,6 +343,31 @@ def _insert_records(
             batch = []
     if batch:
         total += db.insert_arrow(conn, pa.Table.from_pylist(batch, schema=db.ARROW_SCHEMA))
+    return total
+
+
+def _insert_typed(
+    conn: duckdb.DuckDBPyConnection,
+    records: Iterable[tuple[int, Any]],
+    path: str,
+    batch_rows: int = BATCH_ROWS,
+) -> int:
+    """`_insert_records` for rows already in Python types: Arrow directly, rules checked by DuckDB."""
+    total = 0
+    it = iter(records)
+    while batch := list(islice(it, batch_rows)):
+        try:
+            table = pa.Table.from_pylist([raw for _, raw in batch], schema=db.ARROW_SCHEMA)
+        except (pa.ArrowException, TypeError, ValueError):
+            total += _insert_records(conn, batch, path, batch_rows)  # strings, Decimals, or an error
+            continue
+        try:
+            total += db.insert_arrow(conn, table, checked=True)
+        except duckdb.Error as e:
+            for line, raw in batch:  # the transaction is aborted: name the first bad row
+                _normalize_at(raw, path, line)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise InputError(path, f"DuckDB could not load the rows ({first})") from None
     return total
 
 

@@ -9,16 +9,19 @@ line for JSON syntax errors); a bad series or point inside a good file is a coun
 Raw points (e.g. 60 s Ops Agent samples) are averaged into alignment windows the way Cloud Monitoring's
 ALIGN_MEAN would. Files named after a day (``2026-11-01.json.gz``, as the simulator writes them) are
 only opened when that day can hold points of the requested window; parsed files are cached by
-(path, mtime, size), so a daemon polling a growing directory re-reads only what changed.
+(path, mtime, size), so a daemon polling a growing directory re-reads only what changed, and a file
+rewritten with the same bytes (a new mtime, e.g. from a sync tool) is read but not parsed again.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import zlib
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -36,13 +39,16 @@ _PAGE_KEYS = frozenset({"timeSeries", "nextPageToken", "unit", "executionErrors"
 _SUFFIXES = (".json.gz", ".json")
 
 
-def _decode(path: Path) -> Any:
+def _read(path: Path) -> bytes:
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         raise InputError(str(path), "no such file") from None
     except OSError as e:
         raise InputError(str(path), f"cannot read ({e.strerror})") from None
+
+
+def _decode(path: Path, data: bytes) -> Any:
     if path.name.endswith(".gz"):
         try:
             data = gzip.decompress(data)
@@ -65,9 +71,12 @@ def _page(doc: dict[str, Any], path: Path, where: str) -> list[Any]:
     return series
 
 
-def read_time_series(path: Path) -> list[Any]:
-    """The TimeSeries objects of one file, whatever its accepted shape (validated only as a container)."""
-    doc = _decode(path)
+def read_time_series(path: Path, data: bytes | None = None) -> list[Any]:
+    """The TimeSeries objects of one file, whatever its accepted shape (validated only as a container).
+
+    `data` is the file's content when the caller has read it already.
+    """
+    doc = _decode(path, _read(path) if data is None else data)
     if isinstance(doc, dict):
         return _page(doc, path, "")
     if not isinstance(doc, list):
@@ -97,7 +106,9 @@ class FileUtilizationSource:
     def __init__(self, paths: Iterable[str | Path], *, alignment_seconds: int = 300):
         self.paths = [Path(p) for p in paths]
         self.alignment_seconds = alignment_seconds
-        self._cache: dict[Path, tuple[tuple[int, int], list[ParsedSeries], Counter[str]]] = {}
+        #: Files parsed so far (cache misses), for tests and benchmarks.
+        self.parsed_files = 0
+        self._cache: dict[Path, _Parsed] = {}
 
     def files(self) -> list[Path]:
         """Explicit files in the order given; a directory's `.json` / `.json.gz` files by name."""
@@ -130,9 +141,25 @@ class FileUtilizationSource:
         st = path.stat()
         stamp = (st.st_mtime_ns, st.st_size)
         hit = self._cache.get(path)
-        if hit is not None and hit[0] == stamp:
-            return hit[1], hit[2]
+        if hit is not None and hit.stamp == stamp:
+            return hit.series, hit.skips
+        data = _read(path)
+        digest = hashlib.blake2b(data, digest_size=16).digest()
+        if hit is not None and hit.digest == digest:  # rewritten, same bytes
+            self._cache[path] = _Parsed(stamp, digest, hit.series, hit.skips)
+            return hit.series, hit.skips
         skips: Counter[str] = Counter()
-        series = [ps for ts in read_time_series(path) if (ps := parse_series(ts, skips)) is not None]
-        self._cache[path] = (stamp, series, skips)
+        series = [ps for ts in read_time_series(path, data) if (ps := parse_series(ts, skips)) is not None]
+        self.parsed_files += 1
+        self._cache[path] = _Parsed(stamp, digest, series, skips)
         return series, skips
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """One file's parse, valid while its (mtime, size) stamp or its content digest is unchanged."""
+
+    stamp: tuple[int, int]
+    digest: bytes
+    series: list[ParsedSeries]
+    skips: Counter[str]

@@ -1,0 +1,155 @@
+"""Points averaged into alignment windows, memory attached, one signal kept per GPU and window.
+
+Samples live at the alignment grain (300 s by default): a sample covers ``[start, end)`` and carries
+the mean of the points whose end time falls in ``(start, end]`` (Cloud Monitoring's ALIGN_MEAN rule).
+
+A 14-day fleet is several hundred thousand windows, so everything is keyed by small integers (a
+series number, an epoch second, a sequence number recording first appearance) and each sample is
+built once, already in its final order: per GPU the windows of a series arrive in time order, so
+only GPUs seen through several series (metrics, or label changes) need a merge.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from monitor.sources.presets import MetricSpec, Role
+from monitor.utilization.records import IDENT_FIELDS, GpuSample, ParsedSeries, SampleDraft, SkipReason, freeze
+from monitor.utilization.select import HostKey, Ident, host_keys, merge
+
+__all__ = ["assemble"]
+
+
+class _Head:
+    """The windows of every series sharing one (metric, identity): sums, counts, first appearance.
+
+    Plain dicts of numbers (not a list per window): a fleet has hundreds of thousands of windows,
+    and small containers by the hundred thousand cost as much again in garbage collection.
+    """
+
+    __slots__ = ("counts", "ident", "seqs", "spec", "sums")
+
+    def __init__(self, spec: MetricSpec, ident: Ident):
+        self.spec, self.ident = spec, ident
+        self.sums: dict[int, float] = {}  # window end -> sum of values
+        self.counts: dict[int, int] = {}  # window end -> count, only where more than one
+        self.seqs: dict[int, int] = {}  # window end -> sequence number of its first value
+
+    def mean(self, b: int) -> float:
+        return self.sums[b] / self.counts.get(b, 1)
+
+    def ends(self) -> list[int]:
+        """Window ends in time order (series arrive in time order: the sort is a linear pass)."""
+        return sorted(self.sums)
+
+
+def _average(series: Iterable[ParsedSeries], align: int, lo: float, hi: float) -> list[_Head]:
+    """Sum and count the points of each window starting in [lo, hi), per (metric, identity)."""
+    number: dict[tuple[str, Ident], _Head] = {}
+    heads: list[_Head] = []
+    ceil = math.ceil
+    seq = 0
+    for s in series:
+        ident = tuple(s.ident[f] for f in IDENT_FIELDS)
+        head = number.get((s.spec.metric_type, ident))
+        if head is None:
+            head = number[(s.spec.metric_type, ident)] = _Head(s.spec, ident)
+            heads.append(head)
+        sums, counts, seqs = head.sums, head.counts, head.seqs
+        for start, end, value in s.points:
+            e = ceil(end)
+            last = -(-e // align) * align
+            first = last if start == end or int(start) >= e else (int(start) // align) * align + align
+            for b in (last,) if first == last else range(first, last + 1, align):
+                if lo <= b - align < hi:
+                    if b in sums:
+                        sums[b] += value
+                        counts[b] = counts.get(b, 1) + 1
+                    else:
+                        sums[b] = value
+                        seqs[b] = seq
+                        seq += 1
+    return heads
+
+
+def _in_order(heads: list[_Head], memory: bool) -> list[_Head]:
+    """Heads with windows, of one role, by the first appearance of their first window."""
+    chosen = [h for h in heads if h.sums and (h.spec.role is Role.MEMORY) == memory]
+    return sorted(chosen, key=lambda h: h.seqs[next(iter(h.sums))])
+
+
+def assemble(
+    series: Iterable[ParsedSeries],
+    alignment_seconds: int,
+    skips: Counter[str],
+    window: tuple[datetime, datetime] | None = None,
+) -> list[GpuSample]:
+    """Average points into alignment windows, attach memory to utilization, keep the best signal.
+
+    With `window`, only samples whose start lies in ``[window[0], window[1])`` are produced. The
+    result is sorted by (project, host, gpu, start), as `select_signals` orders it.
+    """
+    align = alignment_seconds
+    lo, hi = (w.timestamp() for w in window) if window else (-math.inf, math.inf)
+    heads = _average(series, align, lo, hi)
+    util = _in_order(heads, memory=False)
+    memory = _memory_at(util, _in_order(heads, memory=True), skips)
+    key = host_keys(h.ident for h in util)
+    by_gpu: dict[HostKey, list[_Head]] = {}
+    for h in util:
+        by_gpu.setdefault(key(h.ident), []).append(h)
+    ends = {b for h in util for b in h.sums}
+    when = {t: datetime.fromtimestamp(t, UTC) for t in ends | {b - align for b in ends}}
+    out: list[GpuSample] = []
+    for gpu in sorted(by_gpu):
+        group = by_gpu[gpu]
+        if len(group) == 1:
+            out += _samples(group[0], align, when, memory.get(id(group[0])))
+        else:
+            tagged = [
+                (s.start.timestamp(), h.seqs[b], s)
+                for h in group
+                for b, s in zip(h.ends(), _samples(h, align, when, memory.get(id(h))), strict=True)
+            ]
+            out += merge(tagged)
+    return out
+
+
+def _samples(
+    head: _Head, align: int, when: dict[int, datetime], memory: dict[int, float] | None
+) -> list[GpuSample]:
+    """The samples of one head in time order, with their memory figures (window end -> bytes)."""
+    ident, signal, sums = head.ident, str(head.spec.signal), head.sums
+    if head.counts or memory:
+        mean, mem = head.mean, (memory or {}).get
+        drafts = [SampleDraft(*ident, when[b - align], when[b], mean(b), signal, mem(b)) for b in head.ends()]
+    else:  # the usual case: one value per window, nothing to divide or attach
+        drafts = [SampleDraft(*ident, when[b - align], when[b], sums[b], signal, None) for b in head.ends()]
+    return freeze(drafts)
+
+
+def _memory_at(util: list[_Head], memory: list[_Head], skips: Counter[str]) -> dict[int, dict[int, float]]:
+    """id(utilization head) -> window end -> bytes of GPU memory used in that window.
+
+    Hosts are matched across metrics (aliases from both); of two memory figures for one GPU and
+    window the later seen wins; memory seen with no utilization is counted.
+    """
+    if not memory:
+        return {}
+    key = host_keys(h.ident for h in util + memory)
+    figures = sorted((h.seqs[b], i, b) for i, h in enumerate(memory) for b in h.sums)
+    by_key = {(*key(memory[i].ident), b): memory[i].mean(b) for _, i, b in figures}
+    out: dict[int, dict[int, float]] = {}
+    matched: set[tuple] = set()
+    for h in util:
+        gpu = key(h.ident)
+        for b in h.sums:
+            k = (*gpu, b)
+            matched.add(k)
+            if k in by_key:
+                out.setdefault(id(h), {})[b] = by_key[k]
+    skips[SkipReason.MEMORY_ONLY] += len(by_key.keys() - matched)
+    return out

@@ -1,0 +1,217 @@
+"""One Cloud Monitoring TimeSeries (REST JSON) validated into a `ParsedSeries`.
+
+Bad input never aborts a poll: every dropped point is counted under a `SkipReason`. A fleet's files
+hold hundreds of thousands of points, nearly all well formed, so each point first takes a fast path
+(a float value, string timestamps, in range) and only an unusual one goes through the general
+checks, which decide exactly as before.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from itertools import pairwise
+from typing import Any
+
+from monitor.sources.presets import METRICS, MetricSpec, Role
+from monitor.timeutil import parse_timestamp
+from monitor.utilization.records import IDENT_FIELDS, ParsedSeries, SkipReason
+
+__all__ = ["parse_series", "to_rest_json"]
+
+_RANGE_TOLERANCE_PCT = 0.5  # averaging can land a hair outside [0, 100]
+_MAX_PCT = 100.0 + _RANGE_TOLERANCE_PCT
+_HOLDERS = {"resource": ("resource", "labels"), "metric": ("metric", "labels")}
+_SYSTEM = ("metadata", "systemLabels")
+
+Point = tuple[float, float, float]
+
+
+def to_rest_json(series: Any) -> dict[str, Any]:
+    """A google-cloud-monitoring `TimeSeries` (proto-plus or raw protobuf) as the REST API's JSON."""
+    from google.protobuf.json_format import MessageToDict
+
+    pb = series._pb if hasattr(series, "_pb") else series
+    return MessageToDict(pb)
+
+
+def _label(ts: Mapping[str, Any], path: str) -> str | None:
+    kind, _, key = path.partition(".")
+    holder = _HOLDERS.get(kind, _SYSTEM)
+    outer = ts.get(holder[0])
+    labels = outer.get(holder[1]) if isinstance(outer, Mapping) else None
+    value = labels.get(key) if isinstance(labels, Mapping) else None
+    return None if value in (None, "") else str(value)
+
+
+def _ident(ts: Mapping[str, Any], spec: MetricSpec, default_project: str | None) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in IDENT_FIELDS:
+        paths = getattr(spec.labels, name)
+        out[name] = next((v for p in paths if (v := _label(ts, p)) is not None), None)
+    out["project"] = out["project"] or default_project
+    return out
+
+
+@lru_cache(maxsize=1 << 16)
+def _epoch(raw: str) -> float:
+    """RFC 3339 to epoch seconds, memoized: a fleet's series share the same few hundred timestamps."""
+    return parse_timestamp(raw).timestamp()
+
+
+def _time(interval: Mapping[str, Any], key: str) -> float | None:
+    raw = interval.get(key)
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise ValueError(key)
+    return _epoch(raw)
+
+
+def _number(value: Any) -> float | None:
+    """doubleValue (number, or "NaN"/"Infinity" strings in proto3 JSON) or int64Value (a string)."""
+    if not isinstance(value, Mapping):
+        return None
+    try:
+        if "doubleValue" in value:
+            raw = value["doubleValue"]
+            x = float(raw) if isinstance(raw, int | float | str) and not isinstance(raw, bool) else None
+        elif "int64Value" in value:
+            raw = value["int64Value"]
+            x = float(int(raw)) if isinstance(raw, int | str) and not isinstance(raw, bool) else None
+        else:
+            return None
+    except (TypeError, ValueError):
+        return None
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _point(p: Any, scale: float, is_util: bool, skips: Counter[str]) -> Point | None:
+    """The general check of one point (any shape); None, counted in `skips`, when unusable."""
+    interval = p.get("interval") if isinstance(p, Mapping) else None
+    try:
+        end = _time(interval, "endTime") if isinstance(interval, Mapping) else None
+        start = _time(interval, "startTime") if end is not None else None
+    except ValueError:
+        end = None
+    if end is None or (start is not None and start > end):
+        skips[SkipReason.BAD_TIMESTAMP] += 1
+        return None
+    value = _number(p.get("value"))
+    if value is None:
+        skips[SkipReason.NON_NUMERIC] += 1
+        return None
+    value *= scale
+    if not -_RANGE_TOLERANCE_PCT <= value <= (_MAX_PCT if is_util else math.inf):
+        skips[SkipReason.OUT_OF_RANGE] += 1
+        return None
+    if is_util:
+        value = min(max(value, 0.0), 100.0)
+    return (end if start is None else start, end, max(value, 0.0))
+
+
+def _points(raw: list[Any], scale: float, is_util: bool, skips: Counter[str]) -> list[Point]:
+    """Every usable point of a series: the common shape inline, anything else via `_point`."""
+    out: list[Point] = []
+    append = out.append
+    epoch = _epoch
+    top = _MAX_PCT if is_util else math.inf
+    for p in raw:
+        try:
+            interval = p["interval"]
+            e, s, x = interval["endTime"], interval.get("startTime"), p["value"]["doubleValue"]
+        except (KeyError, TypeError, IndexError, AttributeError):
+            e = x = None
+        if x.__class__ is float and e.__class__ is str and (s is None or s.__class__ is str):
+            try:
+                end = epoch(e)
+                start = end if s is None else epoch(s)
+                ok = start <= end and math.isfinite(x)
+            except ValueError:
+                ok = False  # a bad timestamp: the general check counts it
+            v = x * scale
+            if ok and -_RANGE_TOLERANCE_PCT <= v <= top:
+                if is_util:
+                    v = min(max(v, 0.0), 100.0)
+                append((start, end, max(v, 0.0)))
+                continue
+        q = _point(p, scale, is_util, skips)
+        if q is not None:
+            append(q)
+    return out
+
+
+def _longest_monotonic(keys: Sequence[float]) -> set[int]:
+    """Indexes of a longest strictly increasing subsequence (patience sorting)."""
+    tails: list[float] = []
+    tail_idx: list[int] = []
+    prev = [-1] * len(keys)
+    for i, k in enumerate(keys):
+        j = bisect_left(tails, k)
+        if j == len(tails):
+            tails.append(k)
+            tail_idx.append(i)
+        else:
+            tails[j], tail_idx[j] = k, i
+        prev[i] = tail_idx[j - 1] if j else -1
+    keep, i = set(), (tail_idx[-1] if tail_idx else -1)
+    while i != -1:
+        keep.add(i)
+        i = prev[i]
+    return keep
+
+
+def _in_order(points: list[Point], skips: Counter[str]) -> list[Point]:
+    """Points must run one way (the API returns newest first); keep the longest run, skip the rest."""
+    ends = [p[1] for p in points]
+    if all(a > b for a, b in pairwise(ends)):  # the API's order, nothing out of place
+        return points[::-1]
+    if all(a < b for a, b in pairwise(ends)):
+        return points
+    up = sum(b > a for a, b in pairwise(ends))
+    down = sum(b < a for a, b in pairwise(ends))
+    keys = ends if up > down else [-e for e in ends]
+    keep = _longest_monotonic(keys)
+    skips[SkipReason.OUT_OF_ORDER] += len(points) - len(keep)
+    return sorted((p for i, p in enumerate(points) if i in keep), key=lambda p: p[1])
+
+
+def _spec_of(ts: Mapping[str, Any], raw_points: list, skips: Counter[str]) -> MetricSpec | None:
+    metric = ts.get("metric")
+    mtype = metric.get("type") if isinstance(metric, Mapping) else None
+    spec = METRICS.get(mtype) if isinstance(mtype, str) else None
+    reason: SkipReason | None = None
+    if spec is None:
+        reason = SkipReason.UNKNOWN_METRIC
+    elif ts.get("metricKind", "GAUGE") != "GAUGE" or ts.get("valueType", "DOUBLE") not in ("DOUBLE", "INT64"):
+        reason = SkipReason.UNEXPECTED_KIND
+    if reason is not None:
+        skips[reason] += len(raw_points)
+        return None
+    return spec
+
+
+def parse_series(ts: Any, skips: Counter[str], *, default_project: str | None = None) -> ParsedSeries | None:
+    """Validate one REST-JSON TimeSeries; None (with its points counted in `skips`) when unusable."""
+    if not isinstance(ts, Mapping) or not isinstance(ts.get("points", []), list):
+        skips[SkipReason.MALFORMED_SERIES] += 1
+        return None
+    raw_points: list = ts.get("points", [])
+    spec = _spec_of(ts, raw_points, skips)
+    if spec is None:
+        return None
+    if any(_label(ts, path) != value for path, value in spec.require):
+        return None  # e.g. memory_state "free": a real series, just not the one we read
+    ident = _ident(ts, spec, default_project)
+    if (
+        not ident["project"]
+        or not ident["gpu"]
+        or not (ident["instance_id"] or ident["node_name"] or ident["instance_name"])
+    ):
+        skips[SkipReason.MISSING_LABELS] += len(raw_points)
+        return None
+    points = _points(raw_points, spec.scale, spec.role is Role.UTILIZATION, skips)
+    return ParsedSeries(spec, ident, _in_order(points, skips))

@@ -1,0 +1,125 @@
+"""The value objects of the utilization layer: samples, parsed series, fetch results, skip reasons."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, make_dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+from monitor.sources.presets import MetricSpec
+
+__all__ = [
+    "BUSY_EPSILON_PCT",
+    "IDENT_FIELDS",
+    "FetchResult",
+    "GpuSample",
+    "ParsedSeries",
+    "SampleDraft",
+    "SkipReason",
+    "UtilizationSource",
+    "freeze",
+    "make_sample",
+]
+
+#: Below this mean (percent) a GPU counts as "0% busy" for the idle-but-allocated flag.
+BUSY_EPSILON_PCT = 1.0
+
+#: The identifying fields of a sample, in `GpuSample` order (its first eight fields).
+IDENT_FIELDS = ("project", "zone", "instance_id", "instance_name", "cluster", "node_name", "gpu", "model")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """Mean utilization of one GPU over one alignment window ``[start, end)``.
+
+    The host is identified by `instance_id` (GCE), else `node_name` (GKE / Prometheus), else
+    `instance_name`; `gpu` is the GPU's number (or GKE accelerator id) on that host.
+
+    >>> from datetime import UTC, datetime, timedelta
+    >>> t = datetime(2026, 11, 1, 10, tzinfo=UTC)
+    >>> s = GpuSample("p", "us-central1-a", "42", "vm-1", None, None, "0", "NVIDIA L4",
+    ...               t, t + timedelta(minutes=5), 0.2, "gpu_utilization", 1e9)
+    >>> (s.host, s.idle_but_allocated)
+    ('42', True)
+    """
+
+    project: str
+    zone: str | None
+    instance_id: str | None
+    instance_name: str | None
+    cluster: str | None
+    node_name: str | None
+    gpu: str
+    model: str | None
+    start: datetime
+    end: datetime
+    utilization_pct: float
+    signal: str
+    memory_used_bytes: float | None
+
+    @property
+    def host(self) -> str:
+        return self.instance_id or self.node_name or self.instance_name or ""
+
+    @property
+    def idle_but_allocated(self) -> bool:
+        """Memory held while (almost) nothing runs: a stuck job or a notebook keeping a GPU."""
+        return bool(self.memory_used_bytes) and self.utilization_pct < BUSY_EPSILON_PCT
+
+
+#: A mutable twin of `GpuSample` (same slots, same order): build many, then `freeze` them.
+SampleDraft = make_dataclass("SampleDraft", [(f.name, f.type) for f in fields(GpuSample)], slots=True)
+
+
+def freeze(drafts: list[Any]) -> list[GpuSample]:
+    """Turn `SampleDraft`s into `GpuSample`s in place: the layer builds hundreds of thousands per poll.
+
+    A frozen dataclass sets each field through `object.__setattr__`, most of its construction
+    time; a draft sets its slots directly (five times faster), then becomes a `GpuSample` (the
+    layouts are identical, so CPython allows the class change). The result is indistinguishable:
+    same type, equality, hash, immutability. GpuSample has no `__post_init__` to skip; add one
+    and this must call it.
+    """
+    for d in drafts:
+        d.__class__ = GpuSample
+    return drafts
+
+
+def make_sample(*values: Any) -> GpuSample:
+    """`GpuSample(*values)` through a draft (see `freeze`)."""
+    return freeze([SampleDraft(*values)])[0]
+
+
+class SkipReason(StrEnum):
+    MALFORMED_SERIES = "malformed_series"
+    UNKNOWN_METRIC = "unknown_metric"
+    UNEXPECTED_KIND = "unexpected_metric_kind"
+    MISSING_LABELS = "missing_labels"
+    BAD_TIMESTAMP = "bad_timestamp"
+    NON_NUMERIC = "non_numeric"
+    OUT_OF_ORDER = "out_of_order"
+    OUT_OF_RANGE = "out_of_range"
+    MEMORY_ONLY = "memory_without_utilization"
+
+
+@dataclass
+class FetchResult:
+    """Samples of a window, points dropped per `SkipReason` value, and API requests (or files) read."""
+
+    samples: list[GpuSample]
+    skipped: dict[str, int] = field(default_factory=dict)
+    requests: int = 0
+
+
+class UtilizationSource(Protocol):
+    def fetch(self, start: datetime, end: datetime) -> FetchResult: ...
+
+
+@dataclass
+class ParsedSeries:
+    """One TimeSeries reduced to what we use: its spec, identity and (start, end, scaled value) points."""
+
+    spec: MetricSpec
+    ident: dict[str, str | None]
+    points: list[tuple[float, float, float]]  # epoch seconds: cheap to bucket by the million

@@ -1,0 +1,220 @@
+"""The "utilization" component of the state store: watermarks and the samples of each window.
+
+Per polled scope (project) and preset the store keeps the end of the last window read successfully
+(`utilization_windows`) and the samples read; re-reading a window replaces its samples, so late
+points replace earlier ones and nothing is ever doubled.
+
+Samples are stored narrow, because a fleet has hundreds of thousands of them: each distinct GPU
+identity (scope, preset, host, GPU, signal and labels) is one row of `utilization_series`, and each
+sample one row of `utilization_points` (series number, integer epoch seconds, value), clustered by
+series then start: a series' window is one range, read back already in time order. The `utilization_samples` view shows them the old, wide way with
+RFC 3339 times, for people and ad-hoc queries.
+
+Migration 2 replaced the wide table of ISO-string rows: the old rows and watermarks are dropped (the
+store is a cache of the source), so the next poll reads its full initial window again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from operator import itemgetter
+from typing import Any
+
+from monitor.state.store import StateStore
+from monitor.timeutil import parse_timestamp
+from monitor.utilization.records import GpuSample, SampleDraft, freeze
+from monitor.utilization.select import host_keys, merge
+
+__all__ = ["COMPONENT", "load_samples", "migrate", "read_watermark", "replace_window"]
+
+COMPONENT = "utilization"
+
+_V1 = """
+CREATE TABLE utilization_windows (
+  scope TEXT NOT NULL, preset TEXT NOT NULL, polled_until TEXT NOT NULL, updated_at TEXT NOT NULL,
+  PRIMARY KEY (scope, preset));
+CREATE TABLE utilization_samples (
+  scope TEXT NOT NULL, preset TEXT NOT NULL, project TEXT NOT NULL, host TEXT NOT NULL,
+  zone TEXT, instance_id TEXT, instance_name TEXT, cluster TEXT, node_name TEXT,
+  gpu TEXT NOT NULL, model TEXT, start TEXT NOT NULL, "end" TEXT NOT NULL,
+  utilization_pct REAL NOT NULL, signal TEXT NOT NULL, memory_used_bytes REAL,
+  PRIMARY KEY (scope, preset, project, host, gpu, signal, start));
+CREATE INDEX utilization_samples_start ON utilization_samples (start)
+"""
+_V2 = """
+DROP TABLE utilization_samples;
+DELETE FROM utilization_windows;
+CREATE TABLE utilization_series (
+  id INTEGER PRIMARY KEY, scope TEXT NOT NULL, preset TEXT NOT NULL, project TEXT NOT NULL,
+  host TEXT NOT NULL, gpu TEXT NOT NULL, signal TEXT NOT NULL, zone TEXT, instance_id TEXT,
+  instance_name TEXT, cluster TEXT, node_name TEXT, model TEXT);
+CREATE INDEX utilization_series_scope ON utilization_series (scope, preset);
+CREATE TABLE utilization_points (
+  start INTEGER NOT NULL, series INTEGER NOT NULL, "end" INTEGER NOT NULL,
+  utilization_pct REAL NOT NULL, memory_used_bytes REAL,
+  PRIMARY KEY (series, start)) WITHOUT ROWID;
+CREATE VIEW utilization_samples AS
+  SELECT s.scope, s.preset, s.project, s.host, s.zone, s.instance_id, s.instance_name, s.cluster,
+    s.node_name, s.gpu, s.model, strftime('%Y-%m-%dT%H:%M:%SZ', p.start, 'unixepoch') AS start,
+    strftime('%Y-%m-%dT%H:%M:%SZ', p."end", 'unixepoch') AS "end", p.utilization_pct, s.signal,
+    p.memory_used_bytes
+  FROM utilization_points p JOIN utilization_series s ON s.id = p.series
+"""
+_MIGRATIONS = (_V1, _V2)
+
+# (project, host, gpu, signal) then the labels: one `utilization_series` row within a scope+preset.
+_SERIES_COLS = ("project", "host", "gpu", "signal", "zone", "instance_id", "instance_name", "cluster")
+_SERIES_COLS += ("node_name", "model")
+_IN_SCOPE = "SELECT id FROM utilization_series WHERE scope = ? AND preset = ?"
+
+
+def _epoch(dt: datetime) -> int:
+    """Whole epoch seconds (sub-second parts are dropped, as the old ISO text did)."""
+    return math.floor(dt.timestamp())
+
+
+def _iso(dt: datetime) -> str:
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def migrate(store: StateStore) -> None:
+    store.migrate(COMPONENT, _MIGRATIONS)
+
+
+def read_watermark(store: StateStore, scope: str, preset: str) -> datetime | None:
+    """End of the last window read successfully for (scope, preset); None before the first poll."""
+    with store.transaction() as conn:
+        row = conn.execute(
+            "SELECT polled_until FROM utilization_windows WHERE scope = ? AND preset = ?", (scope, preset)
+        ).fetchone()
+    return parse_timestamp(row[0]) if row else None
+
+
+def _series_ids(conn: Any, scope: str, preset: str) -> dict[tuple, int]:
+    cols = ", ".join(_SERIES_COLS)
+    rows = conn.execute(
+        f"SELECT {cols}, id FROM utilization_series WHERE scope = ? AND preset = ?", (scope, preset)
+    ).fetchall()
+    return {tuple(r[:-1]): r[-1] for r in rows}
+
+
+def _new_series(conn: Any, scope: str, preset: str, ident: tuple) -> int:
+    cols = ", ".join(("scope", "preset", *_SERIES_COLS))
+    marks = ", ".join("?" * (2 + len(_SERIES_COLS)))
+    cur = conn.execute(f"INSERT INTO utilization_series ({cols}) VALUES ({marks})", (scope, preset, *ident))
+    return int(cur.lastrowid)
+
+
+def replace_window(
+    store: StateStore,
+    scope: str,
+    preset: str,
+    start: datetime,
+    end: datetime,
+    samples: Iterable[GpuSample],
+    *,
+    now: datetime,
+) -> int:
+    """Atomically swap the samples of ``[start, end)`` and move the watermark to `end`.
+
+    Within (scope, preset) a sample is identified by (project, host, gpu, signal, start): of two
+    given with the same identity the later one is kept, and one given outside the window replaces
+    the stored sample it identifies. Returns the number of samples given.
+    """
+    lo, hi = _epoch(start), _epoch(end)
+    given = 0
+    with store.transaction() as conn:
+        ids = _series_ids(conn, scope, preset)
+        rows: dict[tuple[tuple, int], tuple] = {}
+        epochs: dict[datetime, int] = {}  # samples share their window boundaries
+        for s in samples:
+            given += 1
+            ident = (s.project, s.host, s.gpu, s.signal, s.zone, s.instance_id, s.instance_name)
+            ident += (s.cluster, s.node_name, s.model)
+            sid = ids.get(ident)
+            if sid is None:
+                sid = ids[ident] = _new_series(conn, scope, preset, ident)
+            t0, t1 = epochs.get(s.start), epochs.get(s.end)
+            if t0 is None:
+                t0 = epochs[s.start] = _epoch(s.start)
+            if t1 is None:
+                t1 = epochs[s.end] = _epoch(s.end)
+            rows[(ident[:4], t0)] = (t0, sid, t1, s.utilization_pct, s.memory_used_bytes)
+        conn.execute(
+            f"DELETE FROM utilization_points WHERE start >= ? AND start < ? AND series IN ({_IN_SCOPE})",
+            (lo, hi, scope, preset),
+        )
+        _drop_outside(conn, scope, preset, [k for k in rows if not lo <= k[1] < hi])
+        conn.executemany(
+            'INSERT OR REPLACE INTO utilization_points (start, series, "end", utilization_pct,'
+            " memory_used_bytes) VALUES (?, ?, ?, ?, ?)",
+            sorted(rows.values(), key=itemgetter(1, 0)),  # in key order: appends, not page splits
+        )
+        conn.execute(
+            "INSERT INTO utilization_windows (scope, preset, polled_until, updated_at) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (scope, preset) DO UPDATE SET polled_until = excluded.polled_until,"
+            " updated_at = excluded.updated_at",
+            (scope, preset, _iso(end), _iso(now)),
+        )
+    return given
+
+
+def _drop_outside(conn: Any, scope: str, preset: str, keys: list[tuple[tuple, int]]) -> None:
+    """Delete the stored samples that samples given outside the window replace (any labels)."""
+    sql = (
+        f"DELETE FROM utilization_points WHERE start = ? AND series IN ({_IN_SCOPE}"
+        " AND project = ? AND host = ? AND gpu = ? AND signal = ?)"
+    )
+    conn.executemany(sql, [(t, scope, preset, *base) for base, t in keys])
+
+
+def load_samples(store: StateStore, start: datetime, end: datetime) -> list[GpuSample]:
+    """Stored samples starting in ``[start, end)``, one per GPU and window (best signal across presets).
+
+    Sorted by (project, host, gpu, start), as `select_signals` orders them.
+    """
+    with store.transaction() as conn:
+        cur = conn.cursor()
+        cur.row_factory = None
+        labels = cur.execute(
+            "SELECT id, project, zone, instance_id, instance_name, cluster, node_name, gpu, model, signal"
+            " FROM utilization_series ORDER BY id"
+        ).fetchall()
+        sql = (
+            'SELECT start, "end", utilization_pct, memory_used_bytes FROM utilization_points'
+            " WHERE series = ? AND start >= ? AND start < ?"
+        )
+        lo, hi = _epoch(start), _epoch(end)
+        rows = {r[0]: got for r in labels if (got := cur.execute(sql, (r[0], lo, hi)).fetchall())}
+    return _samples({r[0]: r[1:] for r in labels if r[0] in rows}, rows)
+
+
+def _samples(labels: dict[int, tuple], rows: dict[int, list[tuple]]) -> list[GpuSample]:
+    """Each series' rows (start, end, pct, memory) as samples, through the signal selection.
+
+    A GPU seen through one series (the usual case) needs no selection: its rows come back from the
+    primary key already in time order.
+    """
+    key = host_keys(lab[:8] for lab in labels.values())
+    by_gpu: dict[tuple[str, str, str], list[int]] = {}
+    for sid, lab in labels.items():
+        by_gpu.setdefault(key(lab[:8]), []).append(sid)
+    times = {t for got in rows.values() for r in got for t in r[:2]}
+    when = {t: datetime.fromtimestamp(t, UTC) for t in times}
+
+    def build(sid: int) -> list[GpuSample]:
+        ident, signal = labels[sid][:8], labels[sid][8]
+        return freeze(
+            [SampleDraft(*ident, when[t0], when[t1], pct, signal, mem) for t0, t1, pct, mem in rows[sid]]
+        )
+
+    out: list[GpuSample] = []
+    for gpu in sorted(by_gpu):
+        sids = by_gpu[gpu]
+        if len(sids) == 1:
+            out += build(sids[0])
+        else:  # ties go to the series stored first
+            out += merge([(s.start.timestamp(), sid, s) for sid in sids for s in build(sid)])
+    return out
