@@ -6,7 +6,7 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 DEMO_CONFIG ?= deploy/config/demo.toml
 PYTEST_ARGS ?= -n 2
 
-.PHONY: demo test lint bench clean venv bqemu
+.PHONY: demo test lint bench clean venv bqemu postgres
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,11 @@ demo: $(VENV)/.installed
 bqemu:
 	PYTHON=$(PYTHON) bash tests/emulators/bqemu_setup.sh
 
-test: $(VENV)/.installed-test bqemu
+# PostgreSQL server binaries for the PostgreSQL state-store tests (the tests start their own server).
+postgres:
+	bash tests/emulators/postgres_setup.sh
+
+test: $(VENV)/.installed-test bqemu postgres
 	$(BIN)/ruff check monitor alerts tests bench
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 

@@ -25,6 +25,7 @@ from monitor.cli._common import config_option
 from monitor.clock import SystemClock
 from monitor.config import Config, load_config, slack_token
 from monitor.logs import redact
+from monitor.state.store import redact_url
 
 __all__ = ["Check", "run_checks"]
 
@@ -153,7 +154,7 @@ def check_store(cfg: Config, store: object) -> Check:
             "SELECT component, MAX(version) FROM schema_migrations GROUP BY component"
         ).fetchall()
     parts = ", ".join(f"{c} v{v}" for c, v in sorted(tuple(r) for r in rows)) or "no migrations yet"
-    return Check("state", True, f"{cfg.state.url}: {parts}")
+    return Check("state", True, f"{redact_url(cfg.state.url)}: {parts}")
 
 
 def check_outbox(store: object) -> Check:

@@ -1,5 +1,9 @@
-"""Persistent state: watermarks, hourly aggregates, findings, the notification log and the outbox."""
+"""Persistent state: watermarks, hourly aggregates, findings, the notification log and the outbox.
 
-from monitor.state.store import SQLiteStore, StateStore, open_store
+SQLite by default; `open_store("postgresql://...")` returns a `monitor.state.postgres.PostgresStore`
+(imported lazily: it needs psycopg, the `postgres` extra).
+"""
 
-__all__ = ["SQLiteStore", "StateStore", "open_store"]
+from monitor.state.store import SQLiteStore, StateConnection, StateStore, open_store, redact_url
+
+__all__ = ["SQLiteStore", "StateConnection", "StateStore", "open_store", "redact_url"]

@@ -1,5 +1,9 @@
 """The state store: one SQLite file (by default) shared by every component.
 
+`open_store(url)` picks the backend: `sqlite:///PATH` (this module) or `postgresql://...`
+(`monitor.state.postgres.PostgresStore`, which speaks the same SQLite dialect to components and
+translates it). Components write SQLite SQL against the `StateConnection` surface below.
+
 Each component (billing, utilization, findings, alerts, ...) owns its tables and declares its own
 ordered list of migrations; `migrate(component, migrations)` applies the ones not yet recorded in
 `schema_migrations`, each in its own transaction. Components never touch each other's tables, so
@@ -14,17 +18,31 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from monitor.errors import ConfigError
 
-__all__ = ["SQLiteStore", "StateStore", "open_store"]
+__all__ = ["SQLiteStore", "StateConnection", "StateStore", "open_store", "redact_url"]
+
+_POSTGRES = ("postgresql://", "postgres://")
+
+
+class StateConnection(Protocol):
+    """What `transaction()` yields: the part of `sqlite3.Connection` components use. Cursors
+    offer `fetchone` / `fetchall` / iteration / `rowcount` / `lastrowid`; rows read by index
+    and by column name."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ..., /) -> Any: ...
+
+    def executemany(self, sql: str, seq: Any, /) -> Any: ...
+
+    def cursor(self) -> Any: ...
 
 
 class StateStore(Protocol):
     def migrate(self, component: str, migrations: Sequence[str]) -> None: ...
 
-    def transaction(self) -> AbstractContextManager[sqlite3.Connection]: ...
+    def transaction(self) -> AbstractContextManager[Any]: ...
 
     def close(self) -> None: ...
 
@@ -105,10 +123,31 @@ class SQLiteStore:
         self._local = threading.local()
 
 
-def open_store(url: str) -> SQLiteStore:
-    """Open the store named by `state.url` (`sqlite:///relative/path` or `sqlite:////abs/path`)."""
+def open_store(url: str) -> StateStore:
+    """Open the store named by `state.url`: `sqlite:///relative/path`, `sqlite:////abs/path`, or a
+    PostgreSQL URL (`postgresql://` / `postgres://`, needs the `postgres` extra)."""
     if url.startswith("sqlite:///"):
         return SQLiteStore(url.removeprefix("sqlite:///"))
+    if url.startswith(_POSTGRES):
+        from monitor.state.postgres import PostgresStore
+
+        return PostgresStore(url)
     raise ConfigError(
-        f'state.url: "{url.split("://")[0]}://" stores are not supported in this build; use "sqlite:///PATH"'
+        f'state.url: "{url.split("://")[0]}://" stores are not supported; use "sqlite:///PATH"'
+        ' or "postgresql://USER@HOST:PORT/DB"'
     )
+
+
+def redact_url(url: str) -> str:
+    """`state.url` fit for messages and logs: a PostgreSQL URL loses its password.
+
+    >>> redact_url("postgresql://gpucost:s3cret@db:5432/state")
+    'postgresql://gpucost:***@db:5432/state'
+    """
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))

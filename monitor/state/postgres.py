@@ -1,0 +1,192 @@
+"""The state store in PostgreSQL, for users who run gpucost beside an existing database.
+
+Same surface as `SQLiteStore` (`transaction()`, `migrate()`, `close()`), so components keep one
+dialect: the connection handed out by `transaction()` translates their SQLite SQL on the fly
+(`monitor.state.dialect`) and returns rows that read like `sqlite3.Row` (`row["col"]`, `row[0]`,
+`tuple(row)`, `dict(row)`).
+
+Concurrency mimics SQLite's single writer: every transaction starts by taking one transaction-level
+advisory lock (per schema), so gpucost's transactions run one at a time, as they do under
+`BEGIN IMMEDIATE`. Components rely on that (read the notification log, decide, write; read the
+outbox, send, mark), and SERIALIZABLE would instead need a retry loop around each of them.
+
+Needs psycopg 3 (`pip install "gpucost[postgres]"`); imported lazily so SQLite users do not.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from monitor.errors import ConfigError
+from monitor.state.dialect import UntranslatableSQL
+from monitor.state.pg_conn import PgConnection, PgCursor, Row
+from monitor.state.store import redact_url
+
+__all__ = ["PgConnection", "PgCursor", "PostgresStore", "Row", "UntranslatableSQL"]
+
+#: First half of the advisory lock key ("gpuc"); the second is a hash of the current schema.
+LOCK_CLASS = 0x67707563
+#: One round trip: open the transaction and wait for the store lock (see the module docstring).
+_BEGIN = f"BEGIN; SELECT pg_advisory_xact_lock({LOCK_CLASS}, hashtext(current_schema()))"
+_MIGRATIONS_DDL = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+    " component TEXT NOT NULL, version INTEGER NOT NULL,"
+    " applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ','now')),"
+    " PRIMARY KEY (component, version))"
+)
+
+
+class PostgresStore:
+    """PostgreSQL behind the `StateStore` surface; one connection per thread, opened on first use.
+
+    `url` is a libpq URL (`postgresql://user:pass@host:port/db?options=-csearch_path%3Dgpucost`);
+    tables live in the connection's current schema. Connections are in autocommit mode outside
+    `transaction()`, use UTC, wait at most `lock_timeout_s` for the store lock, and do not
+    prepare statements server-side (a migration may change a table under a prepared `SELECT *`).
+    """
+
+    def __init__(self, url: str, *, lock_timeout_s: float = 30, connect_timeout_s: int = 10):
+        try:
+            import psycopg
+        except ImportError:
+            raise ConfigError(
+                'state.url: a PostgreSQL store needs psycopg; install gpucost with the "postgres" extra'
+                ' (pip install "gpucost[postgres]")'
+            ) from None
+        self._psycopg = psycopg
+        self.url = url
+        self._lock_timeout_ms = int(lock_timeout_s * 1000)
+        self._connect_timeout_s = connect_timeout_s
+        self._local = threading.local()
+        self._all: list[Any] = []
+        self._lock = threading.Lock()
+        self.sql_cache: dict[tuple[str, bool, bool], tuple[str, bool]] = {}
+        self.catalog_cache: dict[tuple[str, str], Any] = {}
+        self._migrated: dict[str, int] = {}
+        with self.transaction() as conn:
+            conn.execute(_MIGRATIONS_DDL)
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({redact_url(self.url)!r})"
+
+    def _connect(self) -> Any:
+        psycopg = self._psycopg
+        try:
+            raw = psycopg.connect(
+                self.url,
+                autocommit=True,
+                prepare_threshold=None,
+                connect_timeout=self._connect_timeout_s,
+                application_name="gpucost",
+            )
+        except psycopg.Error as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ConfigError(f"state.url: cannot connect to {redact_url(self.url)}: {first}") from None
+        raw.execute("SELECT set_config('TimeZone', 'UTC', false)")
+        raw.execute("SELECT set_config('lock_timeout', %s, false)", (f"{self._lock_timeout_ms}ms",))
+        return raw
+
+    def _raw(self) -> Any:
+        raw = getattr(self._local, "raw", None)
+        if raw is not None and (raw.closed or raw.broken):  # the server went away: reconnect
+            self._local.raw = raw = None
+        if raw is None:
+            raw = self._connect()
+            self._local.raw = raw
+            with self._lock:
+                self._all.append(raw)
+        return raw
+
+    @contextmanager
+    def transaction(self) -> Iterator[PgConnection]:
+        """All-or-nothing, one at a time (see the module docstring); nested use joins the outer one.
+
+        A statement that failed aborts a PostgreSQL transaction (not so in SQLite): if the block
+        swallowed such an error, committing raises instead of silently rolling back.
+        """
+        if getattr(self._local, "depth", 0):
+            yield PgConnection(self._local.raw, self)
+            return
+        raw = self._begin()
+        self._local.depth = 1
+        try:
+            yield PgConnection(raw, self)
+        except BaseException:
+            self._local.depth = 0
+            self._rollback(raw)
+            raise
+        self._local.depth = 0
+        if raw.info.transaction_status == self._psycopg.pq.TransactionStatus.INERROR:
+            self._rollback(raw)
+            raise self._psycopg.errors.InFailedSqlTransaction(
+                "a statement failed inside transaction(); the transaction was rolled back"
+            )
+        raw.execute("COMMIT")
+
+    def _begin(self) -> Any:
+        """BEGIN and take the store lock, on a new connection if this thread's one had died."""
+        for attempt in (1, 2):
+            raw = self._raw()
+            try:
+                raw.execute(_BEGIN)
+                return raw
+            except self._psycopg.OperationalError:
+                if attempt == 1 and raw.broken:  # e.g. the server restarted: nothing ran yet, retry
+                    continue
+                self._rollback(raw)
+                raise
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _rollback(raw: Any) -> None:
+        if raw.broken or raw.closed:
+            return
+        try:
+            raw.execute("ROLLBACK")
+        except Exception:  # the caller's exception is the one worth seeing
+            raw.close()
+
+    def migrate(self, component: str, migrations: Sequence[str]) -> None:
+        """Apply `migrations[i]` as version i+1 of `component` unless already applied.
+
+        Each version is checked again inside its own (locked) transaction, so two processes
+        starting together apply it once; DDL is transactional, so a failed script leaves nothing.
+        """
+        if self._migrated.get(component, 0) >= len(migrations):
+            return
+        with self.transaction() as conn:
+            done = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT version FROM schema_migrations WHERE component = ?", (component,)
+                )
+            }
+        for version, script in enumerate(migrations, start=1):
+            if version in done:
+                continue
+            with self.transaction() as conn:
+                again = conn.execute(
+                    "SELECT 1 FROM schema_migrations WHERE component = ? AND version = ?",
+                    (component, version),
+                ).fetchone()
+                if again is None:
+                    for stmt in (s.strip() for s in script.split(";")):
+                        if stmt:
+                            conn.execute(stmt)
+                    conn.execute(
+                        "INSERT INTO schema_migrations (component, version) VALUES (?, ?)",
+                        (component, version),
+                    )
+            self.catalog_cache.clear()
+            self.sql_cache.clear()
+        self._migrated[component] = len(migrations)
+
+    def close(self) -> None:
+        with self._lock:
+            for raw in self._all:
+                raw.close()
+            self._all.clear()
+        self._local = threading.local()
