@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, TextIO
 
 from apscheduler.triggers.cron import CronTrigger
@@ -74,6 +74,8 @@ class Service:
         self.sched: Scheduler | None = None
         self.http: HealthServer | None = None
         self._detect_due = threading.Event()
+        self._demo_day: date | None = None  # the simulated day of the last demo digest
+        self._billing_lock = threading.Lock()  # one poll at a time on the billing connection
         self._stopping = threading.Event()
         clock: Clock
         billing: BillingSource
@@ -97,10 +99,17 @@ class Service:
         return self.deps.clock.now()
 
     def billing_job(self) -> None:
-        if self.feeder is not None:
-            self.feeder.advance()
-        run_billing_poll(self.deps, self._now())
+        with self._billing_lock:
+            if self.feeder is not None:
+                self.feeder.advance()
+            run_billing_poll(self.deps, self._now())
         self._request_detection()
+        if self.feeder is not None and self.sched is not None:
+            # Simulated days pass in minutes: digest each one as it ends, not at 09:00 real time.
+            day = self._now().date()
+            if day != self._demo_day:
+                self._demo_day = day
+                self.sched.run_soon("daily_digest")
 
     def utilization_job(self) -> None:
         run_utilization_poll(self.deps, self._now())
@@ -124,6 +133,10 @@ class Service:
                 return
 
     def digest_job(self) -> None:
+        """Yesterday's digest, from billing polled by this process (never from an empty store)."""
+        with self._billing_lock:
+            if "billing" not in self.deps.last_success:
+                run_billing_poll(self.deps, self._now())
         run_digest(self.deps, self._now(), send=self.deps.notifier.name != "console")
 
     def once(self) -> dict[str, Any]:
@@ -153,7 +166,7 @@ class Service:
                 "daily_digest",
                 self.digest_job,
                 CronTrigger(hour=hh, minute=mm, timezone=cfg.digest.timezone),
-                run_at_start=self.feeder is not None,
+                run_at_start=False,  # the demo's billing job kicks it once per simulated day
             ),
             JobSpec("price_refresh", step(run_price_refresh), every(d.price_refresh_hours * 3600)),
         ]
