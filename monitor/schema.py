@@ -9,13 +9,15 @@ published schema for `gcp_billing_export_resource_v1_*`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = [
     "EXPORT_SCHEMA",
     "OPTIONAL_COLUMNS",
     "TABLE_NAME",
     "Column",
+    "arrow_schema",
+    "arrow_type",
     "bigquery_schema",
     "duckdb_create_table",
     "duckdb_type",
@@ -185,3 +187,28 @@ def bigquery_schema() -> list:
         return bigquery.SchemaField(c.name, c.type, mode=c.mode, fields=[conv(f) for f in c.fields])
 
     return [conv(c) for c in EXPORT_SCHEMA]
+
+
+def arrow_type(col: Column) -> Any:
+    """BigQuery type -> Arrow: RECORD -> struct, REPEATED -> list, TIMESTAMP -> timestamp[us, UTC]."""
+    import pyarrow as pa
+
+    scalar = {
+        "STRING": pa.string(),
+        "TIMESTAMP": pa.timestamp("us", tz="UTC"),
+        "FLOAT": pa.float64(),
+        "BOOLEAN": pa.bool_(),
+        "INTEGER": pa.int64(),
+    }
+    if col.type == "RECORD":
+        base = pa.struct([pa.field(f.name, arrow_type(f)) for f in col.fields])
+    else:
+        base = scalar[col.type]
+    return pa.list_(base) if col.mode == "REPEATED" else base
+
+
+def arrow_schema() -> Any:
+    """The export schema as a `pyarrow.Schema` (Parquet files, bulk inserts into DuckDB)."""
+    import pyarrow as pa
+
+    return pa.schema([pa.field(c.name, arrow_type(c)) for c in EXPORT_SCHEMA])

@@ -19,7 +19,7 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from monitor.schema import EXPORT_SCHEMA, Column
+from monitor.schema import EXPORT_SCHEMA, arrow_schema, arrow_type
 
 __all__ = [
     "ExportWriter",
@@ -31,28 +31,8 @@ __all__ = [
     "to_export_json",
 ]
 
-_ARROW_SCALAR = {
-    "STRING": pa.string(),
-    "TIMESTAMP": pa.timestamp("us", tz="UTC"),
-    "FLOAT": pa.float64(),
-    "BOOLEAN": pa.bool_(),
-    "INTEGER": pa.int64(),
-}
 _BATCH = 20_000
 _GZIP_LEVEL = 3
-
-
-def arrow_type(col: Column) -> pa.DataType:
-    """BigQuery type -> Arrow: RECORD -> struct, REPEATED -> list, TIMESTAMP -> timestamp[us, UTC]."""
-    if col.type == "RECORD":
-        base = pa.struct([pa.field(f.name, arrow_type(f)) for f in col.fields])
-    else:
-        base = _ARROW_SCALAR[col.type]
-    return pa.list_(base) if col.mode == "REPEATED" else base
-
-
-def arrow_schema() -> pa.Schema:
-    return pa.schema([pa.field(c.name, arrow_type(c)) for c in EXPORT_SCHEMA])
 
 
 def bq_timestamp(t: datetime) -> str:

@@ -13,7 +13,7 @@ import duckdb
 import pyarrow as pa
 
 from monitor.errors import InputError
-from monitor.schema import EXPORT_SCHEMA, TABLE_NAME, Column, duckdb_create_table, duckdb_type
+from monitor.schema import EXPORT_SCHEMA, TABLE_NAME, Column, arrow_schema, duckdb_create_table, duckdb_type
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -38,25 +38,8 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
     "sku",
 )
 
-_ARROW_SCALAR = {
-    "STRING": pa.string(),
-    "TIMESTAMP": pa.timestamp("us", tz="UTC"),
-    "FLOAT": pa.float64(),
-    "BOOLEAN": pa.bool_(),
-    "INTEGER": pa.int64(),
-}
-
-
-def _arrow_type(col: Column) -> pa.DataType:
-    if col.type == "RECORD":
-        base = pa.struct([pa.field(f.name, _arrow_type(f)) for f in col.fields])
-    else:
-        base = _ARROW_SCALAR[col.type]
-    return pa.list_(base) if col.mode == "REPEATED" else base
-
-
 #: The export schema as Arrow, the shape `insert_arrow` expects (timestamps are UTC microseconds).
-ARROW_SCHEMA = pa.schema([pa.field(c.name, _arrow_type(c)) for c in EXPORT_SCHEMA])
+ARROW_SCHEMA = arrow_schema()
 #: Name the Arrow batch is registered under for the length of one INSERT (then unregistered).
 _BATCH_VIEW = "_gpucost_batch"
 
