@@ -36,6 +36,7 @@ __all__ = [
     "AlertsConfig",
     "BillingConfig",
     "Config",
+    "Regex",
     "load_config",
     "parse_config",
     "slack_token",
@@ -56,6 +57,18 @@ def _endpoint(v: str | None) -> str | None:
 
 
 Endpoint = Annotated[str | None, AfterValidator(_endpoint)]
+
+
+def _regex(v: str) -> str:
+    try:
+        re.compile(v)
+    except re.error as e:
+        raise ValueError(f"not a valid regular expression ({e})") from None
+    return v
+
+
+#: A regular expression, checked when the config loads (shared by config models and detectors).
+Regex = Annotated[str, AfterValidator(_regex)]
 
 
 class GoogleConfig(_Strict):
@@ -94,7 +107,7 @@ class AttributionRule(_Strict):
     category: str
     pricing_model: PricingModel | None = None
     service: str | None = None
-    sku_regex: str | None = None
+    sku_regex: Regex | None = None
     sku_id: str | None = None
 
     @field_validator("category")
@@ -104,15 +117,6 @@ class AttributionRule(_Strict):
             raise ValueError(f'unknown category "{v}"; use one of: {", ".join(SUBCATEGORIES)}')
         return v
 
-    @field_validator("sku_regex")
-    @classmethod
-    def _regex(cls, v: str | None) -> str | None:
-        if v is not None:
-            try:
-                re.compile(v)
-            except re.error as e:
-                raise ValueError(f"not a valid regular expression ({e})") from None
-        return v
 
 
 class AttributionConfig(_Strict):

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from monitor.config import Regex
 from monitor.detectors.base import ONE_HOUR, Detector, DetectorConfig, fmt_usd, iso, money, q6, register
 from monitor.detectors.idle_gpu import instance_key
 from monitor.detectors.inputs import DetectorInputs, GpuHour
@@ -66,7 +67,7 @@ class SpotOpportunityConfig(_OpportunityConfig):
     count as restartable too."""
 
     restartable_labels: tuple[str, ...] = ("restartable=true", "spot-ok=true")
-    name_regex: str | None = r"(?i)(^|[-_])(eval|sweep|hpo|batch)([-_0-9]|$)"
+    name_regex: Regex | None = r"(?i)(^|[-_])(eval|sweep|hpo|batch)([-_0-9]|$)"
     max_job_hours: int = Field(default=0, ge=0)
 
     @field_validator("restartable_labels")
@@ -77,15 +78,6 @@ class SpotOpportunityConfig(_OpportunityConfig):
                 raise ValueError(f'expected "key=value", got "{item}"')
         return v
 
-    @field_validator("name_regex")
-    @classmethod
-    def _regex(cls, v: str | None) -> str | None:
-        if v is not None:
-            try:
-                re.compile(v)
-            except re.error as e:
-                raise ValueError(f"not a valid regular expression ({e})") from None
-        return v
 
 
 def _on_demand(inputs: DetectorInputs, now: datetime) -> list[GpuHour]:
