@@ -233,6 +233,12 @@ class StateConfig(_Strict):
     def _scheme(cls, v: str) -> str:
         if not v.startswith(("sqlite:///", "postgresql://", "postgres://")):
             raise ValueError(f'expected "sqlite:///PATH" or "postgresql://...", got "{v}"')
+        from urllib.parse import urlsplit
+
+        if urlsplit(v).password is not None:  # a secret: never in the config file (nor in errors)
+            raise ValueError(
+                "a password does not belong in the config file; set PGPASSWORD or use ~/.pgpass"
+            )
         return v
 
 

@@ -88,6 +88,11 @@ CASES = [
         "licensing.os, licensing.marketplace, support, tax, other",
     ),
     (
+        {"state": {"url": "postgresql://gpucost:s3cret@db:5432/state"}},
+        "gpucost.toml: state.url: a password does not belong in the config file; "
+        "set PGPASSWORD or use ~/.pgpass",
+    ),
+    (
         {"state": {"url": "mysql://x"}},
         'gpucost.toml: state.url: expected "sqlite:///PATH" or "postgresql://...", got "mysql://x"',
     ),
