@@ -131,3 +131,114 @@ def test_partial_last_day_is_compared_pro_rata() -> None:
     day = f.evidence["days"][0]
     assert day["hours_covered"] == 12 and day["baseline_usd"] == 500.0
     assert f.impact_usd == Decimal(1000)
+
+
+# -- hourly, recent window ------------------------------------------------------------------------------
+
+LAST = 14 * 24  # the window's end, in hours from T0
+
+
+def hourly(base: str = "40", step: str = "0", step_hours: int = 0, cycle: bool = False, **kw) -> list:
+    """14 days at `base` per hour (optionally a daily cycle: x0.5 at night, x1.5 from 08 to 20 UTC);
+    the last `step_hours` hours of the window get `step` more per hour."""
+    rows = []
+    for h in range(LAST):
+        amt = D(base) * (D("1.5") if 8 <= h % 24 < 20 else D("0.5")) if cycle else D(base)
+        amt += D(h * 7919 % 5) / 10  # a little wobble, as real spend has
+        if h >= LAST - step_hours:
+            amt += D(step)
+        rows.append(cost(h, "compute.gpu", str(amt), **kw))
+    return rows
+
+
+def hourly_findings(rows, cfg=None, **kw) -> list:
+    return [f for f in evaluate(rows, cfg, **kw) if f.evidence["granularity"] == "hourly"]
+
+
+QUIET_DAILY = SpendAnomalyConfig(min_relative_increase=100)  # the daily check never fires
+
+HOURLY_CASES = [
+    # base $/h, step $/h, hours stepped up (ending at the window end), expected flagged hours
+    ("40", "30", 11, 5),  # 5 judged hours above; the newest 6 are skipped (billing still landing)
+    ("40", "30", 6, 0),  # only in the skip window: ignored
+    ("40", "30", 8, 0),  # 2 judged hours: not a sustained run
+    ("40", "30", 9, 0),  # 3 hours, but $90 in all: below `min_impact_usd`
+    ("40", "35", 9, 3),  # 3 hours, $105
+    ("40", "0", 0, 0),  # steady
+    ("100", "30", 11, 0),  # +$30/h but only +30%: below the relative threshold
+    ("10", "20", 11, 0),  # +200% but only +$20/h: below the absolute threshold
+    ("10", "30", 11, 5),  # +300% and +$30/h
+]
+
+
+@pytest.mark.parametrize(("base", "step", "step_hours", "flagged"), HOURLY_CASES)
+def test_hourly_step_up_in_the_recent_window(base, step, step_hours, flagged) -> None:
+    rows = hourly(base, step, step_hours)
+    findings = hourly_findings(rows, QUIET_DAILY)  # small bases: the daily check would see the jump
+    if not flagged:
+        assert findings == []
+        return
+    (f,) = findings
+    hours = f.evidence["hours"]
+    assert len(hours) == flagged
+    assert hours[-1]["hour"] == "2026-11-15T17:00:00Z"  # the last hour before the 6 skipped ones
+    assert f.impact_usd == sum(D(str(h["excess_usd"])) for h in hours)
+    assert f.impact_usd == pytest.approx(D(step) * flagged, abs=D("0.5") * flagged)
+    assert all(h["baseline_points"] == 7 for h in hours)
+    assert f.title.startswith("Hourly spend in ml-prod jumped:")
+    assert not f.provisional
+
+
+def test_hourly_with_default_config_and_configurable_skip_window() -> None:
+    (f,) = evaluate(hourly("40", "30", 11))  # +33% for the day: the daily check does not fire
+    assert f.evidence["granularity"] == "hourly" and len(f.evidence["hours"]) == 5
+    rows = hourly("40", "30", 6)
+    (f,) = hourly_findings(rows, SpendAnomalyConfig(hourly_skip_recent_hours=0))
+    assert len(f.evidence["hours"]) == 6
+    assert f.evidence["hours"][-1]["hour"] == "2026-11-15T23:00:00Z"
+
+
+def test_hourly_daily_cycle_is_not_an_anomaly() -> None:
+    rows = hourly("40", cycle=True)
+    assert evaluate(rows) == []
+    # a baseline blind to the hour of day would see the daytime hours as +200%: this one does not
+    stepped = hourly("40", "40", 11, cycle=True)
+    (f,) = hourly_findings(stepped)
+    assert len(f.evidence["hours"]) == 5
+
+
+def test_hourly_does_not_double_report_what_daily_reports() -> None:
+    rows = hourly("40", "60", 3 * 24)  # a 3-day step up: +150%, +$1,440 a day
+    findings = evaluate(rows)
+    assert [f.evidence["granularity"] for f in findings] == ["daily"]
+    assert len(findings[0].evidence["days"]) == 3
+    # with the daily check out of the way, the same hours are flagged hourly
+    (f,) = evaluate(rows, QUIET_DAILY)
+    assert f.evidence["granularity"] == "hourly" and len(f.evidence["hours"]) == 24
+
+
+def test_hourly_finding_is_distinct_and_labels_provisional_hours() -> None:
+    daily_rows = daily([*STEADY, "1000", "1000", "1000", "3000"])
+    (d,) = evaluate(daily_rows)
+    (f,) = hourly_findings(hourly("40", "30", 11))
+    assert f.fingerprint != d.fingerprint and f.scope == d.scope
+    assert d.evidence["granularity"] == "daily"
+    (p,) = hourly_findings(hourly("40", "30", 11), provisional_hours=8)
+    assert p.provisional and p.fingerprint == f.fingerprint
+    assert [h["provisional"] for h in p.evidence["hours"]] == [False, False, False, True, True]
+    assert "Provisional: billing from 2026-11-15 16:00 UTC may still grow." in p.summary
+
+
+def test_hourly_new_project_needs_history() -> None:
+    rows = hourly("10") + [cost(h, "compute.gpu", "80", project="new-proj") for h in range(LAST - 72, LAST)]
+    assert evaluate(rows) == []
+
+
+def test_hourly_config_is_strict() -> None:
+    with pytest.raises(
+        ValueError, match=r"hourly_min_history_days \(9\) must be at most hourly_baseline_days \(7\)"
+    ):
+        SpendAnomalyConfig(hourly_min_history_days=9)
+    with pytest.raises(ValueError, match="hourly_windw_hours"):
+        SpendAnomalyConfig(hourly_windw_hours=3)  # type: ignore[call-arg]
+    assert hourly_findings(hourly("40", "30", 11), SpendAnomalyConfig(hourly=False)) == []

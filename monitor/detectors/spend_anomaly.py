@@ -12,6 +12,15 @@ A category finding is only raised on days its project as a whole is not flagged,
 finding: the project finding names the categories that drove it. A last, partial day is compared with
 the baseline pro-rated to the hours it covers. Days that reach into the provisional period are
 labelled: late billing rows may still raise them.
+
+Hourly, for the recent window: the daily check sees a jump a day late. The last
+`hourly_window_hours` of billed hours, minus the newest `hourly_skip_recent_hours` (billing still
+landing: they would look like a dip, or be raised later by late rows), are compared per project with
+the median / MAD of the same hour of day on the previous `hourly_baseline_days` days, so a daily cycle
+is not an anomaly. An hour counts when it is above that baseline by BOTH `hourly_min_relative_increase`
+and `hourly_min_excess_usd` (and `min_robust_z` robust deviations); a finding needs a run of at least
+`hourly_min_hours` such hours in a row, so one busy hour is not a finding. Hours on days the daily
+check already flags for the project (as a whole or a category) are not judged: one jump, one finding.
 """
 
 from __future__ import annotations
@@ -24,9 +33,20 @@ from decimal import Decimal
 from statistics import median
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from monitor.detectors.base import Detector, DetectorConfig, fmt_usd, money, q6, register
+from monitor.detectors.base import (
+    ONE_HOUR,
+    Detector,
+    DetectorConfig,
+    first_last,
+    fmt_usd,
+    human,
+    iso,
+    money,
+    q6,
+    register,
+)
 from monitor.detectors.inputs import CostHour, DetectorInputs
 from monitor.model import Finding, Scope, fingerprint
 
@@ -39,7 +59,8 @@ _DAY = timedelta(days=1)
 class SpendAnomalyConfig(DetectorConfig):
     """`baseline`: "auto" uses the same weekday when at least `min_same_weekday` earlier such days
     exist, else all days. `baseline_days`: how far back the baseline looks. `amount`: "net" (after
-    credits, what is paid) or "gross"."""
+    credits, what is paid) or "gross". `hourly_*`: the recent-window hourly check (module docstring);
+    `hourly_min_excess_usd` is per hour, and a run's total must still reach `min_impact_usd`."""
 
     min_impact_usd: Decimal = Field(default=Decimal(100), ge=0)
     min_excess_usd: Decimal = Field(default=Decimal(100), ge=0)
@@ -51,6 +72,23 @@ class SpendAnomalyConfig(DetectorConfig):
     min_same_weekday: int = Field(default=3, ge=2)
     amount: Literal["net", "gross"] = "net"
     per_category: bool = True
+    hourly: bool = True
+    hourly_window_hours: int = Field(default=24, ge=1, le=168)
+    hourly_skip_recent_hours: int = Field(default=6, ge=0, le=72)
+    hourly_baseline_days: int = Field(default=7, ge=2, le=60)
+    hourly_min_history_days: int = Field(default=4, ge=2)
+    hourly_min_hours: int = Field(default=3, ge=1)
+    hourly_min_excess_usd: Decimal = Field(default=Decimal(25), ge=0)
+    hourly_min_relative_increase: float = Field(default=0.5, ge=0)
+
+    @model_validator(mode="after")
+    def _hourly_history(self) -> SpendAnomalyConfig:
+        if self.hourly_min_history_days > self.hourly_baseline_days:
+            raise ValueError(
+                f"hourly_min_history_days ({self.hourly_min_history_days}) must be at most "
+                f"hourly_baseline_days ({self.hourly_baseline_days})"
+            )
+        return self
 
 
 @dataclass(frozen=True)
@@ -113,8 +151,10 @@ class SpendAnomaly(Detector):
         prov_day = inputs.provisional_from.astimezone(UTC).date()
         provisional_days |= {d for d, _ in days if d >= prov_day}
         findings: list[Finding] = []
+        daily_flagged: dict[str | None, set[date]] = defaultdict(set)
         for project in sorted(proj, key=str):
             flagged = self._flag(proj[project], days, provisional_days)
+            daily_flagged[project] |= {f.day for f in flagged}
             if flagged:
                 drivers = _drivers(project, flagged, sub, days)
                 findings.extend(self._finding(project, None, flagged, drivers, inputs))
@@ -125,10 +165,117 @@ class SpendAnomaly(Detector):
                 if p != project:
                     continue
                 cat_flagged = [f for f in self._flag(series, days, provisional_days) if f.day not in skip]
+                daily_flagged[project] |= {f.day for f in cat_flagged}
                 if cat_flagged:
                     drivers = _drivers(project, cat_flagged, sub, days, lambda s, c=category: s.startswith(c))
                     findings.extend(self._finding(project, category, cat_flagged, drivers, inputs))
+        if self.config.hourly:
+            findings.extend(self._hourly(inputs, now, daily_flagged))
         return findings
+
+    # -- hourly, recent window -------------------------------------------------------------------------
+
+    def _hourly(
+        self, inputs: DetectorInputs, now: datetime, daily_flagged: Mapping[str | None, set[date]]
+    ) -> list[Finding]:
+        """Hourly findings per project, leaving out hours on days the daily check already flags."""
+        end = min(inputs.window_end, now).astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        cutoff = end - self.config.hourly_skip_recent_hours * ONE_HOUR
+        lo = max(cutoff - self.config.hourly_window_hours * ONE_HOUR, inputs.window_start)
+        series, provisional = self._hourly_series(inputs, cutoff)
+        findings: list[Finding] = []
+        for project in sorted(series, key=str):
+            s, first, done = series[project], min(series[project]), daily_flagged.get(project, set())
+            hours: list[_Hour | None] = []
+            h = lo
+            while h < cutoff:
+                prov = h >= inputs.provisional_from or (project, h) in provisional
+                hours.append(None if h.date() in done else self._judge_hour(s, first, h, prov))
+                h += ONE_HOUR
+            runs = _runs(hours, self.config.hourly_min_hours)
+            if runs:
+                findings.extend(self._hourly_finding(project, runs))
+        return findings
+
+    def _hourly_series(
+        self, inputs: DetectorInputs, cutoff: datetime
+    ) -> tuple[dict[str | None, dict[datetime, Decimal]], set[tuple[str | None, datetime]]]:
+        """Spend per project and hour before `cutoff`, and the (project, hour)s billed provisionally."""
+        series: dict[str | None, dict[datetime, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
+        provisional: set[tuple[str | None, datetime]] = set()
+        for r in inputs.hourly:
+            if inputs.window_start <= r.hour < cutoff:
+                series[r.project][r.hour] += self._amount(r)
+                if r.provisional:
+                    provisional.add((r.project, r.hour))
+        return series, provisional
+
+    def _judge_hour(
+        self, s: Mapping[datetime, Decimal], first: datetime, h: datetime, prov: bool
+    ) -> _Hour | None:
+        """The hour against the same hour of the previous days (since the project's first row)."""
+        points = [h - k * _DAY for k in range(1, self.config.hourly_baseline_days + 1)]
+        points = [p for p in points if p >= first]
+        if len(points) < self.config.hourly_min_history_days:
+            return None
+        values = [s.get(p, Decimal(0)) for p in points]
+        med = q6(Decimal(median(values)))
+        mad = q6(Decimal(median([abs(v - med) for v in values])))
+        spend = q6(s.get(h, Decimal(0)))
+        cfg, excess = self.config, spend - med
+        anomalous = (
+            excess > 0
+            and excess >= cfg.hourly_min_excess_usd
+            and excess >= Decimal(str(cfg.hourly_min_relative_increase)) * max(med, Decimal(0))
+            and (mad == 0 or excess >= Decimal(str(cfg.min_robust_z)) * _MAD_TO_SIGMA * mad)
+        )
+        return _Hour(h, spend, med, mad, len(points), prov, anomalous)
+
+    def _hourly_finding(self, project: str | None, runs: Sequence[Sequence[_Hour]]) -> list[Finding]:
+        flagged = [h for run in runs for h in run]
+        impact = sum((h.excess for h in flagged), Decimal(0))
+        if not self.keep(impact):
+            return []
+        start, stop = first_last(h.hour for h in flagged)
+        worst = max(flagged, key=lambda h: h.excess)
+        prov = [h for h in flagged if h.provisional]
+        summary = (
+            f"Hourly spend in {project} was above its usual level for {len(flagged)} hour(s) in a row "
+            f"since {human(start)}, by {fmt_usd(impact)} in total; worst {human(worst.hour)}: "
+            f"{fmt_usd(worst.spend)} vs a usual {fmt_usd(worst.baseline)} for that hour of day (median "
+            f"of {worst.points} earlier days). The daily check has not flagged these days (yet)."
+        )
+        if prov:
+            summary += f" Provisional: billing from {human(prov[0].hour)} may still grow."
+        scope = Scope(project=project)
+        return [
+            Finding(
+                kind=self.name,
+                severity=self.severity(impact),
+                title=f"Hourly spend in {project} jumped: {fmt_usd(impact)} above baseline "
+                f"over {len(flagged)} hours",
+                summary=summary,
+                impact_usd=impact,
+                window_start=start,
+                window_end=stop,
+                scope=scope,
+                evidence={
+                    "granularity": "hourly",
+                    "category": None,
+                    "amount": self.config.amount,
+                    "hours": [_hour_evidence(h) for h in flagged],
+                    "days": _hour_days(flagged),
+                    "drivers": [],
+                },
+                recommendation=(
+                    f"Check what started in {project} around {human(start)}: spend has run above its "
+                    "usual level for this time of day for hours. If it is expected (a new training run), "
+                    "nothing to do; otherwise stop the resources behind it before the day adds up."
+                ),
+                fingerprint=fingerprint(self.name, scope, "hourly"),
+                provisional=bool(prov),
+            )
+        ]
 
     def _flag(
         self, series: Mapping[date, Decimal], days: Sequence[tuple[date, int]], provisional: set[date]
@@ -223,6 +370,7 @@ class SpendAnomaly(Detector):
                 window_end=datetime.combine(flagged[-1].day, time(), UTC) + _DAY,
                 scope=scope,
                 evidence={
+                    "granularity": "daily",
                     "category": category,
                     "amount": self.config.amount,
                     "days": [_day_evidence(d) for d in flagged],
@@ -238,6 +386,63 @@ class SpendAnomaly(Detector):
                 provisional=bool(prov),
             )
         ]
+
+
+@dataclass(frozen=True)
+class _Hour:
+    hour: datetime
+    spend: Decimal
+    baseline: Decimal
+    mad: Decimal
+    points: int
+    provisional: bool
+    anomalous: bool
+
+    @property
+    def excess(self) -> Decimal:
+        return q6(self.spend - self.baseline)
+
+
+def _runs(hours: Sequence[_Hour | None], min_hours: int) -> list[list[_Hour]]:
+    """Runs of consecutive anomalous hours at least `min_hours` long: a sustained jump, not a blip.
+    None (an hour not judged: no history, or the daily check covers it) ends a run."""
+    runs: list[list[_Hour]] = [[]]
+    for h in hours:
+        if h is not None and h.anomalous:
+            runs[-1].append(h)
+        elif runs[-1]:
+            runs.append([])
+    return [r for r in runs if len(r) >= min_hours]
+
+
+def _hour_evidence(h: _Hour) -> dict[str, Any]:
+    return {
+        "hour": iso(h.hour),
+        "spend_usd": money(h.spend),
+        "baseline_usd": money(h.baseline),
+        "mad_usd": money(h.mad),
+        "excess_usd": money(h.excess),
+        "baseline_points": h.points,
+        "provisional": h.provisional,
+    }
+
+
+def _hour_days(flagged: Sequence[_Hour]) -> list[dict[str, Any]]:
+    """The flagged hours summed per day, in the daily evidence's shape (reports show `days`)."""
+    by_day: dict[date, list[_Hour]] = defaultdict(list)
+    for h in flagged:
+        by_day[h.hour.date()].append(h)
+    return [
+        {
+            "date": d.isoformat(),
+            "spend_usd": money(sum((h.spend for h in hs), Decimal(0))),
+            "baseline_usd": money(sum((h.baseline for h in hs), Decimal(0))),
+            "excess_usd": money(sum((h.excess for h in hs), Decimal(0))),
+            "hours_covered": len(hs),
+            "provisional": any(h.provisional for h in hs),
+        }
+        for d, hs in sorted(by_day.items())
+    ]
 
 
 def _day_evidence(d: _Day) -> dict[str, Any]:
