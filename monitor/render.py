@@ -93,6 +93,15 @@ def _ev_egress(e: Mapping[str, Any]) -> str:
 
 
 def _ev_anomaly(e: Mapping[str, Any]) -> str:
+    if e.get("granularity") == "hourly":
+        hours = e.get("hours") or []
+        shown = "; ".join(
+            f"{h['hour'][11:16]}Z{' (provisional)' if h.get('provisional') else ''}: "
+            f"{_usd(h['spend_usd'])} vs {_usd(h['baseline_usd'])}"
+            for h in hours[:4]
+        )
+        more = f" (+{len(hours) - 4} more hours)" if len(hours) > 4 else ""
+        return f"{len(hours)} hours above baseline: {shown}{more}"
     days = "; ".join(
         f"{d['date']}{' (provisional)' if d.get('provisional') else ''}: {_usd(d['spend_usd'])} vs "
         f"{_usd(d['baseline_usd'])} (+{_usd(d['excess_usd'])})"

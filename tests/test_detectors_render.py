@@ -131,3 +131,17 @@ def test_every_kind_renders_and_its_json_round_trips() -> None:
     assert "sweep-1: 80.0 GPU-h (name pattern), $11.00 → $3.30/GPU-h" in md
     assert "336 hours with no compute in cluster old: $336.00 of $336.00" in md
     assert "Still idle" not in md  # hung-0 stopped reporting long before the end
+
+
+def test_hourly_anomaly_evidence_lists_the_hours() -> None:
+    from monitor.render import evidence_line
+
+    hours = [
+        {"hour": f"2026-11-13T{h:02d}:00:00Z", "spend_usd": 120.5, "baseline_usd": 40.0, "provisional": h > 6}
+        for h in range(3, 9)
+    ]
+    line = evidence_line({"kind": "spend_anomaly", "evidence": {"granularity": "hourly", "hours": hours}})
+    assert line == (
+        "6 hours above baseline: 03:00Z: $120.50 vs $40.00; 04:00Z: $120.50 vs $40.00; "
+        "05:00Z: $120.50 vs $40.00; 06:00Z: $120.50 vs $40.00 (+2 more hours)"
+    )
