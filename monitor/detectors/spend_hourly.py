@@ -1,0 +1,209 @@
+"""`spend_anomaly`, hourly, for the recent window: the daily check sees a jump a day late.
+
+Each project's hourly spend over the last `hourly_window_hours` (minus the newest
+`hourly_skip_recent_hours`, whose billing is still arriving) is compared with the median / MAD of
+the same hour of day over the previous `hourly_baseline_days`; a run of at least `hourly_min_hours`
+anomalous hours (relative and absolute thresholds both met) is one finding. Hours on days the daily
+check already flags are not judged, so one jump is never reported twice.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from statistics import median
+from typing import Any, Protocol
+
+from monitor.detectors.base import ONE_HOUR, first_last, fmt_usd, human, iso, money, q6
+from monitor.detectors.inputs import CostHour, DetectorInputs
+from monitor.model import Finding, Scope, Severity, fingerprint
+
+__all__ = ["MAD_TO_SIGMA", "hourly_findings"]
+
+#: MAD x 1.4826 estimates the standard deviation of normally distributed values.
+MAD_TO_SIGMA = Decimal("1.4826")
+_DAY = timedelta(days=1)
+
+
+class SpendAnomalyLike(Protocol):
+    """What the hourly check needs of the `spend_anomaly` detector (its config and policies)."""
+
+    name: str
+    config: Any
+
+    def _amount(self, r: CostHour) -> Decimal: ...
+
+    def keep(self, impact: Decimal) -> bool: ...
+
+    def severity(self, impact: Decimal) -> Severity: ...
+
+
+@dataclass(frozen=True)
+class _Hour:
+    hour: datetime
+    spend: Decimal
+    baseline: Decimal
+    mad: Decimal
+    points: int
+    provisional: bool
+    anomalous: bool
+
+    @property
+    def excess(self) -> Decimal:
+        return q6(self.spend - self.baseline)
+
+
+def _runs(hours: Sequence[_Hour | None], min_hours: int) -> list[list[_Hour]]:
+    """Runs of consecutive anomalous hours at least `min_hours` long: a sustained jump, not a blip.
+    None (an hour not judged: no history, or the daily check covers it) ends a run."""
+    runs: list[list[_Hour]] = [[]]
+    for h in hours:
+        if h is not None and h.anomalous:
+            runs[-1].append(h)
+        elif runs[-1]:
+            runs.append([])
+    return [r for r in runs if len(r) >= min_hours]
+
+
+def _hour_evidence(h: _Hour) -> dict[str, Any]:
+    return {
+        "hour": iso(h.hour),
+        "spend_usd": money(h.spend),
+        "baseline_usd": money(h.baseline),
+        "mad_usd": money(h.mad),
+        "excess_usd": money(h.excess),
+        "baseline_points": h.points,
+        "provisional": h.provisional,
+    }
+
+
+def _hour_days(flagged: Sequence[_Hour]) -> list[dict[str, Any]]:
+    """The flagged hours summed per day, in the daily evidence's shape (reports show `days`)."""
+    by_day: dict[date, list[_Hour]] = defaultdict(list)
+    for h in flagged:
+        by_day[h.hour.date()].append(h)
+    return [
+        {
+            "date": d.isoformat(),
+            "spend_usd": money(sum((h.spend for h in hs), Decimal(0))),
+            "baseline_usd": money(sum((h.baseline for h in hs), Decimal(0))),
+            "excess_usd": money(sum((h.excess for h in hs), Decimal(0))),
+            "hours_covered": len(hs),
+            "provisional": any(h.provisional for h in hs),
+        }
+        for d, hs in sorted(by_day.items())
+    ]
+
+
+def hourly_findings(
+    det: SpendAnomalyLike,
+    inputs: DetectorInputs,
+    now: datetime,
+    daily_flagged: Mapping[str | None, set[date]],
+) -> list[Finding]:
+    """Hourly findings per project, leaving out hours on days the daily check already flags."""
+    end = min(inputs.window_end, now).astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    cutoff = end - det.config.hourly_skip_recent_hours * ONE_HOUR
+    lo = max(cutoff - det.config.hourly_window_hours * ONE_HOUR, inputs.window_start)
+    series, provisional = _hourly_series(det, inputs, cutoff)
+    findings: list[Finding] = []
+    for project in sorted(series, key=str):
+        s, first, done = series[project], min(series[project]), daily_flagged.get(project, set())
+        hours: list[_Hour | None] = []
+        h = lo
+        while h < cutoff:
+            prov = h >= inputs.provisional_from or (project, h) in provisional
+            hours.append(None if h.date() in done else _judge_hour(det, s, first, h, prov))
+            h += ONE_HOUR
+        runs = _runs(hours, det.config.hourly_min_hours)
+        if runs:
+            findings.extend(_hourly_finding(det, project, runs))
+    return findings
+
+
+def _hourly_series(
+    det: SpendAnomalyLike, inputs: DetectorInputs, cutoff: datetime
+) -> tuple[dict[str | None, dict[datetime, Decimal]], set[tuple[str | None, datetime]]]:
+    """Spend per project and hour before `cutoff`, and the (project, hour)s billed provisionally."""
+    series: dict[str | None, dict[datetime, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
+    provisional: set[tuple[str | None, datetime]] = set()
+    for r in inputs.hourly:
+        if inputs.window_start <= r.hour < cutoff:
+            series[r.project][r.hour] += det._amount(r)
+            if r.provisional:
+                provisional.add((r.project, r.hour))
+    return series, provisional
+
+
+def _judge_hour(
+    det: SpendAnomalyLike, s: Mapping[datetime, Decimal], first: datetime, h: datetime, prov: bool
+) -> _Hour | None:
+    """The hour against the same hour of the previous days (since the project's first row)."""
+    points = [h - k * _DAY for k in range(1, det.config.hourly_baseline_days + 1)]
+    points = [p for p in points if p >= first]
+    if len(points) < det.config.hourly_min_history_days:
+        return None
+    values = [s.get(p, Decimal(0)) for p in points]
+    med = q6(Decimal(median(values)))
+    mad = q6(Decimal(median([abs(v - med) for v in values])))
+    spend = q6(s.get(h, Decimal(0)))
+    cfg, excess = det.config, spend - med
+    anomalous = (
+        excess > 0
+        and excess >= cfg.hourly_min_excess_usd
+        and excess >= Decimal(str(cfg.hourly_min_relative_increase)) * max(med, Decimal(0))
+        and (mad == 0 or excess >= Decimal(str(cfg.min_robust_z)) * MAD_TO_SIGMA * mad)
+    )
+    return _Hour(h, spend, med, mad, len(points), prov, anomalous)
+
+
+def _hourly_finding(
+    det: SpendAnomalyLike, project: str | None, runs: Sequence[Sequence[_Hour]]
+) -> list[Finding]:
+    flagged = [h for run in runs for h in run]
+    impact = sum((h.excess for h in flagged), Decimal(0))
+    if not det.keep(impact):
+        return []
+    start, stop = first_last(h.hour for h in flagged)
+    worst = max(flagged, key=lambda h: h.excess)
+    prov = [h for h in flagged if h.provisional]
+    summary = (
+        f"Hourly spend in {project} was above its usual level for {len(flagged)} hour(s) in a row "
+        f"since {human(start)}, by {fmt_usd(impact)} in total; worst {human(worst.hour)}: "
+        f"{fmt_usd(worst.spend)} vs a usual {fmt_usd(worst.baseline)} for that hour of day (median "
+        f"of {worst.points} earlier days). The daily check has not flagged these days (yet)."
+    )
+    if prov:
+        summary += f" Provisional: billing from {human(prov[0].hour)} may still grow."
+    scope = Scope(project=project)
+    return [
+        Finding(
+            kind=det.name,
+            severity=det.severity(impact),
+            title=f"Hourly spend in {project} jumped: {fmt_usd(impact)} above baseline "
+            f"over {len(flagged)} hours",
+            summary=summary,
+            impact_usd=impact,
+            window_start=start,
+            window_end=stop,
+            scope=scope,
+            evidence={
+                "granularity": "hourly",
+                "category": None,
+                "amount": det.config.amount,
+                "hours": [_hour_evidence(h) for h in flagged],
+                "days": _hour_days(flagged),
+                "drivers": [],
+            },
+            recommendation=(
+                f"Check what started in {project} around {human(start)}: spend has run above its "
+                "usual level for this time of day for hours. If it is expected (a new training run), "
+                "nothing to do; otherwise stop the resources behind it before the day adds up."
+            ),
+            fingerprint=fingerprint(det.name, scope, "hourly"),
+            provisional=bool(prov),
+        )
+    ]
