@@ -206,7 +206,7 @@ def test_memory_without_utilization_is_counted(tmp_path):
         ("u.json", b'"text"', r"u\.json: expected a Cloud Monitoring timeSeries page"),
         ("u.json", b'{"timeSeries": {"a": 1}}', r"u\.json: timeSeries: expected an array"),
         ("u.json.gz", b"not gzip", r"u\.json\.gz: not a valid gzip file"),
-        ("u.json", gzip.compress(b"{}"), r"u\.json: not UTF-8 text"),
+        ("u.json", gzip.compress(b"{}", mtime=0), r"u\.json: not UTF-8 text"),
     ],
 )
 def test_files_that_are_not_monitoring_json_are_input_errors(tmp_path, name, content, message):
