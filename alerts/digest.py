@@ -302,9 +302,14 @@ def send_digest(
     """Post the digest text, then upload the chart (`files_upload_v2`) into its thread.
 
     Not queued in the outbox: the caller re-runs the day on failure (the result says which part failed).
+    Like the outbox after an uncertain send, it first looks for its idempotency key in the channel:
+    a process killed after Slack took the post but before the caller recorded it does not post twice.
     """
     text = f"GPU cost digest for {d.day}: {money(d.yesterday_total)} yesterday, {money(d.mtd_total)} month to date"
     msg = Message(f"digest-{d.day}-{channel}", channel, text, render_blocks(d))
+    found = notifier.lookup(msg)
+    if found is not None and found.outcome is Outcome.SENT:
+        return DigestDelivery(found, None)
     post = notifier.send(msg)
     if post.outcome is not Outcome.SENT:
         return DigestDelivery(post, None)

@@ -125,6 +125,8 @@ def test_send_digest_posts_and_uploads_chart_with_files_upload_v2(tmp_path: Path
         assert res.ok
         methods = [r.method for r in slack.requests]
         assert methods == [
+            "conversations.list",  # the channel name resolved to an id, then its history searched
+            "conversations.history",
             "chat.postMessage",
             "files.getUploadURLExternal",
             "upload",
@@ -134,6 +136,18 @@ def test_send_digest_posts_and_uploads_chart_with_files_upload_v2(tmp_path: Path
         [f] = slack.files
         assert f["data"] == png.read_bytes() and f["channel"] == "C0DIGEST" and f["thread_ts"] == post["ts"]
         assert "$1,213.83" in post["text"]
+
+
+def test_a_digest_already_in_the_channel_is_not_posted_again(tmp_path: Path) -> None:
+    """A daemon killed after Slack took the digest but before recording it must not post it twice."""
+    d = sample()
+    png = render_chart(d, tmp_path / "c.png")
+    with FakeSlack(token="xoxb-t") as slack:
+        first = send_digest(SlackNotifier(SecretStr("xoxb-t"), slack.base_url), d, png, channel="#digest")
+        # a fresh notifier, as after a restart
+        again = send_digest(SlackNotifier(SecretStr("xoxb-t"), slack.base_url), d, png, channel="#digest")
+        assert first.ok and again.ok and again.post.ts == first.post.ts
+        assert len(slack.messages) == 1 and len(slack.files) == 1
 
 
 def test_send_digest_to_console(tmp_path: Path) -> None:
