@@ -61,6 +61,8 @@ def billing_option(required: bool = False) -> Callable:
 
 
 def utilization_option() -> Callable:
+    """`--utilization`: files or directories of Monitoring JSON (the simulator writes a directory
+    of day files; a directory stands for every .json / .json.gz file in it)."""
     return click.option(
         "--utilization",
         "utilization_paths",

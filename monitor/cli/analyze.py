@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -24,6 +24,7 @@ from monitor.cli._common import (
     config_option,
     format_option,
     load_optional_config,
+    utilization_option,
     window_options,
 )
 from monitor.clock import SystemClock
@@ -31,19 +32,7 @@ from monitor.config import Config
 from monitor.logs import configure_logging
 from monitor.render import findings_markdown, findings_table
 
-__all__ = ["analyze_cmd", "cli_analysis", "render_analysis_table", "utilization_paths_option"]
-
-
-def utilization_paths_option() -> Callable:
-    """`--utilization`: files or directories of Monitoring JSON (the simulator writes a directory
-    of day files; a directory stands for every .json / .json.gz file in it)."""
-    return click.option(
-        "--utilization",
-        "utilization_paths",
-        multiple=True,
-        type=click.Path(exists=True, path_type=Path),
-        help="Cloud Monitoring timeSeries JSON[.gz] file or directory of them; repeatable.",
-    )
+__all__ = ["analyze_cmd", "cli_analysis", "render_analysis_table"]
 
 
 def cli_analysis(
@@ -136,7 +125,7 @@ def render_analysis_table(result: Analysis, console: Console) -> None:
 
 @cli.command("analyze")
 @billing_option()
-@utilization_paths_option()
+@utilization_option()
 @config_option()
 @window_options
 @format_option("json", "table", "markdown")

@@ -15,9 +15,10 @@ from monitor.cli._common import (
     billing_option,
     config_option,
     format_option,
+    utilization_option,
     window_options,
 )
-from monitor.cli.analyze import cli_analysis, utilization_paths_option
+from monitor.cli.analyze import cli_analysis
 from monitor.gpus import GpuRollup, InstanceGpus, rollups, summarize_instances
 
 __all__ = ["gpus_cmd", "gpus_report"]
@@ -66,7 +67,7 @@ def _table(title: str, first: list[str], rows: list[dict[str, Any]], keys: list[
 
 @cli.command("gpus")
 @billing_option()
-@utilization_paths_option()
+@utilization_option()
 @config_option()
 @window_options
 @format_option("table", "json")
