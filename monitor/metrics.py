@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -19,6 +20,7 @@ class Metrics:
     billing_bytes: Counter
     billing_rows: Counter
     utilization_samples: Counter
+    metric_unit_unknown: Gauge
     findings: Gauge
     outbox_depth: Gauge
     delivery_failures: Counter
@@ -55,6 +57,12 @@ class Metrics:
             utilization_samples=Counter(
                 "gpucost_utilization_samples", "GPU utilization samples read.", ["source"], registry=r
             ),
+            metric_unit_unknown=Gauge(
+                "gpucost_metric_unit_unknown",
+                "1 for each utilization metric skipped because its unit is unknown (never guessed).",
+                ["metric_type", "unit"],
+                registry=r,
+            ),
             findings=Gauge("gpucost_findings", "Open findings.", ["kind", "severity"], registry=r),
             outbox_depth=Gauge("gpucost_outbox_messages", "Outbox messages by state.", ["state"], registry=r),
             delivery_failures=Counter(
@@ -67,3 +75,10 @@ class Metrics:
                 registry=r,
             ),
         )
+
+    def set_unknown_units(self, unknown: Mapping[str, str]) -> None:
+        """Replace the unknown-unit series with the metrics a source skipped in its last read
+        (metric type -> unit): a unit fixed upstream disappears from /metrics."""
+        self.metric_unit_unknown.clear()
+        for metric_type, unit in sorted(unknown.items()):
+            self.metric_unit_unknown.labels(metric_type, unit).set(1)

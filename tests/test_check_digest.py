@@ -216,3 +216,65 @@ def test_check_missing_billing_copy_and_bad_config(tmp_path, capsys, monkeypatch
     code = main(["check", "--config", str(bad)])
     _, err = capsys.readouterr()
     assert code == 2 and err.startswith(f"gpucost: error: {bad}: slack.chanel: unknown key")
+
+
+DCGM_V1 = "workload.googleapis.com/dcgm.gpu.profiling.sm_utilization"
+
+
+def test_check_names_a_file_metric_with_an_unknown_unit(tmp_path, export_db, capsys, monkeypatch) -> None:
+    """A unit the table does not know is never guessed: the metric is skipped and `check` names it."""
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+    config = _config(tmp_path, db=export_db)
+    series = {
+        "metric": {"type": DCGM_V1, "labels": {"gpu_number": "0", "model": "NVIDIA A100-SXM4-40GB"}},
+        "resource": {"type": "gce_instance", "labels": {"project_id": "p", "instance_id": "1", "zone": "z"}},
+        "metricKind": "GAUGE",
+        "valueType": "DOUBLE",
+        "points": [{"interval": {"endTime": "2026-11-02T10:00:00Z"}, "value": {"doubleValue": 0.72}}],
+    }
+    util = tmp_path / "util" / "2026-11-02.json"
+    util.write_text(json.dumps({"timeSeries": [series], "unit": "1"}), encoding="utf-8")
+    code, lines, text = _check(capsys, config, "--offline")
+    assert code == 0, text
+    assert lines["utilization"].split(None, 2)[1:] == ["ok", "files: 1 file(s) under 1 path(s)"]
+
+    util.write_text(json.dumps({"timeSeries": [series | {"unit": "ms"}]}), encoding="utf-8")
+    code, lines, text = _check(capsys, config, "--offline")
+    assert code == 1
+    assert lines["utilization"].split(None, 2)[1:] == [
+        "FAIL",
+        f"files: 1 file(s) under 1 path(s); skipped, unit unknown (never guessed): {DCGM_V1} (unit 'ms')",
+    ]
+
+
+def test_check_reads_units_from_cloud_monitoring(tmp_path, export_db, capsys, monkeypatch) -> None:
+    """Descriptors through the real client: a known unit passes, an unknown one fails by name."""
+    from tests.fakes.monitoring_server import FakeMonitoringServer
+
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+    with FakeMonitoringServer() as server:
+        text = _config(tmp_path, db=export_db).read_text(encoding="utf-8")
+        files = f'[utilization]\nsource = "files"\nfiles = ["{tmp_path / "util"}"]\n'
+        live = (
+            '[utilization]\nsource = "cloud_monitoring"\nprojects = ["p1"]\n'
+            'presets = ["ops_agent_nvml", "ops_agent_dcgm"]\n'
+            f'api_endpoint = "{server.address}"\ninsecure = true\n\n[google]\ncredentials = "anonymous"\n'
+        )
+        assert files in text
+        config = tmp_path / "live.toml"
+        config.write_text(text.replace(files, live), encoding="utf-8")
+
+        code, lines, out = _check(capsys, config)
+        assert code == 0, out
+        assert lines["utilization"].split(None, 2)[1:] == [
+            "ok",
+            "Cloud Monitoring p1 (ops_agent_nvml): 0 samples in the last 10 min",
+        ]
+        asked = {r.filter for r in server.descriptor_requests}
+        assert f'metric.type = "{DCGM_V1}"' in asked and len(asked) == 6  # every metric of both presets
+
+        server.units[DCGM_V1] = "ms"
+        code, lines, out = _check(capsys, config)
+        assert code == 1
+        detail = lines["utilization"].split(None, 2)[2]
+        assert detail.endswith(f"; skipped, unit unknown (never guessed): {DCGM_V1} (unit 'ms')")

@@ -6,9 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
+from prometheus_client import generate_latest
 
 from monitor.config import GoogleConfig, UtilizationConfig
 from monitor.errors import ConfigError, PermanentSourceError, RetryableSourceError
+from monitor.metrics import Metrics
 from monitor.sources.monitoring import CloudMonitoringSource, window_for
 from monitor.state.store import SQLiteStore
 from monitor.utilization import load_samples, read_watermark
@@ -101,7 +103,9 @@ def test_one_aggregated_request_series_per_metric_with_pages(server, make_source
     assert util[0].filter == f'metric.type = "{NVML}" AND resource.type = "gce_instance"'
     mem = [r for r in server.requests if NVML_MEM in r.filter]
     assert mem[0].filter.endswith('AND metric.label.memory_state = "used"')
-    assert result.requests == 4 and sleeps == []
+    # 4 pages + 1 descriptor: the memory metric had no series, so its descriptor was never read
+    assert result.requests == 5 and sleeps == []
+    assert [d.filter for d in server.descriptor_requests] == [f'metric.type = "{NVML}"']
     assert len(result.samples) == 15
     s = next(x for x in result.samples if x.instance_id == "1003" and x.start == T0)
     assert (s.project, s.zone, s.instance_name, s.gpu, s.end) == ("p1", "us-central1-a", "vm-3", "0", T0 + M5)
@@ -117,7 +121,7 @@ def test_transient_unavailable_mid_pagination_is_retried(server, make_source):
 
     assert [r.page_token for r in server.requests[:3]] == ["", "2", "2"]
     assert sleeps == [1.0]
-    assert result.requests == 4
+    assert result.requests == 5  # 4 time-series calls + 1 descriptor
     assert sorted(s.instance_id for s in result.samples) == ["1000", "1001", "1002"]
 
 
@@ -303,3 +307,192 @@ def test_replace_window_swaps_exactly_the_window(store):
     got = [(s.instance_id, s.start, s.utilization_pct) for s in load_samples(store, T0 - M5, T0 + 2 * M5)]
     assert got == [("a", T0 - M5, 1.0), ("a", T0 + M5, 3.0)]  # "b" at T0 was re-read and is gone
     assert read_watermark(store, "p1", "x") == T0 + 2 * M5
+
+
+# ------------------------------------------------------------------------ units from the API
+
+DCGM_V2_UTIL = "workload.googleapis.com/gpu.dcgm.utilization"
+DCGM_V2_MEM = "workload.googleapis.com/gpu.dcgm.memory.bytes_used"
+PROM_FB = "prometheus.googleapis.com/DCGM_FI_DEV_FB_USED/gauge"
+PROM_UTIL = "prometheus.googleapis.com/DCGM_FI_DEV_GPU_UTIL/gauge"
+
+
+@pytest.mark.parametrize(
+    ("metric", "preset", "raw", "pct", "signal"),
+    [
+        (DCGM_SM, "ops_agent_dcgm", 0.72, 72.0, "sm_active"),  # unit "1": a 72%-busy A100, not idle
+        (DCGM_V2_UTIL, "ops_agent_dcgm", 0.5, 50.0, "gr_engine_active"),  # graphics engine, unit "1"
+        (NVML, "ops_agent_nvml", 72.0, 72.0, "gpu_utilization"),  # unit "%": untouched
+    ],
+)
+def test_values_are_converted_by_the_descriptor_unit(server, make_source, metric, preset, raw, pct, signal):
+    server.add(nvml(0, buckets(T0 + M5, [raw]), metric=metric))
+    src, _ = make_source(presets=(preset,))
+
+    result = src.fetch(T0, T0 + M5)
+
+    assert [(s.utilization_pct, s.signal) for s in result.samples] == [(pytest.approx(pct), signal)]
+    assert [(d.name, d.filter) for d in server.descriptor_requests] == [
+        ("projects/p1", f'metric.type = "{metric}"')
+    ]
+    assert result.skipped == {} and src.unknown_units == {}
+
+
+def test_descriptor_is_read_once_per_metric_type(server, make_source, store):
+    server.add(nvml(0, buckets(T0 + M5, [0.3, 0.4, 0.5]), metric=DCGM_SM), nvml(1, buckets(T0 + M5, [30.0])))
+    src, _ = make_source(presets=("ops_agent_nvml", "ops_agent_dcgm"))
+
+    src.fetch(T0, T0 + M5)
+    src.fetch(T0 + M5, T0 + 2 * M5)
+    src.poll(store, T0 + timedelta(minutes=16))
+
+    asked = sorted(d.filter for d in server.descriptor_requests)
+    assert asked == [f'metric.type = "{NVML}"', f'metric.type = "{DCGM_SM}"']
+
+
+def test_unknown_unit_skips_the_metric_and_names_it(server, make_source, store, caplog):
+    server.units[DCGM_SM] = "ms"  # a unit the table does not know: never guessed
+    server.add(
+        nvml(0, buckets(T0 + M5, [0.9, 0.9]), metric=DCGM_SM),
+        nvml(0, buckets(T0 + M5, [40.0, 41.0])),
+    )
+    src, _ = make_source(presets=("ops_agent_nvml", "ops_agent_dcgm"))
+
+    with caplog.at_level("WARNING", logger="monitor.sources.monitoring"):
+        first = src.fetch(T0, T0 + 2 * M5)
+        src.fetch(T0, T0 + 2 * M5)
+        report = src.poll(store, T0 + timedelta(minutes=11))
+
+    assert [(s.signal, s.utilization_pct) for s in first.samples] == [
+        ("gpu_utilization", 40.0),
+        ("gpu_utilization", 41.0),
+    ]
+    assert first.skipped == {"unknown_unit": 2}
+    assert src.unknown_units == {DCGM_SM: "ms"}
+    assert report.unknown_units == {DCGM_SM: "ms"}
+    warnings = [r.getMessage() for r in caplog.records if "unknown unit" in r.getMessage()]
+    assert warnings == [f"metric skipped: unknown unit 'ms' for {DCGM_SM} (no conversion is guessed)"]
+    assert [str(u) for u in src.unit_problems("p1", "ops_agent_dcgm")] == [f"{DCGM_SM} (unit 'ms')"]
+    assert src.unit_problems("p1", "ops_agent_nvml") == []
+
+    metrics = Metrics.create()  # what the daemon publishes on /metrics after a poll
+    metrics.set_unknown_units(report.unknown_units)
+    text = generate_latest(metrics.registry).decode()
+    assert f'gpucost_metric_unit_unknown{{metric_type="{DCGM_SM}",unit="ms"}} 1.0' in text
+    metrics.set_unknown_units({})  # fixed upstream: the series goes away
+    assert "gpucost_metric_unit_unknown{" not in generate_latest(metrics.registry).decode()
+
+
+def test_a_series_own_unit_is_more_specific_than_its_descriptor(server, make_source):
+    server.units[DCGM_SM] = "ms"
+    server.add(nvml(0, buckets(T0 + M5, [0.6]), metric=DCGM_SM, unit="1"))
+    src, _ = make_source(presets=("ops_agent_dcgm",))
+
+    result = src.fetch(T0, T0 + M5)
+
+    assert [s.utilization_pct for s in result.samples] == [60.0] and src.unknown_units == {}
+
+
+def test_a_missing_descriptor_is_not_an_error(server, make_source):
+    del server.units[NVML]  # e.g. the metric was never written in this project: documented unit
+    server.add(nvml(0, buckets(T0 + M5, [64.0])))
+    src, _ = make_source()
+
+    result = src.fetch(T0, T0 + M5)
+
+    assert [s.utilization_pct for s in result.samples] == [64.0]
+    assert src.descriptor_unit("p1", NVML) is None and src.unit_problems("p1", "ops_agent_nvml") == []
+
+
+def test_descriptor_read_is_retried_on_transient_errors(server, make_source):
+    server.descriptor_faults = [grpc.StatusCode.UNAVAILABLE]
+    server.add(nvml(0, buckets(T0 + M5, [0.25]), metric=DCGM_SM))
+    src, sleeps = make_source(presets=("ops_agent_dcgm",))
+
+    result = src.fetch(T0, T0 + M5)
+
+    assert [s.utilization_pct for s in result.samples] == [25.0]
+    assert sleeps == [1.0] and len(server.descriptor_requests) == 2
+
+
+def test_dcgm_v2_memory_reads_state_used_in_bytes(server, make_source):
+    server.add(
+        nvml(0, buckets(T0 + M5, [0.0]), metric=DCGM_V2_UTIL),
+        nvml(0, buckets(T0 + M5, [6e10]), metric=DCGM_V2_MEM, value_type="INT64", labels={"state": "used"}),
+        nvml(0, buckets(T0 + M5, [2e10]), metric=DCGM_V2_MEM, value_type="INT64", labels={"state": "free"}),
+    )
+    src, _ = make_source(presets=("ops_agent_dcgm",))
+
+    result = src.fetch(T0, T0 + M5)
+
+    mem = next(r for r in server.requests if DCGM_V2_MEM in r.filter)
+    assert mem.filter.endswith('AND metric.label.state = "used"')
+    assert "metric.label.state" not in mem.aggregation.group_by_fields  # one value: nothing to group
+    [s] = result.samples
+    assert (s.signal, s.memory_used_bytes, s.idle_but_allocated) == ("gr_engine_active", 6e10, True)
+
+
+def test_gke_node_and_container_samples_carry_cluster_and_node(server, make_source):
+    node = {"project_id": "p1", "location": "us-central1", "cluster_name": "train", "node_name": "gke-n1"}
+    container = {
+        "project_id": "p1",
+        "location": "us-central1",
+        "cluster_name": "train",
+        "namespace_name": "ml",
+        "pod_name": "job-0",
+        "container_name": "trainer",
+    }
+    labels = {"accelerator_id": "GPU-aa", "make": "nvidia", "model": "nvidia-h100-80gb"}
+    server.add(
+        gauge_series(
+            "kubernetes.io/node/accelerator/duty_cycle",
+            "k8s_node",
+            node,
+            labels,
+            buckets(T0 + M5, [80]),
+            value_type="INT64",
+        ),
+        gauge_series(
+            "kubernetes.io/container/accelerator/duty_cycle",
+            "k8s_container",
+            container,
+            {**labels, "accelerator_id": "GPU-bb"},
+            buckets(T0 + M5, [0]),
+            system_labels={"node_name": "gke-n2"},
+            value_type="INT64",
+        ),
+    )
+    src, _ = make_source(presets=("gke",))
+
+    result = src.fetch(T0, T0 + M5)
+
+    got = {(s.project, s.cluster, s.node_name, s.gpu, s.signal, s.utilization_pct) for s in result.samples}
+    assert got == {
+        ("p1", "train", "gke-n1", "GPU-aa", "node_duty_cycle", 80.0),  # unit "%": untouched
+        ("p1", "train", "gke-n2", "GPU-bb", "container_duty_cycle", 0.0),
+    }
+    node_req = next(r for r in server.requests if "node/accelerator/duty_cycle" in r.filter)
+    assert {"resource.label.cluster_name", "resource.label.node_name"} <= set(
+        node_req.aggregation.group_by_fields
+    )
+
+
+def test_dcgm_exporter_host_label_in_either_case(server, make_source):
+    """dcgm-exporter named the host `Hostname` until its main branch renamed it `hostname` (2026-05)."""
+    target = {"project_id": "p1", "location": "us-central1-a", "cluster": "train"}
+    old = {"gpu": "0", "UUID": "GPU-1", "modelName": "NVIDIA A100-SXM4-40GB", "Hostname": "gke-old"}
+    new = {"gpu": "0", "UUID": "GPU-2", "modelName": "NVIDIA H100 80GB HBM3", "hostname": "gke-new"}
+    server.add(
+        gauge_series(PROM_UTIL, "prometheus_target", target, old, buckets(T0 + M5, [55.0])),
+        gauge_series(PROM_UTIL, "prometheus_target", target, new, buckets(T0 + M5, [65.0])),
+        gauge_series(PROM_FB, "prometheus_target", target, new, buckets(T0 + M5, [1024.0])),
+    )
+    src, _ = make_source(presets=("managed_prometheus_dcgm",))
+
+    result = src.fetch(T0, T0 + M5)
+
+    got = {s.node_name: (s.cluster, s.utilization_pct, s.memory_used_bytes) for s in result.samples}
+    # the descriptors carry no unit (Prometheus has none): % and MiB from dcgm-exporter's csv
+    assert got == {"gke-old": ("train", 55.0, None), "gke-new": ("train", 65.0, 1024.0 * 2**20)}
+    req = next(r for r in server.requests if PROM_UTIL in r.filter)
+    assert {"metric.label.hostname", "metric.label.Hostname"} <= set(req.aggregation.group_by_fields)

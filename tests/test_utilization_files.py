@@ -222,7 +222,12 @@ def test_missing_path_is_an_input_error(tmp_path):
 
 
 def test_reads_the_fleet_simulator_output_exactly(tmp_path):
-    """The contract with `gpucost simulate`: its aligned points come back one sample each, unchanged."""
+    """The contract with `gpucost simulate`: its aligned points come back one sample each, in percent.
+
+    The simulator writes each series with its unit ("%" for NVML and GKE duty cycle, "1" for the
+    DCGM v1 ratio); the expected percent is computed here from that unit's documented meaning.
+    """
+    from monitor.simulate.compute import Monitoring
     from monitor.simulate.simulator import FleetSimulator
 
     start = datetime(2026, 11, 1, tzinfo=UTC)
@@ -232,20 +237,21 @@ def test_reads_the_fleet_simulator_output_exactly(tmp_path):
 
     result = fetch([tmp_path], start, start + timedelta(days=1))
 
-    expected = {
-        (
-            ts["resource"]["labels"]["instance_id"],
-            ts["metric"]["labels"]["gpu_number"],
-            p["interval"]["startTime"],
-        ): p["value"]["doubleValue"]
-        for ts in series_list
-        for p in ts["points"]
-    }
-    got = {(s.instance_id, s.gpu, iso(s.start)): s.utilization_pct for s in result.samples}
+    percent = {"%": 1.0, "1": 100.0}
+    expected = {}
+    for ts in series_list:
+        res, met = ts["resource"]["labels"], ts["metric"]["labels"]
+        host = res.get("instance_id") or res["node_name"]
+        gpu = met.get("gpu_number") or met["accelerator_id"]
+        for p in ts["points"]:
+            value = p["value"]["doubleValue"] * percent[ts["unit"]]
+            expected[(host, gpu, p["interval"]["startTime"])] = value
+    got = {(s.host, s.gpu, iso(s.start)): s.utilization_pct for s in result.samples}
     assert result.skipped == {} and len(expected) > 1000
-    assert got == expected
-    unmonitored = {v.name for v in sim.fleet.vms if v.machine.gpus and not v.monitored}
-    assert unmonitored and not unmonitored & {s.instance_name for s in result.samples}
+    assert got == pytest.approx(expected)
+    assert {ts["unit"] for ts in series_list} == {"%", "1"}  # the DCGM v1 ratio is in the mix
+    unmonitored = {v.name for v in sim.fleet.vms if v.machine.gpus and v.monitoring is Monitoring.NONE}
+    assert unmonitored and not unmonitored & {s.instance_name or s.node_name for s in result.samples}
 
 
 def test_a_file_rewritten_with_the_same_bytes_is_not_parsed_again(tmp_path):
@@ -259,3 +265,96 @@ def test_a_file_rewritten_with_the_same_bytes_is_not_parsed_again(tmp_path):
     os.utime(path, ns=(2, 2))
     assert [s.utilization_pct for s in src.fetch(T0 - M5, T0 + M5).samples] == [99.0]
     assert src.parsed_files == 2
+
+
+# ------------------------------------------------------------------------------------- units
+
+DCGM_V1 = "workload.googleapis.com/dcgm.gpu.profiling.sm_utilization"
+
+
+def test_dcgm_v1_ratio_file_reads_as_percent(tmp_path):
+    """Ops Agent DCGM v1 writes SM activity as a 0-1 ratio (unit "1"): 0.72 is 72% busy, not idle."""
+    pts = [point(T0 + M5, 0.72), point(T0, 0.72)]
+    path = write(tmp_path / "u.json", {"timeSeries": [series(points=pts, metric_type=DCGM_V1)]})
+
+    result = fetch([path])
+
+    assert [(s.signal, s.utilization_pct) for s in result.samples] == [("sm_active", 72.0)] * 2
+    assert result.skipped == {}
+
+
+@pytest.mark.parametrize(
+    ("page_unit", "series_unit", "raw", "pct"),
+    [
+        (None, None, 0.72, 72.0),  # documented unit of the metric type: "1"
+        ("1", None, 0.72, 72.0),  # the page's unit
+        ("{not_a_unit}", None, 0.72, 72.0),  # a page of mixed units says nothing: documented
+        ("%", None, 72.0, 72.0),  # a declared unit wins over the documentation
+        ("1", "%", 72.0, 72.0),  # the series' own unit wins over its page's
+        ("", "10^2.%", 0.72, 72.0),  # the grammar's explicit ratio-as-percent
+    ],
+)
+def test_the_most_specific_declared_unit_wins(tmp_path, page_unit, series_unit, raw, pct):
+    ts = series(points=[point(T0, raw)], metric_type=DCGM_V1)
+    if series_unit is not None:
+        ts["unit"] = series_unit
+    page = {"timeSeries": [ts]} | ({"unit": page_unit} if page_unit is not None else {})
+
+    result = fetch([write(tmp_path / "u.json", page)])
+
+    assert [s.utilization_pct for s in result.samples] == [pytest.approx(pct)]
+
+
+def test_unknown_unit_is_skipped_counted_named_and_logged_once(tmp_path, caplog):
+    odd = series("7777", points=[point(T0 + M5, 0.5), point(T0, 0.5)], metric_type=DCGM_V1, unit="ms")
+    path = write(tmp_path / "u.json", {"timeSeries": [odd, series("1001")]})
+    src = FileUtilizationSource([path])
+
+    with caplog.at_level("WARNING", logger="monitor.sources.utilization_files"):
+        result = src.fetch(T0 - M5, T0 + timedelta(hours=1))
+        src.fetch(T0 - M5, T0 + timedelta(hours=1))
+
+    assert result.skipped == {"unknown_unit": 2}
+    assert {s.instance_id for s in result.samples} == {"1001"}
+    assert src.unknown_units == {DCGM_V1: "ms"}
+    warnings = [r.getMessage() for r in caplog.records if "unknown unit" in r.getMessage()]
+    assert warnings == [f"metric skipped: unknown unit 'ms' for {DCGM_V1} (no conversion is guessed)"]
+
+
+@pytest.mark.parametrize(
+    ("unit", "role", "expected"),
+    [
+        ("1", "utilization", 100.0),
+        ("10^2.%", "utilization", 100.0),
+        ("%", "utilization", 1.0),
+        ("%{busy}", "utilization", 1.0),  # an annotation after a unit is a comment
+        ("{fraction}", "utilization", 100.0),  # an annotation alone means "1"
+        ("By", "memory_used", 1.0),
+        ("kBy", "memory_used", 1e3),
+        ("KiBy", "memory_used", 1024.0),
+        ("MiBy", "memory_used", 2.0**20),
+        ("GiBy", "memory_used", 2.0**30),
+        ("By{used}", "memory_used", 1.0),
+        ("ms", "utilization", None),
+        ("By/s", "memory_used", None),
+        ("bit", "memory_used", None),
+        ("By", "utilization", None),  # bytes are no utilization
+        ("1", "memory_used", None),  # nor a ratio a memory size
+        ("%", "memory_used", None),
+    ],
+)
+def test_unit_table(unit, role, expected):
+    from monitor.sources.presets import Role
+    from monitor.sources.units import factor
+
+    assert factor(unit, Role(role)) == expected
+
+
+def test_every_preset_metric_has_a_documented_unit_that_fits_its_role():
+    from monitor.sources.presets import METRICS
+    from monitor.sources.units import DOCUMENTED_UNITS, factor
+
+    assert set(DOCUMENTED_UNITS) == set(METRICS)
+    assert {t: factor(DOCUMENTED_UNITS[t], m.role) is not None for t, m in METRICS.items()} == dict.fromkeys(
+        METRICS, True
+    )

@@ -3,10 +3,12 @@
 Checks what an operator would otherwise find out from a silent daemon: the billing source answers
 (a local DuckDB file exists and holds rows, or a BigQuery dry run of the `partitions` query succeeds
 and says how many bytes it would bill), utilization is readable (files exist, or one small Cloud
-Monitoring request), which prices are used and how old they are, the state store opens with its
-migrations, the outbox has no permanently failed message (`invalid_auth`, `channel_not_found` show
-here), and the Slack token is valid (`auth.test`). `--offline` skips everything that needs the
-network. Details pass through `monitor.logs.redact`, so a token can never be printed.
+Monitoring request) and every metric's unit is one we can convert (a metric with an unknown unit is
+skipped, never guessed: the check fails and names it with its unit), which prices are used and how
+old they are, the state store opens with its migrations, the outbox has no permanently failed
+message (`invalid_auth`, `channel_not_found` show here), and the Slack token is valid
+(`auth.test`). `--offline` skips everything that needs the network. Details pass through
+`monitor.logs.redact`, so a token can never be printed.
 """
 
 from __future__ import annotations
@@ -104,7 +106,11 @@ def check_utilization(cfg: Config, offline: bool, now: datetime) -> Check:
         count = sum(
             sum(1 for f in Path(p).rglob("*") if f.is_file()) if Path(p).is_dir() else 1 for p in u.files
         )
-        return Check("utilization", True, f"files: {count} file(s) under {len(u.files)} path(s)")
+        from monitor.sources.utilization_files import FileUtilizationSource
+
+        unknown = FileUtilizationSource(u.files).scan_units()
+        detail = f"files: {count} file(s) under {len(u.files)} path(s)"
+        return Check("utilization", not unknown, detail + _unknown_units(unknown))
     if offline:
         return Check(
             "utilization", None, f"Cloud Monitoring {', '.join(u.projects)}: request skipped (--offline)"
@@ -112,15 +118,24 @@ def check_utilization(cfg: Config, offline: bool, now: datetime) -> Check:
     from monitor.sources.monitoring import CloudMonitoringSource
 
     source = CloudMonitoringSource(u, cfg.google)
+    project = u.projects[0]
     try:
-        result = source.fetch_preset(u.projects[0], u.presets[0], now - timedelta(minutes=10), now)
+        result = source.fetch_preset(project, u.presets[0], now - timedelta(minutes=10), now)
+        unknown = dict(source.unknown_units)
+        for preset in u.presets:
+            unknown |= {p.metric_type: p.unit for p in source.unit_problems(project, preset)}
     finally:
         source.close()
-    return Check(
-        "utilization",
-        True,
-        f"Cloud Monitoring {u.projects[0]} ({u.presets[0]}): {len(result.samples)} samples in the last 10 min",
-    )
+    detail = f"Cloud Monitoring {project} ({u.presets[0]}): {len(result.samples)} samples in the last 10 min"
+    return Check("utilization", not unknown, detail + _unknown_units(unknown))
+
+
+def _unknown_units(unknown: Mapping[str, str]) -> str:
+    """The metrics skipped for their unit, named with it, for the check's detail."""
+    if not unknown:
+        return ""
+    named = ", ".join(f"{t} (unit {u!r})" for t, u in sorted(unknown.items()))
+    return f"; skipped, unit unknown (never guessed): {named}"
 
 
 def check_prices(cfg: Config, store_open: Callable[[], object] | None, now: datetime) -> Check:

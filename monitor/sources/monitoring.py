@@ -11,10 +11,19 @@ and because a window's stored samples are replaced (never appended) nothing is d
 
 Fresh points take up to ~4 minutes to appear, so every poll re-reads the last `reread` (5 minutes,
 rounded up to whole alignment windows) before the watermark.
+
+Units come from the API: the first page of a metric that has series triggers one
+`ListMetricDescriptors` request (filter `metric.type = "..."`), cached with the source per
+(project, metric type). A descriptor that does not exist is not an error (the metric is simply not
+in that project); a descriptor without a unit (Managed Prometheus has no units) falls back to the
+documented table in `monitor.sources.units`; a TimeSeries that carries its own `unit` is more
+specific still and wins. A unit that table does not know is never guessed: the metric is skipped,
+counted (`unknown_unit`), kept in `unknown_units`, and logged once.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import Counter
@@ -26,6 +35,7 @@ from typing import Any
 from monitor.config import GoogleConfig, UtilizationConfig
 from monitor.errors import ConfigError, PermanentSourceError, RetryableSourceError, SourceError
 from monitor.sources.presets import PRESETS, MetricSpec
+from monitor.sources.units import NO_UNIT, UnknownUnit, declared, factor, resolve_unit
 from monitor.state.store import StateStore
 from monitor.utilization import (
     FetchResult,
@@ -41,6 +51,8 @@ from monitor.utilization import (
 
 __all__ = ["CloudMonitoringSource", "PollReport", "WindowReport", "build_client", "window_for"]
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class WindowReport:
@@ -51,6 +63,7 @@ class WindowReport:
     samples: int
     skipped: dict[str, int]
     requests: int
+    unknown_units: dict[str, str] = field(default_factory=dict)  # metric type -> unit, skipped
 
 
 @dataclass
@@ -74,6 +87,15 @@ class PollReport:
         for w in self.windows:
             total.update(w.skipped)
         return dict(total)
+
+    @property
+    def unknown_units(self) -> dict[str, str]:
+        """Metric type -> unit of every metric skipped for its unit in this poll."""
+        out: dict[str, str] = {}
+        for w in self.windows:
+            for metric_type, unit in w.unknown_units.items():
+                out.setdefault(metric_type, unit)
+        return out
 
     def raise_for_failures(self) -> None:
         """Re-raise the first failure (retryable unless one was permanent), for callers that want it."""
@@ -175,6 +197,11 @@ class CloudMonitoringSource:
         self.timeout = timeout
         self.reread, self.initial_lookback = reread, initial_lookback
         self.page_size = page_size
+        #: Metric type -> unit of the metrics skipped for their unit since the last `fetch`/`poll`.
+        self.unknown_units: dict[str, str] = {}
+        self._units: dict[tuple[str, str], str | None] = {}  # (project, type) -> descriptor unit
+        self._warned: set[tuple[str, str]] = set()
+        self._preset_unknown: dict[str, str] = {}  # of the last `fetch_preset`
 
     def close(self) -> None:
         if self._owns_client:
@@ -185,6 +212,7 @@ class CloudMonitoringSource:
     def fetch(self, start: datetime, end: datetime) -> FetchResult:
         """Every configured project and preset for ``[start, end)``; raises `SourceError` on failure."""
         samples, skipped, requests = [], Counter(), 0
+        self.unknown_units = {}
         for project in self.cfg.projects:
             for preset in self.cfg.presets:
                 part = self.fetch_preset(project, preset, start, end)
@@ -194,16 +222,71 @@ class CloudMonitoringSource:
         return FetchResult(select_signals(samples), dict(skipped), requests)
 
     def fetch_preset(self, project: str, preset: str, start: datetime, end: datetime) -> FetchResult:
+        """One preset of one project; metrics skipped for their unit are added to `unknown_units`."""
         skips: Counter[str] = Counter()
         parsed: list[ParsedSeries] = []
+        unknown: dict[str, str] = {}
         calls = [0]
         for spec in PRESETS[preset].metrics:
             for page in self._pages(project, spec, start, end, calls):
+                if not page.time_series:
+                    continue
+                unit = declared(self.descriptor_unit(project, spec.metric_type, calls)) or page.unit
                 for ts in page.time_series:
-                    if (ps := parse_series(to_rest_json(ts), skips, default_project=project)) is not None:
+                    rest = to_rest_json(ts)
+                    ps = parse_series(rest, skips, default_project=project, unit=unit, unknown=unknown)
+                    if ps is not None:
                         parsed.append(ps)
+        self._note_unknown(unknown)
+        self._preset_unknown = unknown
         samples = assemble(parsed, self.cfg.alignment_seconds, skips, window=(start, end))
         return FetchResult(samples, {str(k): v for k, v in skips.items() if v}, calls[0])
+
+    def _note_unknown(self, unknown: dict[str, str]) -> None:
+        """Remember and log (once per metric type and unit, for the source's life) skipped units."""
+        for metric_type, unit in unknown.items():
+            self.unknown_units.setdefault(metric_type, unit)
+            if (metric_type, unit) not in self._warned:
+                self._warned.add((metric_type, unit))
+                log.warning(
+                    "metric skipped: unknown unit %r for %s (no conversion is guessed)",
+                    unit,
+                    metric_type,
+                    extra={"metric_type": metric_type, "unit": unit},
+                )
+
+    # ------------------------------------------------------------------------------------ units
+
+    def descriptor_unit(self, project: str, metric_type: str, calls: list[int] | None = None) -> str | None:
+        """The `unit` of the metric's descriptor in `project` ("" when it has none), None when the
+        project has no such descriptor; read once per (project, metric type) for the source's life."""
+        key = (project, metric_type)
+        if key not in self._units:
+            from google.cloud import monitoring_v3
+
+            request = monitoring_v3.ListMetricDescriptorsRequest(
+                name=f"projects/{project}", filter=f'metric.type = "{metric_type}"'
+            )
+            what = f"Cloud Monitoring {request.name} metricDescriptors {metric_type}"
+            page = self._call(self._client.list_metric_descriptors, request, what, calls or [0])
+            found = next((d for d in page if d.type == metric_type), None)
+            self._units[key] = None if found is None else found.unit
+        return self._units[key]
+
+    def unit_problems(self, project: str, preset: str) -> list[UnknownUnit]:
+        """The metrics of a preset whose unit (descriptor, else documented) cannot be converted.
+
+        Metrics absent from the project (no descriptor, nothing documented) are not problems.
+        """
+        out = []
+        for spec in PRESETS[preset].metrics:
+            described = self.descriptor_unit(project, spec.metric_type)
+            code = resolve_unit(spec.metric_type, described)
+            if code is not None and factor(code, spec.role) is None:
+                out.append(UnknownUnit(spec.metric_type, code))
+            elif code is None and described is not None:
+                out.append(UnknownUnit(spec.metric_type, NO_UNIT))
+        return out
 
     def _request(self, project: str, spec: MetricSpec, start: datetime, end: datetime, token: str) -> Any:
         from google.cloud import monitoring_v3
@@ -230,22 +313,23 @@ class CloudMonitoringSource:
     ) -> Iterator[Any]:
         token = ""
         while True:
-            page = self._call(self._request(project, spec, start, end, token), calls)
+            request = self._request(project, spec, start, end, token)
+            what = f"Cloud Monitoring {request.name} {request.filter.split(' AND ')[0]}"
+            page = self._call(self._client.list_time_series, request, what, calls)
             yield page
             token = page.next_page_token
             if not token:
                 return
 
-    def _call(self, request: Any, calls: list[int]) -> Any:
-        """One page, retried on transient errors; the library retry is off so the budget is ours."""
+    def _call(self, method: Callable[..., Any], request: Any, what: str, calls: list[int]) -> Any:
+        """One request, retried on transient errors; the library retry is off so the budget is ours."""
         from google.api_core import exceptions as gexc
 
-        what = f"Cloud Monitoring {request.name} {request.filter.split(' AND ')[0]}"
         last: Exception | None = None
         for attempt in range(self.max_attempts):
             calls[0] += 1
             try:
-                return self._client.list_time_series(request=request, retry=None, timeout=self.timeout)
+                return method(request=request, retry=None, timeout=self.timeout)
             except _retryable() as e:
                 last = e
                 if attempt + 1 < self.max_attempts:
@@ -263,6 +347,7 @@ class CloudMonitoringSource:
         """Read each (project, preset) from its watermark (minus the late margin) to `now`."""
         migrate(store)
         report = PollReport()
+        self.unknown_units = {}
         for project in self.cfg.projects:
             for preset in self.cfg.presets:
                 watermark = read_watermark(store, project, preset)
@@ -282,6 +367,8 @@ class CloudMonitoringSource:
                     continue
                 n = replace_window(store, project, preset, start, end, part.samples, now=now)
                 report.windows.append(
-                    WindowReport(project, preset, start, end, n, part.skipped, part.requests)
+                    WindowReport(
+                        project, preset, start, end, n, part.skipped, part.requests, self._preset_unknown
+                    )
                 )
         return report

@@ -2,8 +2,29 @@
 
 Pure data (no I/O), shared by the Cloud Monitoring source (which turns a spec into a filter and a
 `group_by_fields` list) and the file source (which recognises a metric type in exported JSON).
-Facts come from `shared/reference/gcp.md` section 4. Where a unit is not documented the spec says so
-(`unverified=True`); the scale can then be wrong by a factor of 100 and a test pins the assumption.
+A spec says WHAT a metric is (its resource, its labels, the signal it carries); HOW its values are
+scaled is not here: units come from the API (`ListMetricDescriptors`) or, failing that, from the
+documented table in `monitor.sources.units`, and an unknown unit is never guessed.
+
+Sources of the metric types, resources and labels below (checked 2026-12):
+- Ops Agent NVML: https://cloud.google.com/monitoring/api/metrics_opsagent ("gpu" section):
+  labels gpu_number, uuid, model; memory/bytes_used label memory_state one of [used, free].
+- Ops Agent DCGM v1 and v2: the same page ("NVIDIA Data Center GPU Manager (DCGM) (v1)" / "(v2)"
+  tables: gce_instance, labels gpu_number, model, uuid; v2 gpu.dcgm.memory.bytes_used adds `state`),
+  GoogleCloudPlatform/ops-agent apps/dcgm.go (v1 renames gpu.dcgm.sm.utilization to
+  dcgm.gpu.profiling.sm_utilization; v2 renames gpu.memory.state to `state`) and
+  GoogleCloudPlatform/opentelemetry-operations-collector receiver/dcgmreceiver/metadata.yaml
+  (gpu.dcgm.utilization = "Ratio of time the graphics engine is active", i.e. DCGM's
+  GR_ENGINE_ACTIVE, not NVML utilization; state enum [used, free, reserved]).
+- GKE: https://cloud.google.com/monitoring/api/metrics_kubernetes (node/ and container/
+  accelerator/duty_cycle on k8s_node / k8s_container; metric labels accelerator_id, make, model,
+  from the kubelet's AcceleratorStats id/make/model); resource labels
+  https://cloud.google.com/monitoring/api/resources (k8s_node: project_id, location, cluster_name,
+  node_name; k8s_container: project_id, location, cluster_name, namespace_name, pod_name,
+  container_name, with the node in metadata.system_labels.node_name).
+- dcgm-exporter on Managed Service for Prometheus: NVIDIA/dcgm-exporter
+  internal/pkg/rendermetrics/render_metrics.go labels gpu, UUID, pci_bus_id, device, modelName and
+  the host as `Hostname`, renamed `hostname` by commit d5e5f510 (PR #655, 2026-05-12): both are read.
 
 A label path names where a value lives in a TimeSeries, in REST JSON terms:
 ``resource.<key>`` (``resource.labels``), ``metric.<key>`` (``metric.labels``) and ``system.<key>``
@@ -50,8 +71,8 @@ class Signal(StrEnum):
 
 
 class Role(StrEnum):
-    UTILIZATION = "utilization"  # percent busy (after `scale`)
-    MEMORY = "memory_used"  # bytes of GPU memory held (after `scale`)
+    UTILIZATION = "utilization"  # percent busy, once converted by its unit
+    MEMORY = "memory_used"  # bytes of GPU memory held, once converted by its unit
 
 
 def _group_field(path: str) -> str:
@@ -102,9 +123,7 @@ class MetricSpec:
     role: Role
     labels: LabelMap
     signal: Signal | None = None  # None for memory metrics
-    scale: float = 1.0  # multiply raw values by this: ratio 0-1 -> %, MiB -> bytes
     require: tuple[tuple[str, str], ...] = ()  # label path == value (e.g. memory_state "used")
-    unverified: bool = False
     notes: str = field(default="", compare=False)
 
     @property
@@ -145,7 +164,7 @@ _K8S_CONTAINER = LabelMap(
 _PROM = LabelMap(
     zone=("resource.location",),
     cluster=("resource.cluster",),
-    node_name=("metric.Hostname",),
+    node_name=("metric.hostname", "metric.Hostname"),  # main branch since 2026-05 / older releases
     gpu=("metric.gpu",),
     model=("metric.modelName",),
 )
@@ -181,8 +200,7 @@ PRESETS: dict[str, Preset] = {
                     _U,
                     _GCE,
                     Signal.SM_ACTIVE,
-                    unverified=True,
-                    notes="v1 receiver; assumed percent",
+                    notes="receiver v1: DCGM_FI_PROF_SM_ACTIVE, a 0-1 ratio (unit 1)",
                 ),
                 MetricSpec(
                     _WL + "gpu.dcgm.sm.utilization",
@@ -190,21 +208,24 @@ PRESETS: dict[str, Preset] = {
                     _U,
                     _GCE,
                     Signal.SM_ACTIVE,
-                    scale=100.0,
-                    unverified=True,
-                    notes="v2 receiver (preview); assumed ratio",
+                    notes="receiver v2 (preview): unit 1",
                 ),
                 MetricSpec(
                     _WL + "gpu.dcgm.utilization",
                     "gce_instance",
                     _U,
                     _GCE,
-                    Signal.GPU_UTILIZATION,
-                    scale=100.0,
-                    unverified=True,
-                    notes="v2 receiver (preview); assumed ratio",
+                    Signal.GR_ENGINE_ACTIVE,
+                    notes="receiver v2 (preview): graphics-engine activity, unit 1",
                 ),
-                MetricSpec(_WL + "gpu.dcgm.memory.bytes_used", "gce_instance", _M, _GCE, unverified=True),
+                MetricSpec(
+                    _WL + "gpu.dcgm.memory.bytes_used",
+                    "gce_instance",
+                    _M,
+                    _GCE,
+                    require=(("metric.state", "used"),),
+                    notes="receiver v2: label state one of used, free, reserved",
+                ),
             ),
         ),
         Preset(
@@ -238,7 +259,6 @@ PRESETS: dict[str, Preset] = {
                     _U,
                     _PROM,
                     Signal.SM_ACTIVE,
-                    scale=100.0,
                 ),
                 MetricSpec(
                     _PROM_T.format("DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
@@ -246,7 +266,6 @@ PRESETS: dict[str, Preset] = {
                     _U,
                     _PROM,
                     Signal.GR_ENGINE_ACTIVE,
-                    scale=100.0,
                 ),
                 MetricSpec(
                     _PROM_T.format("DCGM_FI_DEV_GPU_UTIL"),
@@ -260,8 +279,7 @@ PRESETS: dict[str, Preset] = {
                     "prometheus_target",
                     _M,
                     _PROM,
-                    scale=float(2**20),
-                    notes="MiB",
+                    notes="MiB per dcgm-exporter's counters csv",
                 ),
             ),
         ),

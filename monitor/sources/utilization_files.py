@@ -11,6 +11,10 @@ ALIGN_MEAN would. Files named after a day (``2026-11-01.json.gz``, as the simula
 only opened when that day can hold points of the requested window; parsed files are cached by
 (path, mtime, size), so a daemon polling a growing directory re-reads only what changed, and a file
 rewritten with the same bytes (a new mtime, e.g. from a sync tool) is read but not parsed again.
+
+Files carry no metric descriptors: a value's unit is the series' own `unit`, else its page's
+`unit`, else the documented unit of its metric type (`monitor.sources.units`). A metric whose unit
+is unknown is skipped, counted (`unknown_unit`), kept in `unknown_units` and logged once.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import logging
 import zlib
 from collections import Counter
 from collections.abc import Iterable
@@ -27,9 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from monitor.errors import InputError
+from monitor.sources.presets import METRICS
+from monitor.sources.units import NO_UNIT, declared, factor, resolve_unit
 from monitor.utilization import FetchResult, ParsedSeries, assemble, parse_series
 
 __all__ = ["FileUtilizationSource", "read_time_series"]
+
+log = logging.getLogger(__name__)
 
 _SHAPE = (
     'expected a Cloud Monitoring timeSeries page ({"timeSeries": [...]}), an array of pages, '
@@ -68,6 +77,11 @@ def _page(doc: dict[str, Any], path: Path, where: str) -> list[Any]:
     series = doc.get("timeSeries", [])
     if not isinstance(series, list):
         raise InputError(str(path), "expected an array", field=f"{where}timeSeries")
+    page_unit = declared(doc.get("unit"))
+    if page_unit is not None:  # "the unit in which all time_series point values are reported"
+        for ts in series:
+            if isinstance(ts, dict) and declared(ts.get("unit")) is None:
+                ts["unit"] = page_unit
     return series
 
 
@@ -108,7 +122,10 @@ class FileUtilizationSource:
         self.alignment_seconds = alignment_seconds
         #: Files parsed so far (cache misses), for tests and benchmarks.
         self.parsed_files = 0
+        #: Metric type -> unit of the metrics skipped for their unit in the last `fetch`.
+        self.unknown_units: dict[str, str] = {}
         self._cache: dict[Path, _Parsed] = {}
+        self._warned: set[tuple[str, str]] = set()
 
     def files(self) -> list[Path]:
         """Explicit files in the order given; a directory's `.json` / `.json.gz` files by name."""
@@ -130,29 +147,68 @@ class FileUtilizationSource:
         files = [f for f in self.files() if (d := _day_of(f)) is None or first <= d <= last]
         skips: Counter[str] = Counter()
         parsed: list[ParsedSeries] = []
+        unknown: dict[str, str] = {}
         for f in files:
-            series, file_skips = self._parsed(f)
-            parsed += series
-            skips.update(file_skips)
+            hit = self._parsed(f)
+            parsed += hit.series
+            skips.update(hit.skips)
+            for metric_type, unit in hit.unknown.items():
+                unknown.setdefault(metric_type, unit)
+        self.unknown_units = unknown
+        self._warn(unknown)
         samples = assemble(parsed, self.alignment_seconds, skips, window=(start, end))
         return FetchResult(samples, {str(k): v for k, v in skips.items() if v}, len(files))
 
-    def _parsed(self, path: Path) -> tuple[list[ParsedSeries], Counter[str]]:
+    def scan_units(self) -> dict[str, str]:
+        """Metric type -> unit of every preset metric in the files whose unit cannot be converted.
+
+        For `gpucost check`: reads each file's series (not their points) without touching the cache.
+        """
+        unknown: dict[str, str] = {}
+        for f in self.files():
+            for ts in read_time_series(f):
+                metric = ts.get("metric") if isinstance(ts, dict) else None
+                spec = METRICS.get(metric.get("type")) if isinstance(metric, dict) else None
+                if spec is None or spec.metric_type in unknown:
+                    continue
+                code = resolve_unit(spec.metric_type, ts.get("unit"))
+                if code is None or factor(code, spec.role) is None:
+                    unknown[spec.metric_type] = code or NO_UNIT
+        return unknown
+
+    def _warn(self, unknown: dict[str, str]) -> None:
+        """One warning per (metric type, unit) for the source's life: a daemon polls every minute."""
+        for metric_type, unit in unknown.items():
+            if (metric_type, unit) not in self._warned:
+                self._warned.add((metric_type, unit))
+                log.warning(
+                    "metric skipped: unknown unit %r for %s (no conversion is guessed)",
+                    unit,
+                    metric_type,
+                    extra={"metric_type": metric_type, "unit": unit},
+                )
+
+    def _parsed(self, path: Path) -> _Parsed:
         st = path.stat()
         stamp = (st.st_mtime_ns, st.st_size)
         hit = self._cache.get(path)
         if hit is not None and hit.stamp == stamp:
-            return hit.series, hit.skips
+            return hit
         data = _read(path)
         digest = hashlib.blake2b(data, digest_size=16).digest()
         if hit is not None and hit.digest == digest:  # rewritten, same bytes
-            self._cache[path] = _Parsed(stamp, digest, hit.series, hit.skips)
-            return hit.series, hit.skips
+            self._cache[path] = _Parsed(stamp, digest, hit.series, hit.skips, hit.unknown)
+            return self._cache[path]
         skips: Counter[str] = Counter()
-        series = [ps for ts in read_time_series(path, data) if (ps := parse_series(ts, skips)) is not None]
+        unknown: dict[str, str] = {}
+        series = [
+            ps
+            for ts in read_time_series(path, data)
+            if (ps := parse_series(ts, skips, unknown=unknown)) is not None
+        ]
         self.parsed_files += 1
-        self._cache[path] = _Parsed(stamp, digest, series, skips)
-        return series, skips
+        self._cache[path] = _Parsed(stamp, digest, series, skips, unknown)
+        return self._cache[path]
 
 
 @dataclass(frozen=True)
@@ -163,3 +219,4 @@ class _Parsed:
     digest: bytes
     series: list[ParsedSeries]
     skips: Counter[str]
+    unknown: dict[str, str]

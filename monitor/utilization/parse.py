@@ -1,6 +1,9 @@
 """One Cloud Monitoring TimeSeries (REST JSON) validated into a `ParsedSeries`.
 
-Bad input never aborts a poll: every dropped point is counted under a `SkipReason`. A fleet's files
+Bad input never aborts a poll: every dropped point is counted under a `SkipReason`. Values are
+converted by their unit (`monitor.sources.units`): a series whose unit is unknown is skipped whole,
+counted as `unknown_unit` and named in `unknown` (metric type -> unit), never scaled by a guess.
+A fleet's files
 hold hundreds of thousands of points, nearly all well formed, so each point first takes a fast path
 (a float value, string timestamps, in range) and only an unusual one goes through the general
 checks, which decide exactly as before.
@@ -17,6 +20,7 @@ from itertools import pairwise
 from typing import Any
 
 from monitor.sources.presets import METRICS, MetricSpec, Role
+from monitor.sources.units import NO_UNIT, UNKNOWN_UNIT, factor, resolve_unit
 from monitor.timeutil import parse_timestamp
 from monitor.utilization.records import IDENT_FIELDS, ParsedSeries, SkipReason
 
@@ -194,8 +198,31 @@ def _spec_of(ts: Mapping[str, Any], raw_points: list, skips: Counter[str]) -> Me
     return spec
 
 
-def parse_series(ts: Any, skips: Counter[str], *, default_project: str | None = None) -> ParsedSeries | None:
-    """Validate one REST-JSON TimeSeries; None (with its points counted in `skips`) when unusable."""
+def _factor(
+    ts: Mapping[str, Any], spec: MetricSpec, unit: str | None, unknown: dict[str, str] | None
+) -> float | None:
+    """The series' conversion factor: its own `unit`, else the caller's, else the documented one."""
+    code = resolve_unit(spec.metric_type, ts.get("unit"), unit)
+    f = None if code is None else factor(code, spec.role)
+    if f is None and unknown is not None:
+        unknown.setdefault(spec.metric_type, code or NO_UNIT)
+    return f
+
+
+def parse_series(
+    ts: Any,
+    skips: Counter[str],
+    *,
+    default_project: str | None = None,
+    unit: str | None = None,
+    unknown: dict[str, str] | None = None,
+) -> ParsedSeries | None:
+    """Validate one REST-JSON TimeSeries; None (with its points counted in `skips`) when unusable.
+
+    `unit` is what the caller knows of the metric's unit (a `ListMetricDescriptors` answer, a
+    page's `unit`); the series' own `unit` field wins over it, the documented table comes last.
+    A metric skipped for its unit is recorded in `unknown` (metric type -> unit as declared).
+    """
     if not isinstance(ts, Mapping) or not isinstance(ts.get("points", []), list):
         skips[SkipReason.MALFORMED_SERIES] += 1
         return None
@@ -205,6 +232,10 @@ def parse_series(ts: Any, skips: Counter[str], *, default_project: str | None = 
         return None
     if any(_label(ts, path) != value for path, value in spec.require):
         return None  # e.g. memory_state "free": a real series, just not the one we read
+    scale = _factor(ts, spec, unit, unknown)
+    if scale is None:
+        skips[UNKNOWN_UNIT] += len(raw_points)
+        return None
     ident = _ident(ts, spec, default_project)
     if (
         not ident["project"]
@@ -213,5 +244,5 @@ def parse_series(ts: Any, skips: Counter[str], *, default_project: str | None = 
     ):
         skips[SkipReason.MISSING_LABELS] += len(raw_points)
         return None
-    points = _points(raw_points, spec.scale, spec.role is Role.UTILIZATION, skips)
+    points = _points(raw_points, scale, spec.role is Role.UTILIZATION, skips)
     return ParsedSeries(spec, ident, _in_order(points, skips))

@@ -1,4 +1,5 @@
-"""A Cloud Monitoring stand-in: the real `google.monitoring.v3.MetricService/ListTimeSeries` over gRPC.
+"""A Cloud Monitoring stand-in: the real `google.monitoring.v3.MetricService` over gRPC
+(`ListTimeSeries` and `ListMetricDescriptors`).
 
 It binds 127.0.0.1 on a free port and speaks the real protobuf wire format, so the real
 google-cloud-monitoring client talks to it unchanged. It does not aggregate: a test loads it with
@@ -8,6 +9,12 @@ and the server selects them by `metric.type` from the request filter and by poin
 `page_size` at a time with opaque tokens. `faults` is a queue of status codes (None = answer
 normally) consumed one per call, to script UNAVAILABLE / RESOURCE_EXHAUSTED at any call. Every
 request is recorded as the deserialized `ListTimeSeriesRequest`.
+
+`ListMetricDescriptors` answers a `metric.type = "..."` filter from `units` (metric type -> unit),
+preloaded with the REAL unit of every metric the presets read (`REAL_UNITS`, each cited); a type
+absent from `units` has no descriptor (an empty answer, as for a metric not in the project). A test
+sets `units[type] = "ms"` to make a unit unknown. Descriptor requests are recorded apart, in
+`descriptor_requests`, and have their own fault queue, `descriptor_faults`.
 """
 
 from __future__ import annotations
@@ -22,9 +29,37 @@ from typing import Any
 import grpc
 from google.cloud import monitoring_v3
 
-__all__ = ["FakeMonitoringServer", "gauge_series"]
+__all__ = ["REAL_UNITS", "FakeMonitoringServer", "gauge_series"]
 
 _TYPE_RE = re.compile(r'metric\.type\s*=\s*"([^"]+)"')
+_WL = "workload.googleapis.com/"
+_PROM = "prometheus.googleapis.com/{}/gauge"
+
+#: The units Cloud Monitoring's descriptors carry for the metrics gpucost reads.
+REAL_UNITS: dict[str, str] = {
+    # https://cloud.google.com/monitoring/api/metrics_opsagent, gpu section: "GAUGE, DOUBLE, %" and
+    # "GAUGE, INT64, By".
+    "agent.googleapis.com/gpu/utilization": "%",
+    "agent.googleapis.com/gpu/memory/bytes_used": "By",
+    # GoogleCloudPlatform/opentelemetry-operations-collector receiver/dcgmreceiver/metadata.yaml
+    # (v1 at 051f4ee0: dcgm.gpu.profiling.sm_utilization unit 1; v2 at 34805c03: gpu.dcgm.* units
+    # "1" and By); the Ops Agent (ops-agent apps/dcgm.go) adds the prefix and keeps the unit.
+    _WL + "dcgm.gpu.profiling.sm_utilization": "1",
+    _WL + "gpu.dcgm.sm.utilization": "1",
+    _WL + "gpu.dcgm.utilization": "1",
+    _WL + "gpu.dcgm.memory.bytes_used": "By",
+    # https://cloud.google.com/monitoring/api/metrics_kubernetes; duty cycle is the kubelet's
+    # AcceleratorStats.dutyCycle, a percent (kubernetes.io/docs/reference/kubelet-api/stats.v1alpha1).
+    "kubernetes.io/node/accelerator/duty_cycle": "%",
+    "kubernetes.io/container/accelerator/duty_cycle": "%",
+    "kubernetes.io/container/accelerator/memory_used": "By",
+    # Managed Service for Prometheus: Prometheus metrics carry no unit
+    # (GoogleCloudPlatform/prometheus-engine#232), so their descriptors' unit is empty.
+    _PROM.format("DCGM_FI_PROF_SM_ACTIVE"): "",
+    _PROM.format("DCGM_FI_PROF_GR_ENGINE_ACTIVE"): "",
+    _PROM.format("DCGM_FI_DEV_GPU_UTIL"): "",
+    _PROM.format("DCGM_FI_DEV_FB_USED"): "",
+}
 
 
 def gauge_series(
@@ -37,6 +72,7 @@ def gauge_series(
     system_labels: dict[str, str] | None = None,
     metric_kind: str = "GAUGE",
     value_type: str = "DOUBLE",
+    unit: str = "",
 ) -> monitoring_v3.TimeSeries:
     """A TimeSeries of (end_time, value) points, as an aligned Cloud Monitoring response carries them."""
     value_key = "int64_value" if value_type == "INT64" else "double_value"
@@ -46,6 +82,7 @@ def gauge_series(
         metadata={"system_labels": system_labels} if system_labels else None,
         metric_kind=metric_kind,
         value_type=value_type,
+        unit=unit,
         points=[
             {"interval": {"end_time": end}, "value": {value_key: int(v) if value_key == "int64_value" else v}}
             for end, v in points
@@ -59,6 +96,9 @@ class FakeMonitoringServer:
         self.series: dict[str, list[monitoring_v3.TimeSeries]] = {}
         self.faults: list[grpc.StatusCode | None] = []
         self.requests: list[monitoring_v3.ListTimeSeriesRequest] = []
+        self.units: dict[str, str] = dict(REAL_UNITS)
+        self.descriptor_faults: list[grpc.StatusCode | None] = []
+        self.descriptor_requests: list[monitoring_v3.ListMetricDescriptorsRequest] = []
         self._lock = threading.Lock()
         self._server: grpc.Server | None = None
         self.port = 0
@@ -80,7 +120,12 @@ class FakeMonitoringServer:
                     self._list_time_series,
                     request_deserializer=monitoring_v3.ListTimeSeriesRequest.deserialize,
                     response_serializer=monitoring_v3.ListTimeSeriesResponse.serialize,
-                )
+                ),
+                "ListMetricDescriptors": grpc.unary_unary_rpc_method_handler(
+                    self._list_metric_descriptors,
+                    request_deserializer=monitoring_v3.ListMetricDescriptorsRequest.deserialize,
+                    response_serializer=monitoring_v3.ListMetricDescriptorsResponse.serialize,
+                ),
             },
         )
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -122,3 +167,20 @@ class FakeMonitoringServer:
         return monitoring_v3.ListTimeSeriesResponse(
             time_series=page, next_page_token=str(offset + self.page_size) if more else ""
         )
+
+    def _list_metric_descriptors(self, request: Any, context: grpc.ServicerContext) -> Any:
+        with self._lock:
+            self.descriptor_requests.append(request)
+            fault = self.descriptor_faults.pop(0) if self.descriptor_faults else None
+            m = _TYPE_RE.search(request.filter)
+            unit = self.units.get(m.group(1)) if m else None
+        if fault is not None:
+            context.abort(fault, f"scripted {fault.name}")
+        if m is None or unit is None:
+            return monitoring_v3.ListMetricDescriptorsResponse()
+        descriptor = {  # only what gpucost reads: the type and its unit
+            "name": f"{request.name}/metricDescriptors/{m.group(1)}",
+            "type": m.group(1),
+            "unit": unit,
+        }
+        return monitoring_v3.ListMetricDescriptorsResponse(metric_descriptors=[descriptor])
