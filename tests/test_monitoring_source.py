@@ -358,7 +358,7 @@ def test_unknown_unit_skips_the_metric_and_names_it(server, make_source, store, 
     )
     src, _ = make_source(presets=("ops_agent_nvml", "ops_agent_dcgm"))
 
-    with caplog.at_level("WARNING", logger="monitor.sources.monitoring"):
+    with caplog.at_level("WARNING", logger="monitor.sources"):
         first = src.fetch(T0, T0 + 2 * M5)
         src.fetch(T0, T0 + 2 * M5)
         report = src.poll(store, T0 + timedelta(minutes=11))

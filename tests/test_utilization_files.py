@@ -310,7 +310,7 @@ def test_unknown_unit_is_skipped_counted_named_and_logged_once(tmp_path, caplog)
     path = write(tmp_path / "u.json", {"timeSeries": [odd, series("1001")]})
     src = FileUtilizationSource([path])
 
-    with caplog.at_level("WARNING", logger="monitor.sources.utilization_files"):
+    with caplog.at_level("WARNING", logger="monitor.sources"):
         result = src.fetch(T0 - M5, T0 + timedelta(hours=1))
         src.fetch(T0 - M5, T0 + timedelta(hours=1))
 

@@ -35,7 +35,7 @@ from typing import Any
 from monitor.config import GoogleConfig, UtilizationConfig
 from monitor.errors import ConfigError, PermanentSourceError, RetryableSourceError, SourceError
 from monitor.sources.presets import PRESETS, MetricSpec
-from monitor.sources.units import NO_UNIT, UnknownUnit, declared, factor, resolve_unit
+from monitor.sources.units import NO_UNIT, UnknownUnit, UnknownUnitWarnings, declared, factor, resolve_unit
 from monitor.state.store import StateStore
 from monitor.utilization import (
     FetchResult,
@@ -200,7 +200,7 @@ class CloudMonitoringSource:
         #: Metric type -> unit of the metrics skipped for their unit since the last `fetch`/`poll`.
         self.unknown_units: dict[str, str] = {}
         self._units: dict[tuple[str, str], str | None] = {}  # (project, type) -> descriptor unit
-        self._warned: set[tuple[str, str]] = set()
+        self._warnings = UnknownUnitWarnings()
         self._preset_unknown: dict[str, str] = {}  # of the last `fetch_preset`
 
     def close(self) -> None:
@@ -246,14 +246,7 @@ class CloudMonitoringSource:
         """Remember and log (once per metric type and unit, for the source's life) skipped units."""
         for metric_type, unit in unknown.items():
             self.unknown_units.setdefault(metric_type, unit)
-            if (metric_type, unit) not in self._warned:
-                self._warned.add((metric_type, unit))
-                log.warning(
-                    "metric skipped: unknown unit %r for %s (no conversion is guessed)",
-                    unit,
-                    metric_type,
-                    extra={"metric_type": metric_type, "unit": unit},
-                )
+        self._warnings.warn(unknown)
 
     # ------------------------------------------------------------------------------------ units
 

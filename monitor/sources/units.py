@@ -24,6 +24,7 @@ from dcgm-exporter's own counter definitions.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -36,10 +37,13 @@ __all__ = [
     "UNKNOWN_UNIT",
     "UnitKind",
     "UnknownUnit",
+    "UnknownUnitWarnings",
     "declared",
     "factor",
     "resolve_unit",
 ]
+
+log = logging.getLogger("monitor.sources")
 
 #: The skip reason counted for points of a series whose unit is unknown (a `SkipReason` value).
 UNKNOWN_UNIT = "unknown_unit"
@@ -168,3 +172,22 @@ DOCUMENTED_UNITS: dict[str, str] = {
     "prometheus.googleapis.com/DCGM_FI_PROF_GR_ENGINE_ACTIVE/gauge": "1",
     "prometheus.googleapis.com/DCGM_FI_PROF_SM_ACTIVE/gauge": "1",
 }
+
+
+class UnknownUnitWarnings:
+    """Warns once per (metric type, unit) for its owner's life: a daemon polls every minute, and a
+    unit that is unknown at the first poll stays unknown until someone changes the table."""
+
+    def __init__(self) -> None:
+        self._warned: set[tuple[str, str]] = set()
+
+    def warn(self, unknown: dict[str, str]) -> None:
+        for metric_type, unit in unknown.items():
+            if (metric_type, unit) not in self._warned:
+                self._warned.add((metric_type, unit))
+                log.warning(
+                    "metric skipped: unknown unit %r for %s (no conversion is guessed)",
+                    unit,
+                    metric_type,
+                    extra={"metric_type": metric_type, "unit": unit},
+                )

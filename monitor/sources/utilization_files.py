@@ -33,7 +33,7 @@ from typing import Any
 
 from monitor.errors import InputError
 from monitor.sources.presets import METRICS
-from monitor.sources.units import NO_UNIT, declared, factor, resolve_unit
+from monitor.sources.units import NO_UNIT, UnknownUnitWarnings, declared, factor, resolve_unit
 from monitor.utilization import FetchResult, ParsedSeries, assemble, parse_series
 
 __all__ = ["FileUtilizationSource", "read_time_series"]
@@ -125,7 +125,7 @@ class FileUtilizationSource:
         #: Metric type -> unit of the metrics skipped for their unit in the last `fetch`.
         self.unknown_units: dict[str, str] = {}
         self._cache: dict[Path, _Parsed] = {}
-        self._warned: set[tuple[str, str]] = set()
+        self._warnings = UnknownUnitWarnings()
 
     def files(self) -> list[Path]:
         """Explicit files in the order given; a directory's `.json` / `.json.gz` files by name."""
@@ -155,7 +155,7 @@ class FileUtilizationSource:
             for metric_type, unit in hit.unknown.items():
                 unknown.setdefault(metric_type, unit)
         self.unknown_units = unknown
-        self._warn(unknown)
+        self._warnings.warn(unknown)
         samples = assemble(parsed, self.alignment_seconds, skips, window=(start, end))
         return FetchResult(samples, {str(k): v for k, v in skips.items() if v}, len(files))
 
@@ -175,18 +175,6 @@ class FileUtilizationSource:
                 if code is None or factor(code, spec.role) is None:
                     unknown[spec.metric_type] = code or NO_UNIT
         return unknown
-
-    def _warn(self, unknown: dict[str, str]) -> None:
-        """One warning per (metric type, unit) for the source's life: a daemon polls every minute."""
-        for metric_type, unit in unknown.items():
-            if (metric_type, unit) not in self._warned:
-                self._warned.add((metric_type, unit))
-                log.warning(
-                    "metric skipped: unknown unit %r for %s (no conversion is guessed)",
-                    unit,
-                    metric_type,
-                    extra={"metric_type": metric_type, "unit": unit},
-                )
 
     def _parsed(self, path: Path) -> _Parsed:
         st = path.stat()
