@@ -1,7 +1,7 @@
 """GPU model names, normalised across the three places gpucost meets them.
 
-The same H100 shows up as a billing SKU (`Spot Preemptible Nvidia H100 80GB GPU running in Iowa`,
-`Nvidia H100 80GB GPU attached to Spot Preemptible VMs running in Americas`), as a machine type
+The same H100 shows up as a billing SKU (`Nvidia H100 80GB GPU attached to Spot Preemptible VMs
+running in Americas`; SKU wording is `monitor.sku`'s business), as a machine type
 (`a3-highgpu-8g`), as a Cloud Monitoring label (`model` = `NVIDIA H100 80GB HBM3`) and as a GKE
 accelerator (`nvidia-h100-80gb`). Prices, live estimates and the GPU join only line up if all of
 them map to one `GpuModel`. Everything here is pure and table-driven.
@@ -10,7 +10,7 @@ them map to one `GpuModel`. Everything here is pure and table-driven.
 <GpuModel.A100_40GB: 'A100 40GB'>
 >>> gpus_for_machine_type("a3-highgpu-8g")
 MachineGpus(model=<GpuModel.H100_80GB: 'H100 80GB'>, count=8)
->>> parse_sku_description("Commitment v1: Nvidia H100 80GB GPU running in Iowa for 3 Years").kind
+>>> parse_sku_description("Commitment v1: Nvidia H100 80GB GPU running in Americas for 3 Years").kind
 <PriceKind.COMMIT_3Y: 'commit_3y'>
 """
 
@@ -50,6 +50,8 @@ class GpuModel(StrEnum):
     V100 = "V100"
     P100 = "P100"
     P4 = "P4"
+    K80 = "K80"
+    RTX_PRO_6000 = "RTX PRO 6000"
 
 
 #: Models the bundled price snapshot must price (tests enforce it). Newer parts (H200, B200,
@@ -88,6 +90,7 @@ _MODEL_RULES: tuple[tuple[frozenset[str], GpuModel], ...] = (
     (frozenset({"b200"}), GpuModel.B200),
     (frozenset({"h200"}), GpuModel.H200_141GB),
     (frozenset({"h100", "mega"}), GpuModel.H100_MEGA_80GB),
+    (frozenset({"h100", "plus"}), GpuModel.H100_MEGA_80GB),  # A3 Plus = A3 Mega (see monitor.sku)
     (frozenset({"h100"}), GpuModel.H100_80GB),
     (frozenset({"a100", "80gb"}), GpuModel.A100_80GB),
     (frozenset({"a100"}), GpuModel.A100_40GB),
@@ -96,6 +99,9 @@ _MODEL_RULES: tuple[tuple[frozenset[str], GpuModel], ...] = (
     (frozenset({"v100"}), GpuModel.V100),
     (frozenset({"p100"}), GpuModel.P100),
     (frozenset({"p4"}), GpuModel.P4),
+    (frozenset({"k80"}), GpuModel.K80),
+    (frozenset({"rtx", "pro", "6000"}), GpuModel.RTX_PRO_6000),
+    (frozenset({"rtx", "6000", "96gb"}), GpuModel.RTX_PRO_6000),
 )
 
 
@@ -170,7 +176,8 @@ class SkuDescription:
 
     `resource` is "gpu", "cpu", "ram" or None; `model` is set for GPUs, `family` (A2, G2, ...) for
     CPU/RAM. `variant` names a special offering whose price is not the plain rate (reserved, DWS,
-    sole tenancy, ...); `geo` is the trailing place ("Americas", "Iowa").
+    sole tenancy, ...); `geo` is the trailing place ("Americas", "Iowa"). A view of
+    `monitor.sku.ParsedSku`, kept for the price book and the GPU-hour estimates.
     """
 
     resource: str | None
@@ -181,63 +188,27 @@ class SkuDescription:
     geo: str | None = None
 
 
-_VARIANTS = (
-    "reserved",
-    "dws",
-    "defined duration",
-    "flex start",
-    "calendar mode",
-    "sole tenancy",
-    "sole tenant",
-    "vgpu",
-    "virtual workstation",
-    "plus",
-    "custom",
-    "extended",
-    "premium",
-)
-_COMMIT = re.compile(r"^commitment v\d+:\s*", re.IGNORECASE)
-_TERM = re.compile(r"\bfor (\d+) years?\b", re.IGNORECASE)
-_GEO = re.compile(r"\bin ([A-Za-z][A-Za-z .'()-]*?)(?: for \d+ years?)?$", re.IGNORECASE)
-_CPU_RAM = re.compile(r"\b([a-z]\d[a-z]?)\s+(?:instance\s+)?(core|cpu|ram)\b", re.IGNORECASE)
-
-
-def _kind(desc: str) -> PriceKind:
-    if _COMMIT.match(desc):
-        term = _TERM.search(desc)
-        return PriceKind.COMMIT_3Y if term and term.group(1) == "3" else PriceKind.COMMIT_1Y
-    if "preemptible" in desc.lower() or re.match(r"(?i)spot\b", desc):
-        return PriceKind.SPOT
-    return PriceKind.ON_DEMAND
-
-
-def _variant(desc: str) -> str | None:
-    low = " ".join(_tokens(desc))
-    return next((v for v in _VARIANTS if re.search(rf"\b{v}\b", low)), None)
-
-
 def parse_sku_description(description: str) -> SkuDescription:
-    """Read a Compute Engine SKU description (matched case-insensitively, as gcp.md says).
+    """Read a Compute Engine SKU description with `monitor.sku.parse_sku` (the one SKU parser).
 
-    >>> d = parse_sku_description("Spot Preemptible Nvidia H100 80GB GPU running in Iowa")
+    >>> d = parse_sku_description("Nvidia H100 80GB GPU attached to Spot Preemptible VMs running in Iowa")
     >>> (d.resource, d.kind.value, d.model.value, d.geo)
     ('gpu', 'spot', 'H100 80GB', 'Iowa')
     >>> d = parse_sku_description("A2 Instance Ram running in Americas")
     >>> (d.resource, d.family, d.kind.value)
     ('ram', 'A2', 'on_demand')
     """
-    desc = " ".join(description.split())
-    kind = _kind(desc)
-    geo_m = _GEO.search(desc)
-    geo = geo_m.group(1).strip() if geo_m else None
-    toks = set(_tokens(desc))
-    model = normalize_gpu_model(desc)
-    if model is not None and toks & {"gpu", "nvidia", "tesla"}:
-        return SkuDescription("gpu", kind, model=model, variant=_variant(desc), geo=geo)
-    if m := _CPU_RAM.search(_COMMIT.sub("", desc)):
-        resource = "ram" if m.group(2).lower() == "ram" else "cpu"
-        return SkuDescription(resource, kind, family=m.group(1).upper(), variant=_variant(desc), geo=geo)
-    return SkuDescription(None, kind, variant=_variant(desc), geo=geo)
+    from monitor.sku import parse_sku  # monitor.sku builds on GpuModel/PriceKind defined here
+
+    p = parse_sku(description)
+    return SkuDescription(
+        resource=p.counts.value if p.counts else None,
+        kind=p.kind,
+        model=p.gpu_model,
+        family=p.family,
+        variant=p.variant,
+        geo=p.geo,
+    )
 
 
 _GEOS: tuple[tuple[str, str], ...] = (

@@ -28,27 +28,29 @@ LOGGING = {"id": "5490-F7B7-8DF6", "description": "Cloud Logging"}
 
 # (service, SKU description, cost_type, expected subcategory, expected pricing model)
 TABLE: list[tuple[dict[str, str], str, str, str, str | None]] = [
-    # GPUs: on-demand, Spot, reserved, DWS, commitment fee.
+    # GPUs: on-demand, Spot (an infix for GPUs), reserved / DWS, commitment fee. Real catalog
+    # wording; sources in tests/fixtures/skus/real_skus.tsv (the full table is tests/test_sku.py).
     (CE, "Nvidia Tesla A100 GPU running in Americas", "regular", "compute.gpu", "on_demand"),
-    (CE, "Nvidia Tesla A100 80GB GPU running in EMEA", "regular", "compute.gpu", "on_demand"),
-    (CE, "Nvidia H100 80GB GPU running in Virginia", "regular", "compute.gpu", "on_demand"),
-    (CE, "Nvidia L4 GPU running in Americas", "regular", "compute.gpu", "on_demand"),
-    (CE, "Nvidia Tesla T4 GPU running in APAC", "regular", "compute.gpu", "on_demand"),
-    (CE, "Spot Preemptible Nvidia Tesla A100 GPU running in Americas", "regular", "compute.gpu", "spot"),
-    (CE, "Preemptible Nvidia Tesla T4 GPU running in Americas", "regular", "compute.gpu", "spot"),
-    (CE, "Reserved Nvidia H100 80GB GPU running in Americas", "regular", "compute.gpu", "reserved"),
-    (CE, "Nvidia H100 80GB GPU DWS Defined Duration running in Americas", "regular", "compute.gpu",
-     "on_demand"),
-    (CE, "Commitment v1: Nvidia H100 80GB GPU running in Americas for 1 Year", "regular",
+    (CE, "Nvidia L4 GPU running in Salt Lake City", "regular", "compute.gpu", "on_demand"),
+    (CE, "Nvidia L4 GPU attached to Spot Preemptible VMs running in Iowa", "regular", "compute.gpu", "spot"),
+    (CE, "TpuV5e attached to Spot Preemptible VMs running in Americas", "regular", "compute.gpu", "spot"),
+    (CE, "Reserved Nvidia Tesla A100 80GB GPU in Americas", "regular", "compute.gpu", "reserved"),
+    (CE, "Reserved Nvidia H100 80GB GPU in Seoul in Calendar Mode", "regular", "compute.gpu", "reserved"),
+    (CE, "Nvidia H100 80GB GPU attached to DWS Defined Duration VMs running in Seoul", "regular",
+     "compute.gpu", "reserved"),
+    (CE, "DWS Calendar Mode A4 Nvidia B200 (1 gpu slice) in Seoul", "regular", "compute.gpu", "reserved"),
+    (CE, "Commitment v1: Nvidia Tesla T4 GPU running in Americas for 1 Year", "regular",
      "compute.commitment_fee", "committed"),
-    (CE, "Commitment v1: A2 Cpu in Americas for 3 Years", "regular", "compute.commitment_fee", "committed"),
-    (CE, "Commitment v1: A2 Ram in Americas for 1 Year", "regular", "compute.commitment_fee", "committed"),
+    (CE, "Commitment v1: A4 Nvidia B200 (1 gpu slice) in Americas for 1 Year", "regular",
+     "compute.commitment_fee", "committed"),
+    (CE, "Commitment v1: SLES for SAP for VM with 4 VCPU for 3 Year", "regular", "compute.commitment_fee",
+     "committed"),
     # CPU / RAM.
     (CE, "A2 Instance Core running in Americas", "regular", "compute.cpu", "on_demand"),
-    (CE, "A3 Instance Ram running in EMEA", "regular", "compute.ram", "on_demand"),
-    (CE, "G2 Instance Core running in Americas", "regular", "compute.cpu", "on_demand"),
-    (CE, "Spot Preemptible A2 Instance Core running in Americas", "regular", "compute.cpu", "spot"),
-    (CE, "Spot Preemptible A3 Instance Ram running in Americas", "regular", "compute.ram", "spot"),
+    (CE, "A2 Instance Ram running in Americas", "regular", "compute.ram", "on_demand"),
+    (CE, "G2 Instance Core running in Iowa", "regular", "compute.cpu", "on_demand"),
+    (CE, "Spot Preemptible G2 Instance Core running in Iowa", "regular", "compute.cpu", "spot"),
+    (CE, "Spot Preemptible G2 Instance Ram running in Las Vegas", "regular", "compute.ram", "spot"),
     (CE, "E2 Instance Core running in Americas", "regular", "compute.cpu", "on_demand"),
     (CE, "Memory-optimized Instance Ram running in Americas", "regular", "compute.ram", "on_demand"),
     (GKE, "Autopilot Pod mCPU Requests (us-central1)", "regular", "compute.cpu", "on_demand"),
@@ -98,7 +100,7 @@ TABLE: list[tuple[dict[str, str], str, str, str, str | None]] = [
     (GCS, "Multi-Region Standard Class B Operations", "regular", "storage.gcs", None),
     (FILESTORE, "Filestore Capacity Basic HDD (Standard) Iowa", "regular", "storage.filestore", None),
     (BQ, "Active Storage", "regular", "storage.bigquery", None),
-    (BQ, "Analysis", "regular", "storage.bigquery", None),
+    (BQ, "Analysis", "regular", "other", None),  # query processing, not storage
     # Orchestration.
     (GKE, "Zonal Kubernetes Clusters", "regular", "orchestration.gke", None),
     (GKE, "Regional Kubernetes Clusters", "regular", "orchestration.gke", None),

@@ -110,7 +110,7 @@ def fleet_rows(seed: int, n: int) -> list[dict[str, Any]]:
     rnd = random.Random(seed)
     skus = [
         ("Nvidia H100 80GB GPU running in Americas", CE),
-        ("Spot Preemptible Nvidia Tesla A100 GPU running in Americas", CE),
+        ("Nvidia Tesla A100 GPU attached to Spot Preemptible VMs running in Americas", CE),
         ("A3 Instance Core running in Americas", CE),
         ("A3 Instance Ram running in Americas", CE),
         ("Network Inter Zone Data Transfer Out", CE),

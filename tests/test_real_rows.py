@@ -22,7 +22,7 @@ from monitor.sources.loader import load_billing
 # What a FinOps engineer files each SKU found in those files under.
 EXPECTED: dict[tuple[str, str], str] = {
     ("BigQuery", "Active Storage"): "storage.bigquery",
-    ("BigQuery", "Analysis"): "storage.bigquery",
+    ("BigQuery", "Analysis"): "other",
     ("Cloud Storage", "Download Worldwide Destinations (excluding Asia & Australia)"): "network.internet",
     ("Cloud Storage", "Multi-Region Standard Class B Operations"): "storage.gcs",
     ("Compute Engine", "E2 Instance Core running in Americas"): "compute.cpu",

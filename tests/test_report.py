@@ -43,7 +43,7 @@ def _rows() -> list[dict]:
         rows.append(export_row("Network Inter Zone Data Transfer Out", 0.25, hour=hour, instance="trainer-0"))
         rows.append(
             export_row(
-                "Spot Preemptible Nvidia L4 GPU running in Americas",
+                "Nvidia L4 GPU attached to Spot Preemptible VMs running in Iowa",
                 0.2236,
                 hour=hour,
                 project="ml-research",
@@ -194,7 +194,7 @@ def test_cli_skus_json(export_file: Path, capsys) -> None:
     }
     assert gpu["committed_rows"] == 24
     assert gpu["cost"] == pytest.approx(48 * 9.8)
-    assert skus["Spot Preemptible Nvidia L4 GPU running in Americas"]["pricing_model"] == "spot"
+    assert skus["Nvidia L4 GPU attached to Spot Preemptible VMs running in Iowa"]["pricing_model"] == "spot"
 
 
 def test_cli_config_overrides_reach_the_engine(export_file: Path, tmp_path: Path, capsys) -> None:

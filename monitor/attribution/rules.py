@@ -5,13 +5,16 @@ optionally the pricing model the SKU itself implies (Spot, commitment fee, reser
 the billing export's own fields (service, SKU description / id, cost type, transaction type), never
 on prices, so they keep working when prices change. Patterns are RE2 (BigQuery's and DuckDB's regex
 engine) and case-insensitive; both the older (`... Egress`) and newer (`... Data Transfer Out`) SKU
-names are covered. The order encodes the judgement calls:
+names are covered. SKU wording (what is a GPU, Spot, a commitment, reserved / DWS) comes from
+`monitor.sku`, the same constants the Python parser uses. The order encodes the judgement calls:
 
 - tax and marketplace before anything that looks at the SKU text;
 - commitment fees before GPU/CPU/RAM (`Commitment v1: Nvidia H100 ... GPU` is a fee, not usage);
+- Spot (prefix or infix) and reserved / DWS before the plain capacity rule of each kind;
 - ingress before every egress rule, so an ingress SKU is never egress;
 - network egress (including Cloud Storage downloads) before storage, so a GCS download is egress;
-- accelerators before CPU/RAM, snapshots before disks, local SSD before persistent disks.
+- accelerators before CPU/RAM, snapshots before disks, local SSD before persistent disks;
+- BigQuery storage SKUs before the rest of BigQuery, which is query processing (`Analysis`).
 
 `gpucost skus` lists what every SKU in the data gets; `[attribution] rules` in config run first.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from monitor import sku
 from monitor.model import SUBCATEGORIES, PricingModel
 
 __all__ = ["BUILTIN_RULES", "COMPUTE_SERVICES", "SERVICE_IDS", "Rule"]
@@ -73,21 +77,19 @@ class Rule:
             raise ValueError(f"rule {self.name!r}: needs at least one condition")
 
 
-_SPOT = r"^(Spot Preemptible|Preemptible) "
-_ACCEL = r"(\bNvidia\b|\bGPU\b|\bTPU\b)"
-_CORE = r"(\bCore\b|\bCpu\b|\bvCPU\b|\bmCPU\b)"
-_RAM = r"(\bRam\b|\bMemory\b)"
-
-
 def _capacity(kind: str, pattern: str, service_regex: str | None) -> tuple[Rule, ...]:
-    """Spot, reserved and plain variants of one compute capacity kind (gpu, cpu, ram)."""
+    """Spot, reserved/DWS and plain variants of one compute capacity kind (gpu, cpu, ram).
+
+    The Spot rule matches both wordings: the prefix of CPU/RAM SKUs (`Spot Preemptible A3 Instance
+    Core ...`) and the infix of GPU SKUs (`Nvidia L4 GPU attached to Spot Preemptible VMs ...`).
+    """
     cat = f"compute.{kind}"
     return (
-        Rule(f"{kind}-spot", cat, rf"(?i){_SPOT}.*{pattern}", service_regex=service_regex,
+        Rule(f"{kind}-spot", cat, sku.with_pricing(sku.SPOT, pattern), service_regex=service_regex,
              pricing_model=PricingModel.SPOT),
-        Rule(f"{kind}-reserved", cat, rf"(?i)^Reserved\b.*{pattern}", service_regex=service_regex,
-             pricing_model=PricingModel.RESERVED),
-        Rule(kind, cat, rf"(?i){pattern}", service_regex=service_regex),
+        Rule(f"{kind}-reserved", cat, sku.with_pricing(sku.RESERVED, pattern),
+             service_regex=service_regex, pricing_model=PricingModel.RESERVED),
+        Rule(kind, cat, sku.ci(pattern), service_regex=service_regex),
     )  # fmt: skip
 
 
@@ -99,7 +101,7 @@ BUILTIN_RULES: tuple[Rule, ...] = (
     Rule("support", "support", service_regex=r"(?i)^(Support|Cloud Support|Google Cloud Support)\b"),
     Rule("os-licence", "licensing.os", r"(?i)^Licensing Fee for\b"),
     # Commitment fees bill the commitment whether or not it is used.
-    Rule("commitment-fee", "compute.commitment_fee", r"(?i)^Commitment\b",
+    Rule("commitment-fee", "compute.commitment_fee", sku.ci(sku.COMMITMENT),
          pricing_model=PricingModel.COMMITTED),
     # Network: ingress first (never egress), then the egress kinds, then the rest of networking.
     Rule("ingress", "network.ingress", r"(?i)(\bIngress\b|\bData Transfer In\b)"),
@@ -115,9 +117,9 @@ BUILTIN_RULES: tuple[Rule, ...] = (
          r"|\bData Transfer\b|^Network\b)"),
     Rule("networking-service", "network.other", service=SERVICE_IDS["networking"]),
     # Compute capacity: accelerators (any service: Vertex AI training GPUs are GPU spend), CPU, RAM.
-    *_capacity("gpu", _ACCEL, None),
-    *_capacity("cpu", _CORE, COMPUTE_SERVICES),
-    *_capacity("ram", _RAM, COMPUTE_SERVICES),
+    *_capacity("gpu", sku.GPU, None),
+    *_capacity("cpu", sku.CPU_CORE, COMPUTE_SERVICES),
+    *_capacity("ram", sku.RAM, COMPUTE_SERVICES),
     # Storage.
     Rule("snapshot", "storage.snapshot", r"(?i)\bSnapshot\b"),
     Rule("local-ssd", "storage.other", r"(?i)\bLocal (SSD|Storage)\b"),
@@ -127,7 +129,10 @@ BUILTIN_RULES: tuple[Rule, ...] = (
     Rule("filestore-sku", "storage.filestore", r"(?i)\bFilestore\b"),
     Rule("gcs", "storage.gcs", service=SERVICE_IDS["storage"]),
     Rule("gcs-name", "storage.gcs", service_regex=r"(?i)^Cloud Storage$"),
-    Rule("bigquery", "storage.bigquery", service_regex=r"(?i)^BigQuery\b"),
+    # BigQuery bills storage and query processing (`Analysis`, slots) under the same services.
+    Rule("bigquery", "storage.bigquery", sku.ci(sku.BIGQUERY_STORAGE),
+         service_regex=sku.ci(sku.BIGQUERY_SERVICE)),
+    Rule("bigquery-query", "other", service_regex=sku.ci(sku.BIGQUERY_SERVICE)),
     Rule("storage-other", "storage.other", r"(?i)\bStorage\b"),
     # Orchestration.
     Rule("gke", "orchestration.gke", r"(?i)\bKubernetes Clusters\b"),
