@@ -1,18 +1,22 @@
 """The dedupe decision: a pure function over one notification-log entry.
 
 Modelled on Alertmanager's `nflog` + `DedupStage`. For one (group key, receiver) the log remembers
-which fingerprints were announced as firing, when the group last notified, and when a new episode
-was first seen (for `group_wait`). Given what fires now, `decide` says whether to notify, wait, only
-update the log, or do nothing. It reads no clock and no database: the pipeline passes `now` and the
-entry in, and persists the entry `decide` hands back.
+which fingerprints were announced as firing, when a message of the group was last DELIVERED (set by
+`alerts.outbox.mark_sent`, never at enqueue time), when the newest message was queued while it is
+still undelivered, and when a new episode was first seen (for `group_wait`). Given what fires now,
+`decide` says whether to notify, wait, only update the log, or do nothing. It reads no clock and
+no database: the pipeline passes `now` and the entry in, and persists the entry `decide` hands back.
 
 Rules (in order):
 - No open episode (nothing announced as firing): a group with notifiable findings waits
   `group_wait` from when it was first seen, then notifies (`NEW_GROUP`; a new thread).
 - Open episode, something changed (a new fingerprint fires; with `send_resolved`, a fingerprint
   resolved; or everything resolved): notify once `group_interval` has passed since the last
-  notification, else wait. Without `send_resolved`, resolutions only update the log.
-- Open episode, nothing changed, still firing: notify again once `repeat_interval` has passed.
+  message was queued or delivered, else wait. Without `send_resolved`, resolutions only update the log.
+- Open episode, nothing changed, still firing: notify again once `repeat_interval` has passed
+  since the last DELIVERY (or permanent failure), and never while a message is still queued: a
+  message stuck behind a Slack outage is retried, not joined by repeats, and the next repeat
+  counts from when it finally arrived.
 
 A fingerprint is *resolved* when it no longer fires at all. One that still fires but is silenced
 or below `min_severity` is *muted*: it stays in the log and is not announced either way.
@@ -56,6 +60,9 @@ class LogEntry:
 
     `sequence` counts notifications (it feeds the idempotency key); `episode` counts threads;
     `first_seen_at` is when the current not-yet-announced episode appeared (None once announced).
+    `last_notified_at` is when a message was last delivered (None until one was); `queued_at` when
+    the newest message was enqueued, None once it was delivered or failed for good;
+    `last_failed_at` when the newest message failed permanently.
     """
 
     firing: frozenset[str] = frozenset()
@@ -63,6 +70,23 @@ class LogEntry:
     first_seen_at: datetime | None = None
     sequence: int = 0
     episode: int = 0
+    queued_at: datetime | None = None
+    last_failed_at: datetime | None = None
+
+    @property
+    def last_outcome_at(self) -> datetime | None:
+        """When the last message was delivered or gave up: repeat intervals count from here."""
+        return _latest(self.last_notified_at, self.last_failed_at)
+
+    @property
+    def last_activity_at(self) -> datetime | None:
+        """Delivered, failed or queued, whichever is latest: group intervals count from here."""
+        return _latest(self.last_notified_at, self.last_failed_at, self.queued_at)
+
+
+def _latest(*times: datetime | None) -> datetime | None:
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
 
 
 @dataclass(frozen=True)
@@ -98,15 +122,20 @@ def decide(
         reason = Reason.NEW_FIRING
     elif resolved:
         reason = Reason.RESOLVED
-    elif firing and e.last_notified_at is not None and now >= e.last_notified_at + policy.repeat_interval:
+    elif firing and e.queued_at is None and _due(e.last_outcome_at, now, policy.repeat_interval):
         return _notify(e, Reason.REPEAT, kept, now, frozenset(), frozenset())
     else:
         return Decision(Action.NONE, e)
     if not new and not policy.send_resolved:
         return Decision(Action.RECORD, replace(e, firing=kept), reason, new, resolved)
-    if e.last_notified_at is not None and now < e.last_notified_at + policy.group_interval:
+    last = e.last_activity_at
+    if last is not None and now < last + policy.group_interval:
         return Decision(Action.WAIT, e, reason, new, resolved)
     return _notify(e, reason, kept, now, new, resolved)
+
+
+def _due(since: datetime | None, now: datetime, interval: timedelta) -> bool:
+    return since is not None and now >= since + interval
 
 
 def _new_episode(e: LogEntry, firing: frozenset[str], now: datetime, policy: Policy) -> Decision:
@@ -129,5 +158,6 @@ def _notify(
     new: frozenset[str],
     resolved: frozenset[str],
 ) -> Decision:
-    entry = replace(e, firing=kept, last_notified_at=now, sequence=e.sequence + 1)
+    """Queue a message: the log says "queued at `now`"; delivery records `last_notified_at`."""
+    entry = replace(e, firing=kept, queued_at=now, sequence=e.sequence + 1)
     return Decision(Action.NOTIFY, entry, reason, new, resolved)

@@ -71,6 +71,8 @@ class DigestData:
     top_findings: tuple[DigestFinding, ...] = ()
     provisional_days: frozenset[date] = frozenset()
     currency: str = "USD"
+    #: The invoice month (`YYYYMM`, `monitor.month`) the month to date sums: rows by `invoice.month`.
+    invoice_month: str | None = None
 
     @classmethod
     def from_dicts(
@@ -89,6 +91,7 @@ class DigestData:
         provisional_days: Iterable[date] = (),
         top_n: int = 5,
         currency: str = "USD",
+        invoice_month: str | None = None,
     ) -> DigestData:
         """Validate (Decimals only: a float here means money was summed inexactly upstream) and keep
         the `top_n` findings by impact."""
@@ -108,7 +111,14 @@ class DigestData:
             top_findings=tuple(top),
             provisional_days=frozenset(provisional_days),
             currency=currency,
+            invoice_month=invoice_month,
         )
+
+    @property
+    def month_label(self) -> str:
+        """` (invoice month 2026-12)` when known, for the "Month to date" lines."""
+        m = self.invoice_month
+        return f" (invoice month {m[:4]}-{m[4:]})" if m else ""
 
     @property
     def previous_day(self) -> date:
@@ -183,7 +193,7 @@ def render_markdown(d: DigestData, chart_name: str | None = None) -> str:
         "",
         f"- Yesterday ({d.day}): **{money(d.yesterday_total)}**{_prov(d, d.day)}, "
         f"{delta(d.yesterday_total, d.previous_total)} vs {d.previous_day}",
-        f"- Month to date: **{money(d.mtd_total)}**",
+        f"- Month to date{d.month_label}: **{money(d.mtd_total)}**",
         "",
     ]
     lines += _compare_table(
@@ -243,7 +253,7 @@ def render_blocks(d: DigestData) -> list[dict[str, Any]]:
                 "type": "mrkdwn",
                 "text": f"*Yesterday:* {money(d.yesterday_total)}{prov} "
                 f"({delta(d.yesterday_total, d.previous_total)} vs {d.previous_day})\n"
-                f"*Month to date:* {money(d.mtd_total)}",
+                f"*Month to date{d.month_label}:* {money(d.mtd_total)}",
             },
         },
     ]

@@ -2,7 +2,9 @@
 
 Write-ahead delivery: `process` writes the outbox row in the same transaction as the notification
 log update, before anything is sent; `deliver_outbox` marks a row sent only after the receiver
-confirmed (recording Slack's `ts` and channel id). Rows are keyed by an idempotency key
+confirmed (recording Slack's `ts` and channel id) and, in the same transaction, writes the delivery
+time into the notification log (`last_notified_at`), so the log never says "sent" for a message
+that is still pending. Rows are keyed by an idempotency key
 (`UNIQUE`), so a message is enqueued once, and a row leaves `pending` only through `mark_sent` /
 `mark_failed`, so a sent key is never sent again.
 
@@ -252,11 +254,13 @@ def mark_attempt(store: StateStore, row_id: int, channel_id: str | None = None) 
 def mark_sent(store: StateStore, row_id: int, ts: str | None, channel: str | None, now: datetime) -> None:
     """Record Slack's confirmation; if the row named its channel, remember the id for that name."""
     with store.transaction() as conn:
-        conn.execute(
+        cur = conn.execute(
             "UPDATE alerts_outbox SET status = 'sent', inflight = 0, sent_at = ?, slack_ts = ?,"
             " slack_channel = ?, last_error = NULL WHERE id = ? AND status = 'pending'",
             (fmt_ts(now), ts, channel, row_id),
         )
+        if cur.rowcount == 1:
+            _log_outcome(conn, row_id, "last_notified_at", now)
         if channel:
             conn.execute(
                 "INSERT INTO alerts_channels (name, channel_id, updated_at)"
@@ -285,11 +289,37 @@ def mark_retry(store: StateStore, row_id: int, next_at: datetime, error: str, *,
 
 def mark_failed(store: StateStore, row_id: int, error: str, now: datetime) -> None:
     with store.transaction() as conn:
-        conn.execute(
+        cur = conn.execute(
             "UPDATE alerts_outbox SET status = 'failed', inflight = 0, last_error = ?, failed_at = ?"
             " WHERE id = ? AND status = 'pending'",
             (error, fmt_ts(now), row_id),
         )
+        if cur.rowcount == 1:
+            _log_outcome(conn, row_id, "last_failed_at", now)
+
+
+def _log_outcome(conn: sqlite3.Connection, row_id: int, key: str, now: datetime) -> None:
+    """Write a message's outcome into its group's notification log, in the transaction that moved
+    the row out of `pending`: the log says "delivered at" only once the receiver confirmed, so
+    `repeat_interval` counts from delivery. `queued_at` is cleared when the outcome is that of the
+    newest message (an older one arriving late leaves a newer queued message queued)."""
+    r = conn.execute(
+        "SELECT n.entry, o.sequence FROM alerts_outbox o JOIN alerts_nflog n"
+        " ON n.group_key = o.group_key AND n.receiver = o.receiver WHERE o.id = ?",
+        (row_id,),
+    ).fetchone()
+    if r is None:
+        return
+    entry, sequence = json.loads(r[0]), r[1]
+    stamp = fmt_ts(now)
+    entry[key] = max(entry.get(key) or stamp, stamp)  # fixed-width text orders like time
+    if sequence >= entry.get("sequence", 0):
+        entry["queued_at"] = None
+    conn.execute(
+        "UPDATE alerts_nflog SET entry = ? WHERE group_key = (SELECT group_key FROM alerts_outbox"
+        " WHERE id = ?) AND receiver = (SELECT receiver FROM alerts_outbox WHERE id = ?)",
+        (json.dumps(entry), row_id, row_id),
+    )
 
 
 @dataclass(frozen=True)

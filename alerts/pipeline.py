@@ -1,11 +1,13 @@
 """The alert pipeline, assembled in one place: `build_stages()`.
 
     unique -> min_severity -> silence -> route -> group -> dedupe -> enqueue      (process)
-    outbox -> deliver with retry -> record                                        (deliver_outbox)
+    outbox -> deliver with retry -> record (outbox row + notification log)       (deliver_outbox)
 
 `process(findings_now_firing, now, deps)` runs the first list inside ONE state-store transaction:
 the notification-log updates and the outbox rows they imply commit together, before anything is
-sent. `deliver_outbox(deps, now)` (in `alerts.delivery`) sends what is due and records the outcome.
+sent. The log then says "queued", not "sent": `deliver_outbox(deps, now)` (in `alerts.delivery`)
+sends what is due and records the outcome, and only a confirmed delivery writes the log's
+`last_notified_at` (in the same transaction that marks the outbox row sent).
 A fingerprint that was firing and is absent from `findings_now_firing` is resolved.
 
 Each stage is a small function `(Batch, Ctx) -> Batch`; none reads a clock or calls a network.
@@ -295,12 +297,18 @@ def _load_log(conn: sqlite3.Connection, groups: dict[tuple[str, str], Group]) ->
 
 def _entry(row: Any) -> LogEntry:
     e = json.loads(row["entry"])
+
+    def ts(key: str) -> datetime | None:
+        return parse_ts(e[key]) if e.get(key) else None
+
     return LogEntry(
         firing=frozenset(e["firing"]),
-        last_notified_at=parse_ts(e["last_notified_at"]) if e["last_notified_at"] else None,
-        first_seen_at=parse_ts(e["first_seen_at"]) if e["first_seen_at"] else None,
+        last_notified_at=ts("last_notified_at"),
+        first_seen_at=ts("first_seen_at"),
         sequence=e["sequence"],
         episode=e["episode"],
+        queued_at=ts("queued_at"),
+        last_failed_at=ts("last_failed_at"),
     )
 
 
@@ -318,6 +326,8 @@ def _save_log(
         "first_seen_at": fmt_ts(e.first_seen_at) if e.first_seen_at else None,
         "sequence": e.sequence,
         "episode": e.episode,
+        "queued_at": fmt_ts(e.queued_at) if e.queued_at else None,
+        "last_failed_at": fmt_ts(e.last_failed_at) if e.last_failed_at else None,
     }
     active = int(bool(e.firing) or e.first_seen_at is not None)
     conn.execute(

@@ -9,8 +9,10 @@ Cloud Monitoring in production), so the same command audits a live account.
 
 Window defaults: end = the latest `usage_end_time` in the data for the embedded engine (files or a
 local DuckDB copy, which may be days old), or now for BigQuery (live: hours utilization covers but
-billing does not yet are estimated); start = end - 14 days. Detectors also see the month to date
-(budget forecasts need it), but totals, attribution and GPU rows cover exactly [start, end).
+billing does not yet are estimated); start = end - 14 days. Detectors also see the invoice month
+to date (budget forecasts need it) and the history their baselines need before `start`
+(`spend_anomaly`'s `baseline_days`), but totals, attribution, findings and GPU rows cover exactly
+[start, end).
 
     sources = open_sources(cfg, billing_paths=[Path("export.ndjson.gz")])
     result = run_analysis(sources, cfg, now=clock.now())
@@ -31,12 +33,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from monitor import month
 from monitor.assemble import assemble_inputs
 from monitor.attribution import compile_rules
 from monitor.billing_poll import HourlyCost, hourly_costs, poll_billing, provisional_since
 from monitor.config import Config
-from monitor.detectors import build_detectors, run_in_window
-from monitor.detectors.budget_forecast import month_bounds
+from monitor.detectors import build_detectors, history_needed, run_in_window
 from monitor.detectors.inputs import BudgetSpec, GpuHour
 from monitor.errors import UserError
 from monitor.model import Finding, micros_to_decimal
@@ -293,11 +295,11 @@ def resolve_window(
     return Window(start, end, as_of)
 
 
-def detection_start(window: Window) -> datetime:
-    """The detectors' window start: the analysed start, or the month start of the window's last
-    instant when earlier (month-to-date spend for budget forecasts)."""
-    month_start, _ = month_bounds(window.end - timedelta(microseconds=1))
-    return min(window.start, month_start)
+def detection_start(window: Window, history: timedelta = timedelta(0)) -> datetime:
+    """Where the detectors' data starts: the analysed start less the `history` their baselines need
+    (`history_needed`), or, when earlier, where the invoice month of the window's end must be read
+    from (`monitor.month.read_start`: its rows include corrections of the previous month's usage)."""
+    return min(window.start - history, month.read_start(month.current_month(window.end)))
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -331,11 +333,14 @@ def run_analysis(
     began = time.monotonic()
     metered = _Metered(sources.billing)
     window = resolve_window(metered, start, end, now, live=sources.live)
-    data_start = detection_start(window) if month_to_date else window.start
+    built = _detectors(cfg, detectors, with_unmonitored=sources.utilization is not None)
+    history = history_needed(built)
+    data_start = detection_start(window, history) if month_to_date else window.start - history
     days = cfg.billing.provisional_days
     with _scratch_store() as store:
         _poll(metered, store, cfg, window, data_start)
-        _load_utilization(sources.utilization, store, data_start, window)
+        # utilization is joined to the window's GPU hours only: the history is billing alone
+        _load_utilization(sources.utilization, store, window.start, window)
         prices = sources.prices.price_book(window.as_of) if sources.prices is not None else None
         all_rows = hourly_costs(store, data_start, window.end, now=window.as_of, provisional_days=days)
         inputs = assemble_inputs(
@@ -350,7 +355,6 @@ def run_analysis(
             rows=all_rows,
         )
     rows = [r for r in all_rows if window.start <= r.usage_hour < window.end]
-    built = _detectors(cfg, detectors, with_unmonitored=sources.utilization is not None)
     findings = run_in_window(inputs, built, window.as_of, window.start)
     gpu = tuple(g for g in inputs.gpu_hours if window.start <= g.hour < window.end)
     stats = _stats(metered, sources.billing.engine, data_start, window.end)

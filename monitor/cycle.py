@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
@@ -23,11 +23,12 @@ from alerts.digest import send_digest, write_digest
 from alerts.factory import make_notifier
 from alerts.notifier import Notifier, Outcome
 from alerts.outbox import status as outbox_status
+from monitor import month
 from monitor.assemble import assemble_inputs
 from monitor.billing_poll import poll_billing
 from monitor.clock import Clock
 from monitor.config import Config
-from monitor.detectors import Detector, build_detectors, run_in_window
+from monitor.detectors import Detector, build_detectors, history_needed, run_in_window
 from monitor.detectors.inputs import BudgetSpec, DetectorInputs
 from monitor.digest_data import digest_data
 from monitor.metrics import Metrics
@@ -157,6 +158,7 @@ def run_utilization_poll(deps: Deps, now: datetime) -> dict[str, Any]:
         result = src.fetch(start, end)
         replace_window(deps.store, "files", "files", start, end, result.samples, now=now)
         count, skipped = len(result.samples), result.skipped
+    deps.metrics.set_unknown_units(getattr(src, "unknown_units", {}))
     deps.metrics.utilization_samples.labels(deps.cfg.utilization.source).inc(count)
     _ok(deps, "utilization", now)
     log.info("utilization poll", extra={"samples": count, "skipped": sum(skipped.values())})
@@ -191,13 +193,18 @@ def detection_window(
 def detection_inputs(
     deps: Deps, now: datetime, start: datetime | None = None, end: datetime | None = None
 ) -> DetectorInputs:
-    """What detectors see: from the 1st of the month (budget forecasts need the month to date) to
-    `end` (default: the last 14 days up to the current hour; see `detection_window`)."""
+    """What detectors see, to `end` (default: the last 14 days up to the current hour; see
+    `detection_window`), from the earliest of: the window start less the history the detectors'
+    baselines need (`spend_anomaly`'s `baseline_days`), and the start of the reading of the
+    invoice month to date (budget forecasts and `/metrics` need every row of the invoice)."""
     start, end = detection_window(now, start, end)
-    month_start = start.replace(day=1, hour=0)
+    read_from = min(
+        start - history_needed(deps.detectors),
+        month.read_start(month.current_month(min(now, end))),
+    )
     return assemble_inputs(
         deps.store,
-        min(start, month_start),
+        read_from,
         end,
         now,
         provisional_days=deps.cfg.billing.provisional_days,
@@ -216,11 +223,12 @@ def detect(
 
 
 def month_to_date_by_category(inputs: DetectorInputs, now: datetime) -> dict[str, Decimal]:
-    """Net spend per top-level category since the first of `now`'s month (UTC), exact Decimals."""
-    first = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    """Net spend per top-level category on the current invoice month (`monitor.month`: rows by
+    their `invoice_month`, not their usage hour), up to `now`; exact Decimals (`/metrics`)."""
+    current = month.current_month(now)
     out: dict[str, Decimal] = {}
     for h in inputs.hourly:
-        if first <= h.hour <= now:
+        if h.hour < now and month.row_month(h.invoice_month, h.hour) == current:
             cat = h.subcategory.split(".", 1)[0]
             out[cat] = out.get(cat, Decimal(0)) + h.net
     return out

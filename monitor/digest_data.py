@@ -1,7 +1,10 @@
 """Build the daily digest's figures from the stored hourly aggregates (net cost, exact Decimals).
 
 Days are calendar days in the digest's time zone, so "yesterday" means what the team means by it.
-The figures are the same hourly aggregates `gpucost report` sums, so the two always agree.
+The month to date is the invoice month (`monitor.month`): the one holding the end of that day, with
+rows counted by their `invoice_month` (late end-of-month usage and corrections land on the invoice
+that carries them), the same month budgets and `/metrics` use. The figures are the same hourly
+aggregates `gpucost report` sums, so the two always agree.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from alerts.digest import DigestData, DigestFinding
+from monitor import month
 from monitor.assemble import gpu_hours
 from monitor.billing_poll import hourly_costs, provisional_since
 from monitor.state.findings import open_findings
@@ -32,28 +36,28 @@ def digest_data(
     idle_threshold_pct: float = 10.0,
 ) -> DigestData:
     tz = ZoneInfo(timezone)
-    first = min(day.replace(day=1), day - timedelta(days=_CHART_DAYS - 1))
-    start = datetime.combine(first, time(), tz)
     end = datetime.combine(day + timedelta(days=1), time(), tz)
+    invoice = month.current_month(end)
+    chart_start = datetime.combine(day - timedelta(days=_CHART_DAYS - 1), time(), tz)
+    start = min(chart_start, month.read_start(invoice))
     rows = hourly_costs(store, start, end, now=now, provisional_days=provisional_days)
 
     by_day_cat: dict[date, dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
     by_day_proj: dict[date, dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
+    mtd: dict[str, Decimal] = defaultdict(Decimal)
     for r in rows:
         d = r.usage_hour.astimezone(tz).date()
         by_day_cat[d][r.category] += r.net
         by_day_proj[d][r.keys.get("project_id") or "(no project)"] += r.net
+        if month.row_month(r.keys.get("invoice_month"), r.usage_hour) == invoice:
+            mtd[r.category] += r.net
 
     previous = day - timedelta(days=1)
-    mtd: dict[str, Decimal] = defaultdict(Decimal)
-    for d, cats in by_day_cat.items():
-        if d.year == day.year and d.month == day.month and d <= day:
-            for c, v in cats.items():
-                mtd[c] += v
 
     idle: dict[date, Decimal] = defaultdict(Decimal)
-    samples = load_samples(store, start, end)
-    for g in gpu_hours(rows, samples, idle_threshold_pct, None, end):
+    samples = load_samples(store, chart_start, end)  # the chart's days only: not the month's reading
+    charted = [r for r in rows if r.usage_hour >= chart_start]
+    for g in gpu_hours(charted, samples, idle_threshold_pct, None, end):
         idle[g.hour.astimezone(tz).date()] += g.idle_cost
 
     chart_from = day - timedelta(days=_CHART_DAYS - 1)
@@ -71,6 +75,7 @@ def digest_data(
         idle_gpu_by_day={d: v for d, v in idle.items() if chart_from <= d <= day},
         findings=[_digest_finding(f) for f in findings],
         provisional_days=[d for d in by_day_cat if d >= prov_from],
+        invoice_month=invoice,
     )
 
 

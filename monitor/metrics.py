@@ -70,7 +70,7 @@ class Metrics:
             ),
             spend_usd=Gauge(
                 "gpucost_spend_usd",
-                "Attributed net spend, month to date, by category.",
+                "Attributed net spend on the current invoice month (invoice.month; months turn at midnight US Pacific), by category.",
                 ["category"],
                 registry=r,
             ),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -245,8 +246,8 @@ def test_decide_table(entry, firing, still, now, policy, action, reason, new, re
 
 def test_notify_advances_the_log() -> None:
     d = decide(LogEntry(first_seen_at=T0, sequence=4, episode=2), fs("a"), fs("a"), T0 + H, POLICY)
-    assert d.entry == LogEntry(
-        firing=fs("a"), last_notified_at=T0 + H, first_seen_at=None, sequence=5, episode=3
+    assert d.entry == LogEntry(  # queued, not delivered: the outbox records the delivery
+        firing=fs("a"), last_notified_at=None, first_seen_at=None, sequence=5, episode=3, queued_at=T0 + H
     )
     d2 = decide(d.entry, fs("a", "b"), fs("a", "b"), T0 + 2 * H, POLICY)
     assert d2.entry.firing == fs("a", "b") and d2.entry.sequence == 6 and d2.entry.episode == 3
@@ -263,3 +264,20 @@ def test_wait_keeps_the_first_seen_time() -> None:
     first = decide(None, fs("a"), fs("a"), T0, POLICY)
     second = decide(first.entry, fs("a", "b"), fs("a", "b"), T0 + 10 * S, POLICY)
     assert first.entry.first_seen_at == second.entry.first_seen_at == T0
+
+
+def test_repeats_count_from_delivery_and_never_pile_up_behind_a_queued_message() -> None:
+    queued = LogEntry(firing=fs("a"), sequence=1, episode=1, queued_at=T0)
+    # undelivered for two repeat intervals: still no second message
+    assert decide(queued, fs("a"), fs("a"), T0 + 48 * H, POLICY).action is Action.NONE
+    delivered = replace(queued, queued_at=None, last_notified_at=T0 + 10 * H)
+    assert decide(delivered, fs("a"), fs("a"), T0 + 33 * H, POLICY).action is Action.NONE
+    d = decide(delivered, fs("a"), fs("a"), T0 + 34 * H, POLICY)
+    assert (d.action, d.reason) == (Action.NOTIFY, Reason.REPEAT)
+    # a message that failed for good (revoked token) is tried again a repeat interval later
+    failed = replace(queued, queued_at=None, last_failed_at=T0 + H)
+    assert decide(failed, fs("a"), fs("a"), T0 + 24 * H, POLICY).action is Action.NONE
+    assert decide(failed, fs("a"), fs("a"), T0 + 25 * H, POLICY).action is Action.NOTIFY
+    # a change waits group_interval from the queued message, delivered or not
+    assert decide(queued, fs("a", "b"), fs("a", "b"), T0 + 299 * S, POLICY).action is Action.WAIT
+    assert decide(queued, fs("a", "b"), fs("a", "b"), T0 + 300 * S, POLICY).action is Action.NOTIFY

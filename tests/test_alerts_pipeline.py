@@ -396,3 +396,53 @@ def test_webhook_has_no_threads_so_updates_are_top_level(env: Env) -> None:
     hooks = env.slack.calls("webhook")
     assert len(hooks) == 2 and all("thread_ts" not in h.params for h in hooks)
     assert status(deps.store).sent == 2
+
+
+def _log_entry(db: Path) -> dict:
+    with SQLiteStore(db).transaction() as conn:
+        [row] = conn.execute("SELECT entry FROM alerts_nflog").fetchall()
+    return json.loads(row["entry"])
+
+
+def test_the_log_records_delivery_not_queueing_and_repeats_count_from_delivery(env: Env) -> None:
+    env.alerts = AlertsConfig(group_wait_seconds=0, repeat_interval_hours=4)
+    env.slack.fail("chat.postMessage", Failure(status=429, retry_after=3 * 3600))  # Slack busy for 3 h
+    _, dr = env.cycle([finding()])
+    assert dr.retried == 1 and env.posts() == []
+    assert _log_entry(env.db)["last_notified_at"] is None  # queued, not sent
+    env.clock.advance(hours=2)
+    env.cycle([finding()])
+    assert _log_entry(env.db)["last_notified_at"] is None and env.posts() == []
+    env.clock.advance(hours=1)
+    _, dr = env.cycle([finding()])
+    assert dr.sent == 1 and len(env.posts()) == 1
+    delivered = env.clock.now
+    assert _log_entry(env.db)["last_notified_at"] == delivered.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    env.clock.advance(hours=1)  # 4 h after queueing, 1 h after delivery: no repeat yet
+    env.cycle([finding()])
+    assert len(env.posts()) == 1
+    env.clock.advance(hours=2, minutes=59)
+    env.cycle([finding()])
+    assert len(env.posts()) == 1
+    env.clock.advance(minutes=1)  # 4 h after delivery
+    env.cycle([finding()])
+    assert len(env.posts()) == 2 and env.posts()[1]["thread_ts"] == env.posts()[0]["ts"]
+
+
+def test_a_recovered_delivery_is_logged_once_and_not_posted_twice(env: Env) -> None:
+    env.alerts = AlertsConfig(group_wait_seconds=0, repeat_interval_hours=4)
+
+    def crash(at: str) -> None:
+        if at == "after_send":
+            raise Crash(at)
+
+    with pytest.raises(Crash):
+        env.cycle([finding()], env.deps(fault=crash))
+    assert len(env.posts()) == 1 and _log_entry(env.db)["last_notified_at"] is None
+    env.clock.advance(minutes=10)
+    _, dr = env.cycle([finding()])
+    assert dr.recovered == 1 and len(env.slack.calls("chat.postMessage")) == 1
+    assert _log_entry(env.db)["last_notified_at"] == env.clock.now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    env.clock.advance(hours=4)
+    env.cycle([finding()])
+    assert len(env.posts()) == 2  # the repeat, once

@@ -208,9 +208,11 @@ def test_live_window_ends_now_and_looks_back_fourteen_days() -> None:
 @pytest.mark.parametrize(
     ("start", "end", "expected"),
     [
-        ("2026-11-05", "2026-11-19", "2026-11-01"),  # the month to date, for budget forecasts
-        ("2026-10-20", "2026-11-03", "2026-10-20"),  # already reaches back past the 1st
-        ("2026-10-18", "2026-11-01", "2026-10-01"),  # ends at midnight on the 1st: October's month
+        # the invoice month to date, read from the previous month's start (corrections of its
+        # usage are invoiced this month); billing months start at midnight Pacific (07:00 UTC in PDT)
+        ("2026-11-05", "2026-11-19", "2026-10-01T07:00"),
+        ("2026-10-20", "2026-11-03", "2026-10-01T07:00"),
+        ("2026-10-18", "2026-11-01", "2026-09-01T07:00"),  # ends Oct 31 17:00 Pacific: October's month
     ],
 )
 def test_detectors_see_the_month_to_date(start: str, end: str, expected: str) -> None:
@@ -218,3 +220,57 @@ def test_detectors_see_the_month_to_date(start: str, end: str, expected: str) ->
         return datetime.fromisoformat(s).replace(tzinfo=UTC)
 
     assert detection_start(Window(ts(start), ts(end), ts(end))) == ts(expected)
+    # and the history spend baselines need, when it reaches back further
+    window = Window(ts("2026-11-20"), ts("2026-11-27"), ts("2026-11-27"))
+    assert detection_start(window, timedelta(days=29)) == ts("2026-10-01T07:00")
+    assert detection_start(window, timedelta(days=60)) == ts("2026-09-21")
+
+
+def test_analyze_a_seven_day_window_judges_spend_against_28_days_before_it(tmp_path, capsys) -> None:
+    """`gpucost analyze --start --end` over 7 days: spend_anomaly reads `baseline_days` of billing
+    before the window (without it, 7 days are too few to judge anything); totals stay the window's."""
+    import json
+
+    from monitor.cli import main
+    from monitor.month import month_at
+    from tests.export_rows import export_row, write_ndjson
+
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    jump = datetime(2026, 12, 2, tzinfo=UTC)  # a Wednesday, in the window's fourth day
+    rows = []
+    for h in range(35 * 24):
+        t = start + h * H
+        rows.append(
+            export_row(
+                {
+                    "usage_start_time": f"{t:%Y-%m-%d %H:%M:%S} UTC",
+                    "usage_end_time": f"{t + H:%Y-%m-%d %H:%M:%S} UTC",
+                    "export_time": f"{t + 3 * H:%Y-%m-%d %H:%M:%S} UTC",
+                    "invoice.month": month_at(t),
+                    "usage.amount_in_pricing_units": 1.0,
+                    "usage.amount": 3600.0,
+                    "credits": [],
+                },
+                cost=105.0 if jump <= t < jump + 24 * H else 40.0,
+                cost_at_list=40.0,
+            )
+        )
+    path = write_ndjson(tmp_path / "export.ndjson", rows)
+    args = [
+        "analyze",
+        "--billing",
+        str(path),
+        "--start",
+        "2026-11-29",
+        "--end",
+        "2026-12-06",
+        "--format",
+        "json",
+    ]
+    assert main(args) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["totals"]["cost"] == 7 * 24 * 40 + 24 * 65  # the window only
+    (f,) = [f for f in d["findings"] if f["kind"] == "spend_anomaly"]
+    (day,) = f["evidence"]["days"]
+    assert day["date"] == "2026-12-02" and day["excess_usd"] == 24 * 65
+    assert (day["baseline"], day["baseline_points"]) == ("same_weekday", 4)

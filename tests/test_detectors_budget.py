@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from monitor.cycle import month_to_date_by_category
 from monitor.detectors.budget_forecast import BudgetForecast, BudgetForecastConfig, month_bounds
-from monitor.detectors.inputs import BudgetSpec
+from monitor.detectors.inputs import BudgetSpec, CostHour, DetectorInputs
 from monitor.model import Severity
 from tests.test_detectors_common import D, cost, inputs
 
+H = timedelta(hours=1)
 PROVISIONAL_FROM = 11 * 24  # window Nov 2 .. Nov 16; the last 3 days are provisional
 
 
@@ -30,9 +32,9 @@ def evaluate(rows, *budgets: BudgetSpec, cfg=None):
 @pytest.mark.parametrize(
     ("budget", "impact", "severity"),
     [
-        ("60000", D(12000), Severity.CRITICAL),
-        ("71500", D(500), Severity.WARNING),
-        ("71960", None, None),  # $40 over: below min_impact_usd
+        ("60000", D(12100), Severity.CRITICAL),
+        ("71500", D(600), Severity.WARNING),
+        ("72060", None, None),  # $40 over: below min_impact_usd
         ("80000", None, None),
     ],
 )
@@ -44,11 +46,12 @@ def test_forecast_against_total_budget(budget, impact, severity) -> None:
     (f,) = findings
     assert (f.impact_usd, f.severity) == (impact, severity)
     ev = f.evidence
-    # 11 settled days, 3 provisional days counted at the run rate (billed: $3,600 so far),
-    # Nov 1 (before the window) at the run rate, and 15 days to go: 30 days x $2,400
+    # 11 settled days, 3 provisional days counted at the run rate (billed: $3,600 so far), the
+    # month's first 17 h before the window at the run rate (the billing month starts at midnight
+    # Pacific: Nov 1 07:00 UTC) and 15 days 8 h to go (to Dec 1 08:00 UTC)
     assert ev["settled_usd"] == 26400 and ev["provisional_billed_usd"] == 3600
-    assert ev["provisional_counted_usd"] == 7200 and ev["before_window_estimate_usd"] == 2400
-    assert ev["rest_of_month_usd"] == 36000 and ev["forecast_usd"] == 72000
+    assert ev["provisional_counted_usd"] == 7200 and ev["before_window_estimate_usd"] == 1700
+    assert ev["rest_of_month_usd"] == 36800 and ev["forecast_usd"] == 72100
     assert ev["month_to_date_usd"] == 30000 and ev["daily_run_rate_usd"] == 2400
     assert ev["month"] == "2026-11"
     assert f.provisional
@@ -66,8 +69,8 @@ def test_project_and_label_budgets_only_count_their_rows() -> None:
         BudgetSpec(name="b-big", amount=D(100000), project="b"),
     )
     assert {f.evidence["budget"]: f.impact_usd for f in findings} == {
-        "a": D(12000),
-        "vision": D(2000),
+        "a": D(12100),
+        "vision": D(2100),
     }
     labels = {f.evidence["budget"]: f.scope.labels for f in findings}
     assert labels == {"a": {}, "vision": {"team": "vision"}}
@@ -89,14 +92,16 @@ def test_everything_provisional_uses_what_was_billed() -> None:
     inp = inputs(rows, days=2, provisional_hours=48, budgets=(BudgetSpec(name="t", amount=D(50000)),))
     (f,) = BudgetForecast().evaluate(inp, inp.window_end)
     assert f.evidence["run_rate_from_provisional"] is True
-    assert f.evidence["forecast_usd"] == 72000  # Nov 1 + 2 seen + 27 to go, at $2,400/day
+    assert f.evidence["forecast_usd"] == 72100  # Nov 1 from 07:00 UTC + 2 seen + 27 d 8 h to go
 
 
 def test_month_bounds() -> None:
+    """Billing months start at midnight US Pacific time (PST, UTC-8, in December)."""
     assert month_bounds(datetime(2026, 12, 31, 23, tzinfo=UTC)) == (
-        datetime(2026, 12, 1, tzinfo=UTC),
-        datetime(2027, 1, 1, tzinfo=UTC),
+        datetime(2026, 12, 1, 8, tzinfo=UTC),
+        datetime(2027, 1, 1, 8, tzinfo=UTC),
     )
+    assert month_bounds(datetime(2027, 1, 1, 7, 59, tzinfo=UTC))[0] == datetime(2026, 12, 1, 8, tzinfo=UTC)
 
 
 def test_run_rate_days_is_honoured() -> None:
@@ -106,3 +111,38 @@ def test_run_rate_days_is_honoured() -> None:
     (seven,) = BudgetForecast().evaluate(inp, inp.window_end)
     assert one.evidence["daily_run_rate_usd"] == 7200
     assert seven.evidence["daily_run_rate_usd"] == round((6 * 2400 + 7200) / 7, 6)
+
+
+def _late(hour: datetime, amount: str, invoice_month: str, **kw) -> CostHour:
+    return CostHour(
+        hour=hour,
+        project="ml-prod",
+        subcategory="compute.gpu",
+        cost=D(amount),
+        invoice_month=invoice_month,
+        **kw,
+    )
+
+
+def test_rows_count_in_their_invoice_month_not_their_usage_month() -> None:
+    """Steady $100/h of November, plus two rows whose usage month is not their invoice month:
+    usage at Oct 31 20:00 UTC reported late and invoiced in November ($3,000), and usage at
+    Nov 1 02:00 UTC (still Oct 31 in Pacific time) invoiced in October ($1,000)."""
+    nov_start = datetime(2026, 11, 1, 7, tzinfo=UTC)  # midnight PDT
+    end = datetime(2026, 11, 16, tzinfo=UTC)
+    rows = [_late(nov_start + h * H, "100", "202611") for h in range(int((end - nov_start) / H))]
+    rows += [_late(datetime(2026, 10, 31, 20, tzinfo=UTC), "3000", "202611")]
+    rows += [_late(datetime(2026, 11, 1, 2, tzinfo=UTC), "1000", "202610")]
+    inp = DetectorInputs(
+        window_start=datetime(2026, 10, 25, tzinfo=UTC),
+        window_end=end,
+        provisional_from=end,
+        hourly=tuple(rows),
+        budgets=(BudgetSpec(name="total", amount=D(1)),),
+    )
+    (f,) = BudgetForecast().evaluate(inp, end)
+    assert f.evidence["month"] == "2026-11"
+    assert f.evidence["month_to_date_usd"] == 353 * 100 + 3000
+    assert f.evidence["before_window_estimate_usd"] == 0
+    # the same month to date for /metrics (per category, as the daemon exports it)
+    assert month_to_date_by_category(inp, end) == {"compute": D(353 * 100 + 3000)}

@@ -96,6 +96,29 @@ def test_filestore_without_compute_in_its_project() -> None:
     assert f.severity is Severity.WARNING and "Filestore instance share-1" in f.title
 
 
+def test_a_commitment_fee_is_not_compute_running() -> None:
+    """A commitment bills every hour whether or not anything runs: it does not keep a GKE fee or a
+    Filestore share busy. SKU wording: `Commitment v1: A2 Cpu in Americas for 3 Years` is the form
+    of the catalog's commitment SKUs (Cyclenerd/google-cloud-pricing-cost-calculator
+    build/mapping.csv, `Commitment v1: A2%3 Year%`)."""
+    fee = "Commitment v1: A2 Cpu in Americas for 3 Years"
+    rows = gke_fee(range(336), cluster=None, amount="0.10")
+    rows += [
+        cost(h, "storage.filestore", "0.5", instance="share-1", service="Cloud Filestore") for h in range(336)
+    ]
+    rows += [cost(h, "compute.commitment_fee", "30", sku=fee, instance=None) for h in range(336)]
+    findings = ev(IdleOrchestration(), inputs(rows))
+    assert sorted((f.evidence["resource"], f.evidence["idle_hours"]) for f in findings) == [
+        ("orchestration.gke", 336),
+        ("storage.filestore", 336),
+    ]
+    # and a commitment fee labelled with the cluster does not count as its compute either
+    rows = gke_fee(range(336), amount="1.00")
+    rows += [cost(h, "compute.commitment_fee", "30", cluster="old-cluster", sku=fee) for h in range(336)]
+    (f,) = ev(IdleOrchestration(), inputs(rows))
+    assert f.scope.cluster == "old-cluster" and f.impact_usd == 336
+
+
 # -- opportunities --------------------------------------------------------------------------------------
 
 

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import io
+from dataclasses import replace
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 
+from alerts.console import ConsoleNotifier
+from alerts.pipeline import Deps, deliver_outbox, process
+from monitor.config import AlertsConfig, SlackConfig
+from monitor.detectors import run_in_window
 from monitor.detectors.spend_anomaly import SpendAnomaly, SpendAnomalyConfig
-from tests.test_detectors_common import D, cost, inputs
+from monitor.state.findings import record_findings
+from monitor.state.store import SQLiteStore
+from tests.test_detectors_common import T0, D, cost, inputs
 
 
 def daily(amounts: list[str | None], project: str = "ml-prod", sub: str = "compute.gpu", **kw) -> list:
@@ -221,7 +230,8 @@ def test_hourly_finding_is_distinct_and_labels_provisional_hours() -> None:
     daily_rows = daily([*STEADY, "1000", "1000", "1000", "3000"])
     (d,) = evaluate(daily_rows)
     (f,) = hourly_findings(hourly("40", "30", 11))
-    assert f.fingerprint != d.fingerprint and f.scope == d.scope
+    # both jumps started on 2026-11-15 in ml-prod: one jump, one fingerprint (scope + start day)
+    assert f.fingerprint == d.fingerprint and f.scope == d.scope
     assert d.evidence["granularity"] == "daily"
     (p,) = hourly_findings(hourly("40", "30", 11), provisional_hours=8)
     assert p.provisional and p.fingerprint == f.fingerprint
@@ -242,3 +252,86 @@ def test_hourly_config_is_strict() -> None:
     with pytest.raises(ValueError, match="hourly_windw_hours"):
         SpendAnomalyConfig(hourly_windw_hours=3)  # type: ignore[call-arg]
     assert hourly_findings(hourly("40", "30", 11), SpendAnomalyConfig(hourly=False)) == []
+
+
+# -- history before the window, baseline modes, one fingerprint per jump ---------------------------------
+
+WEEK = ["1000"] * 5 + ["100", "100"]  # T0 is a Monday: weekdays $1,000, weekends $100
+
+
+def windowed(rows, first_day: int, days: int, cfg=None, now_hours: float | None = None):
+    """Detectors run as `gpucost analyze` runs them: data from T0, report window from `first_day`."""
+    inp = inputs(rows, days=first_day + days)
+    now = inp.window_end if now_hours is None else T0 + timedelta(hours=now_hours)
+    start = T0 + timedelta(days=first_day)
+    return run_in_window(replace(inp, window_end=min(inp.window_end, now)), [SpendAnomaly(cfg)], now, start)
+
+
+def test_a_seven_day_window_is_judged_against_baseline_days_of_history() -> None:
+    amounts = ["1000"] * 31 + ["2500", "1000", "1000", "1000"]  # 35 days; the jump on day 31
+    rows = daily(amounts)
+    (f,) = windowed(rows, 28, 7)  # the 7-day report of `gpucost analyze --start ... --end ...`
+    (day,) = f.evidence["days"]
+    assert day["date"] == "2026-12-03" and f.impact_usd == 1500
+    assert (day["baseline"], day["baseline_points"]) == ("same_weekday", 4)  # 4 earlier Thursdays
+    (f,) = windowed(rows, 28, 7, SpendAnomalyConfig(baseline="all_days"))
+    assert f.evidence["days"][0]["baseline_points"] == 28  # baseline_days, not the window's 7
+    (f,) = windowed(rows, 28, 7, SpendAnomalyConfig(baseline_days=7))
+    assert f.evidence["days"][0]["baseline_points"] == 7
+
+
+def test_history_before_the_window_is_never_reported() -> None:
+    rows = daily([*STEADY, *STEADY, "5000", *STEADY[:7], "1000"])  # a spike on day 20 only
+    assert [f.evidence["days"][0]["date"] for f in windowed(rows, 14, 14)] == ["2026-11-22"]
+    assert windowed(rows, 21, 7) == []
+
+
+@pytest.mark.parametrize(
+    ("baseline", "weeks", "min_same", "kind"),
+    [
+        ("same_weekday", 4, 3, "same_weekday"),
+        ("auto", 4, 3, "same_weekday"),
+        ("auto", 2, 3, None),  # 2 earlier Saturdays < min_same_weekday: all days, where $1,000 is usual
+        ("auto", 2, 2, "same_weekday"),
+        ("all_days", 4, 3, None),
+        ("same_weekday", 2, 3, None),  # too few earlier Saturdays to judge by weekday
+    ],
+)
+def test_baseline_modes_with_history_before_a_one_week_window(baseline, weeks, min_same, kind) -> None:
+    # history: `weeks` weeks of weekdays $1,000 / weekends $100; reported: a week with a $1,000 Saturday
+    rows = daily(WEEK * weeks + ["1000"] * 5 + ["1000", "100"])
+    cfg = SpendAnomalyConfig(baseline=baseline, min_same_weekday=min_same)
+    findings = windowed(rows, weeks * 7, 7, cfg)
+    if kind is None:
+        assert findings == []
+        return
+    (f,) = findings
+    (day,) = f.evidence["days"]
+    assert day["date"] == (T0 + timedelta(days=weeks * 7 + 5)).date().isoformat()  # the Saturday
+    assert (day["baseline"], day["baseline_usd"], day["baseline_points"]) == (kind, 100.0, weeks)
+    assert f.impact_usd == 900
+
+
+def test_a_jump_flagged_hourly_today_and_daily_tomorrow_is_one_fingerprint(tmp_path) -> None:
+    """$40/h for 3 weeks, then +$30/h from 14:00 on day 21: that evening's hours are flagged hourly
+    (the day as a whole is +31%: not daily); the next day, +75%, is flagged daily."""
+    jump = 21 * 24 + 14
+    rows = [cost(h, "compute.gpu", str(D(40) + (D(30) if h >= jump else 0))) for h in range(24 * 24)]
+    today = windowed(rows, 14, 8, now_hours=22 * 24 + 2)  # 02:00 on day 22
+    tomorrow = windowed(rows, 14, 9, now_hours=23 * 24 + 2)  # 02:00 on day 23
+    (h,) = today
+    (d,) = tomorrow
+    assert h.evidence["granularity"] == "hourly" and d.evidence["granularity"] == "daily"
+    assert h.evidence["started"] == d.evidence["started"] == "2026-11-23"
+    assert h.fingerprint == d.fingerprint
+    store = SQLiteStore(tmp_path / "state.sqlite")
+    assert record_findings(store, today, T0 + timedelta(hours=22 * 24 + 2))["new"] == 1
+    counts = record_findings(store, tomorrow, T0 + timedelta(hours=23 * 24 + 2))
+    assert (counts["new"], counts["updated"], counts["resolved"]) == (0, 1, 0)
+    # through the alert pipeline: one message, no second "new" alert the next day (repeats aside)
+    alerts = AlertsConfig(group_wait_seconds=0, repeat_interval_hours=48)
+    deps = Deps(store, ConsoleNotifier(tmp_path / "alerts", io.StringIO()), alerts, SlackConfig())
+    for findings, hour in ((today, 22 * 24 + 2), (tomorrow, 23 * 24 + 2)):
+        process(findings, T0 + timedelta(hours=hour), deps)
+        deliver_outbox(deps, T0 + timedelta(hours=hour))
+    assert len((tmp_path / "alerts" / "alerts.jsonl").read_text().splitlines()) == 1

@@ -4,7 +4,7 @@ expected size, and `send_digest` uploads it through files_upload_v2 against the 
 from __future__ import annotations
 
 import io
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -157,3 +157,55 @@ def test_send_digest_to_console(tmp_path: Path) -> None:
     res = send_digest(ConsoleNotifier(tmp_path / "alerts", out), d, png)
     assert res.ok and (tmp_path / "alerts" / "c.png").exists()
     assert "$1,213.83" in out.getvalue()
+
+
+def _stored(store, rows: list[tuple[datetime, str, str]]) -> None:
+    """Hourly aggregates as the billing poll stores them: (usage hour, invoice month, net USD)."""
+    from monitor.billing_poll import HOURLY_COLUMNS, _insert_hourly, _migrate
+
+    _migrate(store)
+    with store.transaction() as conn:
+        _insert_hourly(
+            conn,
+            [
+                {c: None for c in HOURLY_COLUMNS}
+                | {
+                    "usage_hour": hour.isoformat().replace("+00:00", "Z"),
+                    "invoice_month": invoice_month,
+                    "project_id": "ml-prod",
+                    "subcategory": "compute.gpu",
+                    "row_count": 1,
+                    "gross_micros": int(D(usd) * 1_000_000),
+                    "net_micros": int(D(usd) * 1_000_000),
+                    **dict.fromkeys(("cud_micros", "sud_micros", "other_credit_micros", "credit_micros"), 0),
+                }
+                for hour, invoice_month, usd in rows
+            ],
+            datetime(2026, 12, 3, tzinfo=UTC),
+        )
+
+
+def test_month_to_date_is_the_invoice_month(tmp_path: Path) -> None:
+    """The digest's month to date counts rows by `invoice_month`, the export's month: usage in the
+    last hours of November invoiced in December is December's, and usage at Dec 1 02:00 UTC (still
+    November in Pacific time, when billing months turn) invoiced in November is not."""
+    from monitor.digest_data import digest_data
+    from monitor.state.store import SQLiteStore
+    from monitor.utilization import migrate
+
+    store = SQLiteStore(tmp_path / "state.sqlite")
+    migrate(store)
+    _stored(
+        store,
+        [
+            (datetime(2026, 11, 30, 23, tzinfo=UTC), "202612", "700"),  # late, invoiced in December
+            (datetime(2026, 12, 1, 2, tzinfo=UTC), "202611", "50"),  # November's invoice
+            (datetime(2026, 12, 1, 12, tzinfo=UTC), "202612", "100"),
+            (datetime(2026, 12, 2, 12, tzinfo=UTC), "202612", "100"),
+            (datetime(2026, 11, 20, 12, tzinfo=UTC), "202612", "-30"),  # a correction, this month
+        ],
+    )
+    data = digest_data(store, date(2026, 12, 2), "UTC", datetime(2026, 12, 3, 6, tzinfo=UTC), 3)
+    assert data.mtd_by_category == {"compute": D("870")}
+    assert data.yesterday_by_category == {"compute": D("100")}  # days stay usage days
+    assert "- Month to date (invoice month 2026-12): **$870.00**" in render_markdown(data)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -40,6 +40,7 @@ __all__ = [
     "GpuHour",
     "PriceLookup",
     "build_detectors",
+    "history_needed",
     "register",
     "registered",
     "run_detectors",
@@ -114,12 +115,21 @@ def run_detectors(
     return sort_findings(findings)
 
 
+def history_needed(detectors: Sequence[Detector]) -> timedelta:
+    """How much billing before the analysed window the detectors' baselines need."""
+    return timedelta(days=max((d.history_days() for d in detectors), default=0))
+
+
 def run_in_window(
     inputs: DetectorInputs, detectors: Sequence[Detector], now: datetime, window_start: datetime
 ) -> list[Finding]:
     """Impacts count strictly inside [window_start, inputs.window_end); only month-to-date detectors
-    (budget forecasts), fed from the 1st of the month by the caller, see before `window_start`."""
-    narrow = replace(inputs, window_start=max(window_start, inputs.window_start))
+    (budget forecasts), fed the invoice month to date by the caller, see before `window_start`.
+    The rest get what lies before `window_start` as history (`history_start`) for their baselines:
+    a 7-day window still has `baseline_days` of spend history when the caller read that far."""
+    start = max(window_start, inputs.window_start)
+    history = min(inputs.history_start or inputs.window_start, inputs.window_start)
+    narrow = replace(inputs, window_start=start, history_start=history if history < start else None)
     return sort_findings(
         run_detectors(narrow, [d for d in detectors if not d.month_to_date], now)
         + run_detectors(inputs, [d for d in detectors if d.month_to_date], now)

@@ -78,6 +78,11 @@ class Detector(ABC):
     #: inputs reaching back to the 1st; the others judge exactly the analysed window.
     month_to_date: ClassVar[bool] = False
 
+    def history_days(self) -> int:
+        """Days of billing before the window this detector's baselines need (0: none). The callers
+        read that much more (`monitor.detectors.history_needed`) and say so in `history_start`."""
+        return 0
+
     def __init__(self, config: DetectorConfig | None = None) -> None:
         self.config = config if config is not None else self.Config()
 

@@ -1,6 +1,8 @@
 """`budget_forecast`: month-to-date spend plus a run-rate forecast to month end, against each budget.
 
-The month is the UTC calendar month holding the last instant covered (`min(now, window_end)`).
+The month is the invoice month (`monitor.month`): the one holding the last instant covered
+(`min(now, window_end)`), and a row counts in it when its `invoice_month` says so, whatever its usage
+hour (late end-of-month usage rolls into the next invoice; corrections land where they are invoiced).
 The run rate is the mean hourly net spend over the last `run_rate_days` of *settled* data (before
 `provisional_from`), because the provisional hours are an undercount while late billing rows land:
 they are counted at the larger of what was billed so far and the run rate. Month days before the
@@ -11,12 +13,13 @@ Fires when the forecast exceeds the budget; impact = forecast overrun.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from pydantic import Field
 
+from monitor import month
 from monitor.detectors.base import Detector, DetectorConfig, fmt_usd, iso, money, q6, register
 from monitor.detectors.inputs import BudgetSpec, CostHour, DetectorInputs
 from monitor.model import Finding, Scope, fingerprint
@@ -35,19 +38,22 @@ class BudgetForecastConfig(DetectorConfig):
 
 
 def month_bounds(at: datetime) -> tuple[datetime, datetime]:
-    """[first instant of `at`'s UTC month, first instant of the next month)."""
-    a = at.astimezone(UTC)
-    start = a.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    nxt = (start + timedelta(days=32)).replace(day=1)
-    return start, nxt
+    """[first instant, first instant of the next month) of the invoice month holding `at`."""
+    return month.month_bounds(month.month_at(at))
 
 
 def _hours(lo: datetime, hi: datetime) -> Decimal:
     return max(Decimal(0), Decimal(str((hi - lo).total_seconds())) / 3600)
 
 
-def _sum(rows: Sequence[CostHour], lo: datetime, hi: datetime) -> Decimal:
-    return sum((q6(r.cost) + q6(r.credits) for r in rows if lo <= r.hour < hi), Decimal(0))
+def _sum(rows: Sequence[CostHour], lo: datetime | None, hi: datetime) -> Decimal:
+    return sum(
+        (q6(r.cost) + q6(r.credits) for r in rows if (lo is None or lo <= r.hour) and r.hour < hi), Decimal(0)
+    )
+
+
+def _in_month(rows: Sequence[CostHour], m: str) -> list[CostHour]:
+    return [r for r in rows if month.row_month(r.invoice_month, r.hour) == m]
 
 
 @register("budget_forecast")
@@ -69,7 +75,9 @@ class BudgetForecast(Detector):
 
     def forecast(self, rows: Sequence[CostHour], inputs: DetectorInputs, as_of: datetime) -> dict[str, Any]:
         """The forecast and its parts, as numbers a reader can add up."""
-        m_start, m_end = month_bounds(as_of - timedelta(microseconds=1))
+        m = month.current_month(as_of)
+        m_start, m_end = month.month_bounds(m)
+        billed = _in_month(rows, m)  # what this invoice holds, whenever the usage was
         seen_from = max(m_start, inputs.window_start)
         prov = min(max(inputs.provisional_from, seen_from), as_of)
         rr_lo = max(inputs.window_start, prov - timedelta(days=self.config.run_rate_days))
@@ -80,13 +88,13 @@ class BudgetForecast(Detector):
             rr_hi = prov
         rr_hours = _hours(rr_lo, rr_hi)
         rate = _sum(rows, rr_lo, rr_hi) / rr_hours if rr_hours > 0 else Decimal(0)
-        settled = q6(_sum(rows, seen_from, prov))
-        prov_billed = q6(_sum(rows, prov, as_of))
+        settled = q6(_sum(billed, None, prov))
+        prov_billed = q6(_sum(billed, prov, as_of))
         prov_counted = q6(max(prov_billed, rate * _hours(prov, as_of)))
         before = q6(rate * _hours(m_start, seen_from))
         rest = q6(rate * _hours(as_of, m_end))
         return {
-            "month": m_start.strftime("%Y-%m"),
+            "month": month.month_label(m),
             "as_of": iso(as_of),
             "settled_usd": settled,
             "provisional_billed_usd": prov_billed,
@@ -136,7 +144,7 @@ class BudgetForecast(Detector):
             title=f'Budget "{budget.name}" forecast {fmt_usd(forecast)} vs {fmt_usd(budget.amount)}',
             summary=summary,
             impact_usd=impact,
-            window_start=max(month_bounds(as_of - timedelta(microseconds=1))[0], inputs.window_start),
+            window_start=max(month.month_bounds(month.current_month(as_of))[0], inputs.window_start),
             window_end=as_of,
             scope=scope,
             evidence=evidence,

@@ -4,6 +4,8 @@ A GKE cluster left running after its node pools were deleted keeps billing its m
 Filestore share kept for a finished training run keeps billing its capacity. Both are found from
 billing alone: fee hours (`orchestration.gke`) or capacity hours (`storage.filestore`) in which the
 same cluster (when the row names one) or else the same project had no compute spend at all.
+Commitment fees (`compute.commitment_fee`) are not compute running: a commitment bills every hour
+whether or not anything uses it, so it never keeps an abandoned cluster or share looking busy.
 Only runs of at least `min_idle_hours` consecutive idle hours count: a cluster whose node pools scale
 to zero overnight is doing the right thing, not leaking.
 """
@@ -24,6 +26,8 @@ from monitor.model import Finding, Scope, fingerprint
 __all__ = ["IdleOrchestration", "IdleOrchestrationConfig"]
 
 _KINDS = {"orchestration.gke": "GKE cluster", "storage.filestore": "Filestore instance"}
+#: Compute subcategories billed whether or not anything runs.
+_NOT_RUNNING = frozenset({"compute.commitment_fee"})
 
 
 class IdleOrchestrationConfig(DetectorConfig):
@@ -49,7 +53,7 @@ class IdleOrchestration(Detector):
         by_cluster: set[tuple[str | None, str, datetime]] = set()
         by_project: set[tuple[str | None, datetime]] = set()
         for r in rows:
-            if r.category == "compute" and r.cost > 0:
+            if r.category == "compute" and r.cost > 0 and r.subcategory not in _NOT_RUNNING:
                 by_project.add((r.project, r.hour))
                 if r.cluster:
                     by_cluster.add((r.project, r.cluster, r.hour))

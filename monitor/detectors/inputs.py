@@ -88,6 +88,7 @@ class CostHour:
     usage_pricing_units: Decimal = _ZERO
     pricing_unit: str | None = None
     provisional: bool = False
+    invoice_month: str | None = None  # the export's `invoice.month` (YYYYMM); see monitor.month
 
     @property
     def net(self) -> Decimal:
@@ -107,6 +108,13 @@ class GpuHour:
     `idle_gpu_hours` are the GPU-hours below the utilization layer's idle threshold (memory held at 0%
     busy counts as idle) and `idle_cost` their GPU cost. `estimated` hours carry a cost computed from
     prices because the billing rows have not arrived yet.
+
+    `gpu_cost` is gross (the export's `cost`); `gpu_credits` (<= 0) are the commitment and
+    sustained-use credits on it, so `idle_cost` is at the effective price (gross + those credits)
+    and `idle_cost_gross` is its on-demand (gross) equivalent. GKE nodes carry `cluster` and
+    `node_pool`; with GKE cost allocation, `namespaces` is the gross GPU cost per `k8s-namespace`
+    label value. `signal` is the utilization signal the hour was judged on; `container_metrics`
+    False means a GKE node reported no container metrics (time-shared / MPS GPUs), None unknown.
     """
 
     hour: datetime
@@ -128,6 +136,18 @@ class GpuHour:
     pricing_model: str | None = None
     estimated: bool = False
     labels: Mapping[str, str] = field(default_factory=dict)
+    node_pool: str | None = None
+    namespaces: Mapping[str, Decimal] = field(default_factory=dict)
+    gpu_credits: Decimal = _ZERO
+    signal: str | None = None
+    container_metrics: bool | None = None
+
+    @property
+    def idle_cost_gross(self) -> Decimal:
+        """The idle GPU-hours at the gross (on-demand equivalent) price, before credits."""
+        if not self.monitored or self.gpu_hours <= 0:
+            return _ZERO
+        return (self.gpu_cost * self.idle_gpu_hours / self.gpu_hours).quantize(Decimal("0.000001"))
 
     @property
     def monitored(self) -> bool:
@@ -144,6 +164,11 @@ class PriceLookup(Protocol):
 
     def gpu_hourly(self, gpu_model: str, region: str | None, pricing_model: str) -> Decimal | None:
         """`pricing_model` is one of `PRICE_TERMS`; None when the price is not known."""
+        ...
+
+    def gpu_price_source(self, gpu_model: str, region: str | None, pricing_model: str) -> str | None:
+        """Where that price came from, for findings: "Cloud Billing Catalog API (fetched <ts>)" or
+        "bundled snapshot (<date>, sources: ...)"; None when the price is not known."""
         ...
 
 
@@ -166,12 +191,15 @@ class BudgetSpec:
 class DetectorInputs:
     """Everything one detection run sees, for the window [window_start, window_end).
 
-    Hours at or after `provisional_from` may still grow as late billing rows land.
+    Hours at or after `provisional_from` may still grow as late billing rows land. `history_start`
+    (before `window_start`, None when there is none) is how far back `hourly` is complete: detectors
+    that need a baseline (`spend_anomaly`) read it, findings still cover only the window.
     """
 
     window_start: datetime
     window_end: datetime
     provisional_from: datetime
+    history_start: datetime | None = None
     hourly: Sequence[CostHour] = ()
     gpu_hours: Sequence[GpuHour] = ()
     prices: PriceLookup | None = None

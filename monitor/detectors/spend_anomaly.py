@@ -1,7 +1,15 @@
 """`spend_anomaly`: a day's spend per project (and per category inside a project) far above normal.
 
-Baseline: the median of earlier days of the same series (same weekday when there are enough of
-them, else all days), spread: the median absolute deviation (MAD). Both are robust: one earlier spike
+History: baselines read the `baseline_days` before each day, also before the reported window when
+the inputs carry it (`DetectorInputs.history_start`; `gpucost analyze` and the daemon read that much
+more billing), so a 7-day report is judged against 28 days of history, not against itself. Days
+before the window are judged too (a jump that started before the window keeps its start day and is
+kept out of baselines) but only days inside the window are reported.
+
+Baseline: the median of earlier days of the same series, spread: the median absolute deviation
+(MAD). `baseline = "same_weekday"` uses only the same weekday and judges a day once
+`min_same_weekday` such earlier days exist; `"all_days"` uses every earlier day; `"auto"` uses the
+same weekday when `min_same_weekday` such days exist, else all days. Both are robust: one earlier spike
 does not raise the bar. A day is anomalous only when it is above the baseline by BOTH
 `min_relative_increase` and `min_excess_usd` (and, when the MAD is not zero, by `min_robust_z`
 robust standard deviations). Days already flagged are left out of later baselines, so a jump that
@@ -21,6 +29,12 @@ is not an anomaly. An hour counts when it is above that baseline by BOTH `hourly
 and `hourly_min_excess_usd` (and `min_robust_z` robust deviations); a finding needs a run of at least
 `hourly_min_hours` such hours in a row, so one busy hour is not a finding. Hours on days the daily
 check already flags for the project (as a whole or a category) are not judged: one jump, one finding.
+
+One jump, one alert: a finding's fingerprint is its scope plus the day the jump started (the first
+day of its latest run of flagged days, or the day its first anomalous hour fell on), so a jump
+flagged hourly today and daily tomorrow keeps one fingerprint and the alert pipeline updates it.
+A daily run whose previous day ended with at least `hourly_min_hours` anomalous hours started on
+that previous day; an hourly run continuing a daily-flagged jump is that jump, not a new finding.
 """
 
 from __future__ import annotations
@@ -44,7 +58,7 @@ from monitor.detectors.base import (
     register,
 )
 from monitor.detectors.inputs import CostHour, DetectorInputs
-from monitor.detectors.spend_hourly import MAD_TO_SIGMA, hourly_findings
+from monitor.detectors.spend_hourly import MAD_TO_SIGMA, continued_from, hourly_findings, project_hours
 from monitor.model import Finding, Scope, fingerprint
 
 __all__ = ["SpendAnomaly", "SpendAnomalyConfig"]
@@ -53,8 +67,10 @@ _DAY = timedelta(days=1)
 
 
 class SpendAnomalyConfig(DetectorConfig):
-    """`baseline`: "auto" uses the same weekday when at least `min_same_weekday` earlier such days
-    exist, else all days. `baseline_days`: how far back the baseline looks. `amount`: "net" (after
+    """`baseline`: "same_weekday" compares a day with the same weekday of earlier weeks (judged once
+    `min_same_weekday` of them exist), "all_days" with every earlier day, "auto" uses the same
+    weekday when at least `min_same_weekday` earlier such days exist, else all days.
+    `baseline_days`: how far back the baseline looks, before the reported window too. `amount`: "net" (after
     credits, what is paid) or "gross". `hourly_*`: the recent-window hourly check (module docstring);
     `hourly_min_excess_usd` is per hour, and a run's total must still reach `min_impact_usd`."""
 
@@ -103,6 +119,30 @@ class _Day:
         return q6(self.spend - self.baseline)
 
 
+def _history_days(inputs: DetectorInputs, first_reported: date, lookback: int) -> list[tuple[date, int]]:
+    """Whole UTC days before `first_reported` (at most `lookback`) that `history_start` covers."""
+    if inputs.history_start is None:
+        return []
+    d = max(inputs.history_start.astimezone(UTC).date(), first_reported - lookback * _DAY)
+    if datetime.combine(d, time(), UTC) < inputs.history_start:
+        d += _DAY
+    out = []
+    while d < first_reported:
+        out.append((d, 24))
+        d += _DAY
+    return out
+
+
+def _run_start(flagged: Sequence[_Day]) -> date:
+    """The first day of the latest run of consecutive flagged days."""
+    start = flagged[-1].day
+    for f in reversed(flagged[:-1]):
+        if (start - f.day).days != 1:
+            break
+        start = f.day
+    return start
+
+
 def _days(inputs: DetectorInputs, now: datetime) -> list[tuple[date, int]]:
     """Each UTC day touching the window with the hours of it the window covers; partial first day out."""
     end = min(inputs.window_end, now)
@@ -125,35 +165,31 @@ class SpendAnomaly(Detector):
     def _amount(self, r: CostHour) -> Decimal:
         return q6(r.cost) + (q6(r.credits) if self.config.amount == "net" else 0)
 
+    def history_days(self) -> int:
+        # +1: the window's first day, cut by its start, is history too
+        return max(self.config.baseline_days, self.config.hourly_baseline_days) + 1
+
     def evaluate(self, inputs: DetectorInputs, now: datetime) -> list[Finding]:
-        days = _days(inputs, now)
-        if not days:
+        reported = _days(inputs, now)
+        if not reported:
             return []
-        first = datetime.combine(days[0][0], time(), UTC)
+        days = _history_days(inputs, reported[0][0], self.config.baseline_days) + reported
         end = min(inputs.window_end, now)
-        proj: dict[str | None, dict[date, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
-        cat: dict[tuple[str | None, str], dict[date, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
-        sub: dict[tuple[str | None, str], dict[date, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
-        provisional_days: set[date] = set()
-        for r in inputs.hourly:
-            if not (first <= r.hour < end):
-                continue
-            d, amt = r.hour.astimezone(UTC).date(), self._amount(r)
-            proj[r.project][d] += amt
-            cat[(r.project, r.category)][d] += amt
-            sub[(r.project, r.subcategory)][d] += amt
-            if r.provisional:
-                provisional_days.add(d)
-        prov_day = inputs.provisional_from.astimezone(UTC).date()
-        provisional_days |= {d for d, _ in days if d >= prov_day}
+        proj, cat, sub, provisional_days = self._daily(inputs, days, end)
+        first_reported = reported[0][0]
+        hourly = project_hours(self, inputs, end) if self.config.hourly else {}
         findings: list[Finding] = []
         daily_flagged: dict[str | None, set[date]] = defaultdict(set)
         for project in sorted(proj, key=str):
             flagged = self._flag(proj[project], days, provisional_days)
             daily_flagged[project] |= {f.day for f in flagged}
-            if flagged:
-                drivers = _drivers(project, flagged, sub, days)
-                findings.extend(self._finding(project, None, flagged, drivers, inputs))
+            shown = [f for f in flagged if f.day >= first_reported]
+            if shown:
+                start = _run_start(flagged)
+                if project in hourly:
+                    start = continued_from(self, hourly[project], start)
+                drivers = _drivers(project, shown, sub, days)
+                findings.extend(self._finding(project, None, shown, drivers, start))
             if not self.config.per_category:
                 continue
             skip = {f.day for f in flagged}
@@ -162,12 +198,43 @@ class SpendAnomaly(Detector):
                     continue
                 cat_flagged = [f for f in self._flag(series, days, provisional_days) if f.day not in skip]
                 daily_flagged[project] |= {f.day for f in cat_flagged}
-                if cat_flagged:
-                    drivers = _drivers(project, cat_flagged, sub, days, lambda s, c=category: s.startswith(c))
-                    findings.extend(self._finding(project, category, cat_flagged, drivers, inputs))
+                cat_shown = [f for f in cat_flagged if f.day >= first_reported]
+                if cat_shown:
+                    drivers = _drivers(project, cat_shown, sub, days, lambda s, c=category: s.startswith(c))
+                    start = _run_start(cat_flagged)
+                    findings.extend(self._finding(project, category, cat_shown, drivers, start))
         if self.config.hourly:
-            findings.extend(hourly_findings(self, inputs, now, daily_flagged))
+            taken = {f.fingerprint for f in findings}
+            extra = hourly_findings(self, inputs, now, daily_flagged, hourly)
+            findings.extend(f for f in extra if f.fingerprint not in taken)  # one jump, one finding
         return findings
+
+    def _daily(
+        self, inputs: DetectorInputs, days: Sequence[tuple[date, int]], end: datetime
+    ) -> tuple[
+        dict[str | None, dict[date, Decimal]],
+        dict[tuple[str | None, str], dict[date, Decimal]],
+        dict[tuple[str | None, str], dict[date, Decimal]],
+        set[date],
+    ]:
+        """Daily spend per project, (project, category) and (project, subcategory) over `days`, and
+        the days that are (or hold hours billed) provisionally."""
+        first = datetime.combine(days[0][0], time(), UTC)
+        proj: dict[str | None, dict[date, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
+        cat: dict[tuple[str | None, str], dict[date, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
+        sub: dict[tuple[str | None, str], dict[date, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
+        provisional: set[date] = set()
+        for r in inputs.hourly:
+            if not (first <= r.hour < end):
+                continue
+            d, amt = r.hour.astimezone(UTC).date(), self._amount(r)
+            proj[r.project][d] += amt
+            cat[(r.project, r.category)][d] += amt
+            sub[(r.project, r.subcategory)][d] += amt
+            if r.provisional:
+                provisional.add(d)
+        prov_day = inputs.provisional_from.astimezone(UTC).date()
+        return proj, cat, sub, provisional | {d for d, _ in days if d >= prov_day}
 
     def _flag(
         self, series: Mapping[date, Decimal], days: Sequence[tuple[date, int]], provisional: set[date]
@@ -206,7 +273,7 @@ class SpendAnomaly(Detector):
         if kind == "auto":
             kind = "same_weekday" if len(same) >= self.config.min_same_weekday else "all_days"
         points = same if kind == "same_weekday" else recent
-        if len(points) < 2:
+        if len(points) < (self.config.min_same_weekday if kind == "same_weekday" else 2):
             return None
         values = [series.get(h, Decimal(0)) for h in points]
         med = Decimal(median(values))
@@ -229,7 +296,7 @@ class SpendAnomaly(Detector):
         category: str | None,
         flagged: Sequence[_Day],
         drivers: list[dict[str, Any]],
-        inputs: DetectorInputs,
+        started: date,
     ) -> list[Finding]:
         impact = sum((d.excess for d in flagged), Decimal(0))
         if not self.keep(impact):
@@ -267,6 +334,7 @@ class SpendAnomaly(Detector):
                     "amount": self.config.amount,
                     "days": [_day_evidence(d) for d in flagged],
                     "drivers": drivers,
+                    "started": started.isoformat(),
                 },
                 recommendation=(
                     f"Check what started in {project} on {flagged[0].day.isoformat()}"
@@ -274,7 +342,7 @@ class SpendAnomaly(Detector):
                     + ". If it is expected (a new training run), nothing to do; otherwise stop the "
                     "resources behind it."
                 ),
-                fingerprint=fingerprint(self.name, scope, *extra),
+                fingerprint=fingerprint(self.name, scope, *extra, started.isoformat()),
                 provisional=bool(prov),
             )
         ]

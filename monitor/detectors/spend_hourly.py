@@ -4,7 +4,13 @@ Each project's hourly spend over the last `hourly_window_hours` (minus the newes
 `hourly_skip_recent_hours`, whose billing is still arriving) is compared with the median / MAD of
 the same hour of day over the previous `hourly_baseline_days`; a run of at least `hourly_min_hours`
 anomalous hours (relative and absolute thresholds both met) is one finding. Hours on days the daily
-check already flags are not judged, so one jump is never reported twice.
+check already flags are not judged, so one jump is never reported twice. Baselines reach before the
+window when the inputs carry history (`DetectorInputs.history_start`).
+
+The finding's fingerprint is the project plus the day the jump started: the day of the earliest
+anomalous hour reached walking back from the run, past the reported window if need be. The daily
+check uses the same day (`continued_from`), so a jump seen hourly today and daily tomorrow is one
+alert.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from monitor.detectors.base import ONE_HOUR, first_last, fmt_usd, human, iso, mo
 from monitor.detectors.inputs import CostHour, DetectorInputs
 from monitor.model import Finding, Scope, Severity, fingerprint
 
-__all__ = ["MAD_TO_SIGMA", "hourly_findings"]
+__all__ = ["MAD_TO_SIGMA", "continued_from", "hourly_findings", "jump_start", "project_hours"]
 
 #: MAD x 1.4826 estimates the standard deviation of normally distributed values.
 MAD_TO_SIGMA = Decimal("1.4826")
@@ -103,15 +109,22 @@ def hourly_findings(
     inputs: DetectorInputs,
     now: datetime,
     daily_flagged: Mapping[str | None, set[date]],
+    series: Mapping[str | None, Mapping[datetime, Decimal]] | None = None,
 ) -> list[Finding]:
-    """Hourly findings per project, leaving out hours on days the daily check already flags."""
+    """Hourly findings per project, leaving out hours on days the daily check already flags.
+    `series`: `project_hours(det, inputs, ...)` when the caller already built it."""
     end = min(inputs.window_end, now).astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     cutoff = end - det.config.hourly_skip_recent_hours * ONE_HOUR
     lo = max(cutoff - det.config.hourly_window_hours * ONE_HOUR, inputs.window_start)
-    series, provisional = _hourly_series(det, inputs, cutoff)
+    if series is None:
+        series = project_hours(det, inputs, cutoff)
+    provisional = {(r.project, r.hour) for r in inputs.hourly if r.provisional}
     findings: list[Finding] = []
     for project in sorted(series, key=str):
-        s, first, done = series[project], min(series[project]), daily_flagged.get(project, set())
+        s, done = series[project], daily_flagged.get(project, set())
+        if not s:
+            continue
+        first = min(s)
         hours: list[_Hour | None] = []
         h = lo
         while h < cutoff:
@@ -120,22 +133,45 @@ def hourly_findings(
             h += ONE_HOUR
         runs = _runs(hours, det.config.hourly_min_hours)
         if runs:
-            findings.extend(_hourly_finding(det, project, runs))
+            started = jump_start(det, s, runs[0][0].hour) or runs[0][0].hour
+            findings.extend(_hourly_finding(det, project, runs, started.date()))
     return findings
 
 
-def _hourly_series(
-    det: SpendAnomalyLike, inputs: DetectorInputs, cutoff: datetime
-) -> tuple[dict[str | None, dict[datetime, Decimal]], set[tuple[str | None, datetime]]]:
-    """Spend per project and hour before `cutoff`, and the (project, hour)s billed provisionally."""
+def project_hours(
+    det: SpendAnomalyLike, inputs: DetectorInputs, end: datetime
+) -> dict[str | None, dict[datetime, Decimal]]:
+    """Spend per project and hour before `end`, from the history start (else the window start)."""
+    lo = min(inputs.history_start or inputs.window_start, inputs.window_start)
     series: dict[str | None, dict[datetime, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
-    provisional: set[tuple[str | None, datetime]] = set()
     for r in inputs.hourly:
-        if inputs.window_start <= r.hour < cutoff:
+        if lo <= r.hour < end:
             series[r.project][r.hour] += det._amount(r)
-            if r.provisional:
-                provisional.add((r.project, r.hour))
-    return series, provisional
+    return series
+
+
+def jump_start(det: SpendAnomalyLike, s: Mapping[datetime, Decimal], h: datetime) -> datetime | None:
+    """The earliest hour of the unbroken stretch of anomalous hours ending at `h` (None when `h`
+    itself is not anomalous): where a jump began, wherever the reported window starts."""
+    if not s:
+        return None
+    first, start = min(s), None
+    while h >= first:
+        judged = _judge_hour(det, s, first, h, False)
+        if judged is None or not judged.anomalous:
+            break
+        start, h = h, h - ONE_HOUR
+    return start
+
+
+def continued_from(det: SpendAnomalyLike, s: Mapping[datetime, Decimal], day: date) -> date:
+    """The day a jump first flagged on `day` (daily) started: the previous day when it ended with at
+    least `hourly_min_hours` anomalous hours (a jump that began in the evening), else `day`."""
+    midnight = datetime.combine(day, datetime.min.time(), UTC)
+    start = jump_start(det, s, midnight - ONE_HOUR)
+    if start is None or midnight - start < det.config.hourly_min_hours * ONE_HOUR:
+        return day
+    return start.date()
 
 
 def _judge_hour(
@@ -161,7 +197,7 @@ def _judge_hour(
 
 
 def _hourly_finding(
-    det: SpendAnomalyLike, project: str | None, runs: Sequence[Sequence[_Hour]]
+    det: SpendAnomalyLike, project: str | None, runs: Sequence[Sequence[_Hour]], started: date
 ) -> list[Finding]:
     flagged = [h for run in runs for h in run]
     impact = sum((h.excess for h in flagged), Decimal(0))
@@ -197,13 +233,14 @@ def _hourly_finding(
                 "hours": [_hour_evidence(h) for h in flagged],
                 "days": _hour_days(flagged),
                 "drivers": [],
+                "started": started.isoformat(),
             },
             recommendation=(
                 f"Check what started in {project} around {human(start)}: spend has run above its "
                 "usual level for this time of day for hours. If it is expected (a new training run), "
                 "nothing to do; otherwise stop the resources behind it before the day adds up."
             ),
-            fingerprint=fingerprint(det.name, scope, "hourly"),
+            fingerprint=fingerprint(det.name, scope, started.isoformat()),
             provisional=bool(prov),
         )
     ]
