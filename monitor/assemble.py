@@ -16,16 +16,19 @@ from decimal import Decimal
 
 from monitor.billing_poll import HourlyCost, hourly_costs, provisional_since
 from monitor.detectors.inputs import BudgetSpec, CostHour, DetectorInputs, GpuHour, PriceLookup
+from monitor.gpu_identity import billed_identities, node_pool_from_name, sample_identities
 from monitor.gpu_models import normalize_gpu_model, parse_sku_description, region_of
 from monitor.gpus import GpuCostHour, JoinedHour, join_gpu_hours
 from monitor.model import micros_to_decimal
+from monitor.sources.presets import Signal
 from monitor.state.store import StateStore
-from monitor.utilization import GpuSample, load_samples
+from monitor.utilization import GpuSample, load_samples, resolve_duty_cycles
 
 __all__ = ["assemble_inputs", "cost_hours", "gpu_cost_hours", "gpu_hours"]
 
 _HOUR = timedelta(hours=1)
 _MICROS = Decimal(1_000_000)
+_Q6 = Decimal("0.000001")
 
 
 def _d(value: float | None) -> Decimal:
@@ -52,6 +55,7 @@ def cost_hours(rows: Iterable[HourlyCost]) -> list[CostHour]:
                 instance=k.get("resource_name"),
                 instance_id=k.get("instance_id"),
                 cluster=k.get("cluster"),
+                invoice_month=k.get("invoice_month"),
                 labels=r.labels,
                 usage_pricing_units=_d(r.usage_amount),
                 pricing_unit=k.get("pricing_unit"),
@@ -62,7 +66,8 @@ def cost_hours(rows: Iterable[HourlyCost]) -> list[CostHour]:
 
 
 def gpu_cost_hours(rows: Iterable[HourlyCost]) -> list[GpuCostHour]:
-    """GPU spend per instance-hour: the `compute.gpu` aggregates, summed over SKUs and corrections."""
+    """GPU spend per node-hour: the `compute.gpu` aggregates, summed over SKUs, corrections and (GKE
+    cost allocation) namespaces; the gross cost per `k8s-namespace` is kept for the rollups."""
     acc: dict[tuple, dict] = {}
     for r in rows:
         if r.subcategory != "compute.gpu":
@@ -71,11 +76,27 @@ def gpu_cost_hours(rows: Iterable[HourlyCost]) -> list[GpuCostHour]:
         key = (r.usage_hour, k.get("project_id"), k.get("zone"), k.get("resource_name"), k.get("instance_id"))
         a = acc.setdefault(
             key,
-            {"gpu_hours": Decimal(0), "cost": 0, "credits": 0, "row": r, "provisional": r.provisional},
+            {
+                "gpu_hours": Decimal(0),
+                "cost": 0,
+                "credits": 0,
+                "cud": 0,
+                "sud": 0,
+                "namespaces": defaultdict(int),
+                "labels": {},
+                "row": r,
+                "provisional": r.provisional,
+            },
         )
         a["gpu_hours"] += _d(r.usage_amount)
         a["cost"] += r.gross_micros
         a["credits"] += r.credit_micros
+        a["cud"] += r.cud_micros
+        a["sud"] += r.sud_micros
+        a["labels"].update(r.labels)
+        a["provisional"] = a["provisional"] or r.provisional
+        if ns := k.get("namespace"):
+            a["namespaces"][ns] += r.gross_micros
     out = []
     for (hour, project, zone, name, iid), a in acc.items():
         r: HourlyCost = a["row"]
@@ -96,7 +117,11 @@ def gpu_cost_hours(rows: Iterable[HourlyCost]) -> list[GpuCostHour]:
                 cost_micros=a["cost"],
                 credits_micros=a["credits"],
                 provisional=a["provisional"],
-                labels=r.labels,
+                labels=a["labels"],
+                node_pool=r.keys.get("node_pool"),
+                cud_micros=a["cud"],
+                sud_micros=a["sud"],
+                namespaces=dict(a["namespaces"]),
             )
         )
     return out
@@ -123,23 +148,23 @@ def _gpu_hour(j: JoinedHour) -> GpuHour:
         memory_held=j.memory_held,
         pricing_model=c.pricing_model,
         labels=dict(c.labels),
+        node_pool=c.node_pool or node_pool_from_name(c.cluster, c.instance),
+        namespaces={ns: micros_to_decimal(m) for ns, m in sorted(c.namespaces.items())},
+        gpu_credits=micros_to_decimal(c.effective_micros - c.cost_micros),
+        signal=j.signal,
+        container_metrics=j.container_metrics,
     )
 
 
 def _cost_keys(c: GpuCostHour) -> list[str]:
-    """Every identity a billed instance-hour answers to: numeric id and (project, zone, name)."""
-    keys = [c.instance_id] if c.instance_id else []
-    if c.instance:
-        keys.append(f"{c.project}/{c.zone}/{c.instance}")
-    return keys
+    """Every identity a billed node-hour answers to (`monitor.gpu_identity`), primary first."""
+    return [n.key for n in billed_identities(c.project, c.zone, c.instance, c.instance_id, c.cluster)]
 
 
 def _sample_keys(s: GpuSample) -> list[str]:
-    keys = [s.instance_id] if s.instance_id else []
-    for name in (s.instance_name, s.node_name):
-        if name:
-            keys.append(f"{s.project}/{s.zone}/{name}")
-    return keys
+    """Every identity a sample's host answers to, primary first."""
+    ids = sample_identities(s.project, s.zone, s.instance_id, s.instance_name, s.cluster, s.node_name)
+    return [n.key for n in ids]
 
 
 def _estimates(
@@ -154,10 +179,10 @@ def _estimates(
 
     Only whole hours before `end` and, when given, at or after `provisional_from`: older hours are
     settled billing, and an hour with utilization but no GPU row there is not ours to invent (an
-    instance billed to another account, say). An hour is "billed" when any identity of the
-    instance (id, or project/zone/name) has a GPU row in it, so a billing row without an id never
-    gets a second, estimated copy; hours missing between billed ones (rows landing out of order)
-    are estimated too.
+    instance billed to another account, say). An hour is "billed" when any identity of the node
+    (`monitor.gpu_identity`: GCE id, zone/name, GKE cluster/node) has a GPU row in it, so a billing
+    row never gets a second, estimated copy; hours missing between billed ones (rows landing out of
+    order) are estimated too. Signal precedence (and the GKE duty-cycle pair) is resolved first.
     """
     if prices is None or not samples:
         return []
@@ -168,9 +193,10 @@ def _estimates(
             billed.add((key, c.hour))
             if key not in latest or c.hour > latest[key].hour:
                 latest[key] = c
+    resolved, container = resolve_duty_cycles(list(samples))
     by_hour: dict[tuple[str, datetime], list[GpuSample]] = defaultdict(list)
     aliases: dict[str, list[str]] = {}
-    for s in samples:
+    for s in resolved:
         hour = s.start.replace(minute=0, second=0, microsecond=0)
         if hour + _HOUR > end or (provisional_from is not None and hour < provisional_from):
             continue
@@ -184,7 +210,8 @@ def _estimates(
         if any((k, hour) in billed for k in keys):
             continue  # billed: never estimate over real rows
         known = next((latest[k] for k in keys if k in latest), None)
-        out.extend(_estimate_hour(hour, group, known, prices, threshold))
+        had_container = any((s.project, s.host, hour) in container for s in group)
+        out.extend(_estimate_hour(hour, group, known, prices, threshold, had_container))
     return out
 
 
@@ -194,9 +221,11 @@ def _estimate_hour(
     known: GpuCostHour | None,
     prices: PriceLookup,
     threshold: float,
+    had_container: bool = False,
 ) -> list[GpuHour]:
-    """One estimated instance-hour: GPU model and pricing from its latest billed hour when there is
-    one, else from the Monitoring `model` label at on-demand prices."""
+    """One estimated node-hour: GPU model and pricing from its latest billed hour when there is
+    one, else from the Monitoring `model` label at on-demand prices. A known hour's credits carry
+    over as a ratio (a committed GPU's effective price stays what billing showed)."""
     first, k = group[0], known
     model = (k.gpu_model if k else None) or normalize_gpu_model(first.model or "")
     region = (k.region if k else None) or region_of(first.zone or "")
@@ -206,35 +235,60 @@ def _estimate_hour(
     if unit is None:
         return []
     per_gpu: dict[str, list[float]] = defaultdict(list)
+    signal = min((s.signal for s in group), key=_precedence)
     for s in group:
         per_gpu[s.gpu].append(s.utilization_pct)
     gpus = len(per_gpu)
     means = [sum(v) / len(v) for v in per_gpu.values()]
     idle = sum(1 for m in means if m < threshold)
-    cost = (unit * gpus).quantize(Decimal("0.000001"))
+    cost = (unit * gpus).quantize(_Q6)
+    effective = cost * _effective_ratio(k)
+    cluster = k.cluster if k else first.cluster
+    instance = k.instance if k else (first.instance_name or first.node_name)
     return [
         GpuHour(
             hour=hour,
             project=(k.project if k else first.project),
-            instance=(k.instance if k else first.instance_name or first.node_name),
+            instance=instance,
             gpu_model=str(model),
             gpus=gpus,
             gpu_hours=Decimal(gpus),
             gpu_cost=cost,
             mean_utilization_pct=sum(means) / gpus,
             idle_gpu_hours=Decimal(idle),
-            idle_cost=(cost * idle / gpus).quantize(Decimal("0.000001")),
+            idle_cost=(effective * idle / gpus).quantize(_Q6),
             zone=(k.zone if k else first.zone),
             region=region,
             instance_id=(k.instance_id if k else first.instance_id),
-            cluster=(k.cluster if k else first.cluster),
+            cluster=cluster,
             machine_type=(k.machine_type if k else None),
             memory_held=any(getattr(s, "idle_but_allocated", False) for s in group),
             pricing_model=pricing,
             estimated=True,
             labels=dict(k.labels) if k else {},
+            node_pool=(k.node_pool if k else None) or node_pool_from_name(cluster, instance),
+            gpu_credits=(effective - cost).quantize(_Q6),
+            signal=signal,
+            container_metrics=had_container if signal == Signal.NODE_DUTY_CYCLE.value else None,
         )
     ]
+
+
+def _effective_ratio(known: GpuCostHour | None) -> Decimal:
+    """Effective / gross of the node's latest billed hour: 1 without one, 0 when billing showed its
+    GPUs at $0 (a reserved variant)."""
+    if known is None:
+        return Decimal(1)
+    if known.cost_micros <= 0:
+        return Decimal(0)
+    return Decimal(known.effective_micros) / Decimal(known.cost_micros)
+
+
+def _precedence(signal: str) -> int:
+    try:
+        return Signal(signal).precedence
+    except ValueError:
+        return len(Signal)
 
 
 def gpu_hours(

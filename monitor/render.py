@@ -78,9 +78,18 @@ def _ev_idle_gpu(e: Mapping[str, Any]) -> str:
     runs = e.get("runs") or []
     spans = "; ".join(f"{_when(r['start'])} → {_when(r['end'])} ({r['hours']} h)" for r in runs[:3])
     held = f", GPU memory held in {e['memory_held_hours']} h" if e.get("memory_held_hours") else ""
+    where = f"cluster {e['cluster']}, node pool {e.get('node_pool') or '?'}; " if e.get("cluster") else ""
+    gross = e.get("idle_cost_on_demand_usd")
+    on_demand = (
+        f" ({_usd(gross)} on demand{', reserved' if e.get('reserved') else ''})"
+        if gross is not None and (gross != e.get("idle_cost_usd") or e.get("reserved"))
+        else ""
+    )
+    signal = f"; signal: {e['signal_note'] or e.get('signal')}" if e.get("signal_note") else ""
     return (
-        f"{e.get('idle_hours')} idle hours, {e.get('idle_gpu_hours')} idle GPU-hours of "
-        f"{e.get('gpus')}× {e.get('gpu_model')} = {_usd(e.get('idle_cost_usd'))}; runs: {spans}{held}"
+        f"{where}{e.get('idle_hours')} idle hours, {e.get('idle_gpu_hours')} idle GPU-hours of "
+        f"{e.get('gpus')}× {e.get('gpu_model')} = {_usd(e.get('idle_cost_usd'))}{on_demand}; runs: "
+        f"{spans}{held}{signal}"
     )
 
 
@@ -123,10 +132,17 @@ def _ev_budget(e: Mapping[str, Any]) -> str:
 
 def _ev_unmonitored(e: Mapping[str, Any]) -> str:
     return "; ".join(
-        f"{i.get('instance')} ({i.get('zone')}): {i.get('hours')} h of {i.get('gpus')}× {i.get('gpu_model')}, "
+        f"{i.get('instance')} ({_where(i)}): {i.get('hours')} h of {i.get('gpus')}× {i.get('gpu_model')}, "
         f"{_usd(i.get('gpu_cost_usd'))}"
         for i in (e.get("instances") or [])[:5]
     )
+
+
+def _where(i: Mapping[str, Any]) -> str:
+    """A GPU node's zone, with its GKE cluster and node pool when it is one."""
+    if i.get("cluster"):
+        return f"{i.get('zone')}, {i['cluster']}/{i.get('node_pool') or '?'}"
+    return str(i.get("zone"))
 
 
 def _ev_commitment(e: Mapping[str, Any]) -> str:

@@ -168,6 +168,8 @@ def test_instance_summary_prefers_billed_hours_and_prices_a_busy_gpu_hour() -> N
         "instance_id",
         "project",
         "zone",
+        "cluster",
+        "node_pool",
         "machine_type",
         "gpu_model",
         "gpus",

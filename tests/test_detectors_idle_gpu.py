@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
 
-from monitor.detectors.idle_gpu import IdleGpu, IdleGpuConfig
+from monitor.detectors.idle_gpu import MPS_FALLBACK, IdleGpu, IdleGpuConfig
 from monitor.model import Severity
-from tests.test_detectors_common import D, at, gpu, inputs
+from tests.test_detectors_common import D, FakePrices, at, gpu, inputs
 
 
 def pattern(spec: str, **kw) -> list:
@@ -157,3 +158,56 @@ def test_still_idle_only_when_the_idle_run_reaches_the_end_of_the_data() -> None
     (stopped,) = IdleGpu().evaluate(inp, at(12))  # no rows after hour 5: the VM was stopped
     assert now_idle.evidence["still_idle"] and "Still idle" in now_idle.summary
     assert not stopped.evidence["still_idle"] and "Still idle" not in stopped.summary
+
+
+# ------------------------------------------------------------------- GKE identity, effective price
+
+NODE = "gke-h100-train-a3-pool-1a2b3c4d-x9k2"  # gke-<cluster>-<pool>-<8 hex>-<4>, see test_gke_identity
+
+
+def gke(rows: list, *, estimated: bool = False) -> list:
+    """The rows as a GKE node's: estimated rows (from node samples) have no instance id."""
+    return [
+        replace(
+            r,
+            instance=NODE,
+            instance_id=None if estimated else "4242",
+            cluster="h100-train",
+            node_pool="a3-pool",
+            estimated=estimated,
+            signal="node_duty_cycle",
+            container_metrics=False,
+        )
+        for r in rows
+    ]
+
+
+def test_gke_estimated_then_billed_keeps_one_fingerprint_and_names_the_pool() -> None:
+    (early,) = run(gke(pattern("BBIIII"), estimated=True))
+    (late,) = run(gke(pattern("BBIIII")))
+    assert early.fingerprint == late.fingerprint
+    gce = run(pattern("BBIIII", instance=NODE))  # the same name as a plain VM is another node
+    assert gce[0].fingerprint != late.fingerprint
+    assert late.title.startswith(f"Idle GPUs on GKE node {NODE} (h100-train/a3-pool)")
+    assert "kubectl get pods -A --field-selector spec.nodeName=" in late.recommendation
+    assert (late.evidence["cluster"], late.evidence["node_pool"]) == ("h100-train", "a3-pool")
+    assert late.evidence["signal_note"] == MPS_FALLBACK and "time-shared/MPS" in late.summary
+
+
+def test_idle_dollars_at_the_effective_price_and_the_on_demand_equivalent() -> None:
+    # $88 gross per hour, a $60 commitment credit: idle dollars are $28 per all-idle hour
+    rows = [
+        replace(r, gpu_credits=D(-60), idle_cost=D(28) if r.idle_gpu_hours else D(0)) for r in pattern("BIII")
+    ]
+    (f,) = run(rows)
+    assert f.impact_usd == D(84) and f.evidence["idle_cost_on_demand_usd"] == 264.0
+    assert f.evidence["hours"][0]["gpu_credits_usd"] == -60.0
+    assert "$264.00 on demand" in f.summary and not f.evidence["reserved"]
+
+
+def test_reserved_gpus_at_zero_dollars_raise_an_info_finding() -> None:
+    rows = [replace(r, gpu_cost=D(0), idle_cost=D(0), pricing_model="reserved") for r in pattern("IIII")]
+    (f,) = run(rows, prices=FakePrices())
+    assert (f.impact_usd, f.severity, f.evidence["reserved"]) == (D(0), Severity.INFO, True)
+    assert f.evidence["idle_gpu_hours"] == 32.0 and f.evidence["idle_cost_on_demand_usd"] == 352.0
+    assert run([replace(r, gpu_cost=D(0), idle_cost=D(0)) for r in pattern("I")]) == []  # one hour: a pause

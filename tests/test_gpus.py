@@ -2,26 +2,44 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from monitor.gpus import GpuCostHour, join_gpu_hours
+from monitor.utilization import GpuSample
 
 H0 = datetime(2026, 11, 3, 10, tzinfo=UTC)
 
 
-@dataclass
-class Sample:
-    project: str
-    zone: str
-    instance_id: str | None
-    instance_name: str | None
-    gpu: str
-    start: datetime
-    utilization_pct: float
-    node_name: str | None = None
-    memory_used_bytes: float | None = None
+def Sample(  # a GpuSample with this test's defaults
+    project: str,
+    zone: str,
+    instance_id: str | None,
+    instance_name: str | None,
+    gpu: str,
+    start: datetime,
+    utilization_pct: float,
+    node_name: str | None = None,
+    memory_used_bytes: float | None = None,
+    cluster: str | None = None,
+    signal: str = "gpu_utilization",
+) -> GpuSample:
+    return GpuSample(
+        project,
+        zone,
+        instance_id,
+        instance_name,
+        cluster,
+        node_name,
+        gpu,
+        None,
+        start,
+        start + timedelta(minutes=5),
+        utilization_pct,
+        signal,
+        memory_used_bytes,
+    )
 
 
 def cost(
@@ -95,3 +113,28 @@ def test_other_hours_do_not_leak_into_the_join() -> None:
 def test_memory_held_while_idle_is_flagged() -> None:
     (j,) = join_gpu_hours([cost(H0, "111")], samples("111", H0, [0.0] * 8, mem=40e9), 10)
     assert j.memory_held is True
+
+
+def test_gke_node_joins_by_cluster_and_node_despite_the_billed_instance_id() -> None:
+    node = "gke-h100-train-a3-pool-1a2b3c4d-x9k2"  # gke-<cluster>-<pool>-<8 hex>-<4>
+    c = replace(cost(H0, "4242", instance=node), cluster="h100-train", node_pool="a3-pool")
+    gke = [
+        replace(
+            s, instance_id=None, instance_name=None, cluster="h100-train", node_name=node, zone="us-central1"
+        )
+        for s in samples(None, H0, [0.0] * 8, name=node)
+    ]
+    (j,) = join_gpu_hours([c], gke, 10)
+    assert j.monitored and j.idle_gpus == 8
+    other = [replace(s, cluster="other") for s in gke]
+    (k,) = join_gpu_hours([c], other, 10)
+    assert not k.monitored
+
+
+def test_idle_dollars_use_the_effective_price_after_cud_and_sud_credits() -> None:
+    c = replace(cost(H0, "111"), cud_micros=-40_000_000, sud_micros=-8_000_000, credits_micros=-50_000_000)
+    (j,) = join_gpu_hours([c], samples("111", H0, [0.0] * 4 + [90.0] * 4), 10)
+    assert j.idle_cost_micros == 16_000_000  # (80 - 40 - 8) / 2; other credits do not count
+    free = replace(cost(H0, "111"), cost_micros=0)  # a $0 reserved GPU: idle hours, no idle dollars
+    (z,) = join_gpu_hours([free], samples("111", H0, [0.0] * 8), 10)
+    assert z.idle_cost_micros == 0 and z.idle_gpu_hours == 8

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ INSTANCE_KEYS = {
     "instance_id",
     "project",
     "zone",
+    "cluster",
+    "node_pool",
     "machine_type",
     "gpu_model",
     "gpus",
@@ -76,10 +79,12 @@ def test_json_fields(doc: dict[str, Any]) -> None:
     for r in doc["rollups"]:
         assert set(r) == {"group", "key", "instances"} | (
             INSTANCE_KEYS
-            - {"instance", "instance_id", "project", "zone", "machine_type", "gpu_model", "gpus"}
+            - {"instance", "instance_id", "project", "zone", "cluster", "node_pool", "machine_type"}
+            - {"gpu_model", "gpus"}
         )
     groups = {r["group"] for r in doc["rollups"]}
-    assert groups == {"project", "label:team", "label:job"}  # billing.labels defaults
+    assert {"project", "label:team", "label:job"} <= groups  # billing.labels defaults
+    assert groups <= {"project", "node_pool", "namespace", "label:team", "label:job"}
 
 
 @pytest.mark.slow
@@ -134,3 +139,58 @@ def test_billing_without_utilization_is_all_unmonitored(tmp_path: Path, capsys) 
     )
     assert inst["gpu_cost_usd"] == inst["unmonitored_cost_usd"] == 88.0
     assert inst["mean_utilization_pct"] is None and inst["idle_cost_usd"] == 0.0
+
+
+def test_gke_pool_rolls_up_per_node_pool_and_namespace(tmp_path: Path, capsys) -> None:
+    """A GKE node pool with cost allocation on: billing labels as GKE writes them (see
+    tests/test_gke_identity.py for their sources), node duty cycle as Cloud Monitoring serves it."""
+    from tests.test_gke_identity import CLUSTER, NODES, POOL, PROJECT, T0, k8s_node, node_series
+
+    rows = []
+    for h in range(3):
+        start = T0 + timedelta(hours=h)
+        for n, node in enumerate(NODES[:2]):
+            for ns, cost in (("team-llm", 60.0), ("kube:unallocated", 28.0)):
+                rows.append(
+                    export_row(
+                        {
+                            "usage_start_time": start.strftime("%Y-%m-%d %H:%M:%S UTC"),
+                            "usage_end_time": (start + timedelta(hours=1)).strftime("%Y-%m-%d %H:%M:%S UTC"),
+                            "project.id": PROJECT,
+                            "resource.name": node,
+                            "resource.global_name": "//compute.googleapis.com/projects/441570621172/zones/"
+                            f"us-central1-a/instances/{7000 + n}",
+                            "usage.amount_in_pricing_units": 8.0 * cost / 88.0,
+                            "usage.amount": 28800.0 * cost / 88.0,
+                        },
+                        labels=[
+                            {"key": "goog-k8s-cluster-name", "value": CLUSTER},
+                            {"key": "goog-k8s-node-pool-name", "value": POOL},
+                            {"key": "k8s-namespace", "value": ns},
+                        ],
+                        cost=cost,
+                        credits=[],
+                    )
+                )
+    billing = write_ndjson(tmp_path / "export.ndjson", rows)
+    series = node_series(k8s_node, NODES[0], range(3), busy_until=3)
+    series += node_series(k8s_node, NODES[1], range(3), busy_until=1)
+    util = tmp_path / "util.json"
+    util.write_text(json.dumps({"timeSeries": series}))
+    window = ["--start", "2026-11-02T00:00:00Z", "--end", "2026-11-02T03:00:00Z"]
+    argv = ["gpus", "--billing", str(billing), "--utilization", str(util), *window, "--format", "json"]
+    assert main([*argv, "--by", "node_pool", "--by", "namespace"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {(i["cluster"], i["node_pool"]) for i in doc["instances"]} == {(CLUSTER, POOL)}
+    assert all(i["unmonitored_cost_usd"] == 0 for i in doc["instances"])
+    pool = [r for r in doc["rollups"] if r["group"] == "node_pool"]
+    assert [(r["key"], r["instances"], r["gpu_cost_usd"], r["idle_cost_usd"]) for r in pool] == [
+        (f"{CLUSTER}/{POOL}", 2, 528.0, 176.0)
+    ]
+    ns = {r["key"]: r for r in doc["rollups"] if r["group"] == "namespace"}
+    assert (ns["team-llm"]["gpu_cost_usd"], ns["team-llm"]["idle_cost_usd"]) == (360.0, 120.0)
+    assert (ns["kube:unallocated"]["gpu_cost_usd"], ns["kube:unallocated"]["idle_cost_usd"]) == (168.0, 56.0)
+    assert {r["group"] for r in doc["rollups"]} == {"node_pool", "namespace", "label:team", "label:job"}
+    assert main(argv[:-2]) == 0  # the table names cluster and pool
+    table = capsys.readouterr().out
+    assert "Node pool" in table and POOL in table and "node_pool" in table

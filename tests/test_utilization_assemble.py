@@ -69,6 +69,8 @@ def reference_select(items: list[GpuSample]) -> list[GpuSample]:
             if getattr(group[0], f.name) is None
         }
         out.append(replace(group[0], **fill))
+        if group[0].signal == "node_duty_cycle":  # the duty-cycle pair is kept until the join
+            out += [g for g in group if g.signal == "container_duty_cycle"][:1]
     return out
 
 
@@ -106,7 +108,11 @@ GCE = [
     "agent.googleapis.com/gpu/memory/bytes_used",
     "workload.googleapis.com/dcgm.gpu.profiling.sm_utilization",
 ]
-K8S = ["kubernetes.io/node/accelerator/duty_cycle", "kubernetes.io/container/accelerator/memory_used"]
+K8S = [
+    "kubernetes.io/node/accelerator/duty_cycle",
+    "kubernetes.io/container/accelerator/duty_cycle",
+    "kubernetes.io/container/accelerator/memory_used",
+]
 
 
 def _iso(t: datetime) -> str:
@@ -196,6 +202,9 @@ def test_the_random_fleets_exercise_collisions_memory_and_aliases():
         seen["memory"] += sum(s.memory_used_bytes is not None for s in samples)
         seen["filled"] += sum(s.instance_id is not None and s.cluster is not None for s in samples)
         seen["duty"] += sum(s.signal == "node_duty_cycle" for s in samples)
+        seen["container"] += sum(s.signal == "container_duty_cycle" for s in samples)
+        starts = Counter((s.node_name, s.gpu, s.start) for s in samples if s.node_name and not s.instance_id)
+        seen["pair"] += sum(n == 2 for n in starts.values())
     assert min(seen.values()) > 10, seen
 
 

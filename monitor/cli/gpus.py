@@ -1,5 +1,5 @@
-"""`gpucost gpus`: per GPU instance (and per project / label), what its GPU-hours cost and how many
-of them were idle or unmonitored."""
+"""`gpucost gpus`: per GPU node (and per project, GKE cluster / node pool, namespace or label), what
+its GPU-hours cost and how many of them were idle or unmonitored."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from monitor.cli._common import (
     window_options,
 )
 from monitor.cli.analyze import cli_analysis
-from monitor.gpus import GpuRollup, InstanceGpus, rollups, summarize_instances
+from monitor.gpus import GpuRollup, InstanceGpus, RollupBy, rollups, summarize_instances
 
 __all__ = ["gpus_cmd", "gpus_report"]
 
@@ -71,18 +71,28 @@ def _table(title: str, first: list[str], rows: list[dict[str, Any]], keys: list[
 @config_option()
 @window_options
 @format_option("table", "json")
-def gpus_cmd(billing_paths, utilization_paths, config_path, start, end, fmt) -> None:
-    """GPU-hours, utilization, idle dollars and unmonitored GPU spend per instance.
+@click.option(
+    "--by",
+    "by",
+    multiple=True,
+    type=click.Choice([b.value for b in RollupBy]),
+    help="Roll up by this (repeatable). Default: project, plus node_pool for GKE nodes and namespace "
+    "with GKE cost allocation; billing.labels are always added.",
+)
+def gpus_cmd(billing_paths, utilization_paths, config_path, start, end, fmt, by) -> None:
+    """GPU-hours, utilization, idle dollars and unmonitored GPU spend per GPU node.
 
-    Rolled up per project and per configured billing label (billing.labels). Idle: a GPU-hour whose
-    mean utilization is below utilization.idle_threshold_pct; unmonitored: GPU spend with no
-    utilization data (never counted as busy or idle).
+    Rolled up per project (GKE: per cluster/node pool, and per namespace when GKE cost allocation
+    labels the rows) and per configured billing label (billing.labels). Idle: a GPU-hour whose mean
+    utilization is below utilization.idle_threshold_pct, priced at the effective price after
+    commitment / sustained-use credits; unmonitored: GPU spend with no utilization data (never
+    counted as busy or idle).
     """
     cfg, result = cli_analysis(
         billing_paths, utilization_paths, config_path, start, end, detectors=[], month_to_date=False
     )
     instances = summarize_instances(result.gpu_hours)
-    doc = gpus_report(instances, rollups(instances, cfg.billing.labels))
+    doc = gpus_report(instances, rollups(instances, cfg.billing.labels, by or None))
     if fmt == "json":
         click.echo(json.dumps(doc, indent=2))
         return
@@ -91,9 +101,10 @@ def gpus_cmd(billing_paths, utilization_paths, config_path, start, end, fmt) -> 
     w = result.window_dict()
     console.print(f"[bold]GPU spend and utilization, {w['start']} → {w['end']}[/]")
     keys = ["instance", "project", "zone", "gpu_model", "gpus"]
-    console.print(
-        _table("Per instance", ["Instance", "Project", "Zone", "GPU", "GPUs"], doc["instances"], keys)
-    )
+    heads = ["Instance", "Project", "Zone", "GPU", "GPUs"]
+    if any(i.get("cluster") for i in doc["instances"]):
+        keys[3:3], heads[3:3] = ["cluster", "node_pool"], ["Cluster", "Node pool"]
+    console.print(_table("Per instance", heads, doc["instances"], keys))
     console.print(
         _table("Rolled up", ["Group", "Key", "Instances"], doc["rollups"], ["group", "key", "instances"])
     )

@@ -1,7 +1,7 @@
 """`unmonitored_gpu`: GPU spend with no utilization data, so idle waste there cannot be seen.
 
 Not waste by itself, a blind spot: the fix is to install the Ops Agent (or DCGM exporter) on the
-instances listed. One finding per project (the fix is usually one image or one policy per project);
+instances listed (GKE nodes are named with their cluster and node pool). One finding per project (the fix is usually one image or one policy per project);
 the evidence lists each instance's unmonitored hours and GPU cost, and when a single instance is
 involved the scope names it (the identity stays the project's, so a second instance joining later
 updates the same finding). Severity is capped at
@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import Field
 
 from monitor.detectors.base import ONE_HOUR, Detector, DetectorConfig, fmt_usd, iso, money, q6, register
-from monitor.detectors.idle_gpu import instance_key
+from monitor.detectors.idle_gpu import NODE_POOL_LABEL, instance_key, node_pool
 from monitor.detectors.inputs import DetectorInputs, GpuHour
 from monitor.model import Finding, Scope, Severity, fingerprint
 
@@ -74,6 +74,8 @@ class UnmonitoredGpu(Detector):
                 "instance": v[0].instance,
                 "instance_id": v[0].instance_id,
                 "zone": v[0].zone,
+                "cluster": v[-1].cluster,
+                "node_pool": node_pool(v),
                 "gpu_model": v[0].gpu_model,
                 "gpus": max(r.gpus for r in v),
                 "hours": len(v),
@@ -84,7 +86,7 @@ class UnmonitoredGpu(Detector):
             for v in (instances[k] for k in sorted(instances, key=str))
         ]
         per_instance.sort(key=lambda e: -e["gpu_cost_usd"])
-        names = ", ".join(str(e["instance"] or e["instance_id"]) for e in per_instance[:5])
+        names = ", ".join(_name(e) for e in per_instance[:5])
         more = f" and {len(per_instance) - 5} more" if len(per_instance) > 5 else ""
         hours = sorted({r.hour for r in rows})
         sev = min(self.severity(impact), Severity(self.config.max_severity), key=lambda s: s.rank)
@@ -116,12 +118,21 @@ class UnmonitoredGpu(Detector):
         )
 
 
+def _name(e: dict) -> str:
+    """An instance as the summary names it; a GKE node with its cluster and node pool."""
+    name = str(e["instance"] or e["instance_id"])
+    if e["cluster"]:
+        return f"GKE node {name} of {e['cluster']}/{e['node_pool'] or '?'}"
+    return name
+
+
 def _scope(project: str | None, instances: dict[tuple[str | None, str], list[GpuHour]]) -> Scope:
     """The project; with one instance, that instance too (zone, name, id, cluster)."""
     if len(instances) != 1:
         return Scope(project=project)
     (rows,) = instances.values()
     last = rows[-1]
+    pool = node_pool(rows)
     return Scope(
         project=project,
         zone=last.zone,
@@ -129,4 +140,5 @@ def _scope(project: str | None, instances: dict[tuple[str | None, str], list[Gpu
         instance=last.instance,
         instance_id=last.instance_id,
         cluster=last.cluster,
+        labels={NODE_POOL_LABEL: pool} if pool else {},
     )

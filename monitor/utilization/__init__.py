@@ -8,7 +8,7 @@ counted under a `SkipReason`.
 - `records`: the value objects (`GpuSample`, `ParsedSeries`, `FetchResult`, `SkipReason`).
 - `parse`: one TimeSeries validated into a `ParsedSeries` (`parse_series`, `to_rest_json`).
 - `assemble`: points averaged into alignment windows, one signal per GPU and window (`assemble`,
-  `select_signals`).
+  `select_signals`, `resolve_duty_cycles`).
 - `state`: watermarks and stored samples in the state store (`migrate`, `read_watermark`,
   `replace_window`, `load_samples`).
 """
@@ -26,7 +26,7 @@ from monitor.utilization.records import (
     SkipReason,
     UtilizationSource,
 )
-from monitor.utilization.select import select_signals
+from monitor.utilization.select import resolve_duty_cycles, select_signals
 from monitor.utilization.state import COMPONENT, load_samples, migrate, read_watermark, replace_window
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "parse_series",
     "read_watermark",
     "replace_window",
+    "resolve_duty_cycles",
     "select_signals",
     "to_rest_json",
 ]
