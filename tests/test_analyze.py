@@ -12,7 +12,7 @@ from monitor.analysis import Window, attribution, detection_start, resolve_windo
 from monitor.assemble import gpu_hours
 from monitor.billing_poll import HourlyCost
 from monitor.errors import UserError
-from monitor.gpus import rollups, summarize_instances
+from monitor.gpu_rollups import rollups, summarize_instances
 from monitor.utilization import GpuSample
 from tests.test_detectors_common import FakePrices, gpu
 

@@ -37,7 +37,7 @@ from monitor.gpu_identity import (
     row_identity,
     sample_identities,
 )
-from monitor.gpus import rollups, split_exact, summarize_instances
+from monitor.gpu_rollups import rollups, split_exact, summarize_instances
 from monitor.utilization import GpuSample, assemble, parse_series, resolve_duty_cycles
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)

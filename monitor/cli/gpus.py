@@ -19,7 +19,7 @@ from monitor.cli._common import (
     window_options,
 )
 from monitor.cli.analyze import cli_analysis
-from monitor.gpus import GpuRollup, InstanceGpus, RollupBy, rollups, summarize_instances
+from monitor.gpu_rollups import GpuRollup, InstanceGpus, RollupBy, rollups, summarize_instances
 
 __all__ = ["gpus_cmd", "gpus_report"]
 

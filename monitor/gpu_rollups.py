@@ -1,0 +1,350 @@
+"""GPU usage per node and rolled up, for `gpucost gpus` and `gpucost analyze`.
+
+`summarize_instances` sums joined GPU hours (`monitor.gpus`) per node identity; `rollups` sums nodes
+per project, cluster, node pool, namespace (GKE cost allocation) or label: GPU-hours, utilization,
+GPU cost, idle dollars, unmonitored dollars and the effective price of a *busy* GPU-hour. Money is
+exact `Decimal`; a node's namespace shares are split to the micro-dollar (`split_exact`) so that
+rollups add up to the node totals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import ROUND_FLOOR, Decimal
+from enum import StrEnum
+from typing import Any, Protocol
+
+from monitor.gpu_identity import row_identity
+
+__all__ = [
+    "GpuRollup",
+    "GpuUsage",
+    "InstanceGpus",
+    "RollupBy",
+    "default_rollups",
+    "rollups",
+    "split_exact",
+    "summarize_instances",
+]
+
+_Q6 = Decimal("0.000001")
+
+
+@dataclass
+class GpuUsage:
+    """GPU spend and utilization summed over hours (one node, or a rollup of nodes).
+
+    Money is exact `Decimal`; `mean_utilization_pct` is weighted by GPU-hours over the monitored
+    hours only; `cost_per_busy_gpu_hour` divides the monitored GPU cost by the busy GPU-hours (what
+    a useful GPU-hour really cost), None when nothing was busy.
+    """
+
+    gpu_hours: Decimal = Decimal(0)
+    gpu_cost: Decimal = Decimal(0)
+    idle_gpu_hours: Decimal = Decimal(0)
+    idle_cost: Decimal = Decimal(0)
+    unmonitored_cost: Decimal = Decimal(0)
+    monitored_gpu_hours: Decimal = Decimal(0)
+    monitored_cost: Decimal = Decimal(0)
+    util_weighted: Decimal = Decimal(0)
+    estimated: bool = False
+
+    def add(self, h: GpuHourLike) -> None:
+        self.add_part(h, h.gpu_hours, h.gpu_cost, h.idle_gpu_hours, h.idle_cost)
+
+    def add_part(
+        self,
+        h: GpuHourLike,
+        gpu_hours: Decimal,
+        gpu_cost: Decimal,
+        idle_gpu_hours: Decimal,
+        idle_cost: Decimal,
+    ) -> None:
+        """Add a share of hour `h` (all of it from `add`; a namespace's share from the rollup)."""
+        self.gpu_hours += gpu_hours
+        self.gpu_cost += gpu_cost
+        self.estimated = self.estimated or bool(getattr(h, "estimated", False))
+        if h.mean_utilization_pct is None:
+            self.unmonitored_cost += gpu_cost
+            return
+        self.idle_gpu_hours += idle_gpu_hours
+        self.idle_cost += idle_cost
+        self.monitored_gpu_hours += gpu_hours
+        self.monitored_cost += gpu_cost
+        self.util_weighted += Decimal(str(h.mean_utilization_pct)) * gpu_hours
+
+    def merge(self, other: GpuUsage) -> None:
+        for f in ("gpu_hours", "gpu_cost", "idle_gpu_hours", "idle_cost", "unmonitored_cost"):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+        for f in ("monitored_gpu_hours", "monitored_cost", "util_weighted"):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+        self.estimated = self.estimated or other.estimated
+
+    @property
+    def mean_utilization_pct(self) -> float | None:
+        if self.monitored_gpu_hours <= 0:
+            return None
+        return float(round(self.util_weighted / self.monitored_gpu_hours, 1))
+
+    @property
+    def cost_per_busy_gpu_hour(self) -> Decimal | None:
+        busy = self.monitored_gpu_hours - self.idle_gpu_hours
+        return self.monitored_cost / busy if busy > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        per_busy = self.cost_per_busy_gpu_hour
+        return {
+            "gpu_hours": _hours(self.gpu_hours),
+            "mean_utilization_pct": self.mean_utilization_pct,
+            "gpu_cost_usd": _cents(self.gpu_cost),
+            "idle_gpu_hours": _hours(self.idle_gpu_hours),
+            "idle_cost_usd": _cents(self.idle_cost),
+            "unmonitored_cost_usd": _cents(self.unmonitored_cost),
+            "cost_per_busy_gpu_hour_usd": _cents(per_busy) if per_busy is not None else None,
+        }
+
+
+@dataclass
+class InstanceGpus:
+    """One node's GPU figures over the window (the `gpucost gpus` per-instance line).
+
+    `namespaces`: the node's usage split per `k8s-namespace` (GKE cost allocation; None = the cost
+    no namespace label covers); empty when the node's rows carry no namespace at all.
+    """
+
+    instance: str | None
+    instance_id: str | None
+    project: str | None
+    zone: str | None
+    machine_type: str | None
+    gpu_model: str | None
+    gpus: int
+    usage: GpuUsage
+    labels: dict[str, str] = field(default_factory=dict)
+    cluster: str | None = None
+    node_pool: str | None = None
+    namespaces: dict[str | None, GpuUsage] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "instance": self.instance,
+            "instance_id": self.instance_id,
+            "project": self.project,
+            "zone": self.zone,
+            "cluster": self.cluster,
+            "node_pool": self.node_pool,
+            "machine_type": self.machine_type,
+            "gpu_model": self.gpu_model,
+            "gpus": self.gpus,
+            **self.usage.to_dict(),
+        }
+
+
+@dataclass
+class GpuRollup:
+    """Nodes summed per project, cluster, node pool, namespace or label (`group` = "label:<key>").
+
+    `instances` counts the nodes contributing (a node shared by namespaces counts in each).
+    """
+
+    group: str
+    key: str | None
+    instances: int
+    usage: GpuUsage
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"group": self.group, "key": self.key, "instances": self.instances, **self.usage.to_dict()}
+
+
+class RollupBy(StrEnum):
+    """What `gpucost gpus` can roll nodes up by (labels come from `billing.labels`)."""
+
+    PROJECT = "project"
+    CLUSTER = "cluster"
+    NODE_POOL = "node_pool"  # keyed "<cluster>/<pool>": pool names repeat across clusters
+    NAMESPACE = "namespace"  # GKE cost allocation's `k8s-namespace`, cost split per namespace
+
+
+class GpuHourLike(Protocol):
+    """The fields of `monitor.detectors.inputs.GpuHour` this summary reads."""
+
+    hour: datetime
+    project: str | None
+    instance: str | None
+    instance_id: str | None
+    zone: str | None
+    cluster: str | None
+    machine_type: str | None
+    gpu_model: str | None
+    gpus: int
+    gpu_hours: Decimal
+    gpu_cost: Decimal
+    mean_utilization_pct: float | None
+    idle_gpu_hours: Decimal
+    idle_cost: Decimal
+    labels: Any
+
+
+def summarize_instances(hours: Iterable[GpuHourLike]) -> list[InstanceGpus]:
+    """Per node (`monitor.gpu_identity`), largest idle cost then GPU cost first.
+
+    A billed hour wins over an estimated one for the same node-hour, so an hour is never counted
+    twice while billing catches up.
+    """
+    per: dict[str, dict[datetime, GpuHourLike]] = {}
+    for h in hours:
+        slot = per.setdefault(row_identity(h).key, {})
+        cur = slot.get(h.hour)
+        if cur is None or (getattr(cur, "estimated", False) and not getattr(h, "estimated", False)):
+            slot[h.hour] = h
+    out = []
+    for rows in per.values():
+        ordered = [rows[t] for t in sorted(rows)]
+        usage = GpuUsage()
+        labels: dict[str, str] = {}
+        for h in ordered:
+            usage.add(h)
+            labels.update(h.labels or {})
+        last = ordered[-1]
+        out.append(
+            InstanceGpus(
+                instance=last.instance,
+                instance_id=last.instance_id,
+                project=last.project,
+                zone=last.zone,
+                machine_type=next((h.machine_type for h in reversed(ordered) if h.machine_type), None),
+                gpu_model=next((h.gpu_model for h in reversed(ordered) if h.gpu_model), None),
+                gpus=max(h.gpus for h in ordered),
+                usage=usage,
+                labels=labels,
+                cluster=last.cluster,
+                node_pool=next((p for h in reversed(ordered) if (p := getattr(h, "node_pool", None))), None),
+                namespaces=_namespace_usage(ordered),
+            )
+        )
+    return sorted(out, key=lambda i: (-i.usage.idle_cost, -i.usage.gpu_cost, str(i.project), str(i.instance)))
+
+
+def _namespace_usage(hours: Sequence[GpuHourLike]) -> dict[str | None, GpuUsage]:
+    """Each hour's figures split over its namespaces in proportion to their gross GPU cost.
+
+    GKE cost allocation splits a node's cost by the namespaces' resource requests
+    (https://cloud.google.com/kubernetes-engine/docs/how-to/cost-allocations); idle GPU-hours and
+    idle dollars follow the same shares. Shares are exact: the parts of every figure add up to the
+    node's figure to the micro-dollar (`split_exact`).
+    """
+    out: dict[str | None, GpuUsage] = {}
+    if not any(getattr(h, "namespaces", None) for h in hours):
+        return out
+    for h in hours:
+        ns: Mapping[str, Decimal] = getattr(h, "namespaces", None) or {}
+        weights: dict[str | None, Decimal] = {k: v for k, v in ns.items() if v > 0}
+        rest = h.gpu_cost - sum(weights.values(), Decimal(0))
+        if rest > 0 or not weights:
+            weights[None] = max(rest, Decimal(0)) if weights else Decimal(1)
+        keys = list(weights)
+        w = [weights[k] for k in keys]
+        parts = zip(
+            split_exact(h.gpu_hours, w),
+            split_exact(h.gpu_cost, w),
+            split_exact(h.idle_gpu_hours, w),
+            split_exact(h.idle_cost, w),
+            strict=True,
+        )
+        for k, (gh, gc, igh, ic) in zip(keys, parts, strict=True):
+            out.setdefault(k, GpuUsage()).add_part(h, gh, gc, igh, ic)
+    return out
+
+
+def split_exact(total: Decimal, weights: Sequence[Decimal], quantum: Decimal = _Q6) -> list[Decimal]:
+    """`total` split in proportion to `weights`, in steps of `quantum`, summing exactly to `total`.
+
+    Largest remainder: each part is rounded down, then the leftover quanta go to the largest
+    remainders (ties: first). All-zero weights split evenly.
+
+    >>> split_exact(Decimal("10"), [Decimal(1), Decimal(1), Decimal(1)])
+    [Decimal('3.333334'), Decimal('3.333333'), Decimal('3.333333')]
+    """
+    if not weights:
+        return []
+    ws = list(weights) if sum(weights, Decimal(0)) > 0 else [Decimal(1)] * len(weights)
+    whole = sum(ws, Decimal(0))
+    exact = [total * w / whole for w in ws]
+    parts = [e.quantize(quantum, rounding=ROUND_FLOOR) for e in exact]
+    left = int(((total - sum(parts, Decimal(0))) / quantum).to_integral_value())
+    order = sorted(range(len(ws)), key=lambda i: (-(exact[i] - parts[i]), i))
+    for i in order[:left]:
+        parts[i] += quantum
+    return parts
+
+
+def _node_pool_key(i: InstanceGpus) -> str | None:
+    return f"{i.cluster}/{i.node_pool}" if i.node_pool else None
+
+
+_KEYS: dict[RollupBy, Callable[[InstanceGpus], str | None]] = {
+    RollupBy.PROJECT: lambda i: i.project,
+    RollupBy.CLUSTER: lambda i: i.cluster,
+    RollupBy.NODE_POOL: _node_pool_key,
+}
+
+
+def default_rollups(instances: Sequence[InstanceGpus]) -> tuple[RollupBy, ...]:
+    """Project always; cluster and node pool when a GKE node is there; namespace with cost allocation."""
+    out = [RollupBy.PROJECT]
+    if any(i.node_pool for i in instances):
+        out.append(RollupBy.NODE_POOL)
+    if any(i.namespaces for i in instances):
+        out.append(RollupBy.NAMESPACE)
+    return tuple(out)
+
+
+def rollups(
+    instances: Sequence[InstanceGpus],
+    label_keys: Sequence[str] = (),
+    by: Sequence[RollupBy | str] | None = None,
+) -> list[GpuRollup]:
+    """Per each `by` group (default `default_rollups`), then per value of each label key.
+
+    Nodes without the grouping value are summed under None, so each group adds up to the nodes'
+    total; namespaces split a node's figures (see `_namespace_usage`).
+    """
+    out: list[GpuRollup] = []
+    groups = [RollupBy(b) for b in (default_rollups(instances) if by is None else by)]
+    for g in groups:
+        out += _by_namespace(instances) if g is RollupBy.NAMESPACE else _rolled(g.value, instances, _KEYS[g])
+    for k in label_keys:
+        out += _rolled(f"label:{k}", instances, lambda i, k=k: i.labels.get(k))
+    return out
+
+
+def _rolled(
+    name: str, instances: Sequence[InstanceGpus], key_of: Callable[[InstanceGpus], str | None]
+) -> list[GpuRollup]:
+    acc: dict[str | None, GpuRollup] = {}
+    for inst in instances:
+        k = key_of(inst)
+        roll = acc.setdefault(k, GpuRollup(name, k, 0, GpuUsage()))
+        roll.instances += 1
+        roll.usage.merge(inst.usage)
+    return sorted(acc.values(), key=lambda r: (-r.usage.gpu_cost, str(r.key)))
+
+
+def _by_namespace(instances: Sequence[InstanceGpus]) -> list[GpuRollup]:
+    acc: dict[str | None, GpuRollup] = {}
+    for inst in instances:
+        for k, usage in (inst.namespaces or {None: inst.usage}).items():
+            roll = acc.setdefault(k, GpuRollup(RollupBy.NAMESPACE.value, k, 0, GpuUsage()))
+            roll.instances += 1
+            roll.usage.merge(usage)
+    return sorted(acc.values(), key=lambda r: (-r.usage.gpu_cost, str(r.key)))
+
+
+def _cents(v: Decimal) -> float:
+    return float(v.quantize(Decimal("0.01")))
+
+
+def _hours(v: Decimal) -> float:
+    return float(v.quantize(Decimal("0.001")))
