@@ -17,7 +17,9 @@ The wording, with where it was seen (full strings in tests/fixtures/skus/real_sk
   in Oregon`) and the A4 machine billed per GPU (`A4 Nvidia B200 (1 gpu slice) running in ...`).
 - Spot GPUs are an INFIX: `Nvidia L4 GPU attached to Spot Preemptible VMs running in Iowa`
   (hail-is/hail batch/batch/cloud/gcp/driver/pricing.py); Spot CPU/RAM a PREFIX:
-  `Spot Preemptible G2 Instance Core running in Iowa`; older exports say `Preemptible ...`.
+  `Spot Preemptible G2 Instance Core running in Iowa`; older exports say `Preemptible ...`, and
+  older GPU SKUs `Nvidia Tesla K80 GPU attached to preemptible VMs running in Americas`
+  (neuro-inc/platform-reports tests/unit/test_metrics.py @ 0134c7af73d80f5b588a7143f1ec22ca3c008fb9).
 - Commitments: `Commitment v1: Nvidia Tesla T4 GPU running in Americas for 1 Year` /
   `... for 3 Years`, `Commitment v1: A2 Cpu in Americas for 1 Year`, C2's `Commitment: Compute
   optimized Core running in ...`.
@@ -27,6 +29,11 @@ The wording, with where it was seen (full strings in tests/fixtures/skus/real_sk
   in Seoul` (djwar42/arr-coc-0-1 PLAN-MD-FILES/november/15th/EXCESSIVE_POKING_AROUND_STUDY.md,
   a dump of the live catalog). All of them map to `PricingModel.RESERVED`: capacity bought ahead
   of use, whose hourly rate (often $0) is not the on-demand one.
+- Vertex AI management fees price, per GPU / core / GiB, capacity that Compute Engine bills on its
+  own SKUs (DWS, Spot, reservations): `Vertex AI: Training/Pipelines management fee on NVIDIA H100
+  80GB in Iowa` rides beside `Nvidia H100 80GB GPU attached to DWS Defined Duration VMs running in
+  Americas` (yshimojo/zenn-articles articles/dws-flex-new-skus.md @ 98b435f3, a billing report).
+  They are not capacity: counting them would double the GPU-hours.
 - Place: the trailing `running in <region, city or continent>` / `in <place>`, before an optional
   `in Calendar Mode` or `for N Year(s)`.
 
@@ -55,6 +62,7 @@ __all__ = [
     "GEO",
     "GPU",
     "GPU_MODELS",
+    "MANAGEMENT_FEE",
     "RAM",
     "RESERVED",
     "SPOT",
@@ -77,8 +85,9 @@ CPU_CORE = r"\bCore\b|\bCpu\b|\bvCPU\b|\bmCPU\b"
 #: Memory capacity (`A2 Instance Ram`, Autopilot `Pod Memory Requests`).
 RAM = r"\bRam\b|\bMemory\b"
 
-#: Spot as the catalog writes it for GPUs (and local SSD): an infix after the part.
-SPOT_INFIX = r"\battached to Spot Preemptible VMs\b"
+#: Spot as the catalog writes it for GPUs (and local SSD): an infix after the part; older SKUs
+#: say `attached to preemptible VMs`.
+SPOT_INFIX = r"\battached to (?:Spot )?Preemptible VMs\b"
 #: Spot as written for CPU/RAM (`Spot Preemptible`), and in older exports (`Preemptible`).
 SPOT_PREFIX = r"^(?:Spot Preemptible|Preemptible)\b"
 SPOT = rf"{SPOT_PREFIX}|{SPOT_INFIX}"
@@ -89,6 +98,8 @@ COMMITMENT_TERM = r"\bfor (\d+) Years?\b"
 #: Capacity bought ahead: `Reserved ...` ($0 variants, Calendar Mode) and Dynamic Workload
 #: Scheduler (`attached to DWS Defined Duration VMs`, `DWS Calendar Mode ...`, flex-start).
 RESERVED = r"^Reserved\b|\bDWS\b|\bCalendar Mode\b|\bFlex[ -]?Start\b"
+#: Vertex AI's management fees on capacity billed elsewhere: a fee, never capacity (see above).
+MANAGEMENT_FEE = r"^Vertex AI: .*\bmanagement fee\b"
 
 #: The place at the end: `running in Salt Lake City`, `in Americas for 1 Year`, `in Seoul in
 #: Calendar Mode` (group 1). Python-only and matched case-SENSITIVELY: the catalog writes this
@@ -207,7 +218,9 @@ def _pricing(desc: str) -> tuple[PricingModel, PriceKind, int | None]:
 
 
 def _counts(desc: str) -> Counts | None:
-    # Same order as the rules: accelerators, then CPU, then RAM.
+    # Same order as the rules: management fees, then accelerators, then CPU, then RAM.
+    if _re(MANAGEMENT_FEE).search(desc):
+        return None
     for pattern, counts in ((GPU, Counts.GPU), (CPU_CORE, Counts.CPU), (RAM, Counts.RAM)):
         if _re(pattern).search(desc):
             return counts

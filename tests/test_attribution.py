@@ -39,6 +39,9 @@ TABLE: list[tuple[dict[str, str], str, str, str, str | None]] = [
     (CE, "Nvidia H100 80GB GPU attached to DWS Defined Duration VMs running in Seoul", "regular",
      "compute.gpu", "reserved"),
     (CE, "DWS Calendar Mode A4 Nvidia B200 (1 gpu slice) in Seoul", "regular", "compute.gpu", "reserved"),
+    # DWS CPU/RAM: prefixed, without "Instance" (yshimojo/zenn-articles articles/dws-flex-new-skus.md).
+    (CE, "DWS Defined Duration A3 Core running in Americas", "regular", "compute.cpu", "reserved"),
+    (CE, "DWS Defined Duration A3 Ram running in Americas", "regular", "compute.ram", "reserved"),
     (CE, "Commitment v1: Nvidia Tesla T4 GPU running in Americas for 1 Year", "regular",
      "compute.commitment_fee", "committed"),
     (CE, "Commitment v1: A4 Nvidia B200 (1 gpu slice) in Americas for 1 Year", "regular",
@@ -151,8 +154,8 @@ def test_every_builtin_rule_is_exercised_by_the_table(engine_rows: dict) -> None
     hit = {r["rule"] for r in engine_rows.values()}
     unreached = {r.name for r in BUILTIN_RULES} - hit
     # Name twins of id rules (exports that renamed a service), marketplace (tested below, needs a
-    # transaction type) and reserved CPU/RAM (no such SKU seen yet; kept for symmetry with GPUs).
-    assert unreached <= {"filestore-sku", "gcs-name", "marketplace", "cpu-reserved", "ram-reserved"}, (
+    # transaction type).
+    assert unreached <= {"filestore-sku", "gcs-name", "marketplace"}, (
         unreached
     )
 

@@ -58,6 +58,12 @@ SERVICE_IDS: dict[str, str | None] = {
     "Cloud Monitoring": None,
     "Kubernetes Engine": None,
     "BigQuery Storage API": None,
+    "BigQuery Reservation API": None,
+    "Vertex AI": None,
+    "Cloud Machine Learning Engine": None,
+    "Cloud Filestore": None,
+    "Cloud Composer": None,
+    "Networking": None,
 }
 CAPACITY = {"compute.gpu": Counts.GPU, "compute.cpu": Counts.CPU, "compute.ram": Counts.RAM}
 
@@ -130,7 +136,10 @@ def test_fixture_is_big_real_and_well_formed() -> None:
     assert any(s.startswith("Commitment v1:") and s.endswith("1 Year") for s in skus)
     assert any(s.startswith("Commitment v1:") and s.endswith("3 Years") for s in skus)
     assert any(s.startswith("Reserved") for s in skus) and any("DWS" in s for s in skus)
-    assert {r.subcategory for r in ROWS} >= {"storage.bigquery", "other", "network.inter_zone"}
+    assert any("attached to preemptible VMs" in s for s in skus)  # the older Spot wording
+    assert any(s.startswith("Vertex AI:") and "management fee" in s for s in skus)
+    assert {r.subcategory for r in ROWS} >= {"storage.bigquery", "other", "network.inter_zone",
+                                              "orchestration.vertex_ai", "storage.filestore"}
 
 
 # --- (1) Python ---------------------------------------------------------------------------------
@@ -166,6 +175,10 @@ def test_python_parser(row: Row) -> None:
         ("Network Internet Data Transfer In from EMEA to Virginia", PriceKind.ON_DEMAND, None, None, None),
         ("Commitment v1: A4 Nvidia B200 (1 gpu slice) in Americas for 1 Year", PriceKind.COMMIT_1Y, 1, None,
          "Americas"),
+        ("Nvidia Tesla K80 GPU attached to preemptible VMs running in Americas", PriceKind.SPOT, None, None,
+         "Americas"),
+        ("Commitment v1: Memory-optimized Cpu in Singapore for 3 Year", PriceKind.COMMIT_3Y, 3, None,
+         "Singapore"),
     ],
 )  # fmt: skip
 def test_kind_family_and_place(
@@ -180,6 +193,15 @@ def test_spot_b200_slices_use_the_prefix() -> None:
     descriptions starting with this text), unlike the other GPUs' infix."""
     p = parse_sku("Spot Preemptible A4 Nvidia B200 (1 gpu slice)")
     assert (p.counts, p.gpu_model, p.pricing_model) == (Counts.GPU, GpuModel.B200, PricingModel.SPOT)
+
+
+def test_vertex_management_fees_are_not_capacity() -> None:
+    """The fee names the GPU it manages; counted as a GPU it would double the GPU-hours of the
+    Compute Engine SKU it is billed beside (fixture source zenn-dws). Vertex GPU usage stays GPU."""
+    fee = parse_sku("Vertex AI: Training/Pipelines management fee on NVIDIA H100 80GB in Iowa")
+    usage = parse_sku("Vertex AI: Training/Pipelines on NVIDIA H100 80GB in Iowa")
+    assert (fee.counts, fee.gpu_model) == (None, None)
+    assert (usage.counts, usage.gpu_model) == (Counts.GPU, GpuModel.H100_80GB)
 
 
 def test_reserved_and_dws_are_variants_the_price_book_skips() -> None:
@@ -234,8 +256,9 @@ def test_python_and_sql_agree(duck_rows: dict[str, dict[str, Any]], row: Row) ->
 
 def test_every_capacity_rule_is_reached_by_real_wording(duck_rows: dict[str, dict[str, Any]]) -> None:
     hit = {r["rule"] for r in duck_rows.values()}
-    wanted = {"gpu", "gpu-spot", "gpu-reserved", "cpu", "cpu-spot", "ram", "ram-spot", "commitment-fee",
-              "bigquery", "bigquery-query", "gke", "snapshot", "inter-region", "inter-zone", "internet"}  # fmt: skip
+    wanted = {"gpu", "gpu-spot", "gpu-reserved", "cpu", "cpu-spot", "cpu-reserved", "ram", "ram-spot",
+              "ram-reserved", "commitment-fee", "bigquery", "bigquery-query", "gke", "snapshot", "local-ssd",
+              "persistent-disk", "filestore", "vertex", "inter-region", "inter-zone", "internet"}  # fmt: skip
     assert wanted <= hit, wanted - hit
     assert wanted <= {r.name for r in BUILTIN_RULES}
 

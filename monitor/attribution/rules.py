@@ -13,6 +13,7 @@ names are covered. SKU wording (what is a GPU, Spot, a commitment, reserved / DW
 - Spot (prefix or infix) and reserved / DWS before the plain capacity rule of each kind;
 - ingress before every egress rule, so an ingress SKU is never egress;
 - network egress (including Cloud Storage downloads) before storage, so a GCS download is egress;
+- Vertex AI management fees before accelerators (a fee on a GPU is not a GPU);
 - accelerators before CPU/RAM, snapshots before disks, local SSD before persistent disks;
 - BigQuery storage SKUs before the rest of BigQuery, which is query processing (`Analysis`).
 
@@ -116,6 +117,10 @@ BUILTIN_RULES: tuple[Rule, ...] = (
          r"|\bInterconnect\b|\bVPN\b|\bForwarding Rule\b|\bCloud Armor\b|\bEgress\b"
          r"|\bData Transfer\b|^Network\b)"),
     Rule("networking-service", "network.other", service=SERVICE_IDS["networking"]),
+    # Vertex AI's management fees name the GPU they manage but are not GPU capacity (monitor.sku).
+    # Same name as the service rule below: one rule, "Vertex AI spend that is not accelerator
+    # capacity", whose fee half must run before the accelerator rules (rules are AND-only).
+    Rule("vertex", "orchestration.vertex_ai", sku.ci(sku.MANAGEMENT_FEE)),
     # Compute capacity: accelerators (any service: Vertex AI training GPUs are GPU spend), CPU, RAM.
     *_capacity("gpu", sku.GPU, None),
     *_capacity("cpu", sku.CPU_CORE, COMPUTE_SERVICES),
