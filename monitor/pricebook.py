@@ -1,31 +1,27 @@
 """The `PriceBook`: list prices per GPU model, machine family and traffic kind, per region.
 
 A value object with lookups, built by `monitor.sources.pricing` from the Cloud Billing Catalog API
-or the bundled snapshot. Lookups fall back region -> same multi-region (americas/emea/apac) -> any
-region; anything but an exact regional price is flagged `approximate` in the `PriceQuote`::
+or the bundled snapshot. A price is the one its source gives for that exact region (the Catalog API
+lists each SKU's `serviceRegions`; the snapshot was generated per region from catalog-derived data),
+or it is unknown (None): no fallback to another region, no proxy model, no ratio. Every price says
+where it came from (`provenance`)::
 
-    book.gpu_hourly(GpuModel.H100_80GB, "us-central1", "spot")  # Decimal("3.428793") or None
+    book.gpu_hourly(GpuModel.H100_80GB, "us-central1", "spot")  # Decimal("2.253") or None
+    book.provenance  # "bundled snapshot (2026-12-02, sources: skypilot-org/skypilot-catalog ...)"
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
-from monitor.gpu_models import (
-    PRICE_PROXIES,
-    GpuModel,
-    PriceKind,
-    geo_of_region,
-    normalize_gpu_model,
-    region_of,
-)
+from monitor.gpu_models import GpuModel, PriceKind, normalize_gpu_model, region_of
 from monitor.timeutil import parse_timestamp, to_iso
 
 __all__ = ["BOOK_FORMAT", "TABLES", "EgressKind", "PriceBook", "PriceQuote", "PriceTable"]
@@ -44,20 +40,22 @@ TABLES = ("gpu", "cpu_core", "ram_gib", "egress_gib")
 
 @dataclass(frozen=True)
 class PriceQuote:
-    """A looked-up price and how it was found: `basis` is "region", "multi-region",
-    "any-region" or "proxy:<model>"; anything but "region" is `approximate`."""
+    """A looked-up price, the region it is for, and where it came from (the book's `provenance`,
+    e.g. "Cloud Billing Catalog API (fetched 2026-11-02T08:00:00Z)")."""
 
     price: Decimal
     region: str
-    basis: str
-    approximate: bool
+    provenance: str
 
 
 @dataclass(frozen=True)
 class PriceBook:
     """List prices in USD: per GPU-hour, per vCPU-hour and per GiB-hour of RAM (by machine family),
     per GiB of egress. Treat as immutable. `approximate` marks a whole book as indicative (the
-    snapshot); `note` says where it came from and, for a fallback, why."""
+    snapshot); `note` says where it came from and, for a fallback, why. A snapshot also names its
+    public `sources` (id -> "owner/repo path@commit") and, per price, which one gave it (`origins`,
+    keyed like the tables with the table name first; a price without an entry came from
+    `default_source`). A Catalog API book has none of these: every price is the catalog's."""
 
     as_of: datetime
     source: str  # "catalog" | "snapshot"
@@ -68,36 +66,56 @@ class PriceBook:
     approximate: bool = False
     note: str = ""
     currency: str = "USD"
+    sources: dict[str, str] = field(default_factory=dict)
+    origins: dict[tuple[str, str, str, PriceKind], str] = field(default_factory=dict)
+    default_source: str = ""
+
+    @property
+    def provenance(self) -> str:
+        """Where the prices of this book came from, for findings and logs."""
+        if self.source == "catalog":
+            return f"Cloud Billing Catalog API (fetched {to_iso(self.as_of)})"
+        named = f", sources: {'; '.join(self.sources.values())}" if self.sources else ""
+        return f"bundled snapshot ({self.as_of:%Y-%m-%d}{named})"
+
+    def _provenance_of(self, key: tuple[str, str, str, PriceKind]) -> str:
+        """One price's provenance: the snapshot source that gave it, when the book knows it."""
+        origin = self.origins.get(key, self.default_source)
+        if self.source == "catalog" or origin not in self.sources:
+            return self.provenance
+        return f"bundled snapshot ({self.as_of:%Y-%m-%d}, {self.sources[origin]})"
 
     def gpu_quote(
         self, gpu_model: GpuModel | str, region: str | None, kind: PriceKind | str
     ) -> PriceQuote | None:
-        """Price per GPU-hour and how it was found. `gpu_model` may be any spelling
-        `normalize_gpu_model` knows ("NVIDIA H100 80GB HBM3"); an unknown model gives None, an
-        unknown `kind` is a ValueError (a programming error, not missing data)."""
+        """Price per GPU-hour in that region, with its provenance. `gpu_model` may be any spelling
+        `normalize_gpu_model` knows ("NVIDIA H100 80GB HBM3"); an unknown model, region or price
+        gives None; an unknown `kind` is a ValueError (a programming error, not missing data)."""
         k = PriceKind(kind)
         m = gpu_model if isinstance(gpu_model, GpuModel) else normalize_gpu_model(gpu_model)
         if m is None:
             return None
-        quote = _lookup(self._index.get(("gpu", m.value, k)), region)
-        if quote is None and m in PRICE_PROXIES:
-            proxy = _lookup(self._index.get(("gpu", PRICE_PROXIES[m].value, k)), region)
-            if proxy is not None:
-                return replace(proxy, basis=f"proxy:{PRICE_PROXIES[m].value}", approximate=True)
-        return quote
+        return self._lookup("gpu", m.value, k, region)
 
     def gpu_hourly(
         self, gpu_model: GpuModel | str, region: str | None, pricing_model: PriceKind | str
     ) -> Decimal | None:
-        """USD per GPU-hour, with the documented fallback (see `gpu_quote` for the flag)."""
+        """USD per GPU-hour in that region, or None when the price is not known."""
         q = self.gpu_quote(gpu_model, region, pricing_model)
         return None if q is None else q.price
 
+    def gpu_price_source(
+        self, gpu_model: GpuModel | str, region: str | None, pricing_model: PriceKind | str
+    ) -> str | None:
+        """Where `gpu_hourly(...)` of the same arguments came from; None when it is None."""
+        q = self.gpu_quote(gpu_model, region, pricing_model)
+        return None if q is None else q.provenance
+
     def cpu_core_quote(self, family: str, region: str | None, kind: PriceKind | str) -> PriceQuote | None:
-        return _lookup(self._index.get(("cpu_core", family.upper(), PriceKind(kind))), region)
+        return self._lookup("cpu_core", family.upper(), PriceKind(kind), region)
 
     def ram_gib_quote(self, family: str, region: str | None, kind: PriceKind | str) -> PriceQuote | None:
-        return _lookup(self._index.get(("ram_gib", family.upper(), PriceKind(kind))), region)
+        return self._lookup("ram_gib", family.upper(), PriceKind(kind), region)
 
     def cpu_core_hourly(self, family: str, region: str | None, kind: PriceKind | str) -> Decimal | None:
         q = self.cpu_core_quote(family, region, kind)
@@ -108,7 +126,16 @@ class PriceBook:
         return None if q is None else q.price
 
     def egress_quote(self, kind: EgressKind | str, region: str | None) -> PriceQuote | None:
-        return _lookup(self._index.get(("egress_gib", EgressKind(kind).value, PriceKind.ON_DEMAND)), region)
+        return self._lookup("egress_gib", EgressKind(kind).value, PriceKind.ON_DEMAND, region)
+
+    def _lookup(self, table: str, item: str, kind: PriceKind, region: str | None) -> PriceQuote | None:
+        """The exact region's price (a zone is read as its region), or None: never another
+        region's, because real prices differ per region in no fixed proportion."""
+        want = region_of(region)
+        price = self._index.get((table, item, kind), {}).get(want) if want else None
+        if price is None or want is None:
+            return None
+        return PriceQuote(price, want, self._provenance_of((table, item, want, kind)))
 
     def egress_per_gib(self, kind: EgressKind | str, region: str | None = None) -> Decimal | None:
         q = self.egress_quote(kind, region)
@@ -135,6 +162,13 @@ class PriceBook:
             "approximate": self.approximate,
             "note": self.note,
         }
+        if self.sources:
+            doc["sources"] = [{"id": i, "name": n} for i, n in self.sources.items()]
+            doc["default_source"] = self.default_source
+            origins: dict[str, Any] = {}
+            for (table, item, region, kind), origin in sorted(self.origins.items()):
+                origins.setdefault(table, {}).setdefault(item, {}).setdefault(region, {})[kind.value] = origin
+            doc["origins"] = origins
         for name in TABLES:
             nested: dict[str, dict[str, dict[str, str]]] = {}
             for (item, region, kind), price in sorted(getattr(self, name).items()):
@@ -156,6 +190,9 @@ class PriceBook:
                 currency=doc.get("currency", "USD"),
                 approximate=bool(doc.get("approximate", False)),
                 note=doc.get("note", ""),
+                sources={str(s["id"]): _source_name(s) for s in doc.get("sources", ())},
+                origins=_parse_origins(doc.get("origins", {})),
+                default_source=doc.get("default_source", ""),
                 **tables,
             )
         except (ValueError, KeyError, TypeError, ArithmeticError) as e:
@@ -171,23 +208,21 @@ def _parse_table(nested: Mapping[str, Mapping[str, Mapping[str, str]]]) -> Price
     return table
 
 
-def _lookup(prices: Mapping[str, Decimal] | None, region: str | None) -> PriceQuote | None:
-    """Exact region, else the median-priced region of the same multi-region, else of all regions.
-
-    The median (lower middle, by price then region name) keeps the fallback deterministic and
-    representative rather than the cheapest or dearest outlier.
-    """
-    if not prices:
-        return None
-    want = region_of(region)
-    if want in prices:
-        return PriceQuote(prices[want], want, "region", False)
-    geo = geo_of_region(want)
-    same_geo = {r: p for r, p in prices.items() if geo is not None and geo_of_region(r) == geo}
-    pool, basis = (same_geo, "multi-region") if same_geo else (prices, "any-region")
-    ranked = sorted(pool.items(), key=lambda rp: (rp[1], rp[0]))
-    r, p = ranked[(len(ranked) - 1) // 2]
-    return PriceQuote(p, r, basis, True)
+def _parse_origins(nested: Mapping[str, Any]) -> dict[tuple[str, str, str, PriceKind], str]:
+    return {
+        (table, item, region, PriceKind(kind)): str(origin)
+        for table, items in nested.items()
+        for item, regions in items.items()
+        for region, kinds in regions.items()
+        for kind, origin in kinds.items()
+    }
 
 
-# --- Catalog SKUs -> PriceBook -------------------------------------------------------------
+def _source_name(src: Mapping[str, Any]) -> str:
+    """A snapshot source as one line: "owner/repo path@commit8" (the generator's entry), or the
+    `name` a serialised book already carries."""
+    if "name" in src:
+        return str(src["name"])
+    commit = str(src.get("commit", ""))
+    at = f"@{commit[:8]}" if commit and commit != "unknown" else ""
+    return f"{src.get('repository', '?')} {src.get('path', '')}{at}".strip()

@@ -1,7 +1,10 @@
 """`commitment_opportunity` and `spot_opportunity`: on-demand GPU hours that could have cost less.
 
 Both only speak when the prices are known (`inputs.prices` answers for the GPU model and region):
-a savings figure from a guessed price would not be worth trusting.
+a savings figure from a guessed price would not be worth trusting. Every finding says where its
+prices came from (Cloud Billing Catalog API and when it was fetched, or the bundled snapshot and its
+date), in the summary and in `evidence["price_source"]`, because a snapshot's Spot price can be
+months old.
 
 - commitment: the GPU count that ran on demand in (almost) every hour of the window, per project,
   region and GPU model (the `steady_percentile` of the hourly counts, so a short restart does not
@@ -31,7 +34,7 @@ from pydantic import Field, field_validator
 from monitor.config import Regex
 from monitor.detectors.base import ONE_HOUR, Detector, DetectorConfig, fmt_usd, iso, money, q6, register
 from monitor.detectors.idle_gpu import instance_key
-from monitor.detectors.inputs import DetectorInputs, GpuHour
+from monitor.detectors.inputs import DetectorInputs, GpuHour, PriceLookup
 from monitor.model import Finding, Scope, Severity, fingerprint
 
 __all__ = [
@@ -39,6 +42,7 @@ __all__ = [
     "CommitmentOpportunityConfig",
     "SpotOpportunity",
     "SpotOpportunityConfig",
+    "price_source",
 ]
 
 _YEAR_HOURS = 8760
@@ -79,7 +83,6 @@ class SpotOpportunityConfig(_OpportunityConfig):
         return v
 
 
-
 def _on_demand(inputs: DetectorInputs, now: datetime) -> list[GpuHour]:
     end = min(inputs.window_end, now)
     return [
@@ -87,6 +90,15 @@ def _on_demand(inputs: DetectorInputs, now: datetime) -> list[GpuHour]:
         for r in inputs.gpu_hours
         if r.pricing_model == "on_demand" and r.gpu_model and inputs.window_start <= r.hour < end
     ]
+
+
+def price_source(prices: PriceLookup, model: str, region: str | None, kinds: Sequence[str]) -> str:
+    """Where the prices of `kinds` came from, one line ("; "-joined when they differ). A lookup that
+    does not report provenance (no `gpu_price_source`) says so rather than guessing."""
+    report = getattr(prices, "gpu_price_source", None)
+    found = [report(model, region, k) if report is not None else None for k in kinds]
+    names = list(dict.fromkeys(f or "price source not reported" for f in found))
+    return "; ".join(names)
 
 
 def _capped(det: Detector, impact: Decimal) -> Severity:
@@ -150,6 +162,7 @@ class CommitmentOpportunity(Detector):
         }
         scope = Scope(project=project, region=region)
         years = "1-year" if self.config.term == "commit_1y" else "3-year"
+        source = price_source(inputs.prices, model, region, ("on_demand", self.config.term))
         return Finding(
             kind=self.name,
             severity=_capped(self, impact),
@@ -158,7 +171,8 @@ class CommitmentOpportunity(Detector):
                 f"{project} ran at least {steady} {model} GPUs on demand in {region} in "
                 f"{100 - self.config.steady_percentile:g}% of the {hours} hours analysed. A {years} "
                 f"commitment at {fmt_usd(price)}/GPU-h instead of {fmt_usd(od)} would have saved "
-                f"{fmt_usd(impact)} in this window, about {fmt_usd(steady * _YEAR_HOURS * (od - price))} a year."
+                f"{fmt_usd(impact)} in this window, about {fmt_usd(steady * _YEAR_HOURS * (od - price))} a year. "
+                f"Prices: {source}."
             ),
             impact_usd=impact,
             window_start=inputs.window_start,
@@ -179,6 +193,7 @@ class CommitmentOpportunity(Detector):
                 "savings_per_year_usd": {
                     t: money(steady * _YEAR_HOURS * (od - p)) for t, p in terms.items() if p < od
                 },
+                "price_source": source,
             },
             recommendation=(
                 f"Buy a {years} resource commitment for {steady} {model} GPUs in {region} (with a "
@@ -238,19 +253,21 @@ class SpotOpportunity(Detector):
         names = ", ".join(str(e["instance"]) for e in lines[:5])
         scope = Scope(project=project)
         gpu_hours = sum(e["gpu_hours"] for e in lines)
+        source = "; ".join(dict.fromkeys(n for e in lines for n in str(e["price_source"]).split("; ")))
         return Finding(
             kind=self.name,
             severity=_capped(self, impact),
             title=f"Run restartable GPU work in {project} on Spot: save {fmt_usd(impact)}",
             summary=(
                 f"{len(lines)} on-demand GPU instance(s) in {project} ({names}) look restartable and used "
-                f"{gpu_hours:,.0f} GPU-hours; Spot prices would have saved {fmt_usd(impact)} in this window."
+                f"{gpu_hours:,.0f} GPU-hours; Spot prices would have saved {fmt_usd(impact)} in this window. "
+                f"Prices: {source}."
             ),
             impact_usd=impact,
             window_start=inputs.window_start,
             window_end=min(inputs.window_end, now),
             scope=scope,
-            evidence={"instances": lines, "savings_usd": money(impact)},
+            evidence={"instances": lines, "savings_usd": money(impact), "price_source": source},
             recommendation=(
                 "Run these jobs on Spot VMs (provisioning model SPOT, or a Spot node pool on GKE) with "
                 "checkpointing so a preemption costs minutes, not the run."
@@ -279,4 +296,5 @@ def _spot_line(rows: Sequence[GpuHour], reason: str, inputs: DetectorInputs) -> 
         "on_demand_usd_per_gpu_hour": money(od),
         "spot_usd_per_gpu_hour": money(spot),
         "savings_usd": money(gpu_hours * (od - spot)),
+        "price_source": price_source(inputs.prices, r0.gpu_model or "", r0.region, ("on_demand", "spot")),
     }
