@@ -151,6 +151,9 @@ class FakePrices:
     def gpu_hourly(self, gpu_model: str, region: str | None, pricing_model: str) -> Decimal | None:
         return self.table.get((gpu_model, pricing_model))
 
+    def gpu_price_source(self, gpu_model: str, region: str | None, pricing_model: str) -> str | None:
+        return "test price table" if (gpu_model, pricing_model) in self.table else None
+
 
 # -- to_usd ---------------------------------------------------------------------------------------------
 

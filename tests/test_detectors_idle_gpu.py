@@ -119,6 +119,9 @@ def test_estimated_then_billed_keeps_the_fingerprint_and_replaces_the_impact() -
     assert early.estimated and early.provisional
     assert (early.evidence["estimated_hours"], early.evidence["estimated_cost_usd"]) == (4, 352.0)
     assert "4 of the hours ($352.00) are priced from list prices" in early.summary
+    (sourced,) = run(estimated, provisional_hours=400, prices=FakePrices())
+    assert sourced.evidence["price_source"] == "test price table"
+    assert "priced from list prices (test price table)" in sourced.summary
     # billing lands: slightly different price, labels from the billing row, no estimate
     billed = pattern("BBIIII", price="10.50", labels={"team": "research", "job": "llm-7b"})
     (late,) = run(billed, provisional_hours=0)

@@ -9,6 +9,7 @@ snapshot. Nothing of ours is mocked.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from decimal import Decimal
 
 from monitor.detectors.opportunities import CommitmentOpportunity, SpotOpportunity, price_source
 from monitor.pricebook import PriceBook
@@ -89,9 +90,17 @@ def test_no_commitment_advice_without_a_published_commitment_price() -> None:
     assert ev(CommitmentOpportunity(), inputs(gpu_hours=rows, prices=_snapshot())) == []
 
 
+class _NoProvenance:
+    """A PriceLookup written before `gpu_price_source` existed (a user's own, say)."""
+
+    def gpu_hourly(self, gpu_model: str, region: str | None, pricing_model: str) -> Decimal | None:
+        return FakePrices().gpu_hourly(gpu_model, region, pricing_model)
+
+
 def test_a_lookup_without_provenance_is_reported_as_such() -> None:
     assert (
-        price_source(FakePrices(), "H100", "us-central1", ("on_demand", "spot"))
+        price_source(_NoProvenance(), "H100", "us-central1", ("on_demand", "spot"))
         == "price source not reported"
     )
+    assert price_source(FakePrices(), "H100", "us-central1", ("on_demand", "spot")) == "test price table"
     assert price_source(_catalog(), "T4", "us-central1", ("on_demand", "commit_3y")) == CATALOG_TEXT

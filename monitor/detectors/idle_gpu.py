@@ -399,6 +399,8 @@ def _tail(summary: str, ev: dict[str, Any]) -> str:
     if ev["estimated_hours"]:
         summary += (
             f" {ev['estimated_hours']} of the hours ({fmt_usd(Decimal(str(ev['estimated_cost_usd'])))}) are "
-            "priced from list prices: their billing rows have not arrived yet."
+            "priced from list prices"
+            + (f" ({ev['price_source']})" if ev.get("price_source") else "")
+            + ": their billing rows have not arrived yet."
         )
     return summary
