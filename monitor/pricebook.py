@@ -6,7 +6,7 @@ lists each SKU's `serviceRegions`; the snapshot was generated per region from ca
 or it is unknown (None): no fallback to another region, no proxy model, no ratio. Every price says
 where it came from (`provenance`)::
 
-    book.gpu_hourly(GpuModel.H100_80GB, "us-central1", "spot")  # Decimal("2.253") or None
+    book.gpu_hourly(GpuModel.H100_80GB, "us-central1", "spot")  # Decimal("5.8632") or None
     book.provenance  # "bundled snapshot (2026-12-02, sources: skypilot-org/skypilot-catalog ...)"
 """
 

@@ -56,11 +56,12 @@ def test_spot_advice_from_the_snapshot_names_its_date_and_sources() -> None:
 
 
 def test_two_sources_behind_one_saving_are_both_named() -> None:
-    # H100 us-central1 in the snapshot: on demand from the catalog-row fixture, Spot from vms.csv
+    # H100 us-central1 in the snapshot: on demand from the catalog-row fixture, Spot from
+    # tgarg01/silybench-data (2026-09-26)
     (f,) = ev(SpotOpportunity(), inputs(gpu_hours=_sweep(), prices=_snapshot()))
     names = f.evidence["price_source"].split("; ")
     assert len(names) == 2 and all(n.startswith("bundled snapshot (2026-12-02, ") for n in names)
-    assert "record 55513368414" in names[0] and "skypilot-catalog" in names[1]
+    assert "record 55513368414" in names[0] and "silybench-data" in names[1]
 
 
 def test_no_spot_advice_where_the_region_has_no_price() -> None:

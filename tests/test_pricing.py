@@ -319,8 +319,9 @@ def test_snapshot_prices_are_not_ratios_of_each_other() -> None:
         m: ratio(m, ("us-central1", "spot"), ("us-central1", "on_demand"))
         for m in (GpuModel.A100_40GB, GpuModel.L4, GpuModel.H100_80GB)
     }
-    # vms.csv: A100 1.1472 / 2.93391, L4 0.2231 / 0.56004, H100 2.253 / 9.796550569
-    assert [round(v, 3) for v in spot_share.values()] == [D("0.391"), D("0.398"), D("0.230")]
+    # vms.csv: A100 1.1472 / 2.93391, L4 0.2231 / 0.56004; H100 5.8632 (tgarg01/silybench-data, the
+    # Spot SKU as the Catalog API gave it on 2026-09-26) / 9.796550569. Each is one source figure.
+    assert [round(v, 3) for v in spot_share.values()] == [D("0.391"), D("0.398"), D("0.598")]
     west4 = {
         m: ratio(m, ("europe-west4", "on_demand"), ("us-central1", "on_demand"))
         for m in (GpuModel.H100_80GB, GpuModel.L4, GpuModel.T4, GpuModel.P4)
@@ -357,6 +358,22 @@ def test_snapshot_names_its_sources_and_each_price_says_which() -> None:
         "PLAN-MD-FILES/november/15th/EXCESSIVE_POKING_AROUND_STUDY.md@a89b4249)"
     )
     assert "record 55513368414" in (book.gpu_price_source("H100", "us-west1", "on_demand") or "")
+
+
+def test_snapshot_spot_prefers_the_newest_dated_source() -> None:
+    """Spot prices float: the H100 us-central1 Spot price is the Catalog API figure of 2026-09-26
+    (tgarg01/silybench-data), not the undated skypilot row (2.253); regions that newer source does
+    not cover keep their skypilot figure, each price naming its own source."""
+    book = _snapshot()
+    assert book.gpu_hourly(GpuModel.H100_80GB, "us-central1", "spot") == D("5.8632")
+    assert book.gpu_price_source("H100", "us-central1", "spot") == (
+        "bundled snapshot (2026-12-02, tgarg01/silybench-data derived/csv/gpu_prices.csv@045df3bf)"
+    )
+    assert book.gpu_hourly(GpuModel.H100_80GB, "us-west1", "spot") == D("2.253")
+    assert "skypilot-org/skypilot-catalog" in (book.gpu_price_source("H100", "us-west1", "spot") or "")
+    doc = json.loads(resources.files("monitor").joinpath("data/price_snapshot.json").read_text("utf-8"))
+    dated = {s["id"]: s["date"] for s in doc["sources"]}
+    assert dated[doc["origins"]["gpu"]["H100 80GB"]["us-central1"]["spot"]].startswith("2026-09-26")
 
 
 def _generate(**kw: object) -> dict:

@@ -14,7 +14,7 @@ A SKU's price applies to exactly the regions in its `serviceRegions` (that is ho
 price the source does not give is unknown (None), never derived from another region, model or
 pricing model::
 
-    book.gpu_hourly(GpuModel.H100_80GB, "us-central1", "spot")  # Decimal("2.253") or None
+    book.gpu_hourly(GpuModel.H100_80GB, "us-central1", "spot")  # Decimal("5.8632") or None
     book.gpu_price_source(GpuModel.H100_80GB, "us-central1", "spot")  # "Cloud Billing Catalog API (fetched ...)"
 """
 
