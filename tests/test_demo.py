@@ -126,3 +126,34 @@ def test_a_restart_rewrites_missing_day_files(tmp_path):
 
     assert lost.read_bytes() == before
     feeder.close()
+
+
+def test_the_demo_shows_a_gke_finding(tmp_path):
+    """Once the demo has loaded its history, the hung node of the GKE GPU pool is an idle-GPU finding
+    that names its cluster and node pool (issue 10: the demo shows a GKE finding)."""
+    from monitor.analysis import Sources, run_analysis
+    from monitor.sources.billing_duckdb import DuckDBBillingSource
+
+    days = 6  # the node's job hangs from hour 33 to 75; the demo starts with 5 days loaded
+    cfg = parse_config(
+        {
+            "billing": {"db": str(tmp_path / "billing.duckdb")},
+            "utilization": {"files": [str(tmp_path / "utilization")]},
+            "demo": {"enabled": True, "days": days, "hours_per_cycle": 6, "data_dir": str(tmp_path)},
+        }
+    )
+    feeder = DemoFeeder(cfg)
+    try:
+        sources = Sources(
+            billing=DuckDBBillingSource(feeder.conn),
+            utilization=FileUtilizationSource([tmp_path / "utilization"]),
+            prices=None,
+        )
+        result = run_analysis(sources, cfg, now=feeder.clock.now())
+    finally:
+        feeder.close()
+    hung = feeder.sim.fleet.injected.hung_node
+    gke = [f for f in result.findings if f.kind == "idle_gpu" and f.scope.instance == hung.name]
+    assert gke, [(f.kind, f.scope) for f in result.findings]
+    ev = gke[0].evidence
+    assert (ev["cluster"], ev["node_pool"]) == ("llm-train", "h100-pool")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
+from enum import StrEnum
 from functools import cached_property
 
 from monitor.simulate.catalog import (
@@ -24,7 +25,7 @@ from monitor.simulate.delivery import Delivery
 from monitor.simulate.rand import unit
 from monitor.simulate.rows import Credit, Place, Project, cost_micros, make_row
 
-__all__ = ["Commitment", "Ctx", "UtilProfile", "Vm"]
+__all__ = ["Commitment", "Ctx", "Monitoring", "UtilProfile", "Vm"]
 
 _ALWAYS = 10**7
 _PREEMPT_BLOCK = 6  # hours a preempted Spot VM stays down (first hour partly run)
@@ -55,6 +56,15 @@ class UtilProfile:
     INFERENCE = "inference"
     NOTEBOOK = "notebook"
     IDLE = "idle"
+
+
+class Monitoring(StrEnum):
+    """What reports a VM's GPU utilization to Cloud Monitoring (shapes in `utilization`)."""
+
+    OPS_AGENT = "ops_agent_nvml"  # agent.googleapis.com/gpu/utilization on gce_instance, percent
+    DCGM_V1 = "ops_agent_dcgm_v1"  # workload.googleapis.com/dcgm.gpu.profiling.sm_utilization, ratio
+    GKE_NODE = "gke_node"  # kubernetes.io/node/accelerator/duty_cycle on k8s_node, percent
+    NONE = "none"  # no agent: no series at all
 
 
 @dataclass(frozen=True)
@@ -108,10 +118,16 @@ class Vm:
     last_hour: int = _ALWAYS  # exclusive
     util: str = UtilProfile.TRAIN
     idle: tuple[int, int] | None = None  # hours [a, b) at ~0 % although the VM runs
-    monitored: bool = True
+    monitoring: Monitoring = Monitoring.OPS_AGENT
     commitment: Commitment | None = None
-    cluster: str | None = None
+    cluster: str | None = None  # GKE cluster of a node VM
+    node_pool: str | None = None
+    cluster_location: str | None = None  # the cluster's zone or region (k8s_node `location`)
     correction_hour: int | None = None  # this hour's Core row is corrected days later
+
+    @property
+    def monitored(self) -> bool:
+        return self.monitoring is not Monitoring.NONE
 
     @cached_property
     def skus(self) -> dict[str, Sku]:

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monitor.simulate.catalog import MACHINES, REGIONS, Pricing, Region, pd_sku
-from monitor.simulate.compute import Vm
+from monitor.simulate.compute import Monitoring, Vm
 from monitor.simulate.rand import digits, hexid
-from monitor.simulate.rows import Project
+from monitor.simulate.rows import USD_ACCOUNT, Account, Project
 from monitor.simulate.services import Disk
 
 __all__ = ["EU", "US", "Builder", "Fleet", "Injected", "Labels", "make_project"]
@@ -34,6 +34,7 @@ class Injected:
     anomaly_first_hour: int | None = None
     anomaly_job: str | None = None
     unmonitored: Vm | None = None
+    hung_node: Vm | None = None  # a GKE GPU node whose job hangs: billed, 0 % duty cycle
 
 
 @dataclass
@@ -72,8 +73,11 @@ class Builder:
         return EU if zone.startswith("europe") else US
 
     def vm(self, project: Project, name: str, zone: str, machine: str, pricing: Pricing, **kw: Any) -> Vm:
-        """Add a VM (and its boot disk) to the fleet."""
+        """Add a VM (and its boot disk) to the fleet. A GKE node (`cluster` given) reports through
+        GKE's node metrics unless told otherwise: GKE nodes run no Ops Agent."""
         name = name if kw.get("cluster") else name + self.sfx
+        if kw.get("cluster"):
+            kw.setdefault("monitoring", Monitoring.GKE_NODE)
         iid = digits(self.seed, 19, "instance", project.id, name)
         vm = Vm(name, project, self.region_of(zone), zone, MACHINES[machine], pricing, iid, **kw)
         self.fleet.add(vm)
@@ -97,22 +101,29 @@ class Builder:
         self.fleet.add(disk)
         return disk
 
-    def gke_node(self, cluster: str, pool: str, i: int, zone: str) -> tuple[str, Labels]:
-        """A node VM name as GKE makes it, and the labels GKE puts on its billing rows."""
+    def gke_node(self, cluster: str, pool: str, i: int, location: str) -> tuple[str, dict[str, Any]]:
+        """A node VM name as GKE makes it (`gke-<cluster>-<pool>-<8 hex of the instance group>-<4
+        chars>`), and the `vm()` keywords of a node: the labels GKE puts on its billing rows
+        (`goog-k8s-cluster-name`, `goog-k8s-cluster-location`, `goog-k8s-node-pool-name`: Cloud
+        Billing "Structure of Detailed data export", cloud.google.com/billing/docs/how-to/
+        export-data-bigquery-tables/detailed-usage), its cluster, pool and cluster location."""
         group = hexid(self.seed, cluster, pool, groups=2).lower().replace("-", "")
         node = hexid(self.seed, cluster, pool, i, groups=1).lower()
         labels = (
             ("goog-k8s-cluster-name", cluster),
-            ("goog-k8s-cluster-location", zone),
+            ("goog-k8s-cluster-location", location),
             ("goog-k8s-node-pool-name", pool),
         )
-        return f"gke-{cluster}-{pool}-{group}-{node}", labels
+        kw = {"labels": labels, "cluster": cluster, "node_pool": pool, "cluster_location": location}
+        return f"gke-{cluster}-{pool}-{group}-{node}", kw
 
     def ident(self, *keys: object, n: int = 19) -> str:
         return digits(self.seed, n, *keys)
 
 
-def make_project(seed: int, pid: str, labels: Labels, folder: str, tags: Labels = ()) -> Project:
+def make_project(
+    seed: int, pid: str, labels: Labels, folder: str, tags: Labels = (), account: Account = USD_ACCOUNT
+) -> Project:
     org = (digits(seed, 12, "org"), "example-ml.com")
     fold = (digits(seed, 12, "folder", folder), folder)
-    return Project(pid, digits(seed, 12, "project", pid), pid, labels, fold, org, tags)
+    return Project(pid, digits(seed, 12, "project", pid), pid, labels, fold, org, tags, account)

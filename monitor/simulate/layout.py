@@ -1,20 +1,28 @@
-"""The four projects of the simulated fleet, and where the hidden costs go.
+"""The six projects of the simulated fleet, and where the hidden costs go.
 
-ml-training-prod  A3 (H100 x8) GKE training cluster on a 1-year commitment, two on-demand A3
-                  fine-tuning VMs, checkpoints bucket, Filestore, snapshots.
-ml-research       Spot A100 VMs, notebooks (A100 x1, L4), a datasets bucket.
-inference-prod    GKE inference cluster of L4 nodes (on-demand and Spot), internet egress,
-                  a Vertex AI endpoint.
+ml-training-prod  GKE training cluster `llm-train`: a GPU node pool of four A3 (H100 x8) nodes, two
+                  on a 1-year commitment, reporting GKE node metrics; two on-demand A3 fine-tuning
+                  VMs (Ops Agent), checkpoints bucket, Filestore, snapshots.
+ml-research       Spot A100 VMs, notebooks (A100 x1, L4), an A100 VM monitored by the Ops Agent's
+                  DCGM v1 receiver (SM activity as a 0-1 ratio), a datasets bucket.
+inference-prod    GKE inference cluster of L4 nodes (on-demand and Spot pools, GKE node metrics),
+                  internet egress, a Vertex AI endpoint.
 data-platform     N2 ETL workers (sustained-use credits), an embeddings L4 VM, the data lake.
+ml-batch          All Spot: two Spot A3 (H100 x8) batch VMs. Nothing to move to Spot here.
+vision-eu         An H100 VM in europe-west4 at that region's price, billed to a second billing
+                  account invoiced in EUR.
 
 Hidden costs (first fleet copy, `inject=True`): a fine-tuning VM goes idle for about a day
 (`went_idle`), a forgotten A100 VM in europe-west4 never used (`never_used`), the training cluster
 split across two zones (`cross_zone_egress`), a hyper-parameter sweep tripling ml-research's spend
 for the last days (`spend_anomaly`), the embeddings VM without the monitoring agent
-(`unmonitored_gpu`).
+(`unmonitored_gpu`), and one node of the GKE GPU pool whose job hangs for 42 hours: billed, 0 % duty
+cycle (`idle_gpu`, the node named by cluster, pool and node name).
 """
 
 from __future__ import annotations
+
+from decimal import Decimal
 
 from monitor.simulate.catalog import (
     GCS_DOWNLOAD,
@@ -31,9 +39,9 @@ from monitor.simulate.catalog import (
     snapshot_sku,
     vertex_skus,
 )
-from monitor.simulate.compute import Commitment, UtilProfile
+from monitor.simulate.compute import Commitment, Monitoring, UtilProfile
 from monitor.simulate.fleet import EU, US, Builder, Fleet, make_project
-from monitor.simulate.rows import Place, Project
+from monitor.simulate.rows import Account, Place, Project
 from monitor.simulate.services import (
     Bucket,
     ClusterFee,
@@ -45,15 +53,24 @@ from monitor.simulate.services import (
     cluster_flows,
 )
 
-__all__ = ["build_fleet", "went_idle_hours"]
+__all__ = ["EUR_ACCOUNT", "build_fleet", "hung_hours", "went_idle_hours"]
 
 P = Pricing
+#: A second billing account, invoiced in euros. The rate is a plausible 2026 EUR per USD; the export
+#: states it per row (`currency_conversion_rate`), and `cost / rate` is the USD amount.
+EUR_ACCOUNT = Account("01C8E2-7A3F19-D40B55", "EUR", Decimal("0.9235"))
 
 
 def went_idle_hours(hours: int) -> tuple[int, int]:
     """About a day, from 03:00 of the day ~55% into the window."""
     a = (hours // 24) * 55 // 100 * 24 + 3
     return a, min(a + 26, hours)
+
+
+def hung_hours(hours: int) -> tuple[int, int] | None:
+    """42 hours from 09:00 of the day ~30% into the window (shorter at the window's end)."""
+    a = (hours // 24) * 30 // 100 * 24 + 9
+    return (a, min(a + 42, hours)) if a < hours else None
 
 
 def anomaly_first_hour(hours: int) -> int | None:
@@ -73,8 +90,12 @@ def build_fleet(seed: int, hours: int, scale: int = 1, inject: bool = True) -> F
             ("ml-research", (("env", "dev"), ("cost-center", "research")), "ml", ()),
             ("inference-prod", (("env", "prod"), ("cost-center", "serving")), "serving", (("env", "prod"),)),
             ("data-platform", (("env", "prod"), ("cost-center", "data")), "data", ()),
+            ("ml-batch", (("env", "prod"), ("cost-center", "ml")), "ml", ()),
         )
     }
+    projects["vision-eu"] = make_project(
+        seed, "vision-eu", (("env", "prod"), ("cost-center", "vision")), "vision", (), EUR_ACCOUNT
+    )
     fleet.projects = list(projects.values())
     for r in range(scale):
         b = Builder(fleet, "" if r == 0 else f"-r{r}", inject and r == 0)
@@ -82,6 +103,8 @@ def build_fleet(seed: int, hours: int, scale: int = 1, inject: bool = True) -> F
         _research(b, projects["ml-research"])
         _inference(b, projects["inference-prod"])
         _data(b, projects["data-platform"])
+        _batch(b, projects["ml-batch"])
+        _vision(b, projects["vision-eu"])
     fleet.add(*(Tax(p) for p in fleet.projects))
     return fleet
 
@@ -91,27 +114,37 @@ def _training(b: Builder, p: Project) -> None:
     _finetune(b, p)
 
 
+#: GKE cost allocation labels on a node's rows (cloud.google.com/kubernetes-engine/docs/how-to/
+#: cost-allocations): the namespace and a Kubernetes label of the workload holding the node. One
+#: training job holds all of a node's requests, so every row of the node carries its namespace.
+_LLM_ALLOCATION = (("k8s-namespace", "llm-pretrain"), ("k8s-label/app", "llm-pretrain"))
+
+
 def _training_cluster(b: Builder, p: Project) -> None:
-    """Four A3 nodes, two on the commitment; split over two zones when injected."""
+    """A GPU node pool of four A3 nodes, two on the commitment; split over two zones when injected,
+    and then the job on the last node hangs for 42 hours."""
     cluster = f"llm-train{b.sfx}"
     zones = ["us-central1-a", "us-central1-a", "us-central1-c", "us-central1-c"]
     if not b.inject:
         zones = ["us-central1-a"] * 4
     cud = Commitment(f"h100-commit-1y{b.sfx}", p, US, MACHINES["a3-highgpu-8g"], 2, b.ident("cud", cluster))
+    hung = hung_hours(b.hours) if b.inject else None
     fleet_nodes = []
     for i, zone in enumerate(zones):
-        name, labels = b.gke_node(cluster, "h100-pool", i, "us-central1-a")
+        name, kw = b.gke_node(cluster, "h100-pool", i, "us-central1-a")
         vm = b.vm(
             p,
             name,
             zone,
             "a3-highgpu-8g",
             P.COMMITTED if i < 2 else P.ON_DEMAND,
-            labels=(*labels, ("team", "llm")),
-            cluster=cluster,
+            **{**kw, "labels": (*kw["labels"], ("team", "llm"), *_LLM_ALLOCATION)},
             commitment=cud if i < 2 else None,
+            idle=hung if i == 3 else None,
         )
         fleet_nodes.append(vm)
+        if i == 3 and hung is not None:
+            b.fleet.injected.hung_node = vm
     b.fleet.add(cud, *cluster_flows(fleet_nodes, gib_per_hour=900.0))
     b.fleet.add(ClusterFee(cluster, p, US, "us-central1-a", GKE_ZONAL))
     if b.inject:
@@ -178,6 +211,15 @@ def _research(b: Builder, p: Project) -> None:
         labels=(("team", "research"), ("job", "notebook")),
         util=UtilProfile.NOTEBOOK,
     )
+    b.vm(  # busy: its SM activity reaches Monitoring as a 0-1 ratio (e.g. 0.78), never as percent
+        p,
+        "dcgm-a100-01",
+        "us-central1-c",
+        "a2-highgpu-1g",
+        P.ON_DEMAND,
+        labels=(("team", "research"), ("job", "distill")),
+        monitoring=Monitoring.DCGM_V1,
+    )
     b.fleet.add(
         Bucket(
             f"ml-research-datasets{b.sfx}",
@@ -223,15 +265,14 @@ def _inference(b: Builder, p: Project) -> None:
     cluster, zone = f"inference-gke{b.sfx}", "us-central1-a"
     for pool, count, pricing in (("l4-pool", 4, P.ON_DEMAND), ("l4-spot", 2, P.SPOT)):
         for i in range(count):
-            name, labels = b.gke_node(cluster, pool, i, zone)
+            name, kw = b.gke_node(cluster, pool, i, zone)
             vm = b.vm(
                 p,
                 name,
                 zone,
                 "g2-standard-8",
                 pricing,
-                labels=(*labels, ("team", "serving")),
-                cluster=cluster,
+                **{**kw, "labels": (*kw["labels"], ("team", "serving"), ("k8s-namespace", "serving"))},
                 util=UtilProfile.INFERENCE,
             )
             b.fleet.add(Flow("internet-us", vm, internet_sku(US, "Americas"), 20.0, weekly=True))
@@ -281,7 +322,7 @@ def _data(b: Builder, p: Project) -> None:
         "g2-standard-8",
         P.ON_DEMAND,
         labels=(("team", "data"), ("job", "embeddings")),
-        monitored=not b.inject,
+        monitoring=Monitoring.NONE if b.inject else Monitoring.OPS_AGENT,
     )
     if b.inject:
         b.fleet.injected.unmonitored = emb
@@ -304,4 +345,29 @@ def _data(b: Builder, p: Project) -> None:
             gcs_sku("Netherlands", "0.020"),
             labels=(("team", "data"),),
         ),
+    )
+
+
+def _batch(b: Builder, p: Project) -> None:
+    """An all-Spot project: Spot H100 VMs (`... GPU attached to Spot Preemptible VMs ...`)."""
+    for i in range(2):
+        b.vm(
+            p,
+            f"batch-spot-h100-{i}",
+            "us-central1-b",
+            "a3-highgpu-8g",
+            P.SPOT,
+            labels=(("team", "batch"), ("job", "batch-infer")),
+        )
+
+
+def _vision(b: Builder, p: Project) -> None:
+    """An H100 VM in europe-west4 at that region's own price, invoiced in EUR."""
+    b.vm(
+        p,
+        "vision-h100-eu-01",
+        "europe-west4-b",
+        "a3-highgpu-1g",
+        P.ON_DEMAND,
+        labels=(("team", "vision"), ("job", "detector-train")),
     )

@@ -3,6 +3,10 @@
 Money is computed in integer micros from integer usage amounts and Decimal prices, then stored as
 the float the export carries; `Decimal(repr(cost))` gives the micros back exactly, so totals in the
 ground truth are exact to the cent (and to the micro).
+
+A billing account may be invoiced in another currency: its rows carry `currency` and
+`currency_conversion_rate` (units of that currency per US dollar) and every amount in that currency,
+as the export defines them (gcp.md section 1: `cost / currency_conversion_rate` = USD).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from monitor.simulate.catalog import Region, Sku
 
 __all__ = [
     "BILLING_ACCOUNT",
+    "USD_ACCOUNT",
+    "Account",
     "Credit",
     "Place",
     "Project",
@@ -31,6 +37,24 @@ HOUR = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
+class Account:
+    """A billing account and the currency it is invoiced in (`rate` = units of it per USD)."""
+
+    id: str
+    currency: str = "USD"
+    rate: Decimal = Decimal(1)
+
+    def local_micros(self, usd_micros: int) -> int:
+        """A USD amount in this account's currency, in micros (how the invoice states it)."""
+        if self.rate == 1:
+            return usd_micros
+        return int((Decimal(usd_micros) * self.rate).quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
+
+
+USD_ACCOUNT = Account(BILLING_ACCOUNT)
+
+
+@dataclass(frozen=True)
 class Project:
     id: str
     number: str
@@ -39,6 +63,7 @@ class Project:
     folder: tuple[str, str]  # (number, display name)
     org: tuple[str, str]
     tags: tuple[tuple[str, str], ...] = ()
+    account: Account = USD_ACCOUNT
 
     def record(self) -> dict:
         return {
@@ -128,9 +153,9 @@ def _usage_record(sku: Sku, amount: int) -> dict:
     }
 
 
-def _price_record(sku: Sku) -> dict:
+def _price_record(sku: Sku, account: Account) -> dict:
     return {
-        "effective_price": float(sku.price),
+        "effective_price": float(sku.price * account.rate),
         "tier_start_amount": 0.0,
         "unit": sku.pricing_unit,
         "pricing_unit_quantity": 1.0,
@@ -153,7 +178,7 @@ def _static(
     copy a row's nested record before changing it.
     """
     return {
-        "billing_account_id": BILLING_ACCOUNT,
+        "billing_account_id": project.account.id,
         "service": {"id": sku.service.id, "description": sku.service.description},
         "sku": {"id": sku.id, "description": sku.description},
         "usage_start_time": None,
@@ -166,15 +191,15 @@ def _static(
         "tags": project.tag_records(),
         "export_time": None,
         "cost": None,
-        "currency": "USD",
-        "currency_conversion_rate": 1.0,
+        "currency": project.account.currency,
+        "currency_conversion_rate": float(project.account.rate),
         "usage": None,
         "credits": None,
         "invoice": None,
         "cost_type": "regular",
         "adjustment_info": None,
         "cost_at_list": None,
-        "price": _price_record(sku) if sku.usage_unit else None,
+        "price": _price_record(sku, project.account) if sku.usage_unit else None,
         "transaction_type": "GOOGLE",
         "seller_name": "Google",
         "subscription": {"instance_id": subscription} if subscription else None,
@@ -201,8 +226,9 @@ def make_row(
     subscription: str | None = None,
     micros: int | None = None,
 ) -> dict:
-    """One regular hourly row; `micros` overrides the priced cost (tax rows, corrections)."""
-    cost = cost_micros(sku, amount) if micros is None else micros
+    """One regular hourly row; `micros` (USD) overrides the priced cost (tax rows, corrections).
+    Amounts are in the project's billing currency."""
+    cost = project.account.local_micros(cost_micros(sku, amount) if micros is None else micros)
     row = dict(_static(project, place, sku, labels, system_labels, resource, subscription))
     row["usage_start_time"] = start
     row["usage_end_time"] = start + HOUR

@@ -20,7 +20,7 @@ from monitor.simulate.compute import Ctx
 from monitor.simulate.delivery import MAX_LATENESS, Delivery
 from monitor.simulate.export import ExportWriter, open_gzip
 from monitor.simulate.layout import build_fleet
-from monitor.simulate.truth import Tally, hidden_costs, micros_of
+from monitor.simulate.truth import Tally, fleet_inventory, hidden_costs, row_usd_micros
 from monitor.simulate.utilization import iter_series, utilization_series
 from monitor.timeutil import to_iso
 
@@ -86,11 +86,7 @@ class FleetSimulator:
 
     def _row_sum(self, entities: Iterable[Any], hours: range, keep) -> int:
         return sum(
-            micros_of(row["cost"])
-            for e in entities
-            for h in hours
-            for row in e.rows(self.ctx, h)
-            if keep(row)
+            row_usd_micros(row) for e in entities for h in hours for row in e.rows(self.ctx, h) if keep(row)
         )
 
     def ground_truth(self, tally: Tally | None = None) -> dict:
@@ -107,6 +103,7 @@ class FleetSimulator:
             "window": {"start": to_iso(self.start), "end": to_iso(self.end)},
             "totals": tally.totals(),
             "hidden_costs": hidden_costs(self.fleet, self.start, tally, self._row_sum),
+            "fleet": fleet_inventory(self.fleet),
         }
 
 

@@ -1,6 +1,12 @@
-"""The ground truth: the hidden costs injected, each with its exact dollar impact, and the totals
-of every row. Impacts are sums of the very rows written (re-rendered from the same entities), so
-a detector's figure can be checked against them to the cent.
+"""The ground truth: the hidden costs injected, each with its exact dollar impact, the totals of
+every row, and an inventory of the GPU machines as the simulator built them. Impacts are sums of the
+very rows written (re-rendered from the same entities), so a detector's figure can be checked against
+them to the cent.
+
+Everything here is written from what the simulator injected, never by parsing its own rows with our
+SKU parser: a GPU row is known by the entity that wrote it, a Spot VM by the pricing it was given.
+Money is USD: a row invoiced in another currency counts `cost / currency_conversion_rate`, rounded to
+the micro per row (how the export defines USD, and how `hourly.sql` converts).
 """
 
 from __future__ import annotations
@@ -12,14 +18,22 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from monitor.simulate.catalog import INTER_ZONE
+from monitor.simulate.catalog import INTER_ZONE, Pricing
 from monitor.simulate.compute import Vm
 from monitor.simulate.fleet import Fleet
 from monitor.simulate.rows import Project
 from monitor.simulate.services import Disk, Flow
 from monitor.timeutil import to_iso
 
-__all__ = ["Tally", "hidden_costs", "micros_of", "usd"]
+__all__ = [
+    "Tally",
+    "credit_usd_micros",
+    "fleet_inventory",
+    "hidden_costs",
+    "micros_of",
+    "row_usd_micros",
+    "usd",
+]
 
 CENT = Decimal("0.01")
 
@@ -28,6 +42,21 @@ def micros_of(value: float) -> int:
     """The export FLOAT back to exact micros: rows are written as micros / 1e6, so rounding
     value * 1e6 recovers the integer exactly (far below 2**53 / 1e6 dollars per row)."""
     return round(value * 1_000_000)
+
+
+def _to_usd_micros(value: float, rate: float) -> int:
+    return micros_of(value) if rate == 1 else round(value / rate * 1_000_000)
+
+
+def row_usd_micros(row: dict) -> int:
+    """A row's cost in USD micros (`cost / currency_conversion_rate`)."""
+    return _to_usd_micros(row["cost"], row["currency_conversion_rate"])
+
+
+def credit_usd_micros(row: dict) -> int:
+    """A row's credits in USD micros, each converted on its own like the cost."""
+    rate = row["currency_conversion_rate"]
+    return sum(_to_usd_micros(c["amount"], rate) for c in row["credits"])
 
 
 def usd(micros: int) -> float:
@@ -46,9 +75,9 @@ class Tally:
 
     def add(self, row: dict) -> None:
         self.rows += 1
-        cost = micros_of(row["cost"])
+        cost = row_usd_micros(row)
         self.cost += cost
-        self.credits += sum(micros_of(c["amount"]) for c in row["credits"])
+        self.credits += credit_usd_micros(row)
         self.by_project_day[(row["project"]["id"], row["usage_start_time"].date().isoformat())] += cost
 
     def totals(self) -> dict:
@@ -68,16 +97,12 @@ RowSum = Callable[[Iterable[Any], range, Callable[[dict], bool]], int]
 
 
 def _scope(vm: Vm | None = None, **kw: Any) -> dict:
-    scope = dict.fromkeys(("project", "zone", "region", "instance", "instance_id", "cluster"))
+    scope = dict.fromkeys(("project", "zone", "region", "instance", "instance_id", "cluster", "node_pool"))
     if vm is not None:
         scope.update(project=vm.project.id, zone=vm.zone, region=vm.region.name, instance=vm.name)
-        scope.update(instance_id=vm.instance_id, cluster=vm.cluster)
+        scope.update(instance_id=vm.instance_id, cluster=vm.cluster, node_pool=vm.node_pool)
     scope.update(kw)
     return scope
-
-
-def _is_gpu(row: dict) -> bool:
-    return " GPU running in " in row["sku"]["description"]
 
 
 def _any(row: dict) -> bool:
@@ -109,8 +134,10 @@ class _Truth:
         }
 
     def gpu_vm(self, kind: str, variant: str, vm: Vm, hours: tuple[int, int], **details: Any) -> dict:
-        """A hidden cost that is the GPU rows of one VM over some hours."""
-        micros = self.row_sum([vm], range(*hours), _is_gpu)
+        """A hidden cost that is the GPU rows of one VM over some hours (known by the SKU the VM
+        was given, not by reading descriptions)."""
+        gpu_sku = vm.skus["gpu"].description
+        micros = self.row_sum([vm], range(*hours), lambda row: row["sku"]["description"] == gpu_sku)
         m = vm.machine
         facts = {"gpus": m.gpus, "gpu_hours": m.gpus * (hours[1] - hours[0]), "machine_type": m.name}
         facts["sku"] = vm.skus["gpu"].description
@@ -181,4 +208,45 @@ def hidden_costs(fleet: Fleet, start: datetime, tally: Tally, row_sum: RowSum) -
         out.append(t.anomaly(inj.anomaly_project, inj.anomaly_first_hour))
     if (vm := inj.unmonitored) is not None:
         out.append(t.gpu_vm("unmonitored_gpu", "agent_missing", vm, (0, hours)))
+    if (vm := inj.hung_node) is not None and vm.idle is not None:
+        node = {"cluster": vm.cluster, "node_pool": vm.node_pool, "node_name": vm.name}
+        out.append(
+            t.gpu_vm("idle_gpu", "went_idle", vm, vm.idle, max_utilization_pct=2.0, cause="hung_job", **node)
+        )
     return out
+
+
+def _gpu_vm_record(vm: Vm) -> dict:
+    return {
+        "project": vm.project.id,
+        "instance": vm.name,
+        "instance_id": vm.instance_id,
+        "zone": vm.zone,
+        "region": vm.region.name,
+        "machine_type": vm.machine.name,
+        "gpus": vm.machine.gpus,
+        "gpu_sku": vm.skus["gpu"].description,
+        "gpu_price_usd_per_hour": str(vm.skus["gpu"].price),
+        "pricing": vm.pricing.value,
+        "monitoring": vm.monitoring.value,
+        "cluster": vm.cluster,
+        "node_pool": vm.node_pool,
+        "billing_account": vm.project.account.id,
+        "currency": vm.project.account.currency,
+    }
+
+
+def fleet_inventory(fleet: Fleet) -> dict:
+    """Every GPU machine as built (its SKU, pricing model, how it is monitored, GKE pool) and the
+    projects whose GPUs are all Spot already (no Spot opportunity can exist there)."""
+    gpu_vms = [v for v in fleet.vms if v.machine.gpus]
+    by_project: dict[str, set[Pricing]] = defaultdict(set)
+    for v in gpu_vms:
+        by_project[v.project.id].add(v.pricing)
+    return {
+        "gpu_vms": [_gpu_vm_record(v) for v in gpu_vms],
+        "all_spot_projects": sorted(p for p, kinds in by_project.items() if kinds == {Pricing.SPOT}),
+        "billing_accounts": sorted(
+            {(p.account.id, p.account.currency, str(p.account.rate)) for p in fleet.projects}
+        ),
+    }

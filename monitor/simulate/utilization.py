@@ -1,8 +1,21 @@
 """GPU utilization as Cloud Monitoring returns it: `projects.timeSeries.list` JSON (camelCase), one
-TimeSeries per GPU with 300 s aligned means, newest point first.
+TimeSeries per GPU with 300 s aligned means (ALIGN_MEAN: DOUBLE values), newest point first.
+
+Each VM reports the way its `Monitoring` says, in that source's own metric, resource, labels and unit:
+
+- Ops Agent (NVML): `agent.googleapis.com/gpu/utilization` on `gce_instance`, labels gpu_number,
+  model, uuid; unit "%" (gcp.md section 4).
+- Ops Agent DCGM v1 receiver: `workload.googleapis.com/dcgm.gpu.profiling.sm_utilization` on
+  `gce_instance`, labels gpu_number, model, uuid; unit "1": a 0-1 RATIO, 0.78 for 78 % busy
+  (gcp.md section 4: DCGM_FI_PROF_SM_ACTIVE, not rescaled by the agent).
+- GKE node: `kubernetes.io/node/accelerator/duty_cycle` on `k8s_node` (resource labels project_id,
+  location, cluster_name, node_name), metric labels accelerator_id, make, model; unit "%"
+  (cloud.google.com/monitoring/api/metrics_kubernetes; GKE "Monitor GPU utilization" docs: percent of
+  the last sample period the GPU was processing). The kubelet takes these from cAdvisor's NVML
+  collector: make "nvidia", model the NVML device name, id the GPU UUID (kubernetes/kubernetes#55188).
 
 Each VM-hour draws its points from its own keyed generator, so an hour rendered alone equals the
-same hour inside a long run. VMs without the agent (`monitored=False`) have no series at all.
+same hour inside a long run. VMs without an agent (`Monitoring.NONE`) have no series at all.
 """
 
 from __future__ import annotations
@@ -11,12 +24,23 @@ import math
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 
-from monitor.simulate.compute import Ctx, UtilProfile, Vm
+from monitor.simulate.compute import Ctx, Monitoring, UtilProfile, Vm
 from monitor.simulate.rand import hexid, rng, unit
 
-__all__ = ["METRIC_TYPE", "STEP", "gpu_uuid", "hour_values", "iter_series", "utilization_series"]
+__all__ = [
+    "DCGM_V1_METRIC",
+    "GKE_NODE_METRIC",
+    "METRIC_TYPE",
+    "STEP",
+    "gpu_uuid",
+    "hour_values",
+    "iter_series",
+    "utilization_series",
+]
 
 METRIC_TYPE = "agent.googleapis.com/gpu/utilization"
+DCGM_V1_METRIC = "workload.googleapis.com/dcgm.gpu.profiling.sm_utilization"
+GKE_NODE_METRIC = "kubernetes.io/node/accelerator/duty_cycle"
 STEP = 300  # seconds per aligned point
 _PER_HOUR = 3600 // STEP
 
@@ -61,14 +85,31 @@ def _stamp(t: datetime) -> str:
 
 def _series_head(seed: int, vm: Vm, gpu: int) -> dict:
     assert vm.machine.gpu is not None
+    uuid, model = gpu_uuid(seed, vm, gpu), vm.machine.gpu.model
+    if vm.monitoring is Monitoring.GKE_NODE:
+        return {
+            "metric": {
+                "type": GKE_NODE_METRIC,
+                "labels": {"accelerator_id": uuid, "make": "nvidia", "model": model},
+            },
+            "resource": {
+                "type": "k8s_node",
+                "labels": {
+                    "project_id": vm.project.id,
+                    "location": vm.cluster_location or vm.zone,
+                    "cluster_name": vm.cluster or "",
+                    "node_name": vm.name,
+                },
+            },
+            "metricKind": "GAUGE",
+            "valueType": "DOUBLE",
+            "unit": "%",
+        }
+    dcgm = vm.monitoring is Monitoring.DCGM_V1
     return {
         "metric": {
-            "type": METRIC_TYPE,
-            "labels": {
-                "gpu_number": str(gpu),
-                "model": vm.machine.gpu.model,
-                "uuid": gpu_uuid(seed, vm, gpu),
-            },
+            "type": DCGM_V1_METRIC if dcgm else METRIC_TYPE,
+            "labels": {"gpu_number": str(gpu), "model": model, "uuid": uuid},
         },
         "resource": {
             "type": "gce_instance",
@@ -77,8 +118,13 @@ def _series_head(seed: int, vm: Vm, gpu: int) -> dict:
         "metadata": {"systemLabels": {"name": vm.name}},
         "metricKind": "GAUGE",
         "valueType": "DOUBLE",
-        "unit": "%",
+        "unit": "1" if dcgm else "%",
     }
+
+
+def _as_reported(vm: Vm, pct: float) -> float:
+    """A percent busy in the unit the VM's source reports: DCGM v1 gives the 0-1 ratio."""
+    return round(pct / 100, 4) if vm.monitoring is Monitoring.DCGM_V1 else pct
 
 
 def _intervals(ctx: Ctx, h: int, t0: datetime, t1: datetime) -> list[dict | None]:
@@ -109,7 +155,7 @@ def iter_series(ctx: Ctx, vms: Iterable[Vm], hours: int, t0: datetime, t1: datet
             spans = intervals[h]
             for g, values in enumerate(hour_values(ctx.seed, vm, h, ctx.hour_start(h))):
                 points[g].extend(
-                    {"interval": spans[j], "value": {"doubleValue": v}}
+                    {"interval": spans[j], "value": {"doubleValue": _as_reported(vm, v)}}
                     for j, v in enumerate(values)
                     if spans[j] is not None
                 )

@@ -33,9 +33,13 @@ DATASET = "billing"
 FLEET_START = datetime(2026, 11, 2, tzinfo=UTC)
 FLEET_END = FLEET_START + timedelta(days=3)
 
+# Catalog wording (sources cited in monitor/simulate/catalog.py): Spot GPUs are an infix, Spot
+# CPU/RAM a prefix, L4 and G2 SKUs name the city.
 _SKUS = [
     ("Nvidia H100 80GB GPU running in Americas", CE),
-    ("Spot Preemptible Nvidia Tesla A100 GPU running in Americas", CE),
+    ("Nvidia Tesla A100 GPU attached to Spot Preemptible VMs running in Americas", CE),
+    ("Nvidia L4 GPU attached to Spot Preemptible VMs running in Iowa", CE),
+    ("Spot Preemptible A3 Instance Core running in Americas", CE),
     ("Commitment v1: Nvidia H100 80GB GPU running in Americas for 1 Year", CE),
     ("A3 Instance Core running in Americas", CE),
     ("A3 Instance Ram running in Americas", CE),
