@@ -1,4 +1,4 @@
-"""The `PriceBook`: list prices per GPU model, machine family and traffic kind, per region.
+"""The `PriceBook`: list prices per GPU model, machine family, machine type and traffic kind, per region.
 
 A value object with lookups, built by `monitor.sources.pricing` from the Cloud Billing Catalog API
 or the bundled snapshot. A price is the one its source gives for that exact region (the Catalog API
@@ -7,12 +7,14 @@ or it is unknown (None): no fallback to another region, no proxy model, no ratio
 where it came from (`provenance`)::
 
     book.gpu_hourly(GpuModel.H100_80GB, "us-central1", "spot")  # Decimal("5.8632") or None
+    book.machine_hourly("a3-highgpu-8g", "us-central1", "commit_1y")  # Decimal("61.383672143")
     book.provenance  # "bundled snapshot (2026-12-02, sources: skypilot-org/skypilot-catalog ...)"
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,7 +37,7 @@ class EgressKind(StrEnum):
 
 
 PriceTable = dict[tuple[str, str, PriceKind], Decimal]  # (item, region, kind) -> USD per unit
-TABLES = ("gpu", "cpu_core", "ram_gib", "egress_gib")
+TABLES = ("gpu", "cpu_core", "ram_gib", "egress_gib", "machine")
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,9 @@ class PriceQuote:
 @dataclass(frozen=True)
 class PriceBook:
     """List prices in USD: per GPU-hour, per vCPU-hour and per GiB-hour of RAM (by machine family),
-    per GiB of egress. Treat as immutable. `approximate` marks a whole book as indicative (the
+    per GiB of egress, and per hour of a whole machine type (`machine`: an accelerator-optimized
+    type's vCPUs, RAM, GPUs and bundled Local SSD together, the unit commitments are sold in; only
+    the snapshot has them, from Cyclenerd's catalog-derived pricing.yml). Treat as immutable. `approximate` marks a whole book as indicative (the
     snapshot); `note` says where it came from and, for a fallback, why. A snapshot also names its
     public `sources` (id -> "owner/repo path@commit") and, per price, which one gave it (`origins`,
     keyed like the tables with the table name first; a price without an entry came from
@@ -63,6 +67,7 @@ class PriceBook:
     cpu_core: PriceTable = field(default_factory=dict)
     ram_gib: PriceTable = field(default_factory=dict)
     egress_gib: PriceTable = field(default_factory=dict)
+    machine: PriceTable = field(default_factory=dict)
     approximate: bool = False
     note: str = ""
     currency: str = "USD"
@@ -124,6 +129,26 @@ class PriceBook:
     def ram_gib_hourly(self, family: str, region: str | None, kind: PriceKind | str) -> Decimal | None:
         q = self.ram_gib_quote(family, region, kind)
         return None if q is None else q.price
+
+    def machine_quote(
+        self, machine_type: str, region: str | None, kind: PriceKind | str
+    ) -> PriceQuote | None:
+        """Price per hour of a whole VM of `machine_type` ("a3-highgpu-8g") in that region, with its
+        provenance; None when the book has no such price (a Catalog API book never has: the catalog
+        sells vCPUs, RAM and GPUs as separate SKUs)."""
+        return self._lookup("machine", machine_type.strip().lower(), PriceKind(kind), region)
+
+    def machine_hourly(self, machine_type: str, region: str | None, kind: PriceKind | str) -> Decimal | None:
+        """USD per hour of a whole `machine_type` VM (GPUs included) in that region, or None."""
+        q = self.machine_quote(machine_type, region, kind)
+        return None if q is None else q.price
+
+    def machine_price_source(
+        self, machine_type: str, region: str | None, kind: PriceKind | str
+    ) -> str | None:
+        """Where `machine_hourly(...)` of the same arguments came from; None when it is None."""
+        q = self.machine_quote(machine_type, region, kind)
+        return None if q is None else q.provenance
 
     def egress_quote(self, kind: EgressKind | str, region: str | None) -> PriceQuote | None:
         return self._lookup("egress_gib", EgressKind(kind).value, PriceKind.ON_DEMAND, region)
@@ -219,10 +244,13 @@ def _parse_origins(nested: Mapping[str, Any]) -> dict[tuple[str, str, str, Price
 
 
 def _source_name(src: Mapping[str, Any]) -> str:
-    """A snapshot source as one line: "owner/repo path@commit8" (the generator's entry), or the
-    `name` a serialised book already carries."""
+    """A snapshot source as one line: "owner/repo path@commit8 of YYYY-MM-DD" (the generator's
+    entry; the date when the entry's `date` starts with one, because a price's age matters to
+    whoever acts on it), or the `name` a serialised book already carries."""
     if "name" in src:
         return str(src["name"])
     commit = str(src.get("commit", ""))
     at = f"@{commit[:8]}" if commit and commit != "unknown" else ""
-    return f"{src.get('repository', '?')} {src.get('path', '')}{at}".strip()
+    date = str(src.get("date", ""))[:10]
+    dated = f" of {date}" if re.fullmatch(r"\d{4}-\d\d-\d\d", date) else ""
+    return f"{src.get('repository', '?')} {src.get('path', '')}{at}{dated}".strip()

@@ -48,6 +48,7 @@ def gpu(
     labels: dict[str, str] | None = None,
     gpu_model: str = "H100",
     memory_held: bool | None = None,
+    machine_type: str | None = "a3-highgpu-8g",
 ) -> GpuHour:
     """One instance-hour: `idle` of its `gpus` GPUs idle; costs at `price` per GPU-hour."""
     p = D(price)
@@ -58,7 +59,7 @@ def gpu(
         instance_id=f"id-{instance}",
         zone=zone,
         region=zone.rsplit("-", 1)[0],
-        machine_type="a3-highgpu-8g",
+        machine_type=machine_type,
         gpu_model=gpu_model,
         gpus=gpus,
         gpu_hours=D(gpus),

@@ -1,5 +1,6 @@
 """Spot and commitment advice say where their prices came from (Catalog API or the bundled snapshot
-and its date), and give no advice from a price nobody published.
+and its date), and give no advice from a price nobody published. When a VM's machine type has
+whole-machine prices (the snapshot's Cyclenerd pricing.yml figures) the saving is priced per machine.
 
 Prices come from real `PriceBook`s: one parsed from the real-SKU catalog of
 `tests/fakes/catalog_server.py` (`book_from_skus`, the Catalog source's parser), one the bundled
@@ -8,10 +9,16 @@ snapshot. Nothing of ours is mocked.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from monitor.detectors.opportunities import CommitmentOpportunity, SpotOpportunity, price_source
+from monitor.detectors.opportunities import (
+    CommitmentOpportunity,
+    CommitmentOpportunityConfig,
+    SpotOpportunity,
+    price_source,
+)
 from monitor.pricebook import PriceBook
 from monitor.sources.pricing import SnapshotPriceSource, book_from_skus
 from tests.fakes.catalog_server import REAL_SKUS
@@ -33,8 +40,12 @@ def _snapshot() -> PriceBook:
     return SnapshotPriceSource().price_book(FETCHED)
 
 
-def _sweep(model: str = "H100", zone: str = "us-central1-a", hours: int = 10) -> list:
-    return [gpu(h, "sweep-lr-3", gpu_model=model, zone=zone, gpus=8) for h in range(hours)]
+def _sweep(
+    model: str = "H100", zone: str = "us-central1-a", hours: int = 10, machine_type: str | None = None
+) -> list:
+    """A restartable sweep VM; its machine type unknown unless given (then priced per machine)."""
+    rows = [gpu(h, "sweep-lr-3", gpu_model=model, zone=zone, gpus=8) for h in range(hours)]
+    return [replace(r, machine_type=machine_type) for r in rows]
 
 
 def test_spot_advice_from_the_catalog_says_so_with_the_fetch_time() -> None:
@@ -71,22 +82,28 @@ def test_no_spot_advice_where_the_region_has_no_price() -> None:
 
 
 def test_commitment_advice_names_its_source() -> None:
-    rows = [gpu(h, f"infer-{i}", gpu_model="T4", gpus=4) for h in range(14 * 24) for i in range(2)]
+    # T4s attach to N1 VMs, whose machine price (without GPUs) the snapshot does not carry: per GPU
+    rows = [
+        replace(gpu(h, f"infer-{i}", gpu_model="T4", gpus=4), machine_type="n1-standard-16")
+        for h in range(14 * 24)
+        for i in range(2)
+    ]
     (f,) = ev(CommitmentOpportunity(), inputs(gpu_hours=rows, prices=_catalog()))
-    assert f.evidence["steady_gpus"] == 8
+    assert f.evidence["steady_gpus"] == 8 and f.evidence["priced_per"] == "gpu"
     assert f.impact_usd == D(8 * 336) * (D("0.35") - D("0.22"))
     assert f.evidence["price_source"] == CATALOG_TEXT
     assert f.summary.endswith(f"Prices: {CATALOG_TEXT}.")
     (s,) = ev(CommitmentOpportunity(), inputs(gpu_hours=rows, prices=_snapshot()))
     assert s.evidence["price_source"] == (
         "bundled snapshot (2026-12-02, djwar42/arr-coc-0-1 "
-        "PLAN-MD-FILES/november/15th/EXCESSIVE_POKING_AROUND_STUDY.md@a89b4249)"
+        "PLAN-MD-FILES/november/15th/EXCESSIVE_POKING_AROUND_STUDY.md@a89b4249 of 2025-11-16)"
     )
 
 
 def test_no_commitment_advice_without_a_published_commitment_price() -> None:
     # H100 has on-demand prices in both books but no commitment SKU price in either: no guess
-    rows = [gpu(h, "train-0") for h in range(14 * 24)]
+    # (the machine type unknown, so no whole-machine price either)
+    rows = [replace(gpu(h, "train-0"), machine_type=None) for h in range(14 * 24)]
     assert ev(CommitmentOpportunity(), inputs(gpu_hours=rows, prices=_catalog())) == []
     assert ev(CommitmentOpportunity(), inputs(gpu_hours=rows, prices=_snapshot())) == []
 
@@ -105,3 +122,113 @@ def test_a_lookup_without_provenance_is_reported_as_such() -> None:
     )
     assert price_source(FakePrices(), "H100", "us-central1", ("on_demand", "spot")) == "test price table"
     assert price_source(_catalog(), "T4", "us-central1", ("on_demand", "commit_3y")) == CATALOG_TEXT
+
+
+# --- whole-machine prices (snapshot: Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml
+# @fd66b26f of 2026-07-30, a3-highgpu-8g us-central1: hour 88.4899999025753, hour_spot
+# 50.6095408219178, month_1y 44810.08066464, month_3y 28370.99821392; 730 hours per month) ---
+
+A3_OD = D("88.4899999025753")
+A3_SPOT = D("50.6095408219178")
+A3_1Y = D("61.383672143")  # 44810.08066464 / 730, to the nano-dollar
+A3_3Y = D("38.864381115")  # 28370.99821392 / 730
+CYCLENERD = (
+    "bundled snapshot (2026-12-02, Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml@fd66b26f "
+    "of 2026-07-30)"
+)
+
+
+def _a3_fleet(n: int = 2, days: int = 14, pricing_model: str = "on_demand", gaps: int = 0) -> list:
+    """`n` a3-highgpu-8g VMs (8 H100 each) running every hour; the last one misses its first `gaps`
+    hours."""
+    return [
+        gpu(h, f"train-{i}", pricing_model=pricing_model)
+        for h in range(days * 24)
+        for i in range(n)
+        if not (i == n - 1 and h < gaps)
+    ]
+
+
+def _lines_sum(f) -> Decimal:
+    """What the evidence adds up to: the per-VM savings plus the (negative) unused commitment."""
+    lines = sum((D(str(i["savings_usd"])) for i in f.evidence["instances"]), D(0))
+    return lines + D(str(f.evidence["unused_commitment"]["usd"]))
+
+
+def test_commitment_for_a_steady_a3_fleet_is_priced_per_machine() -> None:
+    (f,) = ev(CommitmentOpportunity(), inputs(gpu_hours=_a3_fleet(), prices=_snapshot()))
+    per_vm = (D(336) * (A3_OD - A3_1Y)).quantize(D("0.000001"))
+    assert f.impact_usd == 2 * per_vm
+    ev_ = f.evidence
+    assert (ev_["priced_per"], ev_["machine_type"], ev_["steady_machines"], ev_["steady_gpus"]) == (
+        "machine",
+        "a3-highgpu-8g",
+        2,
+        16,
+    )
+    assert ev_["on_demand_usd_per_machine_hour"] == float(A3_OD.quantize(D("0.000001")))
+    assert ev_["term_usd_per_machine_hour"] == {
+        "commit_1y": float(A3_1Y.quantize(D("0.000001"))),
+        "commit_3y": float(A3_3Y.quantize(D("0.000001"))),
+    }
+    assert [(i["instance"], i["committed_machine_hours"], i["savings_usd"]) for i in ev_["instances"]] == [
+        ("train-0", 336.0, float(per_vm)),
+        ("train-1", 336.0, float(per_vm)),
+    ]
+    assert ev_["unused_commitment"] == {"machine_hours": 0.0, "usd": 0.0}
+    assert _lines_sum(f) == f.impact_usd
+    assert ev_["price_source"] == CYCLENERD and f.summary.endswith(f"Prices: {CYCLENERD}.")
+    assert "ran at least 2 a3-highgpu-8g VMs (8 H100 GPUs each) on demand" in f.summary
+    assert "$61.38/h instead of $88.49/h" in f.summary and "a3-highgpu-8g" in f.title
+    (three,) = ev(
+        CommitmentOpportunity(CommitmentOpportunityConfig(term="commit_3y")),
+        inputs(gpu_hours=_a3_fleet(), prices=_snapshot()),
+    )
+    assert three.impact_usd == 2 * (D(336) * (A3_OD - A3_3Y)).quantize(D("0.000001"))
+
+
+def test_committed_hours_no_vm_used_are_paid_for_in_the_saving() -> None:
+    # the second VM misses 20 of 336 hours (6%, within the 10th percentile): still 2 steady
+    # machines, but 20 committed machine-hours run empty at the committed price
+    (f,) = ev(CommitmentOpportunity(), inputs(gpu_hours=_a3_fleet(gaps=20), prices=_snapshot()))
+    assert f.evidence["steady_machines"] == 2
+    assert f.evidence["unused_commitment"]["machine_hours"] == 20.0
+    q = D("0.000001")
+    expected = (D(336) * (A3_OD - A3_1Y)).quantize(q) + (D(316) * (A3_OD - A3_1Y)).quantize(q)
+    assert f.impact_usd == expected - (D(20) * A3_1Y).quantize(q)
+    assert _lines_sum(f) == f.impact_usd
+
+
+def test_no_commitment_advice_for_spot_hours() -> None:
+    rows = _a3_fleet(pricing_model="spot")
+    assert ev(CommitmentOpportunity(), inputs(gpu_hours=rows, prices=_snapshot())) == []
+
+
+def test_per_gpu_pricing_when_the_machine_type_is_unknown_or_unpriced() -> None:
+    rows = [replace(r, gpu_model="T4", gpus=4, gpu_hours=D(4)) for r in _a3_fleet()]
+    for machine in (None, "n1-standard-16"):  # unknown; known but not in the book (GPUs extra)
+        (f,) = ev(
+            CommitmentOpportunity(),
+            inputs(gpu_hours=[replace(r, machine_type=machine) for r in rows], prices=_snapshot()),
+        )
+        assert f.evidence["priced_per"] == "gpu" and f.evidence["steady_gpus"] == 8
+        assert f.impact_usd == D(8 * 336) * (D("0.35") - D("0.22"))
+    # a3 rows with a book that has no machine prices (the Catalog API): per GPU, and H100 has no
+    # published commitment price there, so no advice rather than a guess
+    assert ev(CommitmentOpportunity(), inputs(gpu_hours=_a3_fleet(), prices=_catalog())) == []
+
+
+def test_spot_advice_for_a_known_machine_type_is_priced_per_machine() -> None:
+    (f,) = ev(SpotOpportunity(), inputs(gpu_hours=_sweep(machine_type="a3-highgpu-8g"), prices=_snapshot()))
+    (line,) = f.evidence["instances"]
+    assert (line["priced_per"], line["machine_type"], line["machine_hours"]) == (
+        "machine",
+        "a3-highgpu-8g",
+        10.0,
+    )
+    assert f.impact_usd == (D(10) * (A3_OD - A3_SPOT)).quantize(D("0.000001"))
+    assert line["price_source"] == f.evidence["price_source"] == CYCLENERD
+    assert "priced per whole VM for a3-highgpu-8g" in f.summary
+    # the Catalog API book has no machine prices: the same VM is priced per GPU
+    (c,) = ev(SpotOpportunity(), inputs(gpu_hours=_sweep(machine_type="a3-highgpu-8g"), prices=_catalog()))
+    assert c.evidence["instances"][0]["priced_per"] == "gpu"

@@ -355,7 +355,7 @@ def test_snapshot_names_its_sources_and_each_price_says_which() -> None:
     )
     assert book.gpu_price_source("T4", "us-central1", "commit_3y") == (
         "bundled snapshot (2026-12-02, djwar42/arr-coc-0-1 "
-        "PLAN-MD-FILES/november/15th/EXCESSIVE_POKING_AROUND_STUDY.md@a89b4249)"
+        "PLAN-MD-FILES/november/15th/EXCESSIVE_POKING_AROUND_STUDY.md@a89b4249 of 2025-11-16)"
     )
     assert "record 55513368414" in (book.gpu_price_source("H100", "us-west1", "on_demand") or "")
 
@@ -367,7 +367,7 @@ def test_snapshot_spot_prefers_the_newest_dated_source() -> None:
     book = _snapshot()
     assert book.gpu_hourly(GpuModel.H100_80GB, "us-central1", "spot") == D("5.8632")
     assert book.gpu_price_source("H100", "us-central1", "spot") == (
-        "bundled snapshot (2026-12-02, tgarg01/silybench-data derived/csv/gpu_prices.csv@045df3bf)"
+        "bundled snapshot (2026-12-02, tgarg01/silybench-data derived/csv/gpu_prices.csv@045df3bf of 2026-09-26)"
     )
     assert book.gpu_hourly(GpuModel.H100_80GB, "us-west1", "spot") == D("2.253")
     assert "skypilot-org/skypilot-catalog" in (book.gpu_price_source("H100", "us-west1", "spot") or "")
@@ -384,6 +384,8 @@ def _generate(**kw: object) -> dict:
     }
     exclusions = kw.pop("exclusions", _read_csv(root / "exclusions.csv"))
     sources = json.loads((root / "sources.json").read_text("utf-8"))
+    kw.setdefault("machines", _read_csv(root / "cyclenerd_machines.csv"))
+    kw.setdefault("machine_source", "cyclenerd")
     return price_snapshot.build_snapshot(rows["vms"], rows["sku"], exclusions, sources, "2026-12-02", **kw)  # type: ignore[arg-type]
 
 
@@ -420,3 +422,183 @@ def test_factory_picks_the_configured_source(store: SQLiteStore) -> None:
     assert isinstance(price_source_from_config(PricingConfig(), google, None), SnapshotPriceSource)
     src = price_source_from_config(PricingConfig(source="catalog"), google, store)
     assert isinstance(src, CatalogPriceSource) and src.cached() is None
+
+
+# --- whole-machine prices: Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml @fd66b26f
+# (2026-07-30), extracted into scripts/price_sources/cyclenerd_machines.csv ----------------------
+
+A3 = ("a3-highgpu-1g", "a3-highgpu-2g", "a3-highgpu-4g", "a3-highgpu-8g")
+A2 = ("a2-highgpu-1g", "a2-highgpu-2g", "a2-highgpu-4g", "a2-highgpu-8g", "a2-megagpu-16g")
+A2_ULTRA = ("a2-ultragpu-1g", "a2-ultragpu-2g", "a2-ultragpu-4g", "a2-ultragpu-8g")
+G2 = tuple(f"g2-standard-{n}" for n in (4, 8, 12, 16, 24, 32, 48, 96))
+CYCLENERD = "Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml@fd66b26f of 2026-07-30"
+KINDS = ("on_demand", "spot", "commit_1y", "commit_3y")
+
+
+def _machine_rows() -> list[dict[str, str]]:
+    return _read_csv(
+        Path(__file__).resolve().parents[1] / "scripts" / "price_sources" / "cyclenerd_machines.csv"
+    )
+
+
+def test_snapshot_prices_accelerator_optimized_machines_in_every_region() -> None:
+    book = _snapshot()
+    for region in REGIONS:
+        for machine in A3 + A2 + G2:
+            for kind in KINDS:
+                assert book.machine_hourly(machine, region, kind) is not None, (machine, region, kind)
+        for machine in A2_ULTRA:
+            # on demand and Spot only: the source has no A2 Ultra commitment ("connect with your
+            # sales account team", build/pricing.pl), so none is made up
+            assert book.machine_hourly(machine, region, "on_demand") is not None
+            assert book.machine_hourly(machine, region, "spot") is not None
+            assert book.machine_hourly(machine, region, "commit_1y") is None
+            assert book.machine_hourly(machine, region, "commit_3y") is None
+    # A3 Mega: only where the source lists it
+    assert {r for r in REGIONS if book.machine_hourly("a3-megagpu-8g", r, "on_demand")} == {
+        "us-east4",
+        "europe-west4",
+        "asia-southeast1",
+    }
+    assert book.machine_hourly("n1-standard-8", "us-central1", "on_demand") is None  # GPUs extra: not carried
+    assert book.machine_hourly("a3-highgpu-8g", "us-east1", "on_demand") is None  # region not kept
+
+
+def test_a3_highgpu_8g_figures_and_their_source() -> None:
+    # pricing.yml @fd66b26f compute.instance.a3-highgpu-8g.cost.us-central1: hour 88.4899999025753,
+    # hour_spot 50.6095408219178, month_1y 44810.08066464, month_3y 28370.99821392 (730 h a month)
+    book = _snapshot()
+    got = {k: book.machine_hourly("A3-HIGHGPU-8G", "us-central1-a", k) for k in KINDS}
+    assert got == {
+        "on_demand": D("88.4899999025753"),
+        "spot": D("50.6095408219178"),
+        "commit_1y": D("61.383672143"),
+        "commit_3y": D("38.864381115"),
+    }
+    assert book.machine_price_source("a3-highgpu-8g", "us-central1", "commit_3y") == (
+        f"bundled snapshot (2026-12-02, {CYCLENERD})"
+    )
+    assert book.machine_price_source("a3-highgpu-8g", "us-central1", "commit_3y") != book.gpu_price_source(
+        "H100", "us-central1", "on_demand"
+    )
+    assert book.machine_price_source("a3-highgpu-8g", "us-west4", "on_demand") is None
+    assert CYCLENERD in book.provenance
+
+
+def test_each_commitment_price_is_its_source_month_figure_over_730_hours() -> None:
+    book = _snapshot()
+    rows = [r for r in _machine_rows() if r["region"] in REGIONS]
+    assert rows
+    for row in rows:
+        for kind, field in (("commit_1y", "month_1y"), ("commit_3y", "month_3y")):
+            want = (D(row[field]) / 730).quantize(D("0.000000001")) if row[field] else None
+            assert book.machine_hourly(row["machine_type"], row["region"], kind) == want, (row, kind)
+        assert book.machine_hourly(row["machine_type"], row["region"], "on_demand") == D(row["hour"])
+
+
+def test_commitment_discounts_differ_by_machine_type_as_the_source_says() -> None:
+    """No constant ratio anywhere: the committed share of the on-demand price is whatever the
+    source's SKU sums give, different per family, term and even region (us-central1 vs us-east4
+    for A2), so a single discount applied to on-demand prices would be wrong."""
+    book = _snapshot()
+
+    def share(machine: str, region: str, term: str) -> Decimal:
+        od = book.machine_hourly(machine, region, "on_demand")
+        price = book.machine_hourly(machine, region, term)
+        assert od is not None and price is not None
+        return round(price / od, 4)
+
+    got = {
+        (m, r): (share(m, r, "commit_1y"), share(m, r, "commit_3y"))
+        for m in ("a3-highgpu-8g", "a2-highgpu-1g", "g2-standard-4")
+        for r in ("us-central1", "us-east4")
+    }
+    assert got == {
+        ("a3-highgpu-8g", "us-central1"): (D("0.6937"), D("0.4392")),
+        ("a3-highgpu-8g", "us-east4"): (D("0.6936"), D("0.4392")),
+        ("a2-highgpu-1g", "us-central1"): (D("0.6300"), D("0.3500")),
+        ("a2-highgpu-1g", "us-east4"): (D("0.6245"), D("0.3514")),
+        ("g2-standard-4", "us-central1"): (D("0.6300"), D("0.4500")),
+        ("g2-standard-4", "us-east4"): (D("0.6300"), D("0.4500")),
+    }
+    every = {share(m, r, t) for m in A3 + A2 + G2 for r in REGIONS for t in ("commit_1y", "commit_3y")}
+    assert len(every) >= 10
+
+
+def test_the_catalog_book_has_no_machine_prices(catalog: FakeCatalog) -> None:
+    book = _source(catalog).refresh(T0)
+    assert book.machine == {}
+    assert book.machine_hourly("a3-highgpu-8g", "us-central1", "on_demand") is None
+    assert book.machine_price_source("a3-highgpu-8g", "us-central1", "on_demand") is None
+
+
+def test_machine_prices_survive_the_json_round_trip() -> None:
+    snap = _snapshot()
+    again = PriceBook.from_json(snap.to_json())
+    assert again.machine == snap.machine and again.machine
+    assert again.machine_price_source("g2-standard-8", "europe-west4", "spot") == snap.machine_price_source(
+        "g2-standard-8", "europe-west4", "spot"
+    )
+
+
+# Verbatim lines of pricing.yml @fd66b26f (its header, and a3-highgpu-8g with two of its regions):
+# the extractor reads the file's own layout, block scalars with colons included.
+PRICING_YML_EXCERPT = """---
+about:
+  copyright: |2
+
+    Copyright 2022-2025 Nils Knieling. All Rights Reserved.
+
+        http://www.apache.org/licenses/LICENSE-2.0
+
+  generated: Thu Jul 30 06:13:17 2026
+  timestamp: 1785391997
+  url: https://github.com/Cyclenerd/google-cloud-pricing-cost-calculator
+compute:
+  instance:
+    a3-highgpu-8g:
+      cost:
+        us-central1:
+          hour: 88.4899999025753
+          hour_spot: 50.6095408219178
+          month: 64597.69992888
+          month_1y: 44810.08066464
+          month_3y: 28370.99821392
+          month_spot: 36944.9648
+        us-east1:
+          hour: 88.4899999025753
+          hour_spot: 50.6095408219178
+          month: 64597.69992888
+          month_1y: 44810.08066464
+          month_3y: 28370.99821392
+          month_spot: 36944.9648
+      cpu: 208
+      h100-80gb: 8
+      local-ssd: 6000
+      ram: 1872
+  license:
+    a3-highgpu-8g:
+      cost:
+        sles:
+          hour: 0.11
+"""
+
+
+def test_extractor_reads_the_pricing_yml_layout_into_the_bundled_lines() -> None:
+    costs = price_snapshot.read_instance_costs(PRICING_YML_EXCERPT.splitlines(keepends=True))
+    assert set(costs) == {"a3-highgpu-8g"}  # compute.license is not an instance
+    (row,) = price_snapshot.extract_machines(costs, frozenset({"us-central1"}))
+    bundled = next(
+        r for r in _machine_rows() if (r["machine_type"], r["region"]) == ("a3-highgpu-8g", "us-central1")
+    )
+    assert row == bundled
+
+
+def test_commitment_placeholders_of_the_builder_are_not_prices() -> None:
+    """build/pricing.pl writes month_1y = month when no 1-year SKU exists, and month_3y = month_1y
+    when no 3-year one does: neither is a commitment price."""
+    base = {"machine_type": "x", "region": "r", "hour": "2", "hour_spot": "1", "month": "1460"}
+    one = price_snapshot.machine_prices([{**base, "month_1y": "1460", "month_3y": "1460"}])
+    assert set(one) == {("x", "r", "on_demand"), ("x", "r", "spot")}
+    three = price_snapshot.machine_prices([{**base, "month_1y": "730", "month_3y": "730"}])
+    assert three[("x", "r", "commit_1y")] == D(1) and ("x", "r", "commit_3y") not in three

@@ -27,6 +27,7 @@ __all__ = [
     "CostHour",
     "DetectorInputs",
     "GpuHour",
+    "MachinePriceLookup",
     "PriceLookup",
     "to_usd",
 ]
@@ -169,6 +170,20 @@ class PriceLookup(Protocol):
     def gpu_price_source(self, gpu_model: str, region: str | None, pricing_model: str) -> str | None:
         """Where that price came from, for findings: "Cloud Billing Catalog API (fetched <ts>)" or
         "bundled snapshot (<date>, sources: ...)"; None when the price is not known."""
+        ...
+
+
+class MachinePriceLookup(Protocol):
+    """Whole-VM prices, which a price book MAY offer beside `PriceLookup` (the snapshot does, the
+    Catalog API book does not): detectors look for them with `getattr(prices, name, None)`."""
+
+    def machine_hourly(self, machine_type: str, region: str | None, pricing_model: str) -> Decimal | None:
+        """USD per hour of a whole VM of `machine_type` ("a3-highgpu-8g", GPUs included) in
+        `pricing_model`; None when not known (the Catalog API book never knows)."""
+        ...
+
+    def machine_price_source(self, machine_type: str, region: str | None, pricing_model: str) -> str | None:
+        """Where `machine_hourly(...)` came from, like `gpu_price_source`; None when it is None."""
         ...
 
 

@@ -16,6 +16,11 @@ pricing model::
 
     book.gpu_hourly(GpuModel.H100_80GB, "us-central1", "spot")  # Decimal("5.8632") or None
     book.gpu_price_source(GpuModel.H100_80GB, "us-central1", "spot")  # "Cloud Billing Catalog API (fetched ...)"
+
+Whole-machine prices (`PriceBook.machine_hourly`, e.g. an a3-highgpu-8g per hour with its GPUs) come
+only from the snapshot: the catalog sells vCPUs, RAM, GPUs and Local SSD as separate SKUs and this
+module does not assemble machines from them, so a Catalog API book answers None for every machine
+price and the detectors price per GPU instead.
 """
 
 from __future__ import annotations
@@ -127,7 +132,8 @@ def book_from_skus(skus: Iterable[Any], fetched_at: datetime) -> PriceBook:
 
     SKUs with an unexpected `usage_unit` are skipped (a unit change must not become a 1000x price);
     on duplicates the first SKU wins (the catalog lists the plain SKU before look-alikes we did
-    not recognise as variants), and the count is logged.
+    not recognise as variants), and the count is logged. The book's `machine` table stays empty
+    (no machine-type prices from the catalog; `machine_hourly` answers None).
     """
     tables: dict[str, PriceTable] = {name: {} for name in TABLES}
     seen = kept = dupes = bad_unit = 0
