@@ -13,12 +13,9 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from monitor.detectors.opportunities import (
-    CommitmentOpportunity,
-    CommitmentOpportunityConfig,
-    SpotOpportunity,
-    price_source,
-)
+from monitor.detectors.commitment_opportunity import CommitmentOpportunity, CommitmentOpportunityConfig
+from monitor.detectors.opportunities import price_source
+from monitor.detectors.spot_opportunity import SpotOpportunity
 from monitor.pricebook import PriceBook
 from monitor.sources.pricing import SnapshotPriceSource, book_from_skus
 from tests.fakes.catalog_server import REAL_SKUS

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from monitor.detectors.commitment_opportunity import CommitmentOpportunity, CommitmentOpportunityConfig
 from monitor.detectors.idle_orchestration import IdleOrchestration
-from monitor.detectors.opportunities import (
-    CommitmentOpportunity,
-    CommitmentOpportunityConfig,
-    SpotOpportunity,
-    SpotOpportunityConfig,
-)
+from monitor.detectors.spot_opportunity import SpotOpportunity, SpotOpportunityConfig
 from monitor.detectors.unmonitored_gpu import UnmonitoredGpu
 from monitor.model import Severity
 from tests.test_detectors_common import D, FakePrices, cost, gpu, inputs

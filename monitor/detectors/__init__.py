@@ -19,11 +19,12 @@ from pydantic import ValidationError
 
 from monitor.detectors import (  # noqa: F401  (importing registers the detectors)
     budget_forecast,
+    commitment_opportunity,
     egress,
     idle_gpu,
     idle_orchestration,
-    opportunities,
     spend_anomaly,
+    spot_opportunity,
     unmonitored_gpu,
 )
 from monitor.detectors.base import Detector, DetectorConfig, register, registered

@@ -1,0 +1,261 @@
+"""`commitment_opportunity`: the GPU fleet that ran on demand in (almost) every hour, priced as a
+1- or 3-year commitment (per whole VM when the machine type's prices are known, else per GPU; see
+`monitor.detectors.opportunities` for what both opportunity detectors share)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Literal
+
+from pydantic import Field
+
+from monitor.detectors.base import ONE_HOUR, Detector, fmt_usd, money, q6, register
+from monitor.detectors.idle_gpu import instance_key
+from monitor.detectors.inputs import DetectorInputs, GpuHour
+from monitor.detectors.opportunities import (
+    YEAR_HOURS,
+    OpportunityConfig,
+    capped_severity,
+    committed_hours,
+    machine_hours,
+    machine_price_source,
+    machine_prices,
+    on_demand_hours,
+    percentile,
+    price_source,
+    split_by_machine_price,
+)
+from monitor.model import Finding, Scope, fingerprint
+
+__all__ = ["CommitmentOpportunity", "CommitmentOpportunityConfig"]
+
+
+class CommitmentOpportunityConfig(OpportunityConfig):
+    """`term`: the commitment priced ("commit_1y" or "commit_3y"). `steady_percentile`: the hourly
+    on-demand GPU count reached in all but this percent of hours counts as steady. `min_days`: the
+    window must be at least this long to call anything steady."""
+
+    term: Literal["commit_1y", "commit_3y"] = "commit_1y"
+    steady_percentile: float = Field(default=10, ge=0, le=50)
+    min_days: int = Field(default=7, ge=1)
+
+
+@register("commitment_opportunity")
+class CommitmentOpportunity(Detector):
+    Config = CommitmentOpportunityConfig
+    config: CommitmentOpportunityConfig
+    advice = True
+
+    def evaluate(self, inputs: DetectorInputs, now: datetime) -> list[Finding]:
+        end = min(inputs.window_end, now)
+        hours = int((end - inputs.window_start).total_seconds() // 3600)
+        if inputs.prices is None or hours < self.config.min_days * 24:
+            return []
+        by_machine, by_gpu = split_by_machine_price(
+            on_demand_hours(inputs, now), inputs.prices, ("on_demand", self.config.term)
+        )
+        groups: dict[tuple[str | None, str | None, str], dict[datetime, Decimal]] = defaultdict(
+            lambda: defaultdict(Decimal)
+        )
+        for r in by_gpu:
+            groups[(r.project, r.region, r.gpu_model or "")][r.hour] += r.gpu_hours
+        grid = [inputs.window_start + i * ONE_HOUR for i in range(hours)]
+        findings = []
+        for key in sorted(groups, key=str):
+            counts = [groups[key].get(h, Decimal(0)) for h in grid]
+            steady = int(percentile(counts, self.config.steady_percentile))
+            if steady >= 1 and (f := self._finding(key, steady, counts, inputs, hours)) is not None:
+                findings.append(f)
+        vms: dict[tuple[str | None, str | None, str], list[GpuHour]] = defaultdict(list)
+        for r in by_machine:
+            vms[(r.project, r.region, r.machine_type or "")].append(r)
+        for key in sorted(vms, key=str):
+            if (f := self._machine_finding(key, vms[key], grid, inputs)) is not None:
+                findings.append(f)
+        return findings
+
+    def _machine_finding(
+        self,
+        key: tuple[str | None, str | None, str],
+        rows: Sequence[GpuHour],
+        grid: Sequence[datetime],
+        inputs: DetectorInputs,
+    ) -> Finding | None:
+        """One machine type's steady VM count, priced per whole machine (see the module docstring)."""
+        _, region, machine = key
+        assert inputs.prices is not None
+        per_hour: dict[datetime, dict[tuple[str | None, str], Decimal]] = defaultdict(
+            lambda: defaultdict(Decimal)
+        )
+        first: dict[tuple[str | None, str], GpuHour] = {}
+        for r in sorted(rows, key=lambda r: r.hour):
+            per_hour[r.hour][instance_key(r)] += machine_hours(r)
+            first.setdefault(instance_key(r), r)
+        counts = [sum(per_hour[h].values(), Decimal(0)) if h in per_hour else Decimal(0) for h in grid]
+        steady = int(percentile(counts, self.config.steady_percentile))
+        found = machine_prices(inputs.prices, machine, region, ("on_demand", self.config.term))
+        if steady < 1 or found is None or found[self.config.term] >= found["on_demand"]:
+            return None
+        od, price = found["on_demand"], found[self.config.term]
+        covered = committed_hours(per_hour, grid, steady)
+        lines = [
+            {
+                "instance": first[ik].instance or first[ik].instance_id,
+                "instance_id": first[ik].instance_id,
+                "zone": first[ik].zone,
+                "on_demand_machine_hours": float(
+                    sum((m.get(ik, Decimal(0)) for m in per_hour.values()), Decimal(0))
+                ),
+                "committed_machine_hours": float(covered[ik]),
+                "savings_usd": money(covered[ik] * (od - price)),
+            }
+            for ik in sorted(covered, key=str)
+            if covered[ik] > 0
+        ]
+        unused = steady * len(grid) - sum(covered.values(), Decimal(0))
+        impact = sum((q6(covered[ik] * (od - price)) for ik in covered), Decimal(0)) - q6(unused * price)
+        if not self.keep(impact):
+            return None
+        return self._machine_report(key, steady, counts, lines, unused, impact, rows[0], inputs, len(grid))
+
+    def _machine_report(
+        self,
+        key: tuple[str | None, str | None, str],
+        steady: int,
+        counts: Sequence[Decimal],
+        lines: list[dict[str, Any]],
+        unused: Decimal,
+        impact: Decimal,
+        sample: GpuHour,
+        inputs: DetectorInputs,
+        hours: int,
+    ) -> Finding:
+        project, region, machine = key
+        assert inputs.prices is not None
+        terms = machine_prices(inputs.prices, machine, region, ("on_demand", "commit_1y", "commit_3y"))
+        terms = terms or machine_prices(inputs.prices, machine, region, ("on_demand", self.config.term)) or {}
+        od, price = terms["on_demand"], terms[self.config.term]
+        model, gpus = sample.gpu_model, sample.gpus
+        scope = Scope(project=project, region=region)
+        years = "1-year" if self.config.term == "commit_1y" else "3-year"
+        source = machine_price_source(inputs.prices, machine, region, ("on_demand", self.config.term))
+        per_term = {t: p for t, p in terms.items() if t != "on_demand"}
+        dip = (
+            f" (after {fmt_usd(q6(unused * price))} of committed {machine} hours no VM used)"
+            if unused > 0
+            else ""
+        )
+        return Finding(
+            kind=self.name,
+            severity=capped_severity(self, impact),
+            title=f"Commit {steady}× {machine} in {region} ({project}): save {fmt_usd(impact)} per {hours // 24} days",
+            summary=(
+                f"{project} ran at least {steady} {machine} VMs ({gpus} {model} GPUs each) on demand in "
+                f"{region} in {100 - self.config.steady_percentile:g}% of the {hours} hours analysed. "
+                f"Priced per whole VM (vCPUs, RAM, GPUs, bundled Local SSD): a {years} commitment at "
+                f"{fmt_usd(price)}/h instead of {fmt_usd(od)}/h on demand would have saved "
+                f"{fmt_usd(impact)} in this window{dip}, about "
+                f"{fmt_usd(steady * YEAR_HOURS * (od - price))} a year. Prices: {source}."
+            ),
+            impact_usd=impact,
+            window_start=inputs.window_start,
+            window_end=inputs.window_start + hours * ONE_HOUR,
+            scope=scope,
+            evidence={
+                "priced_per": "machine",
+                "machine_type": machine,
+                "gpu_model": model,
+                "gpus_per_machine": gpus,
+                "steady_machines": steady,
+                "steady_gpus": steady * gpus,
+                "steady_percentile": self.config.steady_percentile,
+                "hours": hours,
+                "hours_at_or_above_steady": sum(1 for c in counts if c >= steady),
+                "max_machines": float(max(counts)),
+                "mean_machines": float(round(sum(counts, Decimal(0)) / len(counts), 3)),
+                "on_demand_usd_per_machine_hour": money(od),
+                "term": self.config.term,
+                "term_usd_per_machine_hour": {t: money(p) for t, p in per_term.items()},
+                "instances": lines,
+                "unused_commitment": {"machine_hours": float(unused), "usd": -money(unused * price)},
+                "savings_usd": money(impact),
+                "savings_per_year_usd": {
+                    t: money(steady * YEAR_HOURS * (od - p)) for t, p in per_term.items() if p < od
+                },
+                "price_source": source,
+            },
+            recommendation=(
+                f"Buy a {years} resource commitment for the vCPUs, memory, {steady * gpus} {model} GPUs "
+                f"and Local SSD of {steady} {machine} VMs in {region} (with a matching reservation) for "
+                "the steady part of this fleet; keep bursts on demand or Spot."
+            ),
+            fingerprint=fingerprint(self.name, scope, machine),
+        )
+
+    def _finding(
+        self,
+        key: tuple[str | None, str | None, str],
+        steady: int,
+        counts: Sequence[Decimal],
+        inputs: DetectorInputs,
+        hours: int,
+    ) -> Finding | None:
+        project, region, model = key
+        assert inputs.prices is not None
+        od = inputs.prices.gpu_hourly(model, region, "on_demand")
+        price = inputs.prices.gpu_hourly(model, region, self.config.term)
+        if od is None or price is None or price >= od:
+            return None
+        impact = q6(steady * hours * (od - price))
+        if not self.keep(impact):
+            return None
+        terms = {
+            t: p
+            for t in ("commit_1y", "commit_3y")
+            if (p := inputs.prices.gpu_hourly(model, region, t)) is not None
+        }
+        scope = Scope(project=project, region=region)
+        years = "1-year" if self.config.term == "commit_1y" else "3-year"
+        source = price_source(inputs.prices, model, region, ("on_demand", self.config.term))
+        return Finding(
+            kind=self.name,
+            severity=capped_severity(self, impact),
+            title=f"Commit {steady}× {model} in {region} ({project}): save {fmt_usd(impact)} per {hours // 24} days",
+            summary=(
+                f"{project} ran at least {steady} {model} GPUs on demand in {region} in "
+                f"{100 - self.config.steady_percentile:g}% of the {hours} hours analysed. A {years} "
+                f"commitment at {fmt_usd(price)}/GPU-h instead of {fmt_usd(od)} would have saved "
+                f"{fmt_usd(impact)} in this window, about {fmt_usd(steady * YEAR_HOURS * (od - price))} a year. "
+                f"Prices: {source}."
+            ),
+            impact_usd=impact,
+            window_start=inputs.window_start,
+            window_end=inputs.window_start + hours * ONE_HOUR,
+            scope=scope,
+            evidence={
+                "priced_per": "gpu",
+                "gpu_model": model,
+                "steady_gpus": steady,
+                "steady_percentile": self.config.steady_percentile,
+                "hours": hours,
+                "hours_at_or_above_steady": sum(1 for c in counts if c >= steady),
+                "max_gpus": float(max(counts)),
+                "mean_gpus": float(round(sum(counts, Decimal(0)) / len(counts), 3)),
+                "on_demand_usd_per_gpu_hour": money(od),
+                "term": self.config.term,
+                "term_usd_per_gpu_hour": {t: money(p) for t, p in terms.items()},
+                "savings_usd": money(impact),
+                "savings_per_year_usd": {
+                    t: money(steady * YEAR_HOURS * (od - p)) for t, p in terms.items() if p < od
+                },
+                "price_source": source,
+            },
+            recommendation=(
+                f"Buy a {years} resource commitment for {steady} {model} GPUs in {region} (with a "
+                "matching reservation) for the steady part of this fleet; keep bursts on demand or Spot."
+            ),
+            fingerprint=fingerprint(self.name, scope, model),
+        )
