@@ -7,6 +7,7 @@ drawing; every figure printed in text comes from the Decimals in `DigestData`.
 
 from __future__ import annotations
 
+from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,7 @@ from matplotlib.ticker import FuncFormatter
 if TYPE_CHECKING:
     from alerts.digest import DigestData
 
-__all__ = ["CHART_DPI", "CHART_SIZE_PX", "render_chart"]
+__all__ = ["CHART_DPI", "CHART_SIZE_PX", "provisional_mark", "render_chart"]
 
 CHART_SIZE_PX = (1200, 600)
 CHART_DPI = 100
@@ -30,6 +31,16 @@ def _bottom_first(categories: list[str]) -> list[str]:
         if pref in categories:
             return [pref] + [c for c in categories if c != pref]
     return categories
+
+
+def provisional_mark(d: DigestData, day: date) -> str:
+    """The note above a provisional bar: how much of the latest day is billed, when known (its bar
+    is short because rows are still arriving, not because spend dropped)."""
+    if day not in d.provisional_days:
+        return ""
+    if day == d.day and d.provisional and d.billed_hours is not None:
+        return f"provisional\n{d.billed_hours}/{d.day_hours} h billed"
+    return "provisional"
 
 
 def render_chart(d: DigestData, path: str | Path) -> Path:
@@ -65,14 +76,13 @@ def render_chart(d: DigestData, path: str | Path) -> Path:
             label="idle GPU $",
         )
     for xi, day in zip(x, days, strict=True):
-        if day in d.provisional_days:
+        if mark := provisional_mark(d, day):
             ax.annotate(
-                "provisional",
+                mark,
                 (xi, bottom[xi]),
                 ha="center",
                 va="bottom",
-                fontsize=8,
-                rotation=90,
+                fontsize=7,
                 xytext=(0, 3),
                 textcoords="offset points",
             )

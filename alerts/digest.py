@@ -5,13 +5,19 @@ dicts of Decimals); this module only renders it: Markdown (`render_markdown`), B
 (`render_blocks`), a PNG chart (`alerts.charts.render_chart`), and delivers it (`send_digest` to a
 notifier, `write_digest` to files). Every figure is printed from the Decimals given, rounded
 half-even to cents, so the digest matches `gpucost report` for the same day.
+
+Like with like: while the latest day is provisional its billing rows are still arriving, so it is
+compared only with the part of the day before whose rows have arrived for it too (`like_for_like`;
+the caller, `monitor.digest_data`, puts that part in `previous_by_*` and the rest in
+`not_compared`), and the digest says how far billing has got ("12 of 24 hours billed so far"). A
+complete day is compared with the whole day before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -57,7 +63,14 @@ class DigestFinding:
 
 @dataclass(frozen=True)
 class DigestData:
-    """Everything one digest shows. `day` is "yesterday" in `timezone`; `previous` is the day before."""
+    """Everything one digest shows. `day` is "yesterday" in `timezone`; `previous` is the day before.
+
+    `previous_by_*` are what `day` is compared with: the whole day before, or, when
+    `like_for_like` (a provisional day), only the day before's rows whose counterparts (same clock
+    hour, resource, SKU) have arrived for `day`; `not_compared` is the day before's cost left out.
+    `billed_hours` of `day_hours` hours of `day` have billing rows, the latest starting at
+    `last_billed_hour` (local time); None when unknown.
+    """
 
     day: date
     timezone: str
@@ -73,6 +86,11 @@ class DigestData:
     currency: str = "USD"
     #: The invoice month (`YYYYMM`, `monitor.month`) the month to date sums: rows by `invoice.month`.
     invoice_month: str | None = None
+    billed_hours: int | None = None
+    day_hours: int = 24
+    last_billed_hour: datetime | None = None
+    like_for_like: bool = False
+    not_compared: Decimal = ZERO
 
     @classmethod
     def from_dicts(
@@ -92,6 +110,11 @@ class DigestData:
         top_n: int = 5,
         currency: str = "USD",
         invoice_month: str | None = None,
+        billed_hours: int | None = None,
+        day_hours: int = 24,
+        last_billed_hour: datetime | None = None,
+        like_for_like: bool = False,
+        not_compared: Decimal = ZERO,
     ) -> DigestData:
         """Validate (Decimals only: a float here means money was summed inexactly upstream) and keep
         the `top_n` findings by impact."""
@@ -112,6 +135,11 @@ class DigestData:
             provisional_days=frozenset(provisional_days),
             currency=currency,
             invoice_month=invoice_month,
+            billed_hours=billed_hours,
+            day_hours=day_hours,
+            last_billed_hour=last_billed_hour,
+            like_for_like=like_for_like,
+            not_compared=_dec("not_compared", {"total": not_compared})["total"],
         )
 
     @property
@@ -139,6 +167,52 @@ class DigestData:
     @property
     def provisional(self) -> bool:
         return self.day in self.provisional_days
+
+    @property
+    def completeness(self) -> str:
+        """`12 of 24 hours billed so far, latest 11:00-12:00` for a provisional day, else ``.
+
+        >>> from datetime import UTC
+        >>> DigestData.from_dicts(day=date(2026, 12, 2), timezone="UTC", yesterday_by_category={},
+        ...     previous_by_category={}, yesterday_by_project={}, previous_by_project={},
+        ...     mtd_by_category={}, daily_by_category={}, provisional_days=[date(2026, 12, 2)],
+        ...     billed_hours=12, last_billed_hour=datetime(2026, 12, 2, 11, tzinfo=UTC)).completeness
+        '12 of 24 hours billed so far, latest 11:00-12:00'
+        """
+        if not self.provisional or self.billed_hours is None:
+            return ""
+        if not self.billed_hours:
+            return "no hours billed yet"
+        text = f"{self.billed_hours} of {self.day_hours} hours billed so far"
+        if self.last_billed_hour is not None:
+            h = self.last_billed_hour
+            text += f", latest {h:%H:%M}-{(h.hour + 1) % 24:02d}:{h:%M}"
+        return text
+
+    @property
+    def versus(self) -> str:
+        """What the change is against: `vs 2026-12-01` or `vs the same hours and resources of ...`."""
+        if not self.like_for_like:
+            return f"vs {self.previous_day}"
+        return f"vs the same hours and resources of {self.previous_day}"
+
+    @property
+    def change(self) -> str:
+        """The headline change, or why it is held (a provisional day with no billed hour yet)."""
+        if self.like_for_like and not self.billed_hours:
+            return f"change vs {self.previous_day} held until billing rows arrive"
+        return f"{delta(self.yesterday_total, self.previous_total)} {self.versus}"
+
+    @property
+    def pending(self) -> str:
+        """The day before's cost left out of a like-for-like change, said out loud (a stopped
+        resource shows here until the day is complete), or ``."""
+        if not self.like_for_like or not self.not_compared:
+            return ""
+        return (
+            f"{money(self.not_compared)} of {self.previous_day}'s cost not compared yet: its rows for "
+            f"{self.day} have not arrived (late billing, or the resource stopped)"
+        )
 
 
 def _dec(name: str, m: Mapping[Any, Any]) -> dict[Any, Decimal]:
@@ -170,14 +244,18 @@ def _md_cell(text: object) -> str:
 
 
 def _prov(d: DigestData, day: date) -> str:
-    return " *(provisional)*" if day in d.provisional_days else ""
+    if day not in d.provisional_days:
+        return ""
+    done = d.completeness if day == d.day else ""
+    return f" *(provisional: {done})*" if done else " *(provisional)*"
 
 
 def _compare_table(
     title: str, label: str, now: Mapping[str, Decimal], before: Mapping[str, Decimal], d: DigestData
 ) -> list[str]:
     keys = list(now) + [k for k in before if k not in now]
-    lines = [f"## {title}", "", f"| {label} | {d.day} | {d.previous_day} | Change |", "|---|---:|---:|---:|"]
+    before_head = f"{d.previous_day}" + (" (same hours and resources)" if d.like_for_like else "")
+    lines = [f"## {title}", "", f"| {label} | {d.day} | {before_head} | Change |", "|---|---:|---:|---:|"]
     for k in keys:
         a, b = now.get(k, ZERO), before.get(k, ZERO)
         lines.append(f"| {_md_cell(k)} | {money(a)} | {money(b)} | {delta(a, b)} |")
@@ -191,8 +269,8 @@ def render_markdown(d: DigestData, chart_name: str | None = None) -> str:
     lines = [
         f"# gpucost daily digest: {d.day} ({d.timezone})",
         "",
-        f"- Yesterday ({d.day}): **{money(d.yesterday_total)}**{_prov(d, d.day)}, "
-        f"{delta(d.yesterday_total, d.previous_total)} vs {d.previous_day}",
+        f"- Yesterday ({d.day}): **{money(d.yesterday_total)}**{_prov(d, d.day)}, {d.change}",
+        *([f"- {d.pending}"] if d.pending else []),
         f"- Month to date{d.month_label}: **{money(d.mtd_total)}**",
         "",
     ]
@@ -242,18 +320,23 @@ def _fields(
     ]
 
 
+def _restricted(d: DigestData) -> str:
+    return f" ({d.versus})" if d.like_for_like else ""
+
+
 def render_blocks(d: DigestData) -> list[dict[str, Any]]:
     """Block Kit for Slack; project names and titles are escaped (they come from billing data)."""
-    prov = " _(provisional)_" if d.provisional else ""
+    done = d.completeness
+    prov = (f" _(provisional: {done})_" if done else " _(provisional)_") if d.provisional else ""
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": f"GPU cost digest for {d.day}"}},
         {
             "type": "section",
             "text": {
                 "type": "mrkdwn",
-                "text": f"*Yesterday:* {money(d.yesterday_total)}{prov} "
-                f"({delta(d.yesterday_total, d.previous_total)} vs {d.previous_day})\n"
-                f"*Month to date{d.month_label}:* {money(d.mtd_total)}",
+                "text": f"*Yesterday:* {money(d.yesterday_total)}{prov} ({d.change})\n"
+                + (f"_{d.pending}_\n" if d.pending else "")
+                + f"*Month to date{d.month_label}:* {money(d.mtd_total)}",
             },
         },
     ]
@@ -261,7 +344,7 @@ def render_blocks(d: DigestData) -> list[dict[str, Any]]:
         blocks.append(
             {
                 "type": "section",
-                "text": {"type": "mrkdwn", "text": "*By category*"},
+                "text": {"type": "mrkdwn", "text": f"*By category*{_restricted(d)}"},
                 "fields": _fields(d.yesterday_by_category, d.previous_by_category),
             }
         )
@@ -269,7 +352,7 @@ def render_blocks(d: DigestData) -> list[dict[str, Any]]:
         blocks.append(
             {
                 "type": "section",
-                "text": {"type": "mrkdwn", "text": "*By project*"},
+                "text": {"type": "mrkdwn", "text": f"*By project*{_restricted(d)}"},
                 "fields": _fields(d.yesterday_by_project, d.previous_by_project),
             }
         )
@@ -316,6 +399,8 @@ def send_digest(
     a process killed after Slack took the post but before the caller recorded it does not post twice.
     """
     text = f"GPU cost digest for {d.day}: {money(d.yesterday_total)} yesterday, {money(d.mtd_total)} month to date"
+    if d.completeness:
+        text += f" (yesterday provisional: {d.completeness})"
     msg = Message(f"digest-{d.day}-{channel}", channel, text, render_blocks(d))
     found = notifier.lookup(msg)
     if found is not None and found.outcome is Outcome.SENT:

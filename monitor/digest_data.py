@@ -5,19 +5,36 @@ The month to date is the invoice month (`monitor.month`): the one holding the en
 rows counted by their `invoice_month` (late end-of-month usage and corrections land on the invoice
 that carries them), the same month budgets and `/metrics` use. The figures are the same hourly
 aggregates `gpucost report` sums, so the two always agree.
+
+Like with like. Billing rows arrive hours to days after the usage, and late and corrected rows
+keep changing past hours for days (/work/shared/reference/gcp.md section 2: loads come "at regular
+intervals" with no latency guarantee; `monitor.billing_poll`: days from `provisional_since` on are
+provisional). Nothing says an hour's rows arrive together, so the rule assumes they do not: an hour
+can hold some resources' rows and not yet others' (the simulated demo fleet, whose lateness is
+drawn per resource-hour, has ~150 of an hour's ~170 resource rows a day later). So a provisional
+day's total is short of its final figure; compared with the whole day before it announces a drop
+every morning that is only lag, and even compared with "the same hours of the day before" (the
+demo read -46% on a steady fleet). The rule: the day before counts only its rows whose counterpart
+has arrived for the latest day, the same (clock hour in the digest's zone, project, resource, SKU,
+cost type) (`_match_key`). What is late on the latest day is left out of both days, wherever it
+falls; a new resource or SKU still shows as an increase; the day before's cost with no counterpart
+yet (late rows, or a resource that stopped) is reported as not compared yet
+(`DigestData.not_compared`), never silently dropped, and is compared once the day is complete: a
+day no longer provisional is compared with the whole day before. The latest day's own figures are
+never cut: they are what `gpucost report` shows for that day.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from alerts.digest import DigestData, DigestFinding
 from monitor import month
 from monitor.assemble import gpu_hours
-from monitor.billing_poll import hourly_costs, provisional_since
+from monitor.billing_poll import HourlyCost, hourly_costs, provisional_since
 from monitor.state.findings import open_findings
 from monitor.state.store import StateStore
 from monitor.utilization import load_samples
@@ -52,7 +69,12 @@ def digest_data(
         if month.row_month(r.keys.get("invoice_month"), r.usage_hour) == invoice:
             mtd[r.category] += r.net
 
-    previous = day - timedelta(days=1)
+    prov_from = provisional_since(now, provisional_days).astimezone(tz).date()
+    provisional = day >= prov_from
+    latest = [r for r in rows if r.usage_hour.astimezone(tz).date() == day]
+    billed = sorted({r.usage_hour for r in latest})
+    arrived = {_match_key(r, tz) for r in latest} if provisional else None
+    prev_cat, prev_proj, held = _previous(rows, day - timedelta(days=1), tz, arrived)
 
     idle: dict[date, Decimal] = defaultdict(Decimal)
     samples = load_samples(store, chart_start, end)  # the chart's days only: not the month's reading
@@ -61,22 +83,71 @@ def digest_data(
         idle[g.hour.astimezone(tz).date()] += g.idle_cost
 
     chart_from = day - timedelta(days=_CHART_DAYS - 1)
-    prov_from = provisional_since(now, provisional_days).astimezone(tz).date()
     findings = [r.payload for r in open_findings(store)]
     return DigestData.from_dicts(
         day=day,
         timezone=timezone,
         yesterday_by_category=dict(by_day_cat.get(day, {})),
-        previous_by_category=dict(by_day_cat.get(previous, {})),
+        previous_by_category=prev_cat,
         yesterday_by_project=dict(by_day_proj.get(day, {})),
-        previous_by_project=dict(by_day_proj.get(previous, {})),
+        previous_by_project=prev_proj,
         mtd_by_category=dict(mtd),
         daily_by_category={d: dict(v) for d, v in by_day_cat.items() if chart_from <= d <= day},
         idle_gpu_by_day={d: v for d, v in idle.items() if chart_from <= d <= day},
         findings=[_digest_finding(f) for f in findings],
-        provisional_days=[d for d in by_day_cat if d >= prov_from],
+        provisional_days={d for d in by_day_cat if d >= prov_from} | ({day} if provisional else set()),
         invoice_month=invoice,
+        billed_hours=len(billed),
+        day_hours=_hours(datetime.combine(day, time(), tz), end),
+        last_billed_hour=billed[-1].astimezone(tz) if billed else None,
+        like_for_like=provisional,
+        not_compared=held,
     )
+
+
+def _previous(
+    rows: list[HourlyCost], previous: date, tz: ZoneInfo, arrived: set[tuple] | None
+) -> tuple[dict[str, Decimal], dict[str, Decimal], Decimal]:
+    """The day before by category and by project: all of it, or (`arrived` given) only its rows whose
+    `_match_key` the latest day has rows for; and the net cost left out (see the module docstring)."""
+    by_cat: dict[str, Decimal] = defaultdict(Decimal)
+    by_proj: dict[str, Decimal] = defaultdict(Decimal)
+    held = Decimal(0)
+    for r in rows:
+        if r.usage_hour.astimezone(tz).date() != previous:
+            continue
+        if arrived is None or _match_key(r, tz) in arrived:
+            by_cat[r.category] += r.net
+            by_proj[r.keys.get("project_id") or "(no project)"] += r.net
+        else:
+            held += r.net
+    return dict(by_cat), dict(by_proj), held
+
+
+def _match_key(r: HourlyCost, tz: ZoneInfo) -> tuple:
+    """What makes a row of one day "the same" as a row of the day before: clock hour (in the
+    digest's zone, so DST days line up), project, resource, SKU and cost type. Labels and the invoice
+    month are left out: they may change from one day to the next for the same usage."""
+    k = r.keys
+    return (
+        _slot(r.usage_hour, tz),
+        k.get("project_id"),
+        k.get("resource_name"),
+        k.get("sku_id"),
+        r.subcategory,
+        k.get("cost_type"),
+    )
+
+
+def _hours(start: datetime, end: datetime) -> int:
+    """Hours between two local midnights (23 or 25 on a DST change): subtract in UTC, not wall time."""
+    return round((end.astimezone(UTC) - start.astimezone(UTC)).total_seconds() / 3600)
+
+
+def _slot(hour: datetime, tz: ZoneInfo) -> tuple[int, int]:
+    """An hour's clock time in the digest's zone: "the same hour" of two days, across DST changes."""
+    local = hour.astimezone(tz)
+    return local.hour, local.minute
 
 
 def _digest_finding(p: dict) -> DigestFinding:

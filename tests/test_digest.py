@@ -159,8 +159,8 @@ def test_send_digest_to_console(tmp_path: Path) -> None:
     assert "$1,213.83" in out.getvalue()
 
 
-def _stored(store, rows: list[tuple[datetime, str, str]]) -> None:
-    """Hourly aggregates as the billing poll stores them: (usage hour, invoice month, net USD)."""
+def _stored(store, rows: list[tuple]) -> None:
+    """Hourly aggregates as the billing poll stores them: (usage hour, invoice month, net USD[, VM])."""
     from monitor.billing_poll import HOURLY_COLUMNS, _insert_hourly, _migrate
 
     _migrate(store)
@@ -173,13 +173,14 @@ def _stored(store, rows: list[tuple[datetime, str, str]]) -> None:
                     "usage_hour": hour.isoformat().replace("+00:00", "Z"),
                     "invoice_month": invoice_month,
                     "project_id": "ml-prod",
+                    "resource_name": vm[0] if vm else None,
                     "subcategory": "compute.gpu",
                     "row_count": 1,
                     "gross_micros": int(D(usd) * 1_000_000),
                     "net_micros": int(D(usd) * 1_000_000),
                     **dict.fromkeys(("cud_micros", "sud_micros", "other_credit_micros", "credit_micros"), 0),
                 }
-                for hour, invoice_month, usd in rows
+                for hour, invoice_month, usd, *vm in rows
             ],
             datetime(2026, 12, 3, tzinfo=UTC),
         )
@@ -209,3 +210,145 @@ def test_month_to_date_is_the_invoice_month(tmp_path: Path) -> None:
     assert data.mtd_by_category == {"compute": D("870")}
     assert data.yesterday_by_category == {"compute": D("100")}  # days stay usage days
     assert "- Month to date (invoice month 2026-12): **$870.00**" in render_markdown(data)
+
+
+# Like with like: a provisional day (billing rows still arriving) is compared only with the part of
+# the day before whose rows have arrived for it too, and the digest says how much of it is billed.
+
+DEC1, DEC2 = date(2026, 12, 1), date(2026, 12, 2)
+
+
+def _hours_of(day: date, hours, usd: str = "10", vm: str = "a3-1") -> list[tuple]:
+    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    return [(start + timedelta(hours=h), "202612", usd, vm) for h in hours]
+
+
+def _digest(tmp_path: Path, rows, now: datetime, provisional_days: int = 3, tz: str = "UTC") -> DigestData:
+    from monitor.digest_data import digest_data
+    from monitor.state.store import SQLiteStore
+    from monitor.utilization import migrate
+
+    store = SQLiteStore(tmp_path / "state.sqlite")
+    migrate(store)
+    _stored(store, rows)
+    return digest_data(store, DEC2, tz, now, provisional_days)
+
+
+def test_a_provisional_day_is_compared_with_the_same_hours_of_the_day_before(tmp_path: Path) -> None:
+    """12 hours billed so far at the usual $10/h: no change, not -50%."""
+    rows = _hours_of(DEC1, range(24)) + _hours_of(DEC2, range(12))
+    d = _digest(tmp_path, rows, now=datetime(2026, 12, 3, 6, tzinfo=UTC))
+    assert (d.yesterday_total, d.previous_total) == (D(120), D(120))  # today's code: 240, "-50%"
+    assert d.not_compared == D(120)
+    assert (d.billed_hours, d.day_hours, d.like_for_like) == (12, 24, True)
+    md = render_markdown(d)
+    assert (
+        "- Yesterday (2026-12-02): **$120.00** *(provisional: 12 of 24 hours billed so far, latest "
+        "11:00-12:00)*, +$0.00 (+0.0%) vs the same hours and resources of 2026-12-01\n"
+        "- $120.00 of 2026-12-01's cost not compared yet: its rows for 2026-12-02 have not arrived "
+        "(late billing, or the resource stopped)\n" in md
+    )
+    assert "| Category | 2026-12-02 | 2026-12-01 (same hours and resources) | Change |" in md
+    assert "| compute | $120.00 | $120.00 | +$0.00 (+0.0%) |" in md
+    assert "| 2026-12-01 *(provisional)* | $240.00 | $240.00 | $0.00 |" in md  # whole days here
+
+
+def test_rows_billed_late_are_left_out_of_both_days(tmp_path: Path) -> None:
+    """Rows load resource by resource: VM b's hours 06-11 have not arrived, VM a's have, and hour 03
+    of VM a is late too. The day before's VM b 06-11 (a $1,000/h spike) and VM a 03 are not compared
+    (a rule by hours alone would count them); VM c stopped on Dec 2 and waits, named, as not compared."""
+    before = _hours_of(DEC1, range(12)) + _hours_of(DEC1, range(6), vm="b")
+    before += _hours_of(DEC1, range(6, 12), "1000", vm="b") + _hours_of(DEC1, range(12), "5", vm="c")
+    after = _hours_of(DEC2, [h for h in range(12) if h != 3], "11") + _hours_of(DEC2, range(6), "11", vm="b")
+    d = _digest(tmp_path, before + after, now=datetime(2026, 12, 3, 6, tzinfo=UTC))
+    assert (d.yesterday_total, d.previous_total) == (D(17 * 11), D(17 * 10))
+    assert d.not_compared == D(10 + 6 * 1000 + 12 * 5)
+    assert d.completeness == "12 of 24 hours billed so far, latest 11:00-12:00"
+    assert d.change == "+$17.00 (+10.0%) vs the same hours and resources of 2026-12-01"
+
+
+def test_same_hours_are_clock_hours_in_the_digest_time_zone(tmp_path: Path) -> None:
+    """Paris is UTC+1 in December: Dec 2 starts at Dec 1 23:00 UTC, and 6 billed hours are 00:00-06:00
+    Paris on both days."""
+    start = datetime(2026, 11, 30, 23, tzinfo=UTC)
+    rows = [(start + timedelta(hours=h), "202612", "10") for h in range(24)]
+    rows += [(start + timedelta(days=1, hours=h), "202612", "10") for h in range(6)]
+    d = _digest(tmp_path, rows, now=datetime(2026, 12, 3, 6, tzinfo=UTC), tz="Europe/Paris")
+    assert (d.yesterday_total, d.previous_total, d.billed_hours) == (D(60), D(60), 6)
+    assert d.completeness == "6 of 24 hours billed so far, latest 05:00-06:00"
+
+
+def test_a_complete_day_is_compared_with_the_whole_day_before(tmp_path: Path) -> None:
+    """No longer provisional (provisional_days = 1, two days later): a real drop is a drop, and the
+    text is what it was before like-for-like comparisons existed."""
+    rows = _hours_of(DEC1, range(24)) + _hours_of(DEC2, range(12))
+    d = _digest(tmp_path, rows, now=datetime(2026, 12, 4, 6, tzinfo=UTC), provisional_days=1)
+    assert (d.yesterday_total, d.previous_total, d.like_for_like, d.completeness, d.pending) == (
+        D(120),
+        D(240),
+        False,
+        "",
+        "",
+    )
+    md = render_markdown(d)
+    assert "- Yesterday (2026-12-02): **$120.00**, -$120.00 (-50.0%) vs 2026-12-01\n" in md
+    assert "| Category | 2026-12-02 | 2026-12-01 | Change |" in md and "billed" not in md
+    blocks = render_blocks(d)
+    assert blocks[1]["text"]["text"] == (
+        "*Yesterday:* $120.00 (-$120.00 (-50.0%) vs 2026-12-01)\n*Month to date (invoice month 2026-12):* $360.00"
+    )
+    assert blocks[2]["text"]["text"] == "*By category*"
+
+
+def test_a_provisional_day_without_billing_rows_holds_the_change(tmp_path: Path) -> None:
+    d = _digest(tmp_path, _hours_of(DEC1, range(24)), now=datetime(2026, 12, 3, 1, tzinfo=UTC))
+    assert (d.billed_hours, d.previous_total, d.not_compared) == (0, D(0), D(240))
+    assert (
+        "- Yesterday (2026-12-02): **$0.00** *(provisional: no hours billed yet)*, "
+        "change vs 2026-12-01 held until billing rows arrive\n" in render_markdown(d)
+    )
+
+
+def partial() -> DigestData:
+    """A provisional day with 12 of 24 hours billed, as `digest_data` builds it."""
+    return DigestData.from_dicts(
+        day=DAY,
+        timezone="UTC",
+        yesterday_by_category={"compute": D("120"), "network": D("12")},
+        previous_by_category={"compute": D("100"), "network": D("12")},
+        yesterday_by_project={"ml-prod": D("132")},
+        previous_by_project={"ml-prod": D("112")},
+        mtd_by_category={"compute": D("120"), "network": D("12")},
+        daily_by_category={DAY: {"compute": D("120"), "network": D("12")}},
+        provisional_days=[DAY],
+        billed_hours=12,
+        last_billed_hour=datetime(2026, 11, 1, 11, tzinfo=UTC),
+        like_for_like=True,
+        not_compared=D("98.5"),
+    )
+
+
+def test_block_kit_says_how_complete_the_day_is_and_what_it_is_compared_with() -> None:
+    blocks = render_blocks(partial())
+    assert blocks[1]["text"]["text"] == (
+        "*Yesterday:* $132.00 _(provisional: 12 of 24 hours billed so far, latest 11:00-12:00)_ "
+        "(+$20.00 (+17.9%) vs the same hours and resources of 2026-10-31)\n"
+        "_$98.50 of 2026-10-31's cost not compared yet: its rows for 2026-11-01 have not arrived "
+        "(late billing, or the resource stopped)_\n*Month to date:* $132.00"
+    )
+    assert blocks[2]["text"]["text"] == "*By category* (vs the same hours and resources of 2026-10-31)"
+    assert blocks[2]["fields"][0]["text"] == "*compute*\n$120.00 (+$20.00 (+20.0%))"
+    assert blocks[3]["text"]["text"] == "*By project* (vs the same hours and resources of 2026-10-31)"
+
+
+def test_markdown_and_chart_mark_the_partial_day() -> None:
+    from alerts.charts import provisional_mark
+
+    d = partial()
+    md = render_markdown(d)
+    assert "| Project | 2026-11-01 | 2026-10-31 (same hours and resources) | Change |" in md
+    assert "| ml-prod | $132.00 | $112.00 | +$20.00 (+17.9%) |" in md
+    assert "| 2026-11-01 *(provisional: 12 of 24 hours billed so far, latest 11:00-12:00)* |" in md
+    assert provisional_mark(d, DAY) == "provisional\n12/24 h billed"
+    assert provisional_mark(sample(), DAY) == "provisional"  # completeness unknown
+    assert provisional_mark(sample(provisional=False), DAY) == ""
