@@ -23,6 +23,7 @@ from monitor.model import micros_to_decimal
 from monitor.sources.presets import Signal
 from monitor.state.store import StateStore
 from monitor.utilization import GpuSample, load_samples, resolve_duty_cycles
+from monitor.utilization.coverage import Coverage
 
 __all__ = ["assemble_inputs", "cost_hours", "gpu_cost_hours", "gpu_hours"]
 
@@ -316,9 +317,11 @@ def assemble_inputs(
     prices: PriceLookup | None,
     budgets: Sequence[BudgetSpec] = (),
     rows: Sequence[HourlyCost] | None = None,
+    coverage: Coverage = None,
 ) -> DetectorInputs:
     """Detector inputs for [start, end) from the store. `rows`: the hourly aggregates of that range
-    when the caller already read them (`hourly_costs` with the same `now` / `provisional_days`)."""
+    when the caller already read them (`hourly_costs` with the same `now` / `provisional_days`).
+    `coverage`: which utilization was read (`monitor.utilization.coverage`); None: all of it."""
     if rows is None:
         rows = hourly_costs(store, start, end, now=now, provisional_days=provisional_days)
     samples = load_samples(store, start, end)
@@ -331,4 +334,5 @@ def assemble_inputs(
         gpu_hours=gpu_hours(rows, samples, idle_threshold_pct, prices, end, since),
         prices=prices,
         budgets=tuple(budgets),
+        utilization_coverage=coverage,
     )

@@ -134,6 +134,10 @@ class UtilizationConfig(_Strict):
     insecure: bool = False
     files: tuple[Path, ...] = ()
     idle_threshold_pct: float = Field(default=10.0, ge=0, le=100)
+    # The daemon's backfill of what it has not read yet (first start, downtime): at most this many
+    # chunks of this many hours per poll, after the live window (0 chunks: no backfill).
+    backfill_chunk_hours: int = Field(default=12, ge=1, le=24)
+    backfill_chunks_per_poll: int = Field(default=4, ge=0, le=100)
 
     @model_validator(mode="after")
     def _needs_projects(self) -> UtilizationConfig:
@@ -199,6 +203,13 @@ class AlertsConfig(_Strict):
     min_severity: Literal["info", "warning", "critical"] = "warning"
     silences: tuple[Silence, ...] = ()
     console_dir: Path = Path("out/alerts")
+    # First start is not a flood: a finding that ended more than `first_start_grace_hours` before
+    # gpucost first started (billing lands up to about a day late, so "ended" needs that margin) is
+    # history, posted once per channel in one summary `first_start_summary_wait_minutes` after the
+    # first start (time for the history backfill); `first_start_summary = false` alerts it as news.
+    first_start_summary: bool = True
+    first_start_grace_hours: float = Field(default=24, ge=0)
+    first_start_summary_wait_minutes: float = Field(default=60, ge=0)
 
 
 class DigestConfig(_Strict):

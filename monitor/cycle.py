@@ -18,7 +18,6 @@ from typing import Any, TextIO
 from zoneinfo import ZoneInfo
 
 from alerts import pipeline
-from alerts.delivery import deliver_outbox
 from alerts.digest import send_digest, write_digest
 from alerts.factory import make_notifier
 from alerts.notifier import Notifier, Outcome
@@ -40,7 +39,8 @@ from monitor.state.findings import record_findings
 from monitor.state.store import SQLiteStore, open_store
 from monitor.timeutil import floor_hour
 from monitor.utilization import migrate as migrate_utilization
-from monitor.utilization import read_watermark, replace_window
+from monitor.utilization import replace_window
+from monitor.utilization.coverage import Interval, gaps, load_coverage, read_coverage
 
 __all__ = [
     "Cancelled",
@@ -57,6 +57,8 @@ __all__ = [
     "run_digest",
     "run_price_refresh",
     "run_utilization_poll",
+    "utilization_coverage",
+    "utilization_since",
 ]
 
 log = logging.getLogger("gpucost.cycle")
@@ -144,17 +146,29 @@ def run_billing_poll(deps: Deps, now: datetime) -> dict[str, Any]:
     return report.to_dict()
 
 
+def utilization_since(cfg: Config, now: datetime) -> datetime:
+    """How far back utilization must have been read: the billing window (`lookback_days`) or the
+    detection window, whichever reaches further (detectors judge every hour of the latter)."""
+    return min(now - timedelta(days=cfg.billing.lookback_days), detection_window(now)[0])
+
+
 def run_utilization_poll(deps: Deps, now: datetime) -> dict[str, Any]:
     src = deps.utilization
+    since = utilization_since(deps.cfg, now)
     if hasattr(src, "poll"):  # Cloud Monitoring: per (project, preset) watermarks in the store
-        report = src.poll(deps.store, now)
+        report = src.poll(deps.store, now, since=since)
         report.raise_for_failures()
         count, skipped = sum(w.samples for w in report.windows), report.skipped
-    else:  # files: re-read the recent days (late points replace, never duplicate)
+        if backfilled := [w for w in report.windows if w.backfill]:
+            log.info(
+                "utilization backfill",
+                extra={"chunks": len(backfilled), "oldest": min(w.start for w in backfilled).isoformat()},
+            )
+    else:  # files: re-read the recent days, and whatever of the window was never read
         migrate_utilization(deps.store)
         end = floor_hour(now) + timedelta(hours=1)
-        first = read_watermark(deps.store, "files", "files") is None
-        start = end - (_DETECTION_WINDOW if first else _FILE_REREAD)
+        unread = gaps(read_coverage(deps.store, "files", "files"), floor_hour(since), end - _FILE_REREAD)
+        start = unread[0][0] if unread else end - _FILE_REREAD
         result = src.fetch(start, end)
         replace_window(deps.store, "files", "files", start, end, result.samples, now=now)
         count, skipped = len(result.samples), result.skipped
@@ -198,6 +212,7 @@ def detection_inputs(
     baselines need (`spend_anomaly`'s `baseline_days`), and the start of the reading of the
     invoice month to date (budget forecasts and `/metrics` need every row of the invoice)."""
     start, end = detection_window(now, start, end)
+    migrate_utilization(deps.store)
     read_from = min(
         start - history_needed(deps.detectors),
         month.read_start(month.current_month(min(now, end))),
@@ -211,7 +226,17 @@ def detection_inputs(
         idle_threshold_pct=deps.cfg.utilization.idle_threshold_pct,
         prices=deps.prices.price_book(now),
         budgets=budget_specs(deps.budgets.budgets()),
+        coverage=utilization_coverage(deps),
     )
+
+
+def utilization_coverage(deps: Deps) -> dict[str, tuple[Interval, ...]]:
+    """What utilization the store has read: per polled project (and "*" for the rest) for Cloud
+    Monitoring, one range set for every project with files."""
+    if hasattr(deps.utilization, "poll"):
+        u = deps.cfg.utilization
+        return load_coverage(deps.store, [(p, s) for p in u.projects for s in u.presets])
+    return load_coverage(deps.store, [("files", "files")], by_scope=False)
 
 
 def detect(
@@ -259,12 +284,24 @@ def run_detection(deps: Deps, now: datetime, cancelled: Callable[[], bool] | Non
     for cat, amount in month_to_date_by_category(inputs, now).items():
         deps.metrics.spend_usd.labels(cat).set(float(amount))  # exported as a float; summed exactly
     _ok(deps, "detection", now)
-    log.info("detection", extra={"findings": len(findings), **counts, "notified": len(report.notified)})
+    log.info(
+        "detection",
+        extra={
+            "findings": len(findings),
+            **counts,
+            "notified": len(report.notified),
+            "history": report.history,  # ended before the first start: summarised, not alerted
+            "summaries": len(report.summaries),
+        },
+    )
     return {"findings": len(findings), **counts, "pipeline": str(report)}
 
 
 def run_delivery(deps: Deps, now: datetime) -> dict[str, Any]:
-    report = deliver_outbox(deps.alert_deps, now)
+    """The outbox job: flush the alert groups whose `group_wait` / `group_interval` ended (their
+    timers, `pipeline.flush_due`), then send what is due. Alert latency is therefore at most
+    `group_wait` + the outbox interval, independent of the detection cadence."""
+    flushed, report = pipeline.outbox_tick(deps.alert_deps, now)
     st = outbox_status(deps.store)
     deps.metrics.outbox_depth.labels("pending").set(st.pending)
     deps.metrics.outbox_depth.labels("failed").set(st.failed)
@@ -274,7 +311,12 @@ def run_delivery(deps: Deps, now: datetime) -> dict[str, Any]:
     if report.retried:
         deps.metrics.delivery_failures.labels("retryable").inc(report.retried)
     _ok(deps, "delivery", now)
-    return {"report": str(report), "pending": st.pending, "failed": st.failed}
+    return {
+        "flushed": len(flushed.notified),
+        "report": str(report),
+        "pending": st.pending,
+        "failed": st.failed,
+    }
 
 
 _DIGEST_MIGRATIONS = [

@@ -14,6 +14,7 @@ from monitor.metrics import Metrics
 from monitor.sources.monitoring import CloudMonitoringSource, window_for
 from monitor.state.store import SQLiteStore
 from monitor.utilization import load_samples, read_watermark
+from monitor.utilization.coverage import read_coverage
 from tests.fakes.monitoring_server import FakeMonitoringServer, gauge_series
 
 pytestmark = pytest.mark.integration
@@ -60,13 +61,10 @@ def server():
 def make_source(server):
     made: list[CloudMonitoringSource] = []
 
-    def make(presets=("ops_agent_nvml",), **kw):
+    def make(presets=("ops_agent_nvml",), util=None, **kw):
+        util = {"projects": ("p1",), **(util or {})}
         cfg = UtilizationConfig(
-            source="cloud_monitoring",
-            projects=("p1",),
-            presets=presets,
-            api_endpoint=server.address,
-            insecure=True,
+            source="cloud_monitoring", presets=presets, api_endpoint=server.address, insecure=True, **util
         )
         sleeps: list[float] = []
         src = CloudMonitoringSource(cfg, GoogleConfig(credentials="anonymous"), sleep=sleeps.append, **kw)
@@ -496,3 +494,113 @@ def test_dcgm_exporter_host_label_in_either_case(server, make_source):
     assert got == {"gke-old": ("train", 55.0, None), "gke-new": ("train", 65.0, 1024.0 * 2**20)}
     req = next(r for r in server.requests if PROM_UTIL in r.filter)
     assert {"metric.label.hostname", "metric.label.Hostname"} <= set(req.aggregation.group_by_fields)
+
+
+# --- backfill: coverage before judgement -----------------------------------------------------------
+
+
+NOW = datetime(2026, 11, 20, 12, 2, tzinfo=UTC)
+END = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)  # NOW floored to the 5-minute alignment
+H = timedelta(hours=1)
+
+
+def hourly(instance: int, first: datetime, last: datetime, value: float = 80.0):
+    """One point per hour (end times), as a busy VM's aligned series would carry them."""
+    n = int((last - first) / H)
+    return nvml(instance, [(first + i * H + M5, value) for i in range(n)])
+
+
+def intervals(server) -> list[tuple[datetime, datetime]]:
+    """The distinct (start, end) asked for, in request order (two metrics per preset)."""
+    out: list[tuple[datetime, datetime]] = []
+    for r in server.requests:
+        span = (r.interval.start_time, r.interval.end_time)
+        if span not in out:
+            out.append(span)
+    return out
+
+
+def test_first_poll_reads_live_then_backfills_newest_first_in_chunks(server, make_source, store):
+    server.add(hourly(0, END - 10 * 24 * H, END))  # a VM busy for the whole billing window
+    src, _ = make_source(util={"backfill_chunk_hours": 24, "backfill_chunks_per_poll": 3})
+    since = NOW - timedelta(days=10)
+
+    first = src.poll(store, NOW, since=since)
+
+    live = (END - 6 * H, END)
+    assert intervals(server) == [
+        live,  # the live window first, never delayed
+        (END - 30 * H, END - 6 * H),
+        (END - 54 * H, END - 30 * H),
+        (END - 78 * H, END - 54 * H),
+    ]
+    assert [w.backfill for w in first.windows] == [False, True, True, True] and first.ok
+    assert read_watermark(store, "p1", "ops_agent_nvml") == END  # backfill never moves it
+    assert read_coverage(store, "p1", "ops_agent_nvml") == [(END - 78 * H, END)]  # merged
+
+    for minutes in (5, 10, 15):  # the next polls: a short live window, then the rest of history
+        src.poll(store, NOW + timedelta(minutes=minutes), since=since)
+    start = datetime(2026, 11, 10, 12, 0, tzinfo=UTC)
+    assert read_coverage(store, "p1", "ops_agent_nvml") == [(start, END + 3 * M5)]
+    hours = {s.start for s in load_samples(store, start, END)}
+    assert len(hours) == 10 * 24  # every billed hour of the window has its utilization
+
+
+def test_restart_after_downtime_backfills_the_gap_newest_first(server, make_source, store):
+    server.add(hourly(0, END - 5 * 24 * H, END + 3 * 24 * H))
+    src, _ = make_source(util={"backfill_chunk_hours": 12, "backfill_chunks_per_poll": 2})
+    src.poll(store, NOW, since=NOW - 6 * H)  # ran once, then down for three days
+    assert read_coverage(store, "p1", "ops_agent_nvml") == [(END - 6 * H, END)]
+
+    server.requests.clear()
+    back = NOW + 3 * 24 * H
+    restart = src.poll(store, back, since=back - 4 * 24 * H)
+
+    new_end = END + 3 * 24 * H
+    assert intervals(server) == [
+        (new_end - 6 * H, new_end),  # live: no further back than 6 h, not the whole downtime
+        (new_end - 18 * H, new_end - 6 * H),
+        (new_end - 30 * H, new_end - 18 * H),
+    ]
+    assert restart.ok and read_watermark(store, "p1", "ops_agent_nvml") == new_end
+    assert read_coverage(store, "p1", "ops_agent_nvml") == [(END - 6 * H, END), (new_end - 30 * H, new_end)]
+    for i in range(1, 6):  # the rest of the gap, then the day before the first start
+        src.poll(store, back + i * M5, since=back - 4 * 24 * H)
+    assert read_coverage(store, "p1", "ops_agent_nvml") == [(new_end - 4 * 24 * H, new_end + 5 * M5)]
+
+
+def test_backfill_failure_keeps_live_data_and_is_retried_next_poll(server, make_source, store):
+    server.add(hourly(0, END - 2 * 24 * H, END))
+    src, sleeps = make_source(
+        max_attempts=2, util={"backfill_chunk_hours": 12, "backfill_chunks_per_poll": 2}
+    )
+    # the live window's two metrics answer (descriptors have their own fault queue); then the
+    # first backfill chunk hits the quota twice
+    server.faults = [None, None, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.RESOURCE_EXHAUSTED]
+
+    report = src.poll(store, NOW, since=NOW - 24 * H)
+
+    assert report.ok and list(report.backfill_failed) == ["p1/ops_agent_nvml"]
+    assert len(report.windows) == 1 and sleeps == [1.0]  # retried once, then the backfill stopped
+    assert read_coverage(store, "p1", "ops_agent_nvml") == [(END - 6 * H, END)]
+    again = src.poll(store, NOW + M5, since=NOW - 24 * H)
+    assert [w.start for w in again.windows if w.backfill] == [END - 18 * H, END - 24 * H]
+    assert read_coverage(store, "p1", "ops_agent_nvml") == [(END - 24 * H, END + M5)]
+
+
+def test_backfill_goes_newest_first_across_projects(server, make_source, store):
+    server.add(hourly(0, END - 24 * H, END))
+    src, _ = make_source(
+        util={"projects": ("p1", "p2"), "backfill_chunk_hours": 12, "backfill_chunks_per_poll": 3}
+    )
+
+    report = src.poll(store, NOW, since=NOW - 24 * H)
+
+    read = [(w.scope, w.start, w.backfill) for w in report.windows]
+    assert read == [
+        ("p1", END - 6 * H, False),
+        ("p2", END - 6 * H, False),
+        ("p1", END - 18 * H, True),
+        ("p2", END - 18 * H, True),  # the newest unread hours of any project before older ones
+        ("p1", END - 24 * H, True),
+    ]

@@ -209,6 +209,9 @@ class DetectorInputs:
     Hours at or after `provisional_from` may still grow as late billing rows land. `history_start`
     (before `window_start`, None when there is none) is how far back `hourly` is complete: detectors
     that need a baseline (`spend_anomaly`) read it, findings still cover only the window.
+    `utilization_coverage` (project -> ranges read, key "*" for any other project; see
+    `monitor.utilization.coverage`) says which hours' utilization was actually read: an hour outside
+    it was not yet read, so its GPU spend is neither monitored nor unmonitored. None: all was read.
     """
 
     window_start: datetime
@@ -220,3 +223,4 @@ class DetectorInputs:
     prices: PriceLookup | None = None
     budgets: Sequence[BudgetSpec] = ()
     currency: str = "USD"
+    utilization_coverage: Mapping[str, Sequence[tuple[datetime, datetime]]] | None = None

@@ -4,7 +4,9 @@ Not waste by itself, a blind spot: the fix is to install the Ops Agent (or DCGM 
 instances listed (GKE nodes are named with their cluster and node pool). One finding per project (the fix is usually one image or one policy per project);
 the evidence lists each instance's unmonitored hours and GPU cost, and when a single instance is
 involved the scope names it (the identity stays the project's, so a second instance joining later
-updates the same finding). Severity is capped at
+updates the same finding). Only hours whose utilization was READ count (`inputs.utilization_coverage`):
+on a first start the backfill has not reached older hours yet, and an unread hour is neither
+monitored nor unmonitored; the evidence names the range read and what was left out. Severity is capped at
 `max_severity` (default warning) because the dollars are spend without visibility, not proven loss.
 """
 
@@ -17,10 +19,21 @@ from typing import Literal
 
 from pydantic import Field
 
-from monitor.detectors.base import ONE_HOUR, Detector, DetectorConfig, fmt_usd, iso, money, q6, register
+from monitor.detectors.base import (
+    ONE_HOUR,
+    Detector,
+    DetectorConfig,
+    fmt_usd,
+    human,
+    iso,
+    money,
+    q6,
+    register,
+)
 from monitor.detectors.idle_gpu import NODE_POOL_LABEL, instance_key, node_pool
 from monitor.detectors.inputs import DetectorInputs, GpuHour
 from monitor.model import Finding, Scope, Severity, fingerprint
+from monitor.utilization.coverage import ALL, hour_covered
 
 __all__ = ["UnmonitoredGpu", "UnmonitoredGpuConfig"]
 
@@ -44,10 +57,16 @@ class UnmonitoredGpu(Detector):
         by_project: dict[str | None, dict[tuple[str | None, str], list[GpuHour]]] = defaultdict(
             lambda: defaultdict(list)
         )
+        unread: dict[str | None, list[GpuHour]] = defaultdict(list)  # hours whose utilization was not read
+        coverage = inputs.utilization_coverage
         for r in inputs.gpu_hours:
             in_window = inputs.window_start <= r.hour < inputs.window_end and r.hour < now
-            if in_window and not r.monitored and r.gpu_cost > 0:
+            if not (in_window and not r.monitored and r.gpu_cost > 0):
+                continue
+            if hour_covered(coverage, r.project, r.hour):
                 by_project[r.project][instance_key(r)].append(r)
+            else:
+                unread[r.project].append(r)
         findings = []
         for project in sorted(by_project, key=str):
             instances = {
@@ -55,7 +74,7 @@ class UnmonitoredGpu(Detector):
                 for k, v in by_project[project].items()
                 if len({r.hour for r in v}) >= self.config.min_hours
             }
-            if instances and (f := self._finding(project, instances, inputs)) is not None:
+            if instances and (f := self._finding(project, instances, inputs, unread[project])) is not None:
                 findings.append(f)
         return findings
 
@@ -64,6 +83,7 @@ class UnmonitoredGpu(Detector):
         project: str | None,
         instances: dict[tuple[str | None, str], list[GpuHour]],
         inputs: DetectorInputs,
+        unread: list[GpuHour],
     ) -> Finding | None:
         rows = [r for k in sorted(instances, key=str) for r in instances[k]]
         impact = sum((q6(r.gpu_cost) for r in rows), Decimal(0))
@@ -90,6 +110,7 @@ class UnmonitoredGpu(Detector):
         more = f" and {len(per_instance) - 5} more" if len(per_instance) > 5 else ""
         hours = sorted({r.hour for r in rows})
         sev = min(self.severity(impact), Severity(self.config.max_severity), key=lambda s: s.rank)
+        read = _coverage_evidence(project, inputs, unread)
         return Finding(
             kind=self.name,
             severity=sev,
@@ -97,7 +118,7 @@ class UnmonitoredGpu(Detector):
             summary=(
                 f"{len(per_instance)} GPU instance(s) in {project} ({names}{more}) billed "
                 f"{fmt_usd(impact)} of GPU time with no utilization metrics, so idle GPUs there "
-                "cannot be detected."
+                "cannot be detected." + _coverage_note(read)
             ),
             impact_usd=impact,
             window_start=hours[0],
@@ -107,6 +128,7 @@ class UnmonitoredGpu(Detector):
                 "instances": per_instance,
                 "unmonitored_hours": len(rows),
                 "gpu_cost_usd": money(impact),
+                **read,
             },
             recommendation=(
                 "Install the Ops Agent with GPU metrics (or the DCGM exporter on GKE) on these "
@@ -116,6 +138,35 @@ class UnmonitoredGpu(Detector):
             provisional=any(r.hour >= inputs.provisional_from for r in rows),
             estimated=any(r.estimated for r in rows),
         )
+
+
+def _coverage_evidence(project: str | None, inputs: DetectorInputs, unread: list[GpuHour]) -> dict:
+    """Which utilization was read for the project within the window (nothing without a coverage
+    record, e.g. `gpucost analyze`, whose files cover the whole window), and the billed GPU-hours
+    left out because their utilization was not read yet."""
+    coverage = inputs.utilization_coverage
+    if coverage is None:
+        return {}
+    ranges = coverage.get(project or "", coverage.get(ALL, ()))
+    lo, hi = inputs.window_start, inputs.window_end
+    clipped = [(max(s, lo), min(e, hi)) for s, e in ranges if s < hi and e > lo]
+    return {
+        "coverage_start": iso(clipped[0][0]) if clipped else None,
+        "coverage": [[iso(s), iso(e)] for s, e in clipped],
+        "hours_outside_coverage": len(unread),
+        "cost_outside_coverage_usd": money(sum((q6(r.gpu_cost) for r in unread), Decimal(0))),
+    }
+
+
+def _coverage_note(read: dict) -> str:
+    if not read.get("hours_outside_coverage"):
+        return ""
+    cost = fmt_usd(Decimal(str(read["cost_outside_coverage_usd"])))
+    since = f" (read back to {human(read['coverage_start'])})" if read["coverage_start"] else ""
+    return (
+        f" Only hours whose utilization was read count{since}: "
+        f"{read['hours_outside_coverage']} GPU-hour(s) ({cost}) not read yet are not judged."
+    )
 
 
 def _name(e: dict) -> str:

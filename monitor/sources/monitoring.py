@@ -9,6 +9,15 @@ tests inject) is ours. When retries run out, `RetryableSourceError` propagates a
 window's watermark where it was, so the next poll asks for the same window again: nothing is lost,
 and because a window's stored samples are replaced (never appended) nothing is doubled either.
 
+First start and downtime: the live window reaches back at most `initial_lookback` (6 h); what the
+detection window needs beyond it is backfilled by the same requests (server-side aggregation, pages,
+retries), newest hours first, in chunks of `utilization.backfill_chunk_hours`, at most
+`utilization.backfill_chunks_per_poll` per poll and always after the live windows, so history never
+delays the present. Each range read is recorded (`monitor.utilization.coverage`); detectors judge
+only hours inside it. Cloud Monitoring keeps metric points for weeks (retention per metric type:
+https://cloud.google.com/monitoring/api/v3/latency-n-retention, "Data retention" in
+https://cloud.google.com/monitoring/quotas), so the billing window can be read back.
+
 Fresh points take up to ~4 minutes to appear, so every poll re-reads the last `reread` (5 minutes,
 rounded up to whole alignment windows) before the watermark.
 
@@ -48,6 +57,7 @@ from monitor.utilization import (
     select_signals,
     to_rest_json,
 )
+from monitor.utilization.coverage import newest_chunk, read_coverage
 
 __all__ = ["CloudMonitoringSource", "PollReport", "WindowReport", "build_client", "window_for"]
 
@@ -64,14 +74,18 @@ class WindowReport:
     skipped: dict[str, int]
     requests: int
     unknown_units: dict[str, str] = field(default_factory=dict)  # metric type -> unit, skipped
+    backfill: bool = False  # an older range read for coverage (the watermark did not move)
 
 
 @dataclass
 class PollReport:
-    """What one poll read; `failed` maps "project/preset" to the error that kept its window in place."""
+    """What one poll read, live windows first, then backfill chunks; `failed` maps "project/preset"
+    to the error that kept its live window in place, `backfill_failed` to the one that stopped its
+    backfill (not a failure of the poll: the chunk is asked for again next time)."""
 
     windows: list[WindowReport] = field(default_factory=list)
     failed: dict[str, SourceError] = field(default_factory=dict)
+    backfill_failed: dict[str, SourceError] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -336,32 +350,87 @@ class CloudMonitoringSource:
 
     # ----------------------------------------------------------------------------------------- polls
 
-    def poll(self, store: StateStore, now: datetime) -> PollReport:
-        """Read each (project, preset) from its watermark (minus the late margin) to `now`."""
+    def poll(self, store: StateStore, now: datetime, *, since: datetime | None = None) -> PollReport:
+        """The live window of each (project, preset) first, then at most
+        `backfill_chunks_per_poll` backfill chunks of what ``[since, now)`` has not read yet.
+
+        The live window runs from the watermark (minus the late margin) to `now`, but never further
+        back than `initial_lookback`: after downtime the older part is left to the backfill, so a
+        live poll is never delayed by history. Without `since` nothing is backfilled and the live
+        window reaches back to the watermark however old it is (the behaviour before backfill).
+        """
         migrate(store)
         report = PollReport()
         self.unknown_units = {}
-        for project in self.cfg.projects:
-            for preset in self.cfg.presets:
-                watermark = read_watermark(store, project, preset)
-                start, end = window_for(
-                    watermark,
-                    now,
-                    self.cfg.alignment_seconds,
-                    reread=self.reread,
-                    initial=self.initial_lookback,
-                )
-                if end <= start or (watermark is not None and end < watermark):
-                    continue
-                try:
-                    part = self.fetch_preset(project, preset, start, end)
-                except SourceError as e:
-                    report.failed[f"{project}/{preset}"] = e
-                    continue
-                n = replace_window(store, project, preset, start, end, part.samples, now=now)
-                report.windows.append(
-                    WindowReport(
-                        project, preset, start, end, n, part.skipped, part.requests, self._preset_unknown
-                    )
-                )
+        pairs = [(project, preset) for project in self.cfg.projects for preset in self.cfg.presets]
+        for project, preset in pairs:
+            self._live(store, project, preset, now, report, capped=since is not None)
+        if since is not None and not any(isinstance(e, RetryableSourceError) for e in report.failed.values()):
+            self._backfill(store, pairs, since, now, report)  # quota trouble: history can wait
         return report
+
+    def _live(
+        self, store: StateStore, project: str, preset: str, now: datetime, report: PollReport, *, capped: bool
+    ) -> None:
+        """One (project, preset) from its watermark; `capped`: no further back than `initial_lookback`."""
+        watermark = read_watermark(store, project, preset)
+        start, end = window_for(
+            watermark, now, self.cfg.alignment_seconds, reread=self.reread, initial=self.initial_lookback
+        )
+        if capped:
+            start = max(start, end - self.initial_lookback)
+        if end <= start or (watermark is not None and end < watermark):
+            return
+        try:
+            part = self.fetch_preset(project, preset, start, end)
+        except SourceError as e:
+            report.failed[f"{project}/{preset}"] = e
+            return
+        n = replace_window(store, project, preset, start, end, part.samples, now=now)
+        report.windows.append(
+            WindowReport(project, preset, start, end, n, part.skipped, part.requests, self._preset_unknown)
+        )
+
+    def _backfill(
+        self,
+        store: StateStore,
+        pairs: list[tuple[str, str]],
+        since: datetime,
+        now: datetime,
+        report: PollReport,
+    ) -> None:
+        """Read not-yet-read ranges of ``[since, now)``, the newest chunk of any (project, preset)
+        first; a failed chunk stops that pair for this poll (a retryable one stops the backfill:
+        the quota is shared), and is asked for again at the next poll."""
+        align = self.cfg.alignment_seconds
+        lo, hi = _floor(since, align), _floor(now, align)
+        size = timedelta(hours=self.cfg.backfill_chunk_hours)
+        todo = [p for p in pairs if f"{p[0]}/{p[1]}" not in report.failed]  # its live window failed
+        for _ in range(self.cfg.backfill_chunks_per_poll):
+            chunks = [
+                (chunk, pair)
+                for pair in todo
+                if (chunk := newest_chunk(read_coverage(store, *pair), lo, hi, size, align)) is not None
+            ]
+            if not chunks:
+                return
+            (start, end), (project, preset) = min(chunks, key=lambda c: (-c[0][1].timestamp(), c[1]))
+            try:
+                part = self.fetch_preset(project, preset, start, end)
+            except SourceError as e:
+                report.backfill_failed[f"{project}/{preset}"] = e
+                log.warning("utilization backfill stopped for %s/%s: %s", project, preset, e)
+                if isinstance(e, RetryableSourceError):
+                    return
+                todo.remove((project, preset))
+                continue
+            n = replace_window(store, project, preset, start, end, part.samples, now=now, watermark=False)
+            report.windows.append(
+                WindowReport(
+                    project, preset, start, end, n, part.skipped, part.requests, self._preset_unknown, True
+                )
+            )
+
+
+def _floor(dt: datetime, align: int) -> datetime:
+    return datetime.fromtimestamp((int(dt.timestamp()) // align) * align, UTC)

@@ -1,7 +1,8 @@
 """The "utilization" component of the state store: watermarks and the samples of each window.
 
 Per polled scope (project) and preset the store keeps the end of the last window read successfully
-(`utilization_windows`) and the samples read; re-reading a window replaces its samples, so late
+(`utilization_windows`), every range read (`utilization_coverage`, `monitor.utilization.coverage`)
+and the samples read; re-reading a window replaces its samples, so late
 points replace earlier ones and nothing is ever doubled.
 
 Samples are stored narrow, because a fleet has hundreds of thousands of them: each distinct GPU
@@ -24,6 +25,7 @@ from typing import Any
 
 from monitor.state.store import StateStore
 from monitor.timeutil import parse_timestamp
+from monitor.utilization.coverage import record_coverage
 from monitor.utilization.records import GpuSample, SampleDraft, freeze
 from monitor.utilization.select import host_keys, merge
 
@@ -62,7 +64,14 @@ CREATE VIEW utilization_samples AS
     p.memory_used_bytes
   FROM utilization_points p JOIN utilization_series s ON s.id = p.series
 """
-_MIGRATIONS = (_V1, _V2)
+#: What was read, per (scope, preset): see `monitor.utilization.coverage`. Stores written before it
+#: have no record of their reads, so they start with none and the backfill reads the window again.
+_V3 = """
+CREATE TABLE utilization_coverage (
+  scope TEXT NOT NULL, preset TEXT NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL,
+  PRIMARY KEY (scope, preset, start))
+"""
+_MIGRATIONS = (_V1, _V2, _V3)
 
 # (project, host, gpu, signal) then the labels: one `utilization_series` row within a scope+preset.
 _SERIES_COLS = ("project", "host", "gpu", "signal", "zone", "instance_id", "instance_name", "cluster")
@@ -116,8 +125,10 @@ def replace_window(
     samples: Iterable[GpuSample],
     *,
     now: datetime,
+    watermark: bool = True,
 ) -> int:
-    """Atomically swap the samples of ``[start, end)`` and move the watermark to `end`.
+    """Atomically swap the samples of ``[start, end)``, record the range as read (coverage) and,
+    unless `watermark` is False (a backfill of older hours), move the watermark to `end`.
 
     Within (scope, preset) a sample is identified by (project, host, gpu, signal, start): of two
     given with the same identity the later one is kept, and one given outside the window replaces
@@ -152,6 +163,9 @@ def replace_window(
             " memory_used_bytes) VALUES (?, ?, ?, ?, ?)",
             sorted(rows.values(), key=itemgetter(1, 0)),  # in key order: appends, not page splits
         )
+        record_coverage(conn, scope, preset, start, end)
+        if not watermark:
+            return given
         conn.execute(
             "INSERT INTO utilization_windows (scope, preset, polled_until, updated_at) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (scope, preset) DO UPDATE SET polled_until = excluded.polled_until,"
