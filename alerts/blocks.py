@@ -9,6 +9,7 @@ permanent error and would turn a long label into a lost alert.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
@@ -17,7 +18,7 @@ from alerts.escape import escape_mrkdwn as esc
 from alerts.escape import truncate
 from monitor.model import Finding
 
-__all__ = ["money", "render_group", "snapshot"]
+__all__ = ["money", "render_group", "render_summary", "snapshot"]
 
 HEADER_MAX = 150
 SECTION_MAX = 2900
@@ -146,3 +147,40 @@ def render_group(
         blocks.append(_md(f"…and {len(firing) - MAX_FINDINGS} more findings ({money(rest)})"))
     blocks.extend(_resolved_blocks(resolved))
     return truncate(_fallback(reason, firing, resolved), 3000), blocks
+
+
+SUMMARY_MAX = 20  # findings listed in a first-start summary; the rest are counted
+
+
+def render_summary(
+    findings: Sequence[Finding], days: int, started: datetime, *, follow_up: bool = False
+) -> tuple[str, list[dict[str, Any]]]:
+    """(fallback text, blocks) for the one message that lists what ended before gpucost first
+    started: history, told once, instead of one "New" alert each. `findings` sorted by the caller."""
+    total = money(sum((f.impact_usd for f in findings), Decimal(0)))
+    head = f"{'More of what' if follow_up else 'What'} gpucost found in the last {days} days"
+    n = len(findings)
+    intro = (
+        f"Before gpucost started watching ({started:%Y-%m-%d %H:%M} UTC), the history shows {n}"
+        f" finding{'s' if n != 1 else ''} worth {total} that had already ended. They are listed once"
+        " here, not alerted one by one; anything still going on is alerted on its own."
+    )
+    lines = [
+        f"{_SEVERITY_EMOJI.get(f.severity.value, '')} *{esc(f.title)}*: {money(f.impact_usd)}"
+        f" ({f.window_start:%Y-%m-%d %H:%M}–{f.window_end:%Y-%m-%d %H:%M} UTC)"
+        + (f" · project `{esc(f.scope.project)}`" if f.scope.project else "")
+        for f in findings[:SUMMARY_MAX]
+    ]
+    if n > SUMMARY_MAX:
+        rest = money(sum((f.impact_usd for f in findings[SUMMARY_MAX:]), Decimal(0)))
+        lines.append(f"…and {n - SUMMARY_MAX} more ({rest}); `gpucost analyze` lists them all")
+    blocks: list[dict[str, Any]] = [{"type": "header", "text": _plain(head)}, _md(intro)]
+    chunk: list[str] = []
+    for line in lines:  # sections stay under Block Kit's text limit
+        if chunk and len("\n".join([*chunk, line])) > SECTION_MAX:
+            blocks.append(_md("\n".join(chunk)))
+            chunk = []
+        chunk.append(line)
+    if chunk:
+        blocks.append(_md("\n".join(chunk)))
+    return truncate(f"{head}: {n} finding{'s' if n != 1 else ''}, {total}", 3000), blocks

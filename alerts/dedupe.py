@@ -7,6 +7,10 @@ still undelivered, and when a new episode was first seen (for `group_wait`). Giv
 `decide` says whether to notify, wait, only update the log, or do nothing. It reads no clock and
 no database: the pipeline passes `now` and the entry in, and persists the entry `decide` hands back.
 
+A WAIT carries `wait_until`, the moment the group becomes due: the pipeline persists it as the
+group's timer, and the outbox job flushes the group then (`alerts.pipeline.flush_due`), as
+Alertmanager's group timers do, instead of waiting for the next detection run.
+
 Rules (in order):
 - No open episode (nothing announced as firing): a group with notifiable findings waits
   `group_wait` from when it was first seen, then notifies (`NEW_GROUP`; a new thread).
@@ -96,6 +100,7 @@ class Decision:
     reason: Reason | None = None
     new: frozenset[str] = frozenset()
     resolved: frozenset[str] = frozenset()
+    wait_until: datetime | None = None  # for WAIT: when the group is due (its timer; see pipeline)
 
 
 def decide(
@@ -130,7 +135,7 @@ def decide(
         return Decision(Action.RECORD, replace(e, firing=kept), reason, new, resolved)
     last = e.last_activity_at
     if last is not None and now < last + policy.group_interval:
-        return Decision(Action.WAIT, e, reason, new, resolved)
+        return Decision(Action.WAIT, e, reason, new, resolved, last + policy.group_interval)
     return _notify(e, reason, kept, now, new, resolved)
 
 
@@ -145,7 +150,8 @@ def _new_episode(e: LogEntry, firing: frozenset[str], now: datetime, policy: Pol
         return Decision(Action.RECORD, replace(e, first_seen_at=None))  # vanished while waiting
     seen = e.first_seen_at or now
     if now < seen + policy.group_wait:
-        return Decision(Action.WAIT, replace(e, first_seen_at=seen), Reason.NEW_GROUP, firing)
+        due = seen + policy.group_wait
+        return Decision(Action.WAIT, replace(e, first_seen_at=seen), Reason.NEW_GROUP, firing, wait_until=due)
     entry = replace(e, first_seen_at=None, episode=e.episode + 1)
     return _notify(entry, Reason.NEW_GROUP, firing, now, firing, frozenset())
 

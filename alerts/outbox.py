@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from alerts.notifier import Message
+from monitor.model import Finding, Scope, Severity
 from monitor.state.store import StateStore
 
 __all__ = [
@@ -40,11 +43,13 @@ __all__ = [
     "fmt_ts",
     "get_row",
     "known_channel_id",
+    "load_firing",
     "mark_attempt",
     "mark_failed",
     "mark_retry",
     "mark_sent",
     "parse_ts",
+    "save_firing",
     "status",
 ]
 
@@ -96,6 +101,27 @@ MIGRATIONS: list[str] = [
         name TEXT PRIMARY KEY,
         channel_id TEXT NOT NULL,
         updated_at TEXT NOT NULL
+    )
+    """,
+    # v3: group timers. `wait_until` is when a waiting group is due; `alerts_firing` holds what
+    # fired at the last detection run, so the outbox job can flush a due group without one.
+    """
+    ALTER TABLE alerts_nflog ADD COLUMN wait_until TEXT;
+    CREATE TABLE alerts_firing (
+        fingerprint TEXT PRIMARY KEY,
+        finding TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    )
+    """,
+    # v4: which findings from before the first start were posted in a summary, to which channel,
+    # in which message: each is summarised once, and never alerted one by one.
+    """
+    CREATE TABLE alerts_summarized (
+        fingerprint TEXT NOT NULL,
+        receiver TEXT NOT NULL,
+        idempotency_key TEXT NOT NULL,
+        summarized_at TEXT NOT NULL,
+        PRIMARY KEY (fingerprint, receiver)
     )
     """,
 ]
@@ -320,6 +346,61 @@ def _log_outcome(conn: sqlite3.Connection, row_id: int, key: str, now: datetime)
         " WHERE id = ?) AND receiver = (SELECT receiver FROM alerts_outbox WHERE id = ?)",
         (json.dumps(entry), row_id, row_id),
     )
+
+
+# -- what fired at the last detection run (for group timers) ------------------------------------------
+
+
+def _tag(v: Any) -> Any:
+    """JSON with the types findings carry (Decimal, datetime, date) kept, so a finding read back
+    renders exactly as it would have at detection time."""
+    if isinstance(v, Decimal):
+        return {"$dec": str(v)}
+    if isinstance(v, datetime):
+        return {"$dt": v.isoformat()}
+    if isinstance(v, date):
+        return {"$date": v.isoformat()}
+    return str(v)  # as `monitor.state.findings` stores it: never fail a detection over evidence
+
+
+def _untag(d: dict[str, Any]) -> Any:
+    if len(d) == 1:
+        ((k, v),) = d.items()
+        if k == "$dec":
+            return Decimal(v)
+        if k == "$dt":
+            return datetime.fromisoformat(v)
+        if k == "$date":
+            return date.fromisoformat(v)
+    return d
+
+
+def _encode(f: Finding) -> str:
+    data = {fl.name: getattr(f, fl.name) for fl in fields(f)}
+    data["scope"] = {fl.name: getattr(f.scope, fl.name) for fl in fields(f.scope)}
+    data["severity"] = f.severity.value
+    return json.dumps(data, default=_tag, sort_keys=True)
+
+
+def _decode(text: str) -> Finding:
+    data = json.loads(text, object_hook=_untag)
+    data["scope"] = Scope(**data["scope"])
+    data["severity"] = Severity(data["severity"])
+    return Finding(**data)
+
+
+def save_firing(conn: sqlite3.Connection, findings: Sequence[Finding], now: datetime) -> None:
+    """Replace the stored set of firing findings (inside the caller's transaction)."""
+    conn.execute("DELETE FROM alerts_firing")
+    conn.executemany(
+        "INSERT INTO alerts_firing (fingerprint, finding, updated_at) VALUES (?, ?, ?)",
+        [(f.fingerprint, _encode(f), fmt_ts(now)) for f in findings],
+    )
+
+
+def load_firing(conn: sqlite3.Connection) -> list[Finding]:
+    """What fired at the last detection run, as it was then."""
+    return [_decode(r[0]) for r in conn.execute("SELECT finding FROM alerts_firing ORDER BY fingerprint")]
 
 
 @dataclass(frozen=True)

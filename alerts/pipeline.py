@@ -10,6 +10,21 @@ sends what is due and records the outcome, and only a confirmed delivery writes 
 `last_notified_at` (in the same transaction that marks the outbox row sent).
 A fingerprint that was firing and is absent from `findings_now_firing` is resolved.
 
+Group timers, as in Alertmanager: a group that must wait (`group_wait` for a new group,
+`group_interval` for an update) stores when it is due (`wait_until` in its log row), and `process`
+stores what fired (`alerts_firing`). `flush_due(deps, now)`, run by the outbox job before each
+delivery (`outbox_tick`), runs the same stages for the groups whose time has come, over what fired
+at the last detection run: a finding first seen at t reaches Slack by t + group_wait + the outbox
+interval, whether or not another detection runs, and after a restart too (both are in the store).
+A flush only acts on due groups; repeats and resolutions still come from detection runs.
+
+First start is not a flood (`history`): a finding that ended before gpucost first started
+(`monitor.state.store.first_start`, less `first_start_grace_hours` for billing lag) is history.
+It never joins a group; once the history had time to be read (`first_start_summary_wait_minutes`
+after the first start) every such finding not yet told is posted in ONE summary message per
+channel, through the outbox like any alert (idempotent; `alerts_summarized` remembers what was
+told, so a restart sends nothing again, and a later-found one goes in a follow-up summary).
+
 Each stage is a small function `(Batch, Ctx) -> Batch`; none reads a clock or calls a network.
 """
 
@@ -17,23 +32,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from alerts.blocks import render_group, snapshot
+from alerts.blocks import render_group, render_summary, snapshot
 from alerts.dedupe import Action, Decision, LogEntry, Policy, Reason, decide
 from alerts.delivery import DeliveryReport, deliver_outbox, fire_fault
 from alerts.notifier import Message, Notifier
-from alerts.outbox import enqueue, ensure_schema, fmt_ts, parse_ts
+from alerts.outbox import enqueue, ensure_schema, fmt_ts, load_firing, parse_ts, save_firing
 from alerts.routing import MATCH_KEYS, finding_value, route, routes_from_config
 from alerts.silence import ActiveSilence, is_silenced, silences_from_config
 from monitor.config import AlertsConfig, SlackConfig
 from monitor.errors import ConfigError
 from monitor.model import Finding, Severity
-from monitor.state.store import StateStore
+from monitor.state.store import StateStore, first_start, recorded_first_start
 
 __all__ = [
     "DEFAULT_CHANNEL",
@@ -42,11 +58,14 @@ __all__ = [
     "PipelineReport",
     "build_stages",
     "deliver_outbox",
+    "flush_due",
     "idempotency_key",
+    "outbox_tick",
     "process",
 ]
 
 DEFAULT_CHANNEL = "#gpucost-alerts"
+SUMMARY_GROUP = "first_start_summary"  # the outbox group of first-start summaries
 
 
 @dataclass(frozen=True)
@@ -83,6 +102,8 @@ class PipelineReport:
     groups: int
     waiting: int
     notified: tuple[Notified, ...]
+    history: int = 0  # findings that ended before the first start (never alerted one by one)
+    summaries: tuple[str, ...] = ()  # idempotency keys of the summaries enqueued
 
 
 @dataclass
@@ -112,8 +133,13 @@ class Ctx:
     group_by: tuple[str, ...]
     policy: Policy
     still_firing: frozenset[str] = frozenset()
+    only: frozenset[tuple[str, str]] | None = None  # a timer flush: decide for these groups only
+    started: datetime | None = None  # first start; None: no history split
+    history_cut: datetime | None = None  # a finding ending before this is history
+    summary_due: bool = False  # the history had time to be read: summarise it
     counts: dict[str, int] = field(default_factory=dict)
     notified: list[Notified] = field(default_factory=list)
+    summaries: list[str] = field(default_factory=list)
 
     def count(self, name: str, n: int = 1) -> None:
         self.counts[name] = self.counts.get(name, 0) + n
@@ -146,6 +172,18 @@ def route_stage(b: Batch, ctx: Ctx) -> Batch:
     return replace(b, routed=[(f, route(f, ctx.routes, ctx.default_channel)) for f in b.findings])
 
 
+def history(b: Batch, ctx: Ctx) -> Batch:
+    """Take out what ended before the first start; summarise it once it is due (not in a flush)."""
+    if ctx.history_cut is None:
+        return b
+    cut = ctx.history_cut
+    past = [(f, r) for f, r in b.routed if f.window_end < cut]
+    ctx.count("history", len(past))
+    if past and ctx.summary_due and ctx.only is None:
+        _enqueue_summaries(past, ctx)
+    return replace(b, routed=[(f, r) for f, r in b.routed if f.window_end >= cut])
+
+
 def group(b: Batch, ctx: Ctx) -> Batch:
     groups: dict[tuple[str, str], Group] = {}
     for f, receiver in b.routed:
@@ -164,6 +202,8 @@ def dedupe(b: Batch, ctx: Ctx) -> Batch:
     groups = dict(b.groups)
     for (key, receiver), row in logs.items():
         groups.setdefault((key, receiver), Group(key, receiver, json.loads(row["labels"])))
+    if ctx.only is not None:
+        groups = {gid: g for gid, g in groups.items() if gid in ctx.only}
     decisions = []
     for gid, g in sorted(groups.items()):
         row = logs.get(gid)
@@ -179,6 +219,8 @@ def enqueue_stage(b: Batch, ctx: Ctx) -> Batch:
     for g, d, extra in b.decisions:
         row = extra["row"]
         if d.action is Action.NONE:
+            if row is not None and row["wait_until"] is not None:  # nothing left to wait for
+                _clear_timer(ctx.conn, g)
             continue
         if d.action is Action.WAIT:
             ctx.count("waiting")
@@ -188,13 +230,14 @@ def enqueue_stage(b: Batch, ctx: Ctx) -> Batch:
             root_key = _enqueue_notification(g, d, snaps, root_key, ctx)
         current = {f.fingerprint: snapshot(f) for f in g.findings}
         snaps = {fp: s for fp, s in {**snaps, **current}.items() if fp in d.entry.firing or fp in current}
-        _save_log(ctx.conn, g, d.entry, snaps, root_key, ctx.now)
+        timer = d.wait_until if d.action is Action.WAIT else None
+        _save_log(ctx.conn, g, d.entry, snaps, root_key, ctx.now, timer)
     return b
 
 
 def build_stages() -> tuple[Stage, ...]:
     """The whole alert pipeline, in order. Delivery and recording run in `deliver_outbox`."""
-    return (unique, min_severity, silence, route_stage, group, dedupe, enqueue_stage)
+    return (unique, min_severity, silence, route_stage, history, group, dedupe, enqueue_stage)
 
 
 def process(findings_now_firing: Sequence[Finding], now: datetime, deps: Deps) -> PipelineReport:
@@ -202,21 +245,63 @@ def process(findings_now_firing: Sequence[Finding], now: datetime, deps: Deps) -
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware (UTC)")
     ensure_schema(deps.store)
-    settings = _settings(deps)
+    settings = _settings(deps, now)
     with deps.store.transaction() as conn:
-        ctx = Ctx(now=now, conn=conn, **settings)
-        batch = Batch(findings=list(findings_now_firing))
-        for stage in build_stages():
-            batch = stage(batch, ctx)
+        save_firing(conn, list({f.fingerprint: f for f in findings_now_firing}.values()), now)
+        ctx = _run(Ctx(now=now, conn=conn, **settings), findings_now_firing)
     fire_fault(deps.fault, "after_enqueue")
+    return _report(ctx)
+
+
+def flush_due(deps: Deps, now: datetime) -> PipelineReport:
+    """Decide for every group whose wait ended by `now`, over what fired at the last detection
+    run (one transaction, like `process`); a no-op when no timer is due."""
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware (UTC)")
+    ensure_schema(deps.store)
+    settings = _settings(deps, now)
+    with deps.store.transaction() as conn:
+        due = frozenset(
+            (r[0], r[1])
+            for r in conn.execute(
+                "SELECT group_key, receiver FROM alerts_nflog WHERE wait_until IS NOT NULL"
+                " AND wait_until <= ?",
+                (fmt_ts(now),),
+            )
+        )
+        ctx = Ctx(now=now, conn=conn, **settings, only=due)
+        if due:
+            ctx = _run(ctx, load_firing(conn))
+    if ctx.notified:
+        fire_fault(deps.fault, "after_enqueue")
+    return _report(ctx)
+
+
+def outbox_tick(deps: Deps, now: datetime) -> tuple[PipelineReport, DeliveryReport]:
+    """What the outbox job does each interval: flush the groups that are due, then deliver."""
+    flushed = flush_due(deps, now)
+    return flushed, deliver_outbox(deps, now)
+
+
+def _run(ctx: Ctx, findings: Sequence[Finding]) -> Ctx:
+    batch = Batch(findings=list(findings))
+    for stage in build_stages():
+        batch = stage(batch, ctx)
+    ctx.count("groups", len(batch.decisions))
+    return ctx
+
+
+def _report(ctx: Ctx) -> PipelineReport:
     c = ctx.counts
     return PipelineReport(
         received=c.get("received", 0),
         below_min_severity=c.get("below_min_severity", 0),
         silenced=c.get("silenced", 0),
-        groups=len(batch.decisions),
+        groups=c.get("groups", 0),
         waiting=c.get("waiting", 0),
         notified=tuple(ctx.notified),
+        history=c.get("history", 0),
+        summaries=tuple(ctx.summaries),
     )
 
 
@@ -229,7 +314,7 @@ def idempotency_key(group_key: str, receiver: str, fingerprints: Sequence[str], 
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-def _settings(deps: Deps) -> dict[str, Any]:
+def _settings(deps: Deps, now: datetime) -> dict[str, Any]:
     a = deps.alerts
     for key in a.group_by:
         if key not in MATCH_KEYS and not (key.startswith("label.") and len(key) > 6):
@@ -248,6 +333,25 @@ def _settings(deps: Deps) -> dict[str, Any]:
             repeat_interval=timedelta(hours=a.repeat_interval_hours),
             send_resolved=a.send_resolved,
         ),
+        **_history_settings(deps, now),
+    }
+
+
+def _history_settings(deps: Deps, now: datetime) -> dict[str, Any]:
+    """The first start (recorded now if nothing recorded it yet; an older outbox row wins, so an
+    upgraded install does not call what it already alerted "history") and the cut it implies."""
+    a = deps.alerts
+    if not a.first_start_summary:
+        return {}
+    started = recorded_first_start(deps.store)
+    if started is None:
+        with deps.store.transaction() as conn:
+            oldest = conn.execute("SELECT MIN(created_at) FROM alerts_outbox").fetchone()[0]
+        started = first_start(deps.store, min(now, parse_ts(oldest)) if oldest else now)
+    return {
+        "started": started,
+        "history_cut": started - timedelta(hours=a.first_start_grace_hours),
+        "summary_due": now >= started + timedelta(minutes=a.first_start_summary_wait_minutes),
     }
 
 
@@ -278,6 +382,47 @@ def _enqueue_notification(
     )
     ctx.notified.append(Notified(g.key, g.receiver, reason, key, tuple(fps)))
     return key if is_root else root_key
+
+
+def _enqueue_summaries(past: list[tuple[Finding, str]], ctx: Ctx) -> None:
+    """One summary per channel of the history not told yet, and the record that it was told.
+    A finding some group already announced (before first starts were recorded) was told too."""
+    told = {(r[0], r[1]) for r in ctx.conn.execute("SELECT fingerprint, receiver FROM alerts_summarized")}
+    for r in ctx.conn.execute("SELECT receiver, entry FROM alerts_nflog"):
+        told |= {(fp, r[0]) for fp in json.loads(r[1])["firing"]}
+    by_receiver: dict[str, list[Finding]] = {}
+    for f, receiver in past:
+        if (f.fingerprint, receiver) not in told:
+            by_receiver.setdefault(receiver, []).append(f)
+    started = ctx.started or ctx.now  # set whenever `history_cut` is
+    for receiver, found in sorted(by_receiver.items()):
+        found.sort(key=lambda f: (-f.impact_usd, f.fingerprint))
+        earlier = ctx.conn.execute(
+            "SELECT COUNT(DISTINCT idempotency_key) FROM alerts_summarized WHERE receiver = ?", (receiver,)
+        ).fetchone()[0]
+        span = started - min(f.window_start for f in found)
+        days = max(1, math.ceil(span.total_seconds() / 86400))
+        text, blocks = render_summary(found, days, started, follow_up=earlier > 0)
+        fps = [f.fingerprint for f in found]
+        key = idempotency_key(SUMMARY_GROUP, receiver, fps, earlier + 1)
+        msg = Message(key, receiver, text, blocks)
+        enqueue(
+            ctx.conn,
+            key=key,
+            group_key=SUMMARY_GROUP,
+            receiver=receiver,
+            sequence=earlier + 1,
+            reason="summary",
+            root_key=None,
+            message=msg,
+            now=ctx.now,
+        )
+        ctx.conn.executemany(
+            "INSERT INTO alerts_summarized (fingerprint, receiver, idempotency_key, summarized_at)"
+            " VALUES (?, ?, ?, ?)",
+            [(fp, receiver, key, fmt_ts(ctx.now)) for fp in fps],
+        )
+        ctx.summaries.append(key)
 
 
 def _load_log(conn: sqlite3.Connection, groups: dict[tuple[str, str], Group]) -> dict[tuple[str, str], Any]:
@@ -319,6 +464,7 @@ def _save_log(
     snaps: dict[str, Any],
     root_key: str | None,
     now: datetime,
+    wait_until: datetime | None = None,
 ) -> None:
     entry = {
         "firing": sorted(e.firing),
@@ -331,10 +477,11 @@ def _save_log(
     }
     active = int(bool(e.firing) or e.first_seen_at is not None)
     conn.execute(
-        "INSERT INTO alerts_nflog (group_key, receiver, labels, entry, snapshots, root_key, active, updated_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (group_key, receiver) DO UPDATE SET"
-        " entry = excluded.entry, snapshots = excluded.snapshots, root_key = excluded.root_key,"
-        " active = excluded.active, updated_at = excluded.updated_at",
+        "INSERT INTO alerts_nflog (group_key, receiver, labels, entry, snapshots, root_key, active,"
+        " updated_at, wait_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (group_key, receiver)"
+        " DO UPDATE SET entry = excluded.entry, snapshots = excluded.snapshots,"
+        " root_key = excluded.root_key, active = excluded.active, updated_at = excluded.updated_at,"
+        " wait_until = excluded.wait_until",
         (
             g.key,
             g.receiver,
@@ -344,5 +491,12 @@ def _save_log(
             root_key,
             active,
             fmt_ts(now),
+            fmt_ts(wait_until) if wait_until else None,
         ),
+    )
+
+
+def _clear_timer(conn: sqlite3.Connection, g: Group) -> None:
+    conn.execute(
+        "UPDATE alerts_nflog SET wait_until = NULL WHERE group_key = ? AND receiver = ?", (g.key, g.receiver)
     )

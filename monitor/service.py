@@ -44,6 +44,7 @@ from monitor.cycle import (
 from monitor.daemon import JobSpec, Scheduler, wait_for_signal
 from monitor.http import HealthServer
 from monitor.sources.base import BillingSource
+from monitor.state.store import first_start
 
 __all__ = ["JOB_GRACE_S", "SHUTDOWN_BUDGET_S", "Service"]
 
@@ -161,6 +162,7 @@ class Service:
             JobSpec("utilization_poll", self.utilization_job, every(d.utilization_poll_minutes * 60)),
             # Kicked after each poll; the interval only catches a kick lost to a race.
             JobSpec("detection", self.detection_job, every(fastest_poll), run_at_start=False),
+            # Also the alert groups' timers: a group whose group_wait ended is sent from here.
             JobSpec("outbox_delivery", step(run_delivery), every(d.outbox_seconds)),
             JobSpec(
                 "daily_digest",
@@ -193,6 +195,9 @@ class Service:
     def start(self) -> None:
         """Start the HTTP server and the scheduler (returns at once)."""
         d = self.cfg.daemon
+        # What ended before the very first start is history (one summary, not a flood of alerts).
+        started = first_start(self.deps.store, self._now())
+        log.info("first started", extra={"first_start": started.isoformat()})
         self.sched = Scheduler(
             self.job_specs(),
             self.deps.metrics,

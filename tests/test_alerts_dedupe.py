@@ -281,3 +281,27 @@ def test_repeats_count_from_delivery_and_never_pile_up_behind_a_queued_message()
     # a change waits group_interval from the queued message, delivered or not
     assert decide(queued, fs("a", "b"), fs("a", "b"), T0 + 299 * S, POLICY).action is Action.WAIT
     assert decide(queued, fs("a", "b"), fs("a", "b"), T0 + 300 * S, POLICY).action is Action.NOTIFY
+
+
+@pytest.mark.parametrize(
+    ("name", "entry", "firing", "now", "due"),
+    [
+        ("new group: first seen + group_wait", None, fs("a"), T0 + 5 * S, T0 + 35 * S),
+        ("new group keeps its first sighting", LogEntry(first_seen_at=T0), fs("a", "b"), T0 + 29 * S, T0 + 30 * S),
+        ("update: last message + group_interval", notified(fs("a"), T0), fs("a", "b"), T0 + 60 * S, T0 + 300 * S),
+        (
+            "update: counts from a queued message too",
+            replace(notified(fs("a"), T0), queued_at=T0 + 100 * S),
+            fs("a", "b"),
+            T0 + 120 * S,
+            T0 + 400 * S,
+        ),
+    ],
+)
+def test_a_wait_says_when_the_group_is_due(name, entry, firing, now, due) -> None:
+    """The group's timer: the pipeline persists it and the outbox job flushes the group then."""
+    d = decide(entry, firing, firing, now, POLICY)
+    assert d.action is Action.WAIT, name
+    assert d.wait_until == due, name
+    assert decide(d.entry, firing, firing, due, POLICY).action is Action.NOTIFY, name
+    assert decide(d.entry, firing, firing, due - S, POLICY).action is Action.WAIT, name

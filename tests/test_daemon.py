@@ -86,3 +86,29 @@ def test_a_stuck_job_is_abandoned_within_the_timeout() -> None:
         assert time.monotonic() - t0 < 1.0
     finally:
         release.set()
+
+
+def test_the_outbox_job_flushes_a_group_whose_wait_ended(tmp_path) -> None:
+    """`run_delivery` (the outbox job) sends a group once its group_wait ends, with no detection
+    run in between: the daemon's first alert comes group_wait + the outbox interval after detection."""
+    import io
+    from datetime import UTC, datetime, timedelta
+
+    from alerts.console import ConsoleNotifier
+    from alerts.pipeline import process
+    from monitor.config import Config
+    from monitor.cycle import Deps, run_delivery
+    from monitor.state.store import SQLiteStore
+    from tests.test_group_timer import finding
+
+    cfg = Config.model_validate({})
+    notifier = ConsoleNotifier(tmp_path / "alerts", io.StringIO())
+    store = SQLiteStore(tmp_path / "state.sqlite")
+    deps = Deps(cfg, None, store, None, None, None, None, [], notifier, Metrics.create())  # type: ignore[arg-type]
+    t0 = datetime(2026, 11, 18, 14, 0, 8, tzinfo=UTC)
+    process([finding()], t0, deps.alert_deps)
+    wait = timedelta(seconds=cfg.alerts.group_wait_seconds)
+    assert run_delivery(deps, t0 + wait - timedelta(seconds=1))["flushed"] == 0
+    result = run_delivery(deps, t0 + wait)
+    assert result["flushed"] == 1 and result["pending"] == 0
+    assert len((tmp_path / "alerts" / "alerts.jsonl").read_text().splitlines()) == 1

@@ -17,12 +17,13 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from monitor.errors import ConfigError
 
-__all__ = ["SQLiteStore", "StateConnection", "StateStore", "open_store", "redact_url"]
+__all__ = ["SQLiteStore", "StateConnection", "StateStore", "first_start", "open_store", "recorded_first_start", "redact_url"]
 
 _POSTGRES = ("postgresql://", "postgres://")
 
@@ -121,6 +122,33 @@ class SQLiteStore:
                 conn.close()
             self._all.clear()
         self._local = threading.local()
+
+
+_META_MIGRATIONS = ["CREATE TABLE state_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"]
+
+
+def first_start(store: StateStore, now: datetime) -> datetime:
+    """When gpucost first ran against this store: the first caller's `now`, recorded once (the
+    daemon at start, else the first alert pipeline run), then only read. What ended before it is
+    history, summarised once rather than alerted as news (`alerts.pipeline`)."""
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware (UTC)")
+    store.migrate("state", _META_MIGRATIONS)
+    with store.transaction() as conn:
+        conn.execute(
+            "INSERT OR IGNORE INTO state_meta (key, value) VALUES ('first_start', ?)",
+            (now.astimezone(UTC).isoformat(),),
+        )
+        row = conn.execute("SELECT value FROM state_meta WHERE key = 'first_start'").fetchone()
+    return datetime.fromisoformat(row[0])
+
+
+def recorded_first_start(store: StateStore) -> datetime | None:
+    """The first start, if one was recorded (read only)."""
+    store.migrate("state", _META_MIGRATIONS)
+    with store.transaction() as conn:
+        row = conn.execute("SELECT value FROM state_meta WHERE key = 'first_start'").fetchone()
+    return None if row is None else datetime.fromisoformat(row[0])
 
 
 def open_store(url: str) -> StateStore:
