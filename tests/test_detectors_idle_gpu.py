@@ -1,4 +1,5 @@
-"""idle_gpu: runs of idle hours per instance, the two stories, gaps, and estimated -> billed."""
+"""idle_gpu: runs of idle hours per instance, the three stories and what was read, gaps, past runs,
+and estimated -> billed."""
 
 from __future__ import annotations
 
@@ -8,18 +9,22 @@ from decimal import Decimal
 import pytest
 
 from monitor.detectors.idle_gpu import MPS_FALLBACK, IdleGpu, IdleGpuConfig
-from monitor.model import Severity
-from tests.test_detectors_common import D, FakePrices, at, gpu, inputs
+from monitor.gpu_identity import row_identity
+from monitor.model import Severity, fingerprint
+from tests.test_detectors_common import D, FakePrices, H, at, gpu, inputs
 
 
 def pattern(spec: str, **kw) -> list:
-    """One char per hour from hour 0: B busy, I all 8 GPUs idle, P 2 of 8 idle, U unmonitored, . no row."""
+    """One char per hour from hour 0: B busy, I all 8 GPUs idle (1% busy), L all idle at 8% busy (low, not
+    ~0), P 2 of 8 idle, U unmonitored (billed, no utilization read), . no row."""
     rows = []
     for h, c in enumerate(spec):
         if c == "B":
             rows.append(gpu(h, util=90.0, **kw))
         elif c == "I":
             rows.append(gpu(h, util=1.0, idle=8, **kw))
+        elif c == "L":
+            rows.append(gpu(h, util=8.0, idle=8, **kw))
         elif c == "P":
             rows.append(gpu(h, util=60.0, idle=2, **kw))
         elif c == "U":
@@ -33,49 +38,176 @@ def run(rows, cfg: IdleGpuConfig | None = None, **kw):
 
 
 CASES = [
-    # spec, expected variant (None = no finding), idle hours counted
-    ("BBBB", None, 0),
-    ("BBIB", None, 0),  # one idle hour between jobs is a pause, not waste
-    ("BBIIBB", "went_idle", 2),
-    ("BBIIIIII", "went_idle", 6),
-    ("IIIIIIII", "never_used", 8),
-    ("UUIIII", "never_used", 4),  # unmonitored hours are not busy
-    ("II.II", "never_used", 4),  # one missing hour does not break a run (max_gap_hours = 1)
-    ("BI..IB", None, 0),  # two missing hours do: runs of 1 and 1
-    ("BIUIB", "went_idle", 2),  # an unmonitored hour is a gap, not a busy hour
-    ("BIIBIIIB", "went_idle", 5),  # two runs, both counted in one finding
-    ("BPPPB", "went_idle", 3),  # 2 of 8 GPUs idle: their cost only
+    # spec, expected findings as (variant, idle hours), one per run of idle hours
+    ("BBBB", []),
+    ("BBIB", []),  # one idle hour between jobs is a pause, not waste
+    ("BBIIBB", [("went_idle", 2)]),
+    ("BBIIIIII", [("went_idle", 6)]),
+    ("IIIIIIII", [("never_used", 8)]),
+    ("UUIIII", [("idle", 4)]),  # utilization read from hour 2 only: nothing known about hours 0-1
+    ("II.II", [("never_used", 4)]),  # one missing hour does not break a run (max_gap_hours = 1)
+    ("BI..IB", []),  # two missing hours do: runs of 1 and 1
+    ("BIUIB", [("went_idle", 2)]),  # an unmonitored hour is a gap, not a busy hour
+    ("BIIBIIIB", [("went_idle", 2), ("went_idle", 3)]),  # two past runs: two findings
+    ("BPPPB", [("went_idle", 3)]),  # 2 of 8 GPUs idle: their cost only
+    ("IIIBBB", [("idle", 3)]),  # idle, then busy: neither forgotten nor "went idle"
 ]
 
 
-@pytest.mark.parametrize(("spec", "variant", "hours"), CASES)
-def test_idle_runs(spec, variant, hours) -> None:
+@pytest.mark.parametrize(("spec", "expected"), CASES)
+def test_idle_runs(spec, expected) -> None:
     findings = run(pattern(spec))
-    if variant is None:
-        assert findings == []
+    assert [(f.evidence["variant"], f.evidence["idle_hours"]) for f in findings] == expected
+    if not findings:
         return
-    (f,) = findings
-    assert f.evidence["variant"] == variant
-    assert f.evidence["idle_hours"] == hours
     idle_per_hour = {"I": D(88), "P": D(22)}  # 8 or 2 GPUs x $11
-    expected = sum((idle_per_hour[c] for c in spec if c in "IP"), Decimal(0))
-    assert f.impact_usd == expected  # in these cases every idle hour belongs to a long-enough run
-    # evidence adds up to the impact, hour by hour and run by run
-    assert sum(D(str(h["idle_cost_usd"])) for h in f.evidence["hours"]) == f.impact_usd
-    assert sum(D(str(r["idle_cost_usd"])) for r in f.evidence["runs"]) == f.impact_usd
+    expected_usd = sum((idle_per_hour[c] for c in spec if c in "IP"), Decimal(0))
+    assert sum(f.impact_usd for f in findings) == expected_usd  # every idle hour is in a long-enough run
+    for f in findings:
+        # evidence adds up to the impact, hour by hour and run by run
+        assert sum(D(str(h["idle_cost_usd"])) for h in f.evidence["hours"]) == f.impact_usd
+        assert sum(D(str(r["idle_cost_usd"])) for r in f.evidence["runs"]) == f.impact_usd
+    assert len({f.fingerprint for f in findings}) == len(findings)
 
 
 def test_wording_differs_between_forgotten_vm_and_hung_job() -> None:
-    (forgotten,) = run(pattern("IIII"))
-    (hung,) = run(pattern("BBIIII"))
+    (forgotten,) = IdleGpu().evaluate(inputs(gpu_hours=pattern("IIII")), at(4))
+    (hung,) = IdleGpu().evaluate(inputs(gpu_hours=pattern("BBIIII")), at(6))
     assert forgotten.title.startswith("Forgotten GPU VM train-0: 8× H100 unused for 4 h")
     assert "Stop or delete train-0" in forgotten.recommendation
-    assert hung.title == "Idle GPUs on train-0: 8× H100 idle for 4 h, $352.00"
+    assert (
+        hung.title == "Idle GPUs on train-0: 8× H100 went idle (possibly hung), idle for 4 h so far, $352.00"
+    )
     assert "hung or finished job" in hung.recommendation
     assert hung.evidence["last_busy"] == "2026-11-02T01:00:00Z"
     assert hung.evidence["idle_since"] == "2026-11-02T02:00:00Z"
     assert hung.window_start == at(2) and hung.window_end == at(6)
     assert hung.scope.instance == "train-0" and hung.scope.zone == "us-central1-a"
+
+
+B30 = "B" * 30
+WORDING = [
+    # spec, now (hour; None: the end of the 14-day window), variant, still idle, said, never said
+    pytest.param(
+        B30 + "I" * 6,
+        36,
+        "went_idle",
+        True,
+        [
+            "Idle GPUs on train-0: 8× H100 went idle (possibly hung), idle for 6 h so far, $528.00",
+            "was busy until 2026-11-03 06:00 UTC",
+            "~0% busy",
+            "Still idle",
+            "job's logs",
+            "NCCL",
+        ],
+        ["Forgotten", "unused", "no GPU activity"],
+        id="the issue's hung VM: busy until 6 hours ago",
+    ),
+    pytest.param(
+        B30 + "L" * 6,
+        36,
+        "went_idle",
+        True,
+        ["Idle GPUs on train-0: 8× H100 went idle, idle for 6 h so far, $528.00", "was busy until"],
+        ["possibly hung", "Forgotten"],
+        id="busy, then low but not ~0: went idle, not hung",
+    ),
+    pytest.param(
+        "U" * 30 + "I" * 6,
+        36,
+        "idle",
+        True,
+        [
+            "Idle GPUs on train-0: 8× H100 idle for 6 h, $528.00",
+            "in the 6 hours of utilization read since 2026-11-03 06:00 UTC",
+            "of 36 hours billed",
+        ],
+        ["Forgotten", "went idle", "any hour", "since 2026-11-02 00:00 UTC:"],
+        id="first start: 6 hours read of 36 billed, no Forgotten claim",
+    ),
+    pytest.param(
+        "I" * 36,
+        36,
+        "never_used",
+        True,
+        [
+            "Forgotten GPU VM train-0: 8× H100 unused for 36 h, $3,168.00",
+            "no GPU activity in any hour since 2026-11-02 00:00 UTC",
+            "Stop or delete train-0",
+        ],
+        ["went idle", "utilization read"],
+        id="all idle over the whole history: forgotten",
+    ),
+    pytest.param(
+        "U" * 6 + "I" * (14 * 24 - 6),
+        None,
+        "never_used",
+        True,
+        [
+            "Forgotten GPU VM train-0: 8× H100 unused for 330 h",
+            "no GPU activity in the 330 hours of utilization read since 2026-11-02 06:00 UTC "
+            "(of 336 hours billed since 2026-11-02 00:00 UTC)",
+        ],
+        ["any hour"],
+        id="a notebook VM idle for two weeks, read from its 7th hour: forgotten, within what was read",
+    ),
+    pytest.param(
+        "I" * 24,
+        48,
+        "never_used",
+        False,
+        ["Forgotten GPU VM train-0: 8× H100 unused for 24 h until 2026-11-03 00:00 UTC, $2,112.00"],
+        ["Still idle", "Stop or delete"],
+        id="a forgotten VM since deleted: a past finding",
+    ),
+    pytest.param(
+        "B" * 24 + "I" * 24 + "B" * 48,
+        96,
+        "went_idle",
+        False,
+        [
+            "Idle GPUs on train-0: 8× H100 went idle (possibly hung) for 24 h until 2026-11-04 00:00 UTC, "
+            "$2,112.00",
+            "then its GPUs sat idle for 24 hours until 2026-11-04 00:00 UTC",
+            "job's logs",
+        ],
+        ["Still idle", "Forgotten"],
+        id="a job that hung for a day, then resumed",
+    ),
+]
+
+
+@pytest.mark.parametrize(("spec", "now", "variant", "still_idle", "said", "unsaid"), WORDING)
+def test_words_never_claim_more_than_was_read(spec, now, variant, still_idle, said, unsaid) -> None:
+    inp = inputs(gpu_hours=pattern(spec))
+    (f,) = IdleGpu().evaluate(inp, inp.window_end if now is None else at(now))
+    assert (f.evidence["variant"], f.evidence["still_idle"]) == (variant, still_idle)
+    text = "\n".join([f.title, f.summary, f.recommendation])
+    assert [s for s in said if s not in text] == []
+    assert [s for s in unsaid if s in text] == []
+
+
+def test_a_past_run_is_its_own_finding_reported_once() -> None:
+    spec = "B" * 24 + "I" * 24 + "B" * 100 + "I" * 6  # hung for a day last week, resumed; hung again now
+    rows = pattern(spec)
+    now = at(len(spec))
+    past, ongoing = IdleGpu().evaluate(inputs(gpu_hours=rows), now)
+    assert (past.window_start, past.window_end, past.impact_usd) == (at(24), at(48), D(88 * 24))
+    assert "until 2026-11-04 00:00 UTC" in past.title and not past.evidence["still_idle"]
+    assert (ongoing.window_start, ongoing.impact_usd, ongoing.evidence["still_idle"]) == (
+        at(148),
+        D(528),
+        True,
+    )
+    # the ongoing finding keeps the node's fingerprint (open findings and estimated -> billed carry over)
+    assert ongoing.fingerprint == fingerprint("idle_gpu", row_identity(rows[-1]).scope())
+    assert past.fingerprint != ongoing.fingerprint
+    # reported once: the same fingerprints an hour later, and while the window slides over the run
+    later = IdleGpu().evaluate(inputs(gpu_hours=pattern(spec + "I")), now + H)
+    assert [f.fingerprint for f in later] == [past.fingerprint, ongoing.fingerprint]
+    slid = replace(inputs(gpu_hours=rows), window_start=at(30))
+    assert [f.fingerprint for f in IdleGpu().evaluate(slid, now)] == [past.fingerprint, ongoing.fingerprint]
 
 
 def test_memory_held_is_called_out() -> None:
@@ -161,6 +293,14 @@ def test_still_idle_only_when_the_idle_run_reaches_the_end_of_the_data() -> None
     (stopped,) = IdleGpu().evaluate(inp, at(12))  # no rows after hour 5: the VM was stopped
     assert now_idle.evidence["still_idle"] and "Still idle" in now_idle.summary
     assert not stopped.evidence["still_idle"] and "Still idle" not in stopped.summary
+    # the stretch is over: it is now a past run with its own fingerprint (its final length and cost)
+    assert stopped.fingerprint != now_idle.fingerprint
+    assert (
+        "until 2026-11-02 06:00 UTC" in stopped.title and "went idle (possibly hung) for 4 h" in stopped.title
+    )
+    # the current hour's samples may not be polled yet: an hour late is still ongoing, even without gaps
+    (polled_late,) = IdleGpu(IdleGpuConfig(max_gap_hours=0)).evaluate(inp, at(6) + H / 2)
+    assert polled_late.evidence["still_idle"] and polled_late.fingerprint == now_idle.fingerprint
 
 
 # ------------------------------------------------------------------- GKE identity, effective price
@@ -192,6 +332,8 @@ def test_gke_estimated_then_billed_keeps_one_fingerprint_and_names_the_pool() ->
     gce = run(pattern("BBIIII", instance=NODE))  # the same name as a plain VM is another node
     assert gce[0].fingerprint != late.fingerprint
     assert late.title.startswith(f"Idle GPUs on GKE node {NODE} (h100-train/a3-pool)")
+    assert "was busy until 2026-11-02 02:00 UTC" in late.summary and "hung job" in late.summary
+    assert "Forgotten" not in late.title + late.summary
     assert "kubectl get pods -A --field-selector spec.nodeName=" in late.recommendation
     assert (late.evidence["cluster"], late.evidence["node_pool"]) == ("h100-train", "a3-pool")
     assert late.evidence["signal_note"] == MPS_FALLBACK and "time-shared/MPS" in late.summary

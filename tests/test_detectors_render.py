@@ -57,6 +57,9 @@ def test_markdown_report_leads_with_impact_why_and_what_to_do() -> None:
     assert first < md.index("### 2. [WARNING] Cross-zone traffic in VM w|0")
     assert "- **Impact:** $880.00 between 2026-11-02 04:00 UTC and 2026-11-02 14:00 UTC (estimated)" in md
     assert "- **What to do:** Check the job on train-0" in md
+    # busy, then ~0% until its rows stop at 14:00: a past stretch, worded as such (not "Forgotten")
+    assert "Idle GPUs on train-0: 8× H100 went idle (possibly hung) for 10 h until 2026-11-02 14:00 UTC" in md
+    assert "Forgotten GPU VM forgotten-l4" in md  # idle in every hour read, from the window's first hour
     assert "- **Evidence:** 10 idle hours, 80.0 idle GPU-hours of 8× H100 = $880.00" in md
     assert "| 1 | warning | $880.00 | Idle GPUs on train-0" in md
     assert "w\\|0" in md  # table cells are escaped

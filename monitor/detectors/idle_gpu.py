@@ -1,23 +1,36 @@
-"""`idle_gpu`: GPUs billed while idle for `min_idle_hours` or more, per instance.
+"""`idle_gpu`: GPUs billed while idle for `min_idle_hours` or more, per GPU node and idle stretch.
 
 The utilization layer already decided which GPU-hours were idle (mean below its threshold, or memory
 held at 0% busy) and what they cost; this detector finds runs of consecutive idle hours long enough to
-be waste rather than a pause, and tells two stories apart:
+be waste rather than a pause, and words each one by what the history READ can support (a node's
+history is its hours in the window; "read" are those with utilization data):
 
-- *never used*: no GPU on the instance was busy in any hour of the window since it was first seen,
-  the forgotten VM;
-- *went idle*: the GPUs were busy and then stopped working, the hung or finished-but-not-stopped job.
+- `never_used`, the forgotten VM: no GPU of the node was busy in any hour read, AND what was read
+  covers the node's first billed hour in the window (within `max_gap_hours`) or spans at least
+  `FORGOTTEN_MIN_READ_HOURS` (3 days: longer than a weekend pause). "Since <date>" is the first hour
+  read; when fewer hours were read than billed, the text says "in the N hours of utilization read".
+- `went_idle`: a busy hour was read before the run: a job stopped working. *Possibly hung* when every
+  hour of the run had all GPUs idle at ~0% (at most `HUNG_MAX_UTIL_PCT`): the advice is to check
+  the job (its logs, an NCCL hang), not to delete the VM.
+- `idle`: neither (too little was read to call it forgotten, e.g. a daemon's first hours; or the
+  node was idle first and busy later): idle hours are stated, nothing is claimed about before.
 
-One finding per GPU node (its fingerprint is kind + the node identity of `monitor.gpu_identity`:
-project + instance id for a GCE VM, project + cluster + node name for a GKE node; never the window,
-the amount or whether the cost is estimated), so a finding first raised from estimated prices is
-reconciled when the billing rows land instead of alerting twice. GKE findings name the cluster and
-node pool, and say which utilization signal the node was judged on (a time-shared / MPS GPU has no
-container metrics, only the node duty cycle).
+Findings and fingerprints (kind + the node identity of `monitor.gpu_identity`: project + instance
+id for a GCE VM, project + cluster + node name for a GKE node; never the amount or whether the cost
+is estimated): the run still going at the end of the data is THE node's finding, fingerprinted by
+the node alone as in earlier releases, so a finding first raised from estimated prices is
+reconciled when the billing rows land, and backfilled older hours do not re-key it. A run that
+ended inside the window (a job hung for a day last week, then resumed or deleted) is a finding of
+its own, fingerprinted by node + the END of the run: the end is fixed once the run is over, while
+its start moves when the window slides over it or when older utilization is backfilled (newest
+first), so each past run is reported once. A run that ends stops being the ongoing finding (which
+resolves) and is reported once more as a past run with its final length and cost.
 
-Idle dollars are at the effective price (gross GPU cost plus its commitment and sustained-use
-credits); the evidence carries the on-demand (gross) equivalent, and a reserved GPU billed at $0
-shows its idle GPU-hours with $0 idle dollars.
+GKE findings name the cluster and node pool, and say which utilization signal the node was judged on
+(a time-shared / MPS GPU has no container metrics, only the node duty cycle). Idle dollars are at the
+effective price (gross GPU cost plus its commitment and sustained-use credits); the evidence carries
+the on-demand (gross) equivalent, and a reserved GPU billed at $0 shows its idle GPU-hours with $0
+idle dollars.
 """
 
 from __future__ import annotations
@@ -46,6 +59,8 @@ from monitor.gpu_identity import NodeKind, row_identity
 from monitor.model import Finding, Scope, fingerprint
 
 __all__ = [
+    "FORGOTTEN_MIN_READ_HOURS",
+    "HUNG_MAX_UTIL_PCT",
     "MPS_FALLBACK",
     "NODE_POOL_LABEL",
     "IdleGpu",
@@ -70,6 +85,14 @@ class IdleGpuConfig(DetectorConfig):
 
 #: The billing label GKE puts the node pool in; shown in a GKE finding's scope labels.
 NODE_POOL_LABEL = "goog-k8s-node-pool-name"
+
+#: Hours of all-idle utilization read that make a VM "forgotten" even when what was read does not
+#: reach back to its first billed hour in the window (3 days: longer than a weekend between jobs).
+FORGOTTEN_MIN_READ_HOURS = 72
+
+#: Mean GPU utilization (%) at or under which an idle hour is "~0": a run of such hours right after
+#: busy ones is a possibly hung job (the idle threshold itself is higher, 10% by default).
+HUNG_MAX_UTIL_PCT = 2.0
 
 #: Evidence wording for a GKE node judged on its node duty cycle because it has no container metrics.
 MPS_FALLBACK = "container metrics absent (time-shared/MPS GPUs report none); node duty cycle used"
@@ -172,26 +195,63 @@ class IdleGpu(Detector):
         end = min(inputs.window_end, now)
         for key in sorted(groups, key=str):
             rows = _dedupe_hours(groups[key])
-            runs = self._runs(rows)
-            if runs and (f := self._finding(rows, runs, inputs, end)) is not None:
-                findings.append(f)
+            for run in self._runs(rows):
+                if (f := self._finding(rows, run, inputs, end)) is not None:
+                    findings.append(f)
         return findings
 
+    def _ongoing(self, rows: Sequence[GpuHour], run: Sequence[GpuHour], end: datetime) -> bool:
+        """The run reaches the node's last hour and that hour is at the end of the data (within the
+        gap tolerance, at least an hour: the current hour's samples may not be polled yet): the waste
+        is still running. Being ongoing decides the fingerprint, so it must not flicker."""
+        last = rows[-1]
+        tolerance = ONE_HOUR * (max(self.config.max_gap_hours, 1) + 1)
+        return run[-1] is last and last.hour + tolerance >= end
+
+    def _story(self, rows: Sequence[GpuHour], run: Sequence[GpuHour]) -> dict[str, Any]:
+        """What the history read supports about this run (see the module docstring): the variant and
+        the facts its wording states."""
+        read = [r for r in rows if r.monitored]
+        first_read = read[0].hour if read else run[0].hour
+        before = [r for r in rows if r.hour < run[0].hour and r.busy]
+        covers_first = first_read - rows[0].hour <= ONE_HOUR * self.config.max_gap_hours
+        read_span = (rows[-1].hour + ONE_HOUR - first_read) // ONE_HOUR
+        if before:
+            variant = "went_idle"
+        elif not any(r.busy for r in rows) and (covers_first or read_span >= FORGOTTEN_MIN_READ_HOURS):
+            variant = "never_used"
+        else:
+            variant = "idle"
+        hung = bool(before) and all(
+            r.idle_gpu_hours >= r.gpu_hours and (r.mean_utilization_pct or 0.0) <= HUNG_MAX_UTIL_PCT
+            for r in run
+        )
+        return {
+            "variant": variant,
+            "possibly_hung": hung,
+            "first_seen": iso(rows[0].hour),
+            "first_read": iso(first_read),
+            "billed_hours": len(rows),
+            "read_hours": len(read),
+            "read_covers_first_billed_hour": covers_first,
+            "last_busy": iso(before[-1].hour) if before else None,
+            "busy_until": iso(before[-1].hour + ONE_HOUR) if before else None,
+        }
+
     def _finding(
-        self, rows: Sequence[GpuHour], runs: list[list[GpuHour]], inputs: DetectorInputs, end: datetime
+        self, rows: Sequence[GpuHour], run: Sequence[GpuHour], inputs: DetectorInputs, end: datetime
     ) -> Finding | None:
-        idle = [r for run in runs for r in run]
+        idle = list(run)
         impact = sum((q6(r.idle_cost) for r in idle), Decimal(0))
         # reserved GPUs billed at $0 have no idle dollars but still waste the reservation: an info
         # finding with $0 impact and the idle GPU-hours in the evidence
         reserved_only = impact == 0 and _reserved(idle)
         if not self.keep(impact) and not reserved_only:
             return None
-        never_used = not any(r.monitored and r.idle_gpu_hours < r.gpu_hours for r in rows)
         shown, ident = instance_scope(rows)
-        busy = [r.hour for r in rows if self._classify(r) == "busy"]
         last = rows[-1]
-        gpus = max(r.gpus for r in rows)
+        ongoing = self._ongoing(rows, run, end)
+        run_end = idle[-1].hour + ONE_HOUR
         idle_gpu_hours = sum((r.idle_gpu_hours for r in idle), Decimal(0))
         gross = sum((q6(r.idle_cost_gross) for r in idle), Decimal(0))
         if _reserved(idle):
@@ -199,7 +259,7 @@ class IdleGpu(Detector):
         signal, note = signal_evidence(rows)
         gke = row_identity(last).kind is NodeKind.GKE
         evidence = {
-            "variant": "never_used" if never_used else "went_idle",
+            **self._story(rows, run),
             "platform": "gke" if gke else "gce",
             "cluster": last.cluster,
             "node_pool": node_pool(rows),
@@ -207,14 +267,14 @@ class IdleGpu(Detector):
             "signal_note": note,
             "machine_type": last.machine_type,
             "gpu_model": last.gpu_model,
-            "gpus": gpus,
-            "first_seen": iso(rows[0].hour),
-            "last_busy": iso(max(busy)) if busy else None,
-            "idle_since": iso(runs[-1][0].hour),
+            "gpus": max(r.gpus for r in rows),
+            "idle_since": iso(idle[0].hour),
+            # None while the run is still going
+            "idle_until": None if ongoing else iso(run_end),
             # idle up to the end of the data: the waste is still running (not stopped since)
-            "still_idle": runs[-1][-1] is last
-            and last.hour + ONE_HOUR * (self.config.max_gap_hours + 1) >= end,
+            "still_idle": ongoing,
             "idle_hours": len(idle),
+            "max_idle_utilization_pct": max((r.mean_utilization_pct or 0.0) for r in idle),
             "idle_gpu_hours": float(idle_gpu_hours),
             "idle_cost_usd": money(impact),
             # idle dollars are at the effective price; this is the same GPU-hours before the
@@ -227,10 +287,12 @@ class IdleGpu(Detector):
             "estimated_hours": sum(1 for r in idle if r.estimated),
             "estimated_cost_usd": money(sum((q6(r.idle_cost) for r in idle if r.estimated), Decimal(0))),
             "price_source": _price_source(idle, inputs),
-            "runs": [_run_evidence(run) for run in runs],
+            "runs": [_run_evidence(idle)],
             "hours": [_hour_evidence(r, inputs.provisional_from) for r in idle],
         }
         title, summary, rec = _wording(shown, evidence, impact)
+        # the ongoing run keeps the node's fingerprint; a past run is keyed by its (fixed) end
+        extra = () if ongoing else ("ended", iso(run_end) or "")
         return Finding(
             kind=self.name,
             severity=self.severity(impact),
@@ -238,11 +300,11 @@ class IdleGpu(Detector):
             summary=summary,
             impact_usd=impact,
             window_start=idle[0].hour,
-            window_end=idle[-1].hour + ONE_HOUR,
+            window_end=run_end,
             scope=shown,
             evidence=evidence,
             recommendation=rec,
-            fingerprint=fingerprint(self.name, ident),
+            fingerprint=fingerprint(self.name, ident, *extra),
             provisional=any(r.hour >= inputs.provisional_from for r in idle),
             estimated=any(r.estimated for r in idle),
         )
@@ -311,71 +373,127 @@ def _hour_evidence(r: GpuHour, provisional_from: datetime) -> dict[str, Any]:
 
 
 def _wording(scope: Scope, ev: dict[str, Any], impact: Decimal) -> tuple[str, str, str]:
-    if ev["platform"] == "gke":
-        return _gke_wording(scope, ev, impact)
-    name = scope.instance or scope.instance_id or "?"
-    where = f"{name} ({scope.project}, {scope.zone})"
+    """(title, summary, recommendation); a GKE node is named with its cluster and node pool."""
     gpus = f"{ev['gpus']}× {ev['gpu_model'] or 'GPU'}"
-    hours = ev["idle_hours"]
-    if ev["variant"] == "never_used":
-        title = f"Forgotten GPU VM {name}: {gpus} unused for {hours} h, {fmt_usd(impact)}"
-        summary = (
-            f"{where} has {gpus} that showed no GPU activity in any hour since {human(ev['first_seen'])}: "
-            f"{hours} idle hours cost {fmt_usd(impact)} in GPU charges alone."
-        )
-        rec = (
-            f"Stop or delete {name} if nobody is using it (snapshot its disk first if unsure); "
-            "add an idle-shutdown policy or a TTL label for interactive GPU VMs."
-        )
+    if ev["platform"] == "gke":
+        name, pool = scope.instance or "?", ev["node_pool"] or "?"
+        where = f"GKE node {name} (cluster {scope.cluster}, node pool {pool}, {scope.project}, {scope.zone})"
+        title, rec = _gke_title_rec(name, scope.cluster, pool, gpus, ev, impact)
+        summary = _summary(where, gpus, ev, impact, holder="a pod")
     else:
-        title = f"Idle GPUs on {name}: {gpus} idle for {hours} h, {fmt_usd(impact)}"
-        runs = len(ev["runs"])
-        stretches = "" if runs == 1 else f" in {runs} stretches"
-        summary = (
-            f"{where} did GPU work and then sat idle for {hours} hours{stretches} (latest from "
-            f"{human(ev['idle_since'])}), costing {fmt_usd(impact)} in idle GPU time."
+        name = scope.instance or scope.instance_id or "?"
+        where = f"{name} ({scope.project}, {scope.zone})"
+        title, rec = _gce_title_rec(name, gpus, ev, impact)
+        summary = _summary(where, gpus, ev, impact, holder="a process")
+    return title, _tail(summary, ev), rec
+
+
+def _until(ev: dict[str, Any]) -> str:
+    return "" if ev["idle_until"] is None else f" until {human(ev['idle_until'])}"
+
+
+def _gce_title_rec(name: str, gpus: str, ev: dict[str, Any], impact: Decimal) -> tuple[str, str]:
+    h, usd, past = ev["idle_hours"], fmt_usd(impact), ev["idle_until"] is not None
+    if ev["variant"] == "never_used":
+        title = f"Forgotten GPU VM {name}: {gpus} unused for {h} h{_until(ev)}, {usd}"
+        act = (
+            f"If {name} still exists and nobody uses it, delete it"
+            if past
+            else f"Stop or delete {name} if nobody is using it"
         )
-        if ev["memory_held_hours"]:
-            summary += " GPU memory stayed allocated while idle: a process is holding the GPUs."
-        rec = (
-            f"Check the job on {name}: a hung or finished job is keeping the GPUs allocated. Kill or "
-            "restart it, or stop the VM; add a watchdog that stops the VM (or fails the job) when GPU "
+        return title, (
+            f"{act} (snapshot its disk first if unsure); add an idle-shutdown policy or a TTL label for "
+            "interactive GPU VMs."
+        )
+    if ev["variant"] == "went_idle":
+        hung = " (possibly hung)" if ev["possibly_hung"] else ""
+        how = f"for {h} h{_until(ev)}" if past else f"idle for {h} h so far"
+        title = f"Idle GPUs on {name}: {gpus} went idle{hung}{',' if not past else ''} {how}, {usd}"
+        fix = "" if past else " Kill or restart it, or stop the VM."
+        return title, (
+            f"Check the job on {name}: a hung or finished job {'kept' if past else 'is keeping'} the GPUs "
+            "allocated. Look at the job's logs for why (a stuck NCCL collective, a dead data loader, a "
+            f"job waiting for input).{fix} Add a watchdog that stops the VM (or fails the job) when GPU "
             "utilization stays near zero."
         )
-    return title, _tail(summary, ev), rec
+    return f"Idle GPUs on {name}: {gpus} idle for {h} h{_until(ev)}, {usd}", (
+        f"Check whether {name} is in use: if nothing should run on it, stop or delete it (snapshot its "
+        "disk first if unsure); if a job should, look at the job's logs. An idle-shutdown policy or a "
+        "TTL label stops interactive GPU VMs nobody uses."
+    )
 
 
-def _gke_wording(scope: Scope, ev: dict[str, Any], impact: Decimal) -> tuple[str, str, str]:
-    """A GKE node: named with its cluster and node pool; the fix is on the pool or the job's pods."""
-    name = scope.instance or "?"
-    pool = ev["node_pool"] or "?"
-    where = f"GKE node {name} (cluster {scope.cluster}, node pool {pool}, {scope.project}, {scope.zone})"
-    gpus = f"{ev['gpus']}× {ev['gpu_model'] or 'GPU'}"
-    hours = ev["idle_hours"]
+def _gke_title_rec(
+    name: str, cluster: str | None, pool: str, gpus: str, ev: dict[str, Any], impact: Decimal
+) -> tuple[str, str]:
+    """GKE wording: "Idle GPUs on GKE node <node> (<cluster>/<pool>)"; the fix is on the pool or the
+    job's pods."""
+    h, usd = ev["idle_hours"], fmt_usd(impact)
     if ev["variant"] == "never_used":
-        title = f"Unused GPU node {name} in {scope.cluster}/{pool}: {gpus} unused for {hours} h, {fmt_usd(impact)}"
+        return f"Unused GPU node {name} in {cluster}/{pool}: {gpus} unused for {h} h{_until(ev)}, {usd}", (
+            f"Scale node pool {pool} of cluster {cluster} down (or let the cluster autoscaler remove "
+            "empty GPU nodes, min size 0) if nothing is scheduled to use its GPUs."
+        )
+    return f"Idle GPUs on GKE node {name} ({cluster}/{pool}): {gpus} idle for {h} h{_until(ev)}, {usd}", (
+        f"Check the pods on {name} (kubectl get pods -A --field-selector spec.nodeName={name}): a hung "
+        f"or finished job {'kept' if ev['idle_until'] else 'is keeping'} the GPUs allocated. Look at the job's logs (e.g. a stuck NCCL "
+        "collective), delete or restart it, and add a GPU-idle watchdog or activeDeadlineSeconds; let "
+        f"node pool {pool} scale down when it is free."
+    )
+
+
+def _summary(where: str, gpus: str, ev: dict[str, Any], impact: Decimal, holder: str) -> str:
+    """The story the history read supports, never more: "since" the first hour read, and "in the N
+    hours of utilization read" when fewer hours were read than billed."""
+    h, usd, past = ev["idle_hours"], fmt_usd(impact), ev["idle_until"] is not None
+    since, until = human(ev["idle_since"]), human(ev["idle_until"])
+    if ev["variant"] == "never_used":
         summary = (
-            f"{where} has {gpus} that showed no GPU activity in any hour since {human(ev['first_seen'])}: "
-            f"{hours} idle hours cost {fmt_usd(impact)} in GPU charges alone."
+            f"{where} {'had' if past else 'has'} {gpus} that showed no GPU activity {_seen(ev)}: {h} idle "
+            f"hours{f' from {since} to {until}' if past else ''} cost {usd} in GPU charges alone."
         )
-        rec = (
-            f"Scale node pool {pool} of cluster {scope.cluster} down (or let the cluster autoscaler "
-            "remove empty GPU nodes, min size 0) if nothing is scheduled to use its GPUs."
+    elif ev["variant"] == "went_idle":
+        start = "" if ev["idle_since"] == ev["busy_until"] else f" from {since}"
+        summary = (
+            f"{where} was busy until {human(ev['busy_until'])}, then its GPUs sat idle for {h} hours"
+            f"{start}{f' until {until}' if past else ''}, costing {usd} in idle GPU time."
         )
+        if ev["possibly_hung"]:
+            summary += (
+                f" Utilization fell to ~0% busy (at most {ev['max_idle_utilization_pct']:g}% in any idle "
+                "hour) and stayed there: the pattern of a hung job."
+            )
     else:
-        title = f"Idle GPUs on GKE node {name} ({scope.cluster}/{pool}): {gpus} idle for {hours} h, {fmt_usd(impact)}"
-        summary = (
-            f"{where} did GPU work and then sat idle for {hours} hours (latest from "
-            f"{human(ev['idle_since'])}), costing {fmt_usd(impact)} in idle GPU time."
+        span = f"from {since} to {until}" if past else f"since {since}"
+        summary = f"{where} had {gpus} idle for {h} hours {span}, costing {usd} in idle GPU time."
+        summary += _unknown_before(ev)
+    if ev["memory_held_hours"]:
+        summary += f" GPU memory stayed allocated while idle: {holder} is holding the GPUs."
+    return summary
+
+
+def _seen(ev: dict[str, Any]) -> str:
+    """Where no activity was seen: every billed hour since the first one read, or only those read."""
+    read, billed, first = ev["read_hours"], ev["billed_hours"], human(ev["first_read"])
+    if read >= billed:
+        return f"in any hour since {first}"
+    return (
+        f"in the {read} hours of utilization read since {first} (of {billed} hours billed since "
+        f"{human(ev['first_seen'])})"
+    )
+
+
+def _unknown_before(ev: dict[str, Any]) -> str:
+    """The `idle` variant: what was (not) read before the stretch."""
+    read, billed, first = ev["read_hours"], ev["billed_hours"], human(ev["first_read"])
+    if read < billed and read == ev["idle_hours"]:  # every hour read is in this stretch
+        return f" It showed no GPU activity {_seen(ev)}; what it did before {first} is not known."
+    if read < billed:
+        return (
+            f" No GPU activity was read before this stretch; utilization was read for {read} of the "
+            f"{billed} hours billed since {human(ev['first_seen'])}, from {first}."
         )
-        if ev["memory_held_hours"]:
-            summary += " GPU memory stayed allocated while idle: a pod is holding the GPUs."
-        rec = (
-            f"Check the pods on {name} (kubectl get pods -A --field-selector spec.nodeName={name}): a hung "
-            "or finished job is keeping the GPUs allocated. Delete or restart it, and add a GPU-idle "
-            f"watchdog or activeDeadlineSeconds; let node pool {pool} scale down when it is free."
-        )
-    return title, _tail(summary, ev), rec
+    return f" No GPU activity was read before this stretch (utilization read since {first})."
 
 
 def _tail(summary: str, ev: dict[str, Any]) -> str:
