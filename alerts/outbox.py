@@ -20,6 +20,7 @@ Row states: pending -> sent | failed. Retryable errors keep the row pending with
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 from collections.abc import Sequence
@@ -42,6 +43,7 @@ __all__ = [
     "ensure_schema",
     "fmt_ts",
     "get_row",
+    "idempotency_key",
     "known_channel_id",
     "load_firing",
     "mark_attempt",
@@ -437,3 +439,12 @@ def status(store: StateStore) -> OutboxStatus:
         last_error=None if err is None else err[0],
         oldest_pending_at=None if oldest is None else parse_ts(oldest),
     )
+
+
+def idempotency_key(group_key: str, receiver: str, fingerprints: Sequence[str], sequence: int) -> str:
+    """hash(group key, receiver, fingerprints, notification sequence): one key per message."""
+    payload = json.dumps([group_key, receiver, sorted(fingerprints), sequence], separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+# -- helpers ---------------------------------------------------------------------------------------

@@ -18,38 +18,34 @@ at the last detection run: a finding first seen at t reaches Slack by t + group_
 interval, whether or not another detection runs, and after a restart too (both are in the store).
 A flush only acts on due groups; repeats and resolutions still come from detection runs.
 
-First start is not a flood (`history`): a finding that ended before gpucost first started
-(`monitor.state.store.first_start`, less `first_start_grace_hours` for billing lag) is history.
-It never joins a group; once the history had time to be read (`first_start_summary_wait_minutes`
-after the first start) every such finding not yet told is posted in ONE summary message per
-channel, through the outbox like any alert (idempotent; `alerts_summarized` remembers what was
-told, so a restart sends nothing again, and a later-found one goes in a follow-up summary).
+First start is not a flood: the `history` stage keeps findings that ended before gpucost first
+started out of every group and hands them to `alerts.history`, which posts them once as one summary
+per channel.
 
 Each stage is a small function `(Batch, Ctx) -> Batch`; none reads a clock or calls a network.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from alerts.blocks import render_group, render_summary, snapshot
+from alerts.blocks import render_group, snapshot
 from alerts.dedupe import Action, Decision, LogEntry, Policy, Reason, decide
 from alerts.delivery import DeliveryReport, deliver_outbox, fire_fault
+from alerts.history import enqueue_summaries, history_settings
 from alerts.notifier import Message, Notifier
-from alerts.outbox import enqueue, ensure_schema, fmt_ts, load_firing, parse_ts, save_firing
+from alerts.outbox import enqueue, ensure_schema, fmt_ts, idempotency_key, load_firing, parse_ts, save_firing
 from alerts.routing import MATCH_KEYS, finding_value, route, routes_from_config
 from alerts.silence import ActiveSilence, is_silenced, silences_from_config
 from monitor.config import AlertsConfig, SlackConfig
 from monitor.errors import ConfigError
 from monitor.model import Finding, Severity
-from monitor.state.store import StateStore, first_start, recorded_first_start
+from monitor.state.store import StateStore
 
 __all__ = [
     "DEFAULT_CHANNEL",
@@ -65,7 +61,6 @@ __all__ = [
 ]
 
 DEFAULT_CHANNEL = "#gpucost-alerts"
-SUMMARY_GROUP = "first_start_summary"  # the outbox group of first-start summaries
 
 
 @dataclass(frozen=True)
@@ -180,7 +175,7 @@ def history(b: Batch, ctx: Ctx) -> Batch:
     past = [(f, r) for f, r in b.routed if f.window_end < cut]
     ctx.count("history", len(past))
     if past and ctx.summary_due and ctx.only is None:
-        _enqueue_summaries(past, ctx)
+        ctx.summaries += enqueue_summaries(ctx.conn, past, now=ctx.now, started=ctx.started or ctx.now)
     return replace(b, routed=[(f, r) for f, r in b.routed if f.window_end >= cut])
 
 
@@ -305,13 +300,6 @@ def _report(ctx: Ctx) -> PipelineReport:
     )
 
 
-def idempotency_key(group_key: str, receiver: str, fingerprints: Sequence[str], sequence: int) -> str:
-    """hash(group key, receiver, fingerprints, notification sequence): one key per message."""
-    payload = json.dumps([group_key, receiver, sorted(fingerprints), sequence], separators=(",", ":"))
-    return hashlib.sha256(payload.encode()).hexdigest()[:32]
-
-
-# -- helpers ---------------------------------------------------------------------------------------
 
 
 def _settings(deps: Deps, now: datetime) -> dict[str, Any]:
@@ -333,26 +321,10 @@ def _settings(deps: Deps, now: datetime) -> dict[str, Any]:
             repeat_interval=timedelta(hours=a.repeat_interval_hours),
             send_resolved=a.send_resolved,
         ),
-        **_history_settings(deps, now),
+        **history_settings(deps.alerts, deps.store, now),
     }
 
 
-def _history_settings(deps: Deps, now: datetime) -> dict[str, Any]:
-    """The first start (recorded now if nothing recorded it yet; an older outbox row wins, so an
-    upgraded install does not call what it already alerted "history") and the cut it implies."""
-    a = deps.alerts
-    if not a.first_start_summary:
-        return {}
-    started = recorded_first_start(deps.store)
-    if started is None:
-        with deps.store.transaction() as conn:
-            oldest = conn.execute("SELECT MIN(created_at) FROM alerts_outbox").fetchone()[0]
-        started = first_start(deps.store, min(now, parse_ts(oldest)) if oldest else now)
-    return {
-        "started": started,
-        "history_cut": started - timedelta(hours=a.first_start_grace_hours),
-        "summary_due": now >= started + timedelta(minutes=a.first_start_summary_wait_minutes),
-    }
 
 
 def _enqueue_notification(
@@ -384,45 +356,6 @@ def _enqueue_notification(
     return key if is_root else root_key
 
 
-def _enqueue_summaries(past: list[tuple[Finding, str]], ctx: Ctx) -> None:
-    """One summary per channel of the history not told yet, and the record that it was told.
-    A finding some group already announced (before first starts were recorded) was told too."""
-    told = {(r[0], r[1]) for r in ctx.conn.execute("SELECT fingerprint, receiver FROM alerts_summarized")}
-    for r in ctx.conn.execute("SELECT receiver, entry FROM alerts_nflog"):
-        told |= {(fp, r[0]) for fp in json.loads(r[1])["firing"]}
-    by_receiver: dict[str, list[Finding]] = {}
-    for f, receiver in past:
-        if (f.fingerprint, receiver) not in told:
-            by_receiver.setdefault(receiver, []).append(f)
-    started = ctx.started or ctx.now  # set whenever `history_cut` is
-    for receiver, found in sorted(by_receiver.items()):
-        found.sort(key=lambda f: (-f.impact_usd, f.fingerprint))
-        earlier = ctx.conn.execute(
-            "SELECT COUNT(DISTINCT idempotency_key) FROM alerts_summarized WHERE receiver = ?", (receiver,)
-        ).fetchone()[0]
-        span = started - min(f.window_start for f in found)
-        days = max(1, math.ceil(span.total_seconds() / 86400))
-        text, blocks = render_summary(found, days, started, follow_up=earlier > 0)
-        fps = [f.fingerprint for f in found]
-        key = idempotency_key(SUMMARY_GROUP, receiver, fps, earlier + 1)
-        msg = Message(key, receiver, text, blocks)
-        enqueue(
-            ctx.conn,
-            key=key,
-            group_key=SUMMARY_GROUP,
-            receiver=receiver,
-            sequence=earlier + 1,
-            reason="summary",
-            root_key=None,
-            message=msg,
-            now=ctx.now,
-        )
-        ctx.conn.executemany(
-            "INSERT INTO alerts_summarized (fingerprint, receiver, idempotency_key, summarized_at)"
-            " VALUES (?, ?, ?, ?)",
-            [(fp, receiver, key, fmt_ts(ctx.now)) for fp in fps],
-        )
-        ctx.summaries.append(key)
 
 
 def _load_log(conn: sqlite3.Connection, groups: dict[tuple[str, str], Group]) -> dict[tuple[str, str], Any]:

@@ -21,7 +21,8 @@ import pytest
 from pydantic import SecretStr
 
 from alerts.console import ConsoleNotifier
-from alerts.pipeline import SUMMARY_GROUP, Deps, outbox_tick, process
+from alerts.history import SUMMARY_GROUP
+from alerts.pipeline import Deps, outbox_tick, process
 from alerts.slack import SlackNotifier
 from monitor.config import AlertsConfig, Route, SlackConfig
 from monitor.model import Finding, Scope, Severity, fingerprint
