@@ -356,3 +356,19 @@ def test_reserved_gpus_at_zero_dollars_raise_an_info_finding() -> None:
     assert (f.impact_usd, f.severity, f.evidence["reserved"]) == (D(0), Severity.INFO, True)
     assert f.evidence["idle_gpu_hours"] == 32.0 and f.evidence["idle_cost_on_demand_usd"] == 352.0
     assert run([replace(r, gpu_cost=D(0), idle_cost=D(0)) for r in pattern("I")]) == []  # one hour: a pause
+
+
+def test_a_stalled_utilization_poll_does_not_end_an_ongoing_run() -> None:
+    # Billing keeps landing for hours whose utilization was not read (polling stalled): the idle run
+    # is still the ongoing finding, under the same fingerprint, not a "past" one alerted anew.
+    def evaluate(spec: str):
+        inp = inputs(gpu_hours=pattern(spec))
+        (f,) = IdleGpu().evaluate(inp, at(len(spec)))
+        return f
+
+    before, stalled = evaluate("BBIIII"), evaluate("BBIIIIUUUU")
+    assert before.evidence["still_idle"] and stalled.evidence["still_idle"]
+    assert stalled.fingerprint == before.fingerprint
+    # a later hour whose utilization WAS read (busy) does end it
+    ended = evaluate("BBIIIIB")
+    assert not ended.evidence["still_idle"] and ended.fingerprint != before.fingerprint

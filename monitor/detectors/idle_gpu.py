@@ -199,10 +199,13 @@ class IdleGpu(Detector):
     def _ongoing(self, rows: Sequence[GpuHour], run: Sequence[GpuHour], end: datetime) -> bool:
         """The run reaches the node's last hour and that hour is at the end of the data (within the
         gap tolerance, at least an hour: the current hour's samples may not be polled yet): the waste
-        is still running. Being ongoing decides the fingerprint, so it must not flicker."""
-        last = rows[-1]
+        is still running. Being ongoing decides the fingerprint, so it must not flicker: billed hours
+        after the run with no utilization read for them (polling stalled, or not read yet) do not end
+        it; only a later hour whose utilization was read (busy, or idle after a gap) does."""
+        if any(r.monitored and r.hour > run[-1].hour for r in rows):
+            return False
         tolerance = ONE_HOUR * (max(self.config.max_gap_hours, 1) + 1)
-        return run[-1] is last and last.hour + tolerance >= end
+        return rows[-1].hour + tolerance >= end
 
     def _story(self, rows: Sequence[GpuHour], run: Sequence[GpuHour]) -> dict[str, Any]:
         """What the history read supports about this run (see the module docstring): the variant and
