@@ -4,7 +4,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 DEMO_CONFIG ?= deploy/config/demo.toml
-PYTEST_ARGS ?= -n 2
+# loadfile: a module's tests share one worker, so a module-scoped fixture (an emulator fleet, a
+# daemon run) is built once, not once per worker.
+PYTEST_ARGS ?= -n 2 --dist loadfile
 
 .PHONY: demo test lint bench clean venv bqemu postgres
 

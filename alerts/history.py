@@ -2,8 +2,8 @@
 
 A finding whose window ended before the first start (`monitor.state.store.first_start`, less
 `first_start_grace_hours` for billing lag) is not news: the pipeline's `history` stage keeps it out
-of every group, and once the history had time to be read (`first_start_summary_wait_minutes` after
-the first start) every such finding not yet told goes out in ONE summary message per channel,
+of every group, and once the history was read (the backfill covered the whole window, or at the
+latest `first_start_summary_wait_minutes` after the first start) every such finding not yet told goes out in ONE summary message per channel,
 through the outbox like any alert. `alerts_summarized` remembers what was told, so a restart sends
 nothing again and a finding from before the start found later goes in a follow-up summary.
 """
@@ -28,9 +28,13 @@ __all__ = ["SUMMARY_GROUP", "enqueue_summaries", "history_settings"]
 SUMMARY_GROUP = "first_start_summary"  # the outbox group of first-start summaries
 
 
-def history_settings(a: AlertsConfig, store: StateStore, now: datetime) -> dict[str, Any]:
+def history_settings(
+    a: AlertsConfig, store: StateStore, now: datetime, *, history_read: bool = False
+) -> dict[str, Any]:
     """The first start (recorded now if nothing recorded it yet; an older outbox row wins, so an
-    upgraded install does not call what it already alerted "history") and the cut it implies."""
+    upgraded install does not call what it already alerted "history") and the cut it implies.
+    The summary is due once the history was read, or when the wait ends if reading it takes longer
+    (a backfill held back by quota: what is found later goes in a follow-up summary)."""
     if not a.first_start_summary:
         return {}
     started = recorded_first_start(store)
@@ -41,7 +45,7 @@ def history_settings(a: AlertsConfig, store: StateStore, now: datetime) -> dict[
     return {
         "started": started,
         "history_cut": started - timedelta(hours=a.first_start_grace_hours),
-        "summary_due": now >= started + timedelta(minutes=a.first_start_summary_wait_minutes),
+        "summary_due": history_read or now >= started + timedelta(minutes=a.first_start_summary_wait_minutes),
     }
 
 

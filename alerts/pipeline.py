@@ -235,12 +235,16 @@ def build_stages() -> tuple[Stage, ...]:
     return (unique, min_severity, silence, route_stage, history, group, dedupe, enqueue_stage)
 
 
-def process(findings_now_firing: Sequence[Finding], now: datetime, deps: Deps) -> PipelineReport:
-    """Run the pipeline for everything firing at `now`; returns what was decided and enqueued."""
+def process(
+    findings_now_firing: Sequence[Finding], now: datetime, deps: Deps, *, history_read: bool = False
+) -> PipelineReport:
+    """Run the pipeline for everything firing at `now`; returns what was decided and enqueued.
+    `history_read`: the whole window's utilization was read, so the first-start summary is due
+    without waiting out `first_start_summary_wait_minutes`."""
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware (UTC)")
     ensure_schema(deps.store)
-    settings = _settings(deps, now)
+    settings = _settings(deps, now, history_read=history_read)
     with deps.store.transaction() as conn:
         save_firing(conn, list({f.fingerprint: f for f in findings_now_firing}.values()), now)
         ctx = _run(Ctx(now=now, conn=conn, **settings), findings_now_firing)
@@ -300,9 +304,7 @@ def _report(ctx: Ctx) -> PipelineReport:
     )
 
 
-
-
-def _settings(deps: Deps, now: datetime) -> dict[str, Any]:
+def _settings(deps: Deps, now: datetime, *, history_read: bool = False) -> dict[str, Any]:
     a = deps.alerts
     for key in a.group_by:
         if key not in MATCH_KEYS and not (key.startswith("label.") and len(key) > 6):
@@ -321,10 +323,8 @@ def _settings(deps: Deps, now: datetime) -> dict[str, Any]:
             repeat_interval=timedelta(hours=a.repeat_interval_hours),
             send_resolved=a.send_resolved,
         ),
-        **history_settings(deps.alerts, deps.store, now),
+        **history_settings(deps.alerts, deps.store, now, history_read=history_read),
     }
-
-
 
 
 def _enqueue_notification(
@@ -354,8 +354,6 @@ def _enqueue_notification(
     )
     ctx.notified.append(Notified(g.key, g.receiver, reason, key, tuple(fps)))
     return key if is_root else root_key
-
-
 
 
 def _load_log(conn: sqlite3.Connection, groups: dict[tuple[str, str], Group]) -> dict[tuple[str, str], Any]:

@@ -56,6 +56,7 @@ __all__ = [
     "run_detection",
     "run_digest",
     "run_price_refresh",
+    "run_utilization_backfill",
     "run_utilization_poll",
     "utilization_coverage",
     "utilization_since",
@@ -152,18 +153,16 @@ def utilization_since(cfg: Config, now: datetime) -> datetime:
     return min(now - timedelta(days=cfg.billing.lookback_days), detection_window(now)[0])
 
 
-def run_utilization_poll(deps: Deps, now: datetime) -> dict[str, Any]:
+def run_utilization_poll(deps: Deps, now: datetime, *, backfill: bool = True) -> dict[str, Any]:
+    """The live poll. `backfill=False` (the daemon, whose backfill is a job of its own) reads only
+    the live windows, so detection follows them at once; one-shot runs backfill here too."""
     src = deps.utilization
     since = utilization_since(deps.cfg, now)
     if hasattr(src, "poll"):  # Cloud Monitoring: per (project, preset) watermarks in the store
-        report = src.poll(deps.store, now, since=since)
+        report = src.poll(deps.store, now, since=since, backfill=backfill)
         report.raise_for_failures()
         count, skipped = sum(w.samples for w in report.windows), report.skipped
-        if backfilled := [w for w in report.windows if w.backfill]:
-            log.info(
-                "utilization backfill",
-                extra={"chunks": len(backfilled), "oldest": min(w.start for w in backfilled).isoformat()},
-            )
+        _log_backfill(report)
     else:  # files: re-read the recent days, and whatever of the window was never read
         migrate_utilization(deps.store)
         end = floor_hour(now) + timedelta(hours=1)
@@ -177,6 +176,39 @@ def run_utilization_poll(deps: Deps, now: datetime) -> dict[str, Any]:
     _ok(deps, "utilization", now)
     log.info("utilization poll", extra={"samples": count, "skipped": sum(skipped.values())})
     return {"samples": count, "skipped": skipped}
+
+
+def run_utilization_backfill(deps: Deps, now: datetime, cancelled: Callable[[], bool] | None = None) -> int:
+    """One paced step of the history backfill (the daemon's own job); returns the chunks read, so
+    the caller knows whether detection has anything new to judge. Files need no backfill."""
+    src = deps.utilization
+    if not hasattr(src, "backfill"):
+        return 0
+    report = src.backfill(deps.store, utilization_since(deps.cfg, now), now, cancelled=cancelled)
+    deps.metrics.utilization_samples.labels(deps.cfg.utilization.source).inc(
+        sum(w.samples for w in report.windows)
+    )
+    _log_backfill(report)
+    if report.windows and history_read(deps, now):
+        log.info("utilization history read", extra={"since": utilization_since(deps.cfg, now).isoformat()})
+    return len(report.windows)
+
+
+def history_read(deps: Deps, now: datetime) -> bool:
+    """Whether utilization was read for the whole window (then the first-start summary need not
+    wait any longer: what it lists is all there is to find)."""
+    src = deps.utilization
+    if not hasattr(src, "backfill_pending"):
+        return True  # files: the first poll reads every unread hour of the window
+    return src.backfill_pending(deps.store, utilization_since(deps.cfg, now), now) == 0
+
+
+def _log_backfill(report: Any) -> None:
+    if backfilled := [w for w in report.windows if w.backfill]:
+        log.info(
+            "utilization backfill",
+            extra={"chunks": len(backfilled), "oldest": min(w.start for w in backfilled).isoformat()},
+        )
 
 
 def budget_specs(budgets: list[Budget]) -> list[BudgetSpec]:
@@ -276,7 +308,7 @@ def run_detection(deps: Deps, now: datetime, cancelled: Callable[[], bool] | Non
     findings = run_in_window(inputs, deps.detectors, now, detection_window(now)[0])
     checkpoint()
     counts = record_findings(deps.store, findings, now)
-    report = pipeline.process(findings, now, deps.alert_deps)
+    report = pipeline.process(findings, now, deps.alert_deps, history_read=history_read(deps, now))
     deps.findings = findings
     deps.metrics.findings.clear()
     for f in findings:

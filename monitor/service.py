@@ -12,6 +12,9 @@ The always-on mode schedules the `monitor.cycle` steps with `monitor.daemon.Sche
 
 Detection runs after each poll, as its own job (own backoff, own metrics), and only once both sources
 have been polled by this process, so a restart never judges fresh billing against stale utilization.
+The utilization history (first start, downtime) is read by a job of its own, paced and after the
+live windows, so the first detection and its alerts never wait for weeks of history; detection runs
+again after each backfill step that read something.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from monitor.cycle import (
     run_detection,
     run_digest,
     run_price_refresh,
+    run_utilization_backfill,
     run_utilization_poll,
 )
 from monitor.daemon import JobSpec, Scheduler, wait_for_signal
@@ -113,8 +117,18 @@ class Service:
                 self.sched.run_soon("daily_digest")
 
     def utilization_job(self) -> None:
-        run_utilization_poll(self.deps, self._now())
+        """The live windows only: detection follows at once; history is the backfill job's."""
+        run_utilization_poll(self.deps, self._now(), backfill=False)
         self._request_detection()
+        if self.sched is not None and "utilization_backfill" in self.sched.jobs:
+            self.sched.run_soon("utilization_backfill")  # no-op while it runs or has nothing left
+
+    def backfill_job(self) -> None:
+        """One paced step of the history backfill; detection judges what it read."""
+        if "utilization" not in self.deps.last_success:
+            return  # the live windows first: they set the watermarks the backfill reads behind
+        if run_utilization_backfill(self.deps, self._now(), cancelled=self._stopping.is_set):
+            self._request_detection()
 
     def _request_detection(self) -> None:
         self._detect_due.set()
@@ -157,9 +171,23 @@ class Service:
 
         hh, mm = (int(x) for x in cfg.digest.time.split(":"))
         fastest_poll = min(d.billing_poll_minutes, d.utilization_poll_minutes) * 60
+        u = cfg.utilization
+        backfill = (
+            [
+                JobSpec(
+                    "utilization_backfill",
+                    self.backfill_job,
+                    every(u.backfill_interval_seconds),
+                    run_at_start=False,
+                )
+            ]
+            if u.source == "cloud_monitoring" and u.backfill_chunks_per_run > 0
+            else []
+        )
         return [
             JobSpec("billing_poll", self.billing_job, every(d.billing_poll_minutes * 60)),
             JobSpec("utilization_poll", self.utilization_job, every(d.utilization_poll_minutes * 60)),
+            *backfill,  # kicked after each live poll, then paced by its interval until done
             # Kicked after each poll; the interval only catches a kick lost to a race.
             JobSpec("detection", self.detection_job, every(fastest_poll), run_at_start=False),
             # Also the alert groups' timers: a group whose group_wait ended is sent from here.

@@ -199,7 +199,7 @@ def test_daemon_poll_backfills_the_billing_window_and_detectors_see_what_was_rea
                 }
             }
         )
-        assert (cfg.utilization.backfill_chunk_hours, cfg.utilization.backfill_chunks_per_poll) == (12, 4)
+        assert (cfg.utilization.backfill_chunk_hours, cfg.utilization.backfill_chunks_per_run) == (12, 4)
         src = CloudMonitoringSource(
             cfg.utilization, GoogleConfig(credentials="anonymous"), sleep=lambda s: None
         )
@@ -247,8 +247,8 @@ def test_daemon_file_poll_covers_its_window_and_fills_what_it_never_read(tmp_pat
             "utilization.backfill_chunk_hours: Input should be less than or equal to 24",
         ),
         (
-            {"backfill_chunks_per_poll": -1},
-            "utilization.backfill_chunks_per_poll: Input should be greater than or equal to 0",
+            {"backfill_chunks_per_run": -1},
+            "utilization.backfill_chunks_per_run: Input should be greater than or equal to 0",
         ),
     ],
 )

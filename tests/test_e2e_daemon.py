@@ -12,15 +12,10 @@ that any second root message for a group is a bug, not a legitimate reminder.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -30,6 +25,7 @@ import pytest
 from alerts.outbox import status
 from monitor.config import load_config
 from monitor.state.store import SQLiteStore
+from tests.daemon_process import DaemonProcess, http_get
 from tests.fakes.slack_server import FakeSlack
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,49 +58,6 @@ def _config(tmp: Path, slack: FakeSlack) -> Path:
     return path
 
 
-class Daemon:
-    """One `gpucost run` process; JSON log lines on stderr, parsed as they come."""
-
-    def __init__(self, tmp: Path, config: Path, n: int):
-        self.err = tmp / f"daemon{n}.err"
-        env = {**os.environ, "SLACK_BOT_TOKEN": TOKEN, "PYTHONPATH": str(REPO)}
-        with open(self.err, "wb") as err, open(tmp / f"daemon{n}.out", "wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "monitor", "run", "--config", str(config)],
-                cwd=tmp,
-                env=env,
-                stdout=out,
-                stderr=err,
-            )
-
-    def logs(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self.err.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                out.append({"message": line, "severity": "RAW"})
-        return out
-
-    def wait_log(self, message: str, timeout: float, count: int = 1) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            hits = [e for e in self.logs() if e.get("message") == message]
-            if len(hits) >= count:
-                return hits[count - 1]
-            assert self.proc.poll() is None, f"daemon exited {self.proc.returncode}:\n{self.err.read_text()}"
-            time.sleep(0.2)
-        raise AssertionError(f"no {message!r} log line within {timeout} s:\n{self.err.read_text()[-4000:]}")
-
-
-def _get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
 def _outbox(db: Path) -> list[dict[str, Any]]:
     conn = sqlite3.connect(db)
     conn.row_factory = sqlite3.Row
@@ -134,7 +87,7 @@ def test_kill_9_restart_neither_repeats_nor_loses_alerts(tmp_path: Path) -> None
         config = _config(tmp_path, slack)
         db = tmp_path / "out/demo/state.sqlite"
 
-        first = Daemon(tmp_path, config, 1)
+        first = DaemonProcess(tmp_path, config, 1, TOKEN)
         try:
             first.wait_log("detection", timeout=60)
             _wait(lambda: len(slack.messages) > 0, 20, "alerts at the fake Slack")
@@ -144,17 +97,17 @@ def test_kill_9_restart_neither_repeats_nor_loses_alerts(tmp_path: Path) -> None
         before = _outbox(db)
         assert before, "alerts were enqueued before the kill"
 
-        second = Daemon(tmp_path, config, 2)
+        second = DaemonProcess(tmp_path, config, 2, TOKEN)
         try:
             port = second.wait_log("serving /healthz /readyz /metrics", timeout=30)["port"]
             second.wait_log("detection", timeout=60)
             _wait(lambda: all(r["status"] == "sent" for r in _outbox(db)), 20, "the outbox to drain")
 
-            assert _get(port, "/healthz") == (200, '{"status": "ok"}')
-            code, body = _get(port, "/readyz")
+            assert http_get(port, "/healthz") == (200, '{"status": "ok"}')
+            code, body = http_get(port, "/readyz")
             assert code == 200, body
             assert json.loads(body)["ready"] is True
-            code, metrics = _get(port, "/metrics")
+            code, metrics = http_get(port, "/metrics")
             assert code == 200
             for needle in (
                 'gpucost_job_last_success_timestamp_seconds{job="billing_poll"}',

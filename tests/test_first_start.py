@@ -206,3 +206,19 @@ def test_the_summary_works_on_both_state_stores(store, tmp_path: Path) -> None: 
     texts = [r["text"] for r in records]
     assert len(records) == 2 and texts[1].startswith("What gpucost found in the last 13 days: 3 findings")
     assert first_start(store, START + DAY) == START
+
+
+def test_the_summary_goes_as_soon_as_the_history_was_read_not_after_the_wait(env: Env) -> None:
+    """The backfill read the whole window 4 minutes after the start: the summary follows then, not
+    at the end of `first_start_summary_wait_minutes` (60), which only caps a slow backfill."""
+    deps = env.deps()
+    first_start(deps.store, START)
+    process(FLEET, START + timedelta(seconds=8), deps)  # live windows only: history not read yet
+    for tick in range(1, 8):
+        outbox_tick(deps, START + tick * OUTBOX)
+    assert env.summaries() == [] and len(env.alerts()) == 1
+    read_at = START + timedelta(minutes=4)
+    process(FLEET, read_at, deps, history_read=True)
+    outbox_tick(deps, read_at + OUTBOX)
+    [summary] = env.summaries()
+    assert summary["text"] == "What gpucost found in the last 13 days: 3 findings, $4,861.78"

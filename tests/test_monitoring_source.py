@@ -522,7 +522,7 @@ def intervals(server) -> list[tuple[datetime, datetime]]:
 
 def test_first_poll_reads_live_then_backfills_newest_first_in_chunks(server, make_source, store):
     server.add(hourly(0, END - 10 * 24 * H, END))  # a VM busy for the whole billing window
-    src, _ = make_source(util={"backfill_chunk_hours": 24, "backfill_chunks_per_poll": 3})
+    src, _ = make_source(util={"backfill_chunk_hours": 24, "backfill_chunks_per_run": 3})
     since = NOW - timedelta(days=10)
 
     first = src.poll(store, NOW, since=since)
@@ -548,7 +548,7 @@ def test_first_poll_reads_live_then_backfills_newest_first_in_chunks(server, mak
 
 def test_restart_after_downtime_backfills_the_gap_newest_first(server, make_source, store):
     server.add(hourly(0, END - 5 * 24 * H, END + 3 * 24 * H))
-    src, _ = make_source(util={"backfill_chunk_hours": 12, "backfill_chunks_per_poll": 2})
+    src, _ = make_source(util={"backfill_chunk_hours": 12, "backfill_chunks_per_run": 2})
     src.poll(store, NOW, since=NOW - 6 * H)  # ran once, then down for three days
     assert read_coverage(store, "p1", "ops_agent_nvml") == [(END - 6 * H, END)]
 
@@ -571,9 +571,7 @@ def test_restart_after_downtime_backfills_the_gap_newest_first(server, make_sour
 
 def test_backfill_failure_keeps_live_data_and_is_retried_next_poll(server, make_source, store):
     server.add(hourly(0, END - 2 * 24 * H, END))
-    src, sleeps = make_source(
-        max_attempts=2, util={"backfill_chunk_hours": 12, "backfill_chunks_per_poll": 2}
-    )
+    src, sleeps = make_source(max_attempts=2, util={"backfill_chunk_hours": 12, "backfill_chunks_per_run": 2})
     # the live window's two metrics answer (descriptors have their own fault queue); then the
     # first backfill chunk hits the quota twice
     server.faults = [None, None, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.RESOURCE_EXHAUSTED]
@@ -591,7 +589,7 @@ def test_backfill_failure_keeps_live_data_and_is_retried_next_poll(server, make_
 def test_backfill_goes_newest_first_across_projects(server, make_source, store):
     server.add(hourly(0, END - 24 * H, END))
     src, _ = make_source(
-        util={"projects": ("p1", "p2"), "backfill_chunk_hours": 12, "backfill_chunks_per_poll": 3}
+        util={"projects": ("p1", "p2"), "backfill_chunk_hours": 12, "backfill_chunks_per_run": 3}
     )
 
     report = src.poll(store, NOW, since=NOW - 24 * H)
@@ -604,3 +602,42 @@ def test_backfill_goes_newest_first_across_projects(server, make_source, store):
         ("p2", END - 18 * H, True),  # the newest unread hours of any project before older ones
         ("p1", END - 24 * H, True),
     ]
+
+
+def test_the_daemons_live_poll_leaves_history_to_its_backfill_job(server, make_source, store):
+    """`poll(backfill=False)` reads the live windows only (detection follows it at once); `backfill`
+    then reads the history in paced steps, and `backfill_pending` says when nothing is left."""
+    server.add(hourly(0, END - 2 * 24 * H, END))
+    src, _ = make_source(util={"backfill_chunk_hours": 12, "backfill_chunks_per_run": 2})
+    since = NOW - 2 * 24 * H
+
+    live = src.poll(store, NOW, since=since, backfill=False)
+    assert [w.backfill for w in live.windows] == [False] and intervals(server) == [(END - 6 * H, END)]
+    assert src.backfill_pending(store, since, NOW) == 1
+
+    step = src.backfill(store, since, NOW)
+    assert [(w.start, w.end) for w in step.windows] == [
+        (END - 18 * H, END - 6 * H),
+        (END - 30 * H, END - 18 * H),
+    ]
+    assert src.backfill_pending(store, since, NOW) == 1
+    src.backfill(store, since, NOW)
+    assert src.backfill_pending(store, since, NOW) == 0
+    assert read_coverage(store, "p1", "ops_agent_nvml") == [(END - 48 * H, END)]
+    assert src.backfill(store, since, NOW).windows == []  # nothing left: no request
+    assert len(intervals(server)) == 5
+
+
+def test_a_backfill_step_stops_between_chunks_on_shutdown(server, make_source, store):
+    server.add(hourly(0, END - 2 * 24 * H, END))
+    src, _ = make_source(util={"backfill_chunk_hours": 12, "backfill_chunks_per_run": 4})
+    src.poll(store, NOW, since=NOW - 2 * 24 * H, backfill=False)
+    asked = []
+
+    def cancelled() -> bool:
+        asked.append(1)
+        return len(asked) > 1  # the signal arrives while the first chunk is read
+
+    step = src.backfill(store, NOW - 2 * 24 * H, NOW, cancelled=cancelled)
+    assert len(step.windows) == 1  # the chunk read was committed; the rest waits for the next start
+    assert read_coverage(store, "p1", "ops_agent_nvml") == [(END - 18 * H, END)]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from monitor.simulate import write_fleet
 from monitor.simulate.simulator import DEFAULT_START, FleetSimulator
 from tests.emulators.fleet import BQ_PROJECT, DATASET, to_json_row
 from tests.emulators.wire import PARTITION_STANDIN
-from tests.fakes.monitoring_server import FakeMonitoringServer
+from tests.fakes.monitoring_server import ScopedMonitoringServer
 from tests.test_ground_truth import IMPACT_TOLERANCE, cli_json, matches, rel_error
 
 pytest_plugins = ("tests.conftest_bq",)
@@ -184,35 +183,6 @@ def test_analyze_on_files(files: dict[str, Any], check: Any) -> None:
 # -- the same through --config: the BigQuery emulator and the gRPC Monitoring stand-in -------------
 
 
-def _per_project_server() -> Any:
-    """The gRPC Monitoring stand-in, answering a `projects/<id>` request from that project's series
-    only, as the real service scopes a query to its project (the shared fake keeps one store)."""
-
-    class PerProject(FakeMonitoringServer):
-        def __init__(self, page_size: int):
-            super().__init__(page_size)
-            self.by_project: dict[str, dict[str, list[Any]]] = {}
-            self.asking = threading.local()  # the project of the request this thread serves
-            server = self
-
-            class View(dict):
-                def get(self, key: str, default: Any = None) -> Any:
-                    return server.by_project.get(server.asking.project, {}).get(key, default)
-
-            self.series = View()
-
-        def add(self, *series: Any) -> None:
-            for ts in series:
-                store = self.by_project.setdefault(ts.resource.labels["project_id"], {})
-                store.setdefault(ts.metric.type, []).append(ts)
-
-        def _list_time_series(self, request: Any, context: Any) -> Any:
-            self.asking.project = request.name.removeprefix("projects/")
-            return super()._list_time_series(request, context)
-
-    return PerProject(page_size=100)
-
-
 def _monitoring_series(out: Path) -> Iterator[Any]:
     """The fleet's utilization files as the real service's protobuf TimeSeries (REST JSON parsed)."""
     for path in sorted((out / "utilization").glob("*.json.gz")):
@@ -245,7 +215,7 @@ def live(fleet_dir: Path, bq_client: Any, bq_wire: Any) -> Iterator[dict[str, An
         assert bq_client.insert_rows_json(table, batch) == []
     truth = json.loads((out / "ground_truth.json").read_text())
     projects = sorted({v["project"] for v in truth["fleet"]["gpu_vms"]})
-    with _per_project_server() as server:
+    with ScopedMonitoringServer(page_size=100) as server:
         server.add(*_monitoring_series(out))
         config = out.parent / f"{out.name}-live.toml"
         config.write_text(

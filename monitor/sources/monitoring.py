@@ -12,8 +12,9 @@ and because a window's stored samples are replaced (never appended) nothing is d
 First start and downtime: the live window reaches back at most `initial_lookback` (6 h); what the
 detection window needs beyond it is backfilled by the same requests (server-side aggregation, pages,
 retries), newest hours first, in chunks of `utilization.backfill_chunk_hours`, at most
-`utilization.backfill_chunks_per_poll` per poll and always after the live windows, so history never
-delays the present. Each range read is recorded (`monitor.utilization.coverage`); detectors judge
+`utilization.backfill_chunks_per_run` per call of `backfill`. The daemon runs it as its own job
+(every `utilization.backfill_interval_seconds`), never inside a live poll, so history never delays
+the present: the live windows and the detection that follows them come first. Each range read is recorded (`monitor.utilization.coverage`); detectors judge
 only hours inside it. Cloud Monitoring keeps metric points for weeks (retention per metric type:
 https://cloud.google.com/monitoring/api/v3/latency-n-retention, "Data retention" in
 https://cloud.google.com/monitoring/quotas), so the billing window can be read back.
@@ -57,7 +58,7 @@ from monitor.utilization import (
     select_signals,
     to_rest_json,
 )
-from monitor.utilization.coverage import newest_chunk, read_coverage
+from monitor.utilization.coverage import gaps, newest_chunk, read_coverage
 
 __all__ = ["CloudMonitoringSource", "PollReport", "WindowReport", "build_client", "window_for"]
 
@@ -350,24 +351,39 @@ class CloudMonitoringSource:
 
     # ----------------------------------------------------------------------------------------- polls
 
-    def poll(self, store: StateStore, now: datetime, *, since: datetime | None = None) -> PollReport:
-        """The live window of each (project, preset) first, then at most
-        `backfill_chunks_per_poll` backfill chunks of what ``[since, now)`` has not read yet.
+    def poll(
+        self, store: StateStore, now: datetime, *, since: datetime | None = None, backfill: bool = True
+    ) -> PollReport:
+        """The live window of each (project, preset); then, when `backfill` (one-shot runs), one
+        `backfill` call over ``[since, now)``.
 
         The live window runs from the watermark (minus the late margin) to `now`, but never further
-        back than `initial_lookback`: after downtime the older part is left to the backfill, so a
-        live poll is never delayed by history. Without `since` nothing is backfilled and the live
-        window reaches back to the watermark however old it is (the behaviour before backfill).
+        back than `initial_lookback` when `since` is given: after downtime the older part is left to
+        the backfill, so a live poll is never delayed by history. Without `since` nothing is
+        backfilled and the live window reaches back to the watermark however old it is.
         """
         migrate(store)
         report = PollReport()
         self.unknown_units = {}
-        pairs = [(project, preset) for project in self.cfg.projects for preset in self.cfg.presets]
-        for project, preset in pairs:
+        for project, preset in self._pairs():
             self._live(store, project, preset, now, report, capped=since is not None)
-        if since is not None and not any(isinstance(e, RetryableSourceError) for e in report.failed.values()):
-            self._backfill(store, pairs, since, now, report)  # quota trouble: history can wait
+        if (
+            backfill
+            and since is not None
+            and not any(isinstance(e, RetryableSourceError) for e in report.failed.values())
+        ):
+            self.backfill(store, since, now, report=report)  # quota trouble: history can wait
         return report
+
+    def _pairs(self) -> list[tuple[str, str]]:
+        return [(project, preset) for project in self.cfg.projects for preset in self.cfg.presets]
+
+    def backfill_pending(self, store: StateStore, since: datetime, now: datetime) -> int:
+        """How many (project, preset) pairs still have unread hours in ``[since, now)``: 0 means the
+        whole window was read (the first-start summary need not wait any longer)."""
+        migrate(store)
+        lo, hi = _floor(since, self.cfg.alignment_seconds), _floor(now, self.cfg.alignment_seconds)
+        return sum(1 for pair in self._pairs() if gaps(read_coverage(store, *pair), lo, hi))
 
     def _live(
         self, store: StateStore, project: str, preset: str, now: datetime, report: PollReport, *, capped: bool
@@ -391,29 +407,36 @@ class CloudMonitoringSource:
             WindowReport(project, preset, start, end, n, part.skipped, part.requests, self._preset_unknown)
         )
 
-    def _backfill(
+    def backfill(
         self,
         store: StateStore,
-        pairs: list[tuple[str, str]],
         since: datetime,
         now: datetime,
-        report: PollReport,
-    ) -> None:
-        """Read not-yet-read ranges of ``[since, now)``, the newest chunk of any (project, preset)
-        first; a failed chunk stops that pair for this poll (a retryable one stops the backfill:
-        the quota is shared), and is asked for again at the next poll."""
+        *,
+        report: PollReport | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> PollReport:
+        """Read at most `backfill_chunks_per_run` not-yet-read ranges of ``[since, now)``, the newest
+        chunk of any (project, preset) first; a failed chunk stops that pair for this run (a
+        retryable one stops the run: the quota is shared), and is asked for again next run.
+        Pairs whose live window failed in `report` are left alone; `cancelled()` (shutdown) is
+        checked before each chunk, each of which is committed on its own."""
+        migrate(store)
+        report = report if report is not None else PollReport()
         align = self.cfg.alignment_seconds
         lo, hi = _floor(since, align), _floor(now, align)
         size = timedelta(hours=self.cfg.backfill_chunk_hours)
-        todo = [p for p in pairs if f"{p[0]}/{p[1]}" not in report.failed]  # its live window failed
-        for _ in range(self.cfg.backfill_chunks_per_poll):
+        todo = [p for p in self._pairs() if f"{p[0]}/{p[1]}" not in report.failed]
+        for _ in range(self.cfg.backfill_chunks_per_run):
+            if cancelled is not None and cancelled():
+                break
             chunks = [
                 (chunk, pair)
                 for pair in todo
                 if (chunk := newest_chunk(read_coverage(store, *pair), lo, hi, size, align)) is not None
             ]
             if not chunks:
-                return
+                break
             (start, end), (project, preset) = min(chunks, key=lambda c: (-c[0][1].timestamp(), c[1]))
             try:
                 part = self.fetch_preset(project, preset, start, end)
@@ -421,7 +444,7 @@ class CloudMonitoringSource:
                 report.backfill_failed[f"{project}/{preset}"] = e
                 log.warning("utilization backfill stopped for %s/%s: %s", project, preset, e)
                 if isinstance(e, RetryableSourceError):
-                    return
+                    break
                 todo.remove((project, preset))
                 continue
             n = replace_window(store, project, preset, start, end, part.samples, now=now, watermark=False)
@@ -430,6 +453,7 @@ class CloudMonitoringSource:
                     project, preset, start, end, n, part.skipped, part.requests, self._preset_unknown, True
                 )
             )
+        return report
 
 
 def _floor(dt: datetime, align: int) -> datetime:

@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 from google.cloud import monitoring_v3
 
-__all__ = ["REAL_UNITS", "FakeMonitoringServer", "gauge_series"]
+__all__ = ["REAL_UNITS", "FakeMonitoringServer", "ScopedMonitoringServer", "gauge_series"]
 
 _TYPE_RE = re.compile(r'metric\.type\s*=\s*"([^"]+)"')
 _WL = "workload.googleapis.com/"
@@ -184,3 +184,37 @@ class FakeMonitoringServer:
             "unit": unit,
         }
         return monitoring_v3.ListMetricDescriptorsResponse(metric_descriptors=[descriptor])
+
+
+class ScopedMonitoringServer(FakeMonitoringServer):
+    """The stand-in answering a `projects/<id>` request only with the series that project sees, as
+    the real service scopes a query: its own, or with a metrics scope (`scopes`: scoping project ->
+    the projects it monitors, itself included), those of every monitored project ("Metrics scopes
+    overview", https://cloud.google.com/monitoring/settings). Series are stored by the
+    `project_id` label of their monitored resource."""
+
+    def __init__(self, page_size: int = 2, scopes: dict[str, tuple[str, ...]] | None = None):
+        super().__init__(page_size)
+        self.scopes = scopes or {}
+        self.by_project: dict[str, dict[str, list[monitoring_v3.TimeSeries]]] = {}
+        self.asking = threading.local()  # the project of the request this thread serves
+        server = self
+
+        class View(dict):
+            def get(self, key: str, default: Any = None) -> Any:
+                project = server.asking.project
+                seen = server.scopes.get(project, (project,))
+                out = [ts for p in seen for ts in server.by_project.get(p, {}).get(key, [])]
+                return out or default
+
+        self.series = View()
+
+    def add(self, *series: monitoring_v3.TimeSeries) -> None:
+        with self._lock:
+            for ts in series:
+                store = self.by_project.setdefault(ts.resource.labels["project_id"], {})
+                store.setdefault(ts.metric.type, []).append(ts)
+
+    def _list_time_series(self, request: Any, context: Any) -> Any:
+        self.asking.project = request.name.removeprefix("projects/")
+        return super()._list_time_series(request, context)
