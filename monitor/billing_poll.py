@@ -2,9 +2,10 @@
 
 Each poll (`poll_billing`) reads only the load watermark of every partition in scope
 (`queries/partitions.sql`: MAX(export_time), row count and usage hours per `_PARTITIONTIME` day),
-compares it with the watermarks stored by the previous poll, and re-aggregates (`queries/hourly.sql`)
-just the usage hours the changed partitions contain. The stored hourly aggregates for those hours
-are deleted and rewritten, and the new watermarks recorded, in one transaction: a crash leaves the
+compares it with the watermarks stored by the previous poll, lists the usage hours the new rows of
+each changed partition touch (`queries/changed_hours.sql`, `monitor.billing_changes`), and
+re-aggregates (`queries/hourly.sql`) just those hours: a late correction for an old hour costs that
+hour. The stored hourly aggregates for those hours are deleted and rewritten, and the new watermarks recorded, in one transaction: a crash leaves the
 old aggregates and old watermarks, so the next poll simply redoes the work. A poll with no new
 loads runs the watermark query and nothing else, so its cost does not grow with the table's age.
 
@@ -23,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from monitor.billing_changes import MAX_PARTITION_QUERIES, appended, hour_ranges
 from monitor.config import BillingConfig
 from monitor.model import Scope, micros_to_decimal
 from monitor.sources.base import BillingSource
@@ -43,6 +45,7 @@ __all__ = [
 COMPONENT = "billing"
 _HOUR = timedelta(hours=1)
 _DAY = timedelta(days=1)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 _KEYS = (
     "usage_hour",
@@ -242,16 +245,23 @@ def poll_billing(
     windows: tuple[tuple[datetime, datetime], ...] = ()
     rows: list[dict[str, Any]] = []
     if changed:
-        span = _hull([seen.get(p) for p in changed] + [stored.get(p) for p in changed])
-        if span is not None:
-            lo, hi = max(span[0], scope_start), min(span[1], scope_end)
-            if lo < hi:
-                windows = ((lo, hi),)
-                params = {"usage_start": lo, "usage_end": hi, "partition_end": partition_end}
-                result = source.run("hourly", params | {"label_keys": list(cfg.labels)})
-                queries.append("hourly")
-                bytes_total = _add(bytes_total, result.bytes_processed)
-                rows = result.rows
+        hours, bytes_hours = _changed_hours(source, changed, seen, stored, window)
+        queries += ["changed_hours"] * (len(changed) if hours is not None else 0)
+        bytes_total = _add(bytes_total, bytes_hours)
+        if hours is None:  # a rewrite, a first poll: the whole span of the changed partitions
+            span = _hull([seen.get(p) for p in changed] + [stored.get(p) for p in changed])
+            windows = (span,) if span is not None else ()
+        else:
+            windows = hour_ranges(hours)
+        windows = tuple(
+            (max(lo, scope_start), min(hi, scope_end)) for lo, hi in windows if lo < scope_end and hi > scope_start
+        )
+        for lo, hi in windows:
+            params = {"usage_start": lo, "usage_end": hi, "partition_end": partition_end}
+            result = source.run("hourly", params | {"label_keys": list(cfg.labels)})
+            queries.append("hourly")
+            bytes_total = _add(bytes_total, result.bytes_processed)
+            rows += result.rows
 
     with store.transaction() as conn:
         for lo, hi in windows:
@@ -310,6 +320,34 @@ def hourly_costs(
     days = provisional_days if provisional_days is not None else (poll["provisional_days"] if poll else 3)
     since = provisional_since(ref, days)
     return [_hourly(r, since) for r in raw]
+
+
+def _changed_hours(
+    source: BillingSource,
+    changed: list[datetime],
+    seen: dict[datetime, Mapping[str, Any]],
+    stored: dict[datetime, Mapping[str, Any]],
+    window: Mapping[str, datetime],
+) -> tuple[set[datetime] | None, int]:
+    """The usage hours the changed partitions' new rows touch (`monitor.billing_changes`), with the
+    bytes it took; None when only the whole span will do (a first poll, a rewrite, too many)."""
+    if not stored or len(changed) > MAX_PARTITION_QUERIES:
+        return None, 0
+    marks = {p: (_mark(stored.get(p)), _mark(seen.get(p))) for p in changed}
+    if any(new is None or (old is not None and not appended(old, new)) for old, new in marks.values()):
+        return None, 0
+    hours: set[datetime] = set()
+    scanned = 0
+    for p, (old, _) in marks.items():
+        since = _ts(old[1]) if old is not None else _EPOCH  # a new partition: every row is new
+        result = source.run(
+            "changed_hours",
+            {"usage_start": window["usage_start"], "usage_end": window["usage_end"], "partition_time": p,
+             "since_export": since},
+        )  # fmt: skip
+        scanned = _add(scanned, result.bytes_processed)
+        hours |= {_ts(r["usage_hour"]) for r in result.rows}
+    return hours, scanned
 
 
 def _hourly(r: sqlite3.Row, since: datetime) -> HourlyCost:

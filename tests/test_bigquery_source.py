@@ -210,7 +210,12 @@ def _sorted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_every_query_gives_the_same_rows_on_bigquery_and_duckdb(
     name: str, bq_wire: WireProxy, bq_export: LoadedExport, duck_conn: Any
 ) -> None:
-    p = query_params_for(FLEET_START, FLEET_END - timedelta(days=1), partition_end=FLEET_END)
+    p = query_params_for(
+        FLEET_START,
+        FLEET_END - timedelta(days=1),
+        partition_end=FLEET_END,
+        partition_time=FLEET_START + timedelta(days=2),  # changed_hours: a day with loads
+    )
     bq = _source(bq_wire, bq_export.table).run(name, p)
     duck = DuckDBBillingSource(duck_conn).run(name, p)
     assert bq.name == name and bq.bytes_processed is not None

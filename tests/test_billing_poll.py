@@ -101,9 +101,11 @@ def test_late_and_corrected_rows_replace_the_stored_hours(conn, store) -> None:
     src.runs.clear()
     r2 = poll_billing(src, store, CFG, now=D + timedelta(days=1, hours=8))
 
-    assert r2.queries == ("partitions", "hourly")
+    assert r2.queries == ("partitions", "changed_hours", "hourly", "hourly")
     assert r2.partitions_changed == (D + timedelta(days=1),)
-    assert r2.windows == ((hour5, hour10 + timedelta(hours=1)),)  # only the hours that changed
+    hour = timedelta(hours=1)
+    assert r2.windows == ((hour5, hour5 + hour), (hour10, hour10 + hour))  # only the hours that changed
+    assert r2.hourly_rows_written == 2 * 2  # two hours x (GPU, traffic), nothing in between
     after = _stored_net(store, *d2)
     assert after == before - Decimal("2.933908") + Decimal("1.5") + Decimal("0.75")
     # Nothing double counted: the store holds exactly the export, row for row and cent for cent.
@@ -123,6 +125,48 @@ def test_late_and_corrected_rows_replace_the_stored_hours(conn, store) -> None:
         h for h in hourly_costs(store, hour5, hour5 + timedelta(hours=1)) if h.subcategory == "compute.gpu"
     ]
     assert sum(h.net for h in gpu5) == Decimal("1.5")
+
+
+def test_a_late_correction_for_an_old_hour_re_aggregates_that_hour_only(conn, store) -> None:
+    """Nine days of usage stored; then one correction for an hour eight days back arrives with
+    today's regular load. The poll re-aggregates that hour and today's hours, not the eight days
+    between them, and the store still equals the export to the cent."""
+    days = [D - timedelta(days=d) for d in range(8, -1, -1)]
+    first = [r for day in days for r in _day(day)]
+    load_rows(conn, first)
+    src = CountingSource(DuckDBBillingSource(conn))
+    poll_billing(src, store, CFG, now=D + timedelta(days=1, hours=4))
+    old = days[0] + timedelta(hours=7)
+    today = D + timedelta(days=1)
+    late = export_row(
+        GPU, 0.42, hour=old, instance="vm-a", labels={"team": "nlp"}, export_lag=timedelta(days=8, hours=22)
+    )
+    fresh = _day(today, range(2))
+    load_rows(conn, [late, *fresh])
+    src.runs.clear()
+
+    r = poll_billing(src, store, CFG, now=today + timedelta(hours=6))
+
+    assert r.windows == ((old, old + timedelta(hours=1)), (today, today + timedelta(hours=2)))
+    assert r.hourly_rows_written == 3 * 2  # the corrected hour and today's two, each GPU + traffic
+    assert src.runs.count("changed_hours") == len(r.partitions_changed)
+    stored = hourly_costs(store, D - timedelta(days=30), D + timedelta(days=3))
+    gross, _ = input_totals([*first, late, *fresh])
+    assert sum(h.gross for h in stored) == gross
+
+
+def test_a_rewritten_partition_re_aggregates_its_whole_span(conn, store) -> None:
+    """A partition that vanished (or shrank) is not an append (a table rewritten): every hour its
+    old rows covered is re-aggregated, as before. Hours 20-23 of D-1 were loaded on D (4 h lag)."""
+    load_rows(conn, _day(D - timedelta(days=1)))
+    src = CountingSource(DuckDBBillingSource(conn))
+    poll_billing(src, store, CFG, now=D + timedelta(hours=6))
+    conn.execute("DELETE FROM billing_export WHERE usage_start_time >= ?", [D - timedelta(hours=4)])
+    src.runs.clear()
+    r = poll_billing(src, store, CFG, now=D + timedelta(hours=7))
+    assert "changed_hours" not in src.runs
+    assert r.partitions_changed == (D,) and r.windows == ((D - timedelta(hours=4), D),)
+    assert len(hourly_costs(store, D - timedelta(days=1), D)) == 2 * 20
 
 
 def test_a_poll_without_new_loads_runs_only_the_watermark_query(conn, store) -> None:

@@ -94,6 +94,8 @@ def params(start: datetime, end: datetime, **extra: Any) -> dict[str, Any]:
         "label_keys": ["team", "job"],
         "group_by": "category",
         "label_key": "team",
+        "partition_time": T0,  # changed_hours: the partition export_row's rows load into (4 h lag)
+        "since_export": datetime(1970, 1, 1, tzinfo=UTC),
     }
     return base | extra
 
