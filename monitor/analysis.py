@@ -42,6 +42,7 @@ from monitor.detectors import build_detectors, history_needed, run_in_window
 from monitor.detectors.inputs import BudgetSpec, GpuHour
 from monitor.errors import UserError
 from monitor.model import Finding, micros_to_decimal
+from monitor.progress import Progress
 from monitor.report import data_extent
 from monitor.sources.base import BillingSource, QueryResult
 from monitor.sources.factory import billing_source_from_config, billing_source_from_files, search_range
@@ -324,8 +325,11 @@ def run_analysis(
     end: datetime | None = None,
     detectors: Any = None,
     month_to_date: bool = True,
+    progress: Progress | None = None,
 ) -> Analysis:
     """The pipeline once over [start, end) (defaults: see `resolve_window`).
+
+    `progress` hears each stage's name (minutes each on a large export: `monitor.progress`).
 
     `detectors` overrides `cfg.detectors` (a built list, `[]` for none, or a raw `[detectors]`
     table). `month_to_date=False` reads only the window (no budget forecast needs the month).
@@ -337,11 +341,15 @@ def run_analysis(
     history = history_needed(built)
     data_start = detection_start(window, history) if month_to_date else window.start - history
     days = cfg.billing.provisional_days
+    stage = progress.describe if progress is not None else (lambda _label: None)
     with _scratch_store() as store:
+        stage("reading billing")
         _poll(metered, store, cfg, window, data_start)
         # utilization is joined to the window's GPU hours only: the history is billing alone
+        stage("reading utilization")
         _load_utilization(sources.utilization, store, window.start, window)
         prices = sources.prices.price_book(window.as_of) if sources.prices is not None else None
+        stage("assembling")
         all_rows = hourly_costs(store, data_start, window.end, now=window.as_of, provisional_days=days)
         inputs = assemble_inputs(
             store,
@@ -355,6 +363,7 @@ def run_analysis(
             rows=all_rows,
         )
     rows = [r for r in all_rows if window.start <= r.usage_hour < window.end]
+    stage("detecting")
     findings = run_in_window(inputs, built, window.as_of, window.start)
     gpu = tuple(g for g in inputs.gpu_hours if window.start <= g.hour < window.end)
     stats = _stats(metered, sources.billing.engine, data_start, window.end)
@@ -468,6 +477,7 @@ def analyze_once(
     with_budgets: bool = True,
     detectors: Any = None,
     month_to_date: bool = True,
+    progress: Progress | None = None,
 ) -> Analysis:
     """Open the sources, run the analysis, close the sources (what the CLI commands call)."""
     sources = open_sources(
@@ -475,7 +485,14 @@ def analyze_once(
     )
     try:
         return run_analysis(
-            sources, cfg, now=now, start=start, end=end, detectors=detectors, month_to_date=month_to_date
+            sources,
+            cfg,
+            now=now,
+            start=start,
+            end=end,
+            detectors=detectors,
+            month_to_date=month_to_date,
+            progress=progress,
         )
     finally:
         sources.close()

@@ -136,7 +136,11 @@ def analyze_cmd(billing_paths, utilization_paths, config_path, start, end, fmt) 
     names (--config alone: BigQuery and Cloud Monitoring in production). Window: --end defaults to
     the latest usage in the data (now for BigQuery), --start to 14 days before --end.
     """
-    _, result = cli_analysis(billing_paths, utilization_paths, config_path, start, end)
+    from monitor.progress import context_clock, progress
+
+    # stages (reading billing, detecting...) with the elapsed time; a heartbeat off a terminal
+    with progress("analyze", None, clock=context_clock(), heartbeat=1.0) as bar:
+        _, result = cli_analysis(billing_paths, utilization_paths, config_path, start, end, progress=bar)
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2))
     elif fmt == "markdown":

@@ -25,12 +25,16 @@ def load_cmd(billing_paths, db_path) -> None:
     All files load in one transaction: a malformed row anywhere leaves the database unchanged.
     Rows are appended (never de-duplicated), so loading the same file twice counts it twice.
     """
+    from monitor.progress import context_clock, progress
     from monitor.sources.duckdb_conn import open_billing_db
     from monitor.sources.loader import load_billing
 
+    paths = [Path(p) for p in billing_paths]
     conn = open_billing_db(db_path)
     try:
-        report = load_billing([Path(p) for p in billing_paths], conn)
+        # heartbeat: one file is one DuckDB statement, silent for as long as it runs
+        with progress("load", len(paths), unit="files", clock=context_clock(), heartbeat=1.0) as bar:
+            report = load_billing(paths, conn, progress=bar)
     finally:
         conn.close()
     for name, rows in report.per_file.items():

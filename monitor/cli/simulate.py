@@ -39,9 +39,13 @@ from monitor.cli._common import TIMESTAMP
 @click.option("--clean", is_flag=True, help="The same fleet without any injected hidden cost.")
 def simulate_cmd(out_dir: Path, days: int, seed: int, scale: int, start: datetime, clean: bool) -> None:
     """Write a simulated GPU fleet: billing export, utilization and injected hidden costs."""
+    from monitor.progress import context_clock, progress
     from monitor.simulate import write_fleet
 
-    summary = write_fleet(out_dir, seed=seed, days=days, scale=scale, start=start, inject=not clean)
+    with progress("simulate", None, unit="rows", clock=context_clock()) as bar:
+        summary = write_fleet(
+            out_dir, seed=seed, days=days, scale=scale, start=start, inject=not clean, progress=bar
+        )
     totals = summary["totals"]
     click.echo(
         f"wrote {summary['rows']:,} billing rows, {days} days from {start:%Y-%m-%d %H:%M}Z, "

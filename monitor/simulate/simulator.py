@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from monitor.errors import UserError
 from monitor.simulate.compute import Ctx
@@ -23,6 +23,9 @@ from monitor.simulate.layout import build_fleet
 from monitor.simulate.truth import Tally, fleet_inventory, hidden_costs, row_usd_micros
 from monitor.simulate.utilization import iter_series, utilization_series
 from monitor.timeutil import to_iso
+
+if TYPE_CHECKING:
+    from monitor.progress import Progress
 
 __all__ = ["DEFAULT_START", "FleetSimulator", "write_fleet"]
 
@@ -123,9 +126,14 @@ def write_fleet(
     scale: int = 1,
     start: datetime | None = None,
     inject: bool = True,
+    *,
+    progress: Progress | None = None,
 ) -> dict:
     """Write billing (NDJSON.gz + Parquet), daily utilization files and ground_truth.json under
-    `out_dir`; return a summary (rows, files, totals, hidden costs)."""
+    `out_dir`; return a summary (rows, files, totals, hidden costs).
+
+    `progress` hears the rows written after each usage hour (the total estimated from the hours
+    done: rows per hour vary), then the utilization days written."""
     sim = FleetSimulator(seed, start or DEFAULT_START, days, scale, inject)
     out_dir = Path(out_dir)
     (out_dir / "billing").mkdir(parents=True, exist_ok=True)
@@ -133,14 +141,24 @@ def write_fleet(
     files = [out_dir / "billing" / "export.ndjson.gz", out_dir / "billing" / "export.parquet"]
     tally = Tally()
     with ExportWriter(files[0], files[1]) as writer:
-        for row in sim.billing_rows():
-            writer.write(row)
-            tally.add(row)
+        for h in range(sim.hours):
+            for row in sim.hour_rows(h):
+                writer.write(row)
+                tally.add(row)
+            if progress is not None:
+                estimate = tally.rows * sim.hours // (h + 1)
+                progress.update(tally.rows, total=estimate, unit="rows", approximate=h + 1 < sim.hours)
+    if progress is not None:
+        progress.describe("utilization")
     for d in range(days):
+        if progress is not None:
+            progress.update(d, total=days, unit="days")
         t0 = sim.start + timedelta(days=d)
         path = out_dir / "utilization" / f"{t0.date().isoformat()}.json.gz"
         _write_page(path, iter_series(sim.ctx, sim.fleet.vms, sim.hours, t0, t0 + timedelta(days=1)))
         files.append(path)
+    if progress is not None:
+        progress.update(days, total=days, unit="days")
     truth = sim.ground_truth(tally)
     files.append(out_dir / "ground_truth.json")
     files[-1].write_text(json.dumps(truth, indent=2) + "\n")

@@ -27,7 +27,7 @@ from enum import Enum
 from itertools import islice
 from math import isfinite
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
@@ -38,6 +38,9 @@ from monitor.schema import EXPORT_SCHEMA, Column
 from monitor.sources import duckdb_conn as db
 from monitor.sources.export_csv import iter_csv_records
 from monitor.timeutil import parse_timestamp
+
+if TYPE_CHECKING:
+    from monitor.progress import Progress
 
 __all__ = [
     "BATCH_ROWS",
@@ -249,17 +252,26 @@ def normalize_row(raw: Mapping[str, Any]) -> dict[str, Any]:
 # --- loading ------------------------------------------------------------------------------------
 
 
-def load_billing(paths: Sequence[Path], conn: duckdb.DuckDBPyConnection) -> LoadReport:
+def load_billing(
+    paths: Sequence[Path], conn: duckdb.DuckDBPyConnection, *, progress: Progress | None = None
+) -> LoadReport:
     """Append every file to `billing_export` in one transaction; `InputError` leaves it untouched.
 
     The format follows the file name (see `detect_format`). Loading the same file twice appends
     its rows twice: the export itself never repeats a row, so nothing here de-duplicates.
+    `progress` hears the name of the file being loaded and the count of files done.
     """
     per_file: dict[str, int] = {}
     with _transaction(conn):
-        for p in paths:
+        for i, p in enumerate(paths):
             path = Path(p)
+            if progress is not None:
+                progress.describe(path.name)
+                progress.update(i, total=len(paths), unit="files")
             per_file[str(path)] = per_file.get(str(path), 0) + _load_file(conn, path)
+    if progress is not None:
+        progress.describe("")
+        progress.update(len(paths), total=len(paths), unit="files")
     return LoadReport(files=len(paths), rows=sum(per_file.values()), per_file=per_file)
 
 
