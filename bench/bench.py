@@ -1,8 +1,9 @@
 """Throughput of gpucost's data paths on a simulated fleet: figures and ratios, never pass/fail.
 
-    .venv/bin/python bench/bench.py [--scale K] [--days N] [--util-days D] [--seed S] [--keep DIR] [--analysis]
+    .venv/bin/python bench/bench.py [--scale K] [--days N] [--util-days D] [--seed S] [--keep DIR]
+        [--analysis] [--repeat N] [--growth] [--stages analyze,floor,...] [--figures-only]
 
-Stages, each on the previous one's output (a temporary directory, removed unless --keep):
+Throughput stages, each on the previous one's output (a temporary directory, removed unless --keep):
 
 1. simulate: the fleet's billing rows (generation alone, then NDJSON.gz + Parquet writing) and the
    GPU utilization day files of the last `--util-days` days (Cloud Monitoring JSON, as the demo writes).
@@ -17,6 +18,13 @@ Stages, each on the previous one's output (a temporary directory, removed unless
 The default scale finishes in about a minute on a 2-core machine; `--scale 50` reaches millions of
 billing rows (utilization then defaults to the last 3 days, the daemon's re-read window, to bound
 memory; pass --util-days to change it).
+
+Then issue 12's figures (`bench/figures.py`), each the median of `--repeat` runs (default 3), each
+run a fresh child process (`bench/child.py`) whose own peak RSS is reported: `analyze` end to end,
+the DuckDB floor, the naive pandas baseline, a daemon detection run over the stored window, and
+the billing poll with nothing new / one new export delivery (rows scanned, rows fetched). `--growth`
+measures them at scales K, 2K and 4K; `--figures-only` skips the throughput stages. The run ends
+with Markdown tables (machine, figures, ratios, growth) to paste into README.
 """
 
 from __future__ import annotations
@@ -36,6 +44,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(REPO))
+
+from figures import STAGES, BenchError, Fleet, ScaleFigures, measure_fleet  # noqa: E402
+from tables import markdown  # noqa: E402
 
 from monitor.attribution.compile import compile_rules  # noqa: E402
 from monitor.billing_poll import poll_billing  # noqa: E402
@@ -195,7 +206,7 @@ def _stage(title: str, fn: Callable[[], Any]) -> Any:
     return fn()
 
 
-def main(argv: list[str] | None = None) -> int:
+def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", type=int, default=1, help="fleet multiplier (50: millions of rows)")
     ap.add_argument("--days", type=int, default=14, help="days simulated")
@@ -205,7 +216,65 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--keep", type=Path, default=None, help="write here and keep the files")
     ap.add_argument("--analysis", action="store_true", help="run the analysis stage at any scale")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per figure (the median is printed)")
+    ap.add_argument("--growth", action="store_true", help="the figures at scales K, 2K and 4K")
+    ap.add_argument(
+        "--stages", default=",".join(STAGES), help=f"figures to measure, comma-separated ({','.join(STAGES)})"
+    )
+    ap.add_argument("--figures-only", action="store_true", help="skip the throughput stages")
     args = ap.parse_args(argv)
+    args.stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    if unknown := sorted(set(args.stages) - set(STAGES)):
+        ap.error(f"--stages: unknown {', '.join(unknown)}; choose from {', '.join(STAGES)}")
+    if args.repeat < 1 or args.scale < 1 or args.days < 1:
+        ap.error("--repeat, --scale and --days must be at least 1")
+    return args
+
+
+def _throughput(args: argparse.Namespace, cfg: Config, out: Path, util_days: int) -> dict[str, Any]:
+    sim = FleetSimulator(args.seed, DEFAULT_START, args.days, args.scale)
+    fleet = _stage("simulate", lambda: simulate(sim, out / "fleet", util_days))
+    paths = {"ndjson": fleet["ndjson"], "parquet": fleet["parquet"]}
+    _stage("load", lambda: load(paths, out, fleet["rows"]))
+    now = sim.end + _DAY
+    _stage("billing poll", lambda: billing_poll(out / "parquet.duckdb", cfg, now, out))
+    _stage("utilization", lambda: utilization(fleet["util_dir"], fleet["util_from"], sim.end, out))
+    if args.analysis or args.scale <= _ANALYSIS_MAX_SCALE:
+        _stage("analysis", lambda: analysis(cfg, fleet, now))
+    else:
+        print(f"analysis: skipped above scale {_ANALYSIS_MAX_SCALE} (memory); pass --analysis to run it")
+    return fleet | {"end": sim.end}
+
+
+def _figures(args: argparse.Namespace, out: Path, util_days: int, first: dict[str, Any] | None) -> str:
+    scales = [args.scale, 2 * args.scale, 4 * args.scale] if args.growth else [args.scale]
+    results: list[ScaleFigures] = []
+    for scale in scales:
+        files = first if scale == args.scale else None
+        if files is None:
+            sim = FleetSimulator(args.seed, DEFAULT_START, args.days, scale)
+            files = _stage(
+                f"simulate (scale {scale})", lambda s=sim, k=scale: simulate(s, out / f"fleet-{k}", util_days)
+            )
+            files = files | {"end": sim.end}
+        fleet = Fleet(
+            scale,
+            args.days,
+            files["rows"],
+            files["parquet"],
+            files["util_dir"],
+            files["end"],
+            out / f"figures-{scale}",
+        )
+        print(
+            f"figures: scale {scale}, {args.days} days, {fleet.rows:,} export rows, median of {args.repeat}"
+        )
+        results.append(measure_fleet(fleet, args.stages, args.repeat))
+    return markdown(results, args.repeat, args.seed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
     util_days = min(args.days, args.util_days or (args.days if args.scale <= 2 else 3))
     out = args.keep or Path(tempfile.mkdtemp(prefix="gpucost-bench-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -213,21 +282,18 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     try:
         print(f"gpucost bench: scale {args.scale}, {args.days} days, seed {args.seed}, in {out}")
-        sim = FleetSimulator(args.seed, DEFAULT_START, args.days, args.scale)
-        fleet = _stage("simulate", lambda: simulate(sim, out / "fleet", util_days))
-        paths = {"ndjson": fleet["ndjson"], "parquet": fleet["parquet"]}
-        _stage("load", lambda: load(paths, out, fleet["rows"]))
-        now = sim.end + _DAY
-        _stage("billing poll", lambda: billing_poll(out / "parquet.duckdb", cfg, now, out))
-        _stage("utilization", lambda: utilization(fleet["util_dir"], fleet["util_from"], sim.end, out))
-        if args.analysis or args.scale <= _ANALYSIS_MAX_SCALE:
-            _stage("analysis", lambda: analysis(cfg, fleet, now))
-        else:
-            print(f"analysis: skipped above scale {_ANALYSIS_MAX_SCALE} (memory); pass --analysis to run it")
+        fleet = None if args.figures_only else _throughput(args, cfg, out, util_days)
+        table = _figures(args, out, util_days, fleet) if args.stages else ""
+    except BenchError as e:
+        print(e, file=sys.stderr)
+        return 1
     finally:
         if args.keep is None:
             shutil.rmtree(out, ignore_errors=True)
     print(f"total {time.perf_counter() - began:.1f} s")
+    if table:
+        print()
+        print(table)
     return 0
 
 

@@ -1,0 +1,341 @@
+"""One measured stage of `bench/bench.py`, run in a fresh process so its peak memory is its own.
+
+    .venv/bin/python bench/child.py STAGE '{"parquet": "...", "now": "...", ...}'
+
+Prints one line `BENCH-RESULT {json}` with the stage's wall `seconds` (perf_counter around the
+work alone: interpreter start and imports are not timed), `peak_rss_mb` (this process's peak RSS
+at the end, `VmHWM` (see `_rss_mb`): interpreter + imports + the work, what a user's process
+would hold) and `import_rss_mb` (the same figure read just before the work), plus the
+stage's own counts. Each stage imports only what it needs, so the floor's process holds DuckDB
+alone and the naive baseline's pandas alone.
+
+Stages: `analyze`, `floor`, `naive` (over the Parquet export), `setup` (prepare the stores the
+next two read; not a measured figure), `detection`, `poll`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import resource
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script from a checkout
+    sys.path.insert(0, str(REPO))
+
+__all__ = ["MARKER", "bench_config", "main"]
+
+MARKER = "BENCH-RESULT "
+_LANDED = timedelta(minutes=5)  # the poll runs this long after the new delivery landed
+
+
+def _rss_mb() -> float:
+    """This process's peak resident set so far, in MiB: `VmHWM` of /proc/self/status (the
+    high-water mark of this process image alone). Not `ru_maxrss`: Linux carries the parent's
+    high-water mark across fork + exec, so a child of a large bench process would report at least
+    the parent's size. `ru_maxrss` only where /proc is missing (not Linux)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux, bytes on macOS
+
+
+def _timed(work: Callable[[], Any]) -> tuple[Any, dict[str, float]]:
+    before = _rss_mb()
+    began = time.perf_counter()
+    out = work()
+    return out, {"seconds": time.perf_counter() - began, "import_rss_mb": before}
+
+
+def _ts(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def bench_config(state_dir: Path, util_dir: Path, db: Path, lookback_days: int) -> Any:
+    """The daemon's config for the benchmark: DuckDB export at `db`, utilization files, a SQLite
+    state store in `state_dir` (whatever the store keeps beside it lands there too)."""
+    from monitor.config import parse_config
+
+    raw = {
+        "billing": {"source": "duckdb", "db": str(db), "lookback_days": lookback_days},
+        "utilization": {"source": "files", "files": [str(util_dir)]},
+        "state": {"url": f"sqlite:///{state_dir / 'state.sqlite'}"},
+        "alerts": {"console_dir": str(state_dir / "alerts")},
+        "digest": {"out_dir": str(state_dir / "digest")},
+    }
+    return parse_config(raw, "bench")
+
+
+class _Metered:
+    """The billing source the daemon gets, recording each query's name, parameters and result."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.engine = inner.engine
+        self.runs: list[tuple[str, dict[str, Any], Any]] = []
+
+    def run(self, name: str, params: dict[str, Any]) -> Any:
+        result = self.inner.run(name, params)
+        self.runs.append((name, dict(params), result))
+        return result
+
+    def dry_run(self, name: str, params: dict[str, Any]) -> int | None:
+        return self.inner.dry_run(name, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _deps(a: dict[str, Any], state_dir: Path, db: Path, lookback_days: int) -> Any:
+    from monitor.attribution.compile import compile_rules
+    from monitor.clock import FixedClock
+    from monitor.cycle import build_deps
+    from monitor.sources.billing_duckdb import DuckDBBillingSource
+    from monitor.sources.duckdb_conn import open_billing_db
+
+    cfg = bench_config(state_dir, Path(a["util_dir"]), db, lookback_days)
+    conn = open_billing_db(db)
+    conn.execute("SET enable_progress_bar = false")
+    source = _Metered(DuckDBBillingSource(conn, rules=compile_rules(cfg.attribution.rules)))
+    return build_deps(cfg, FixedClock(_ts(a["now"])), source, stream=io.StringIO(), environ={})
+
+
+# ------------------------------------------------------------------------------------------ stages
+
+
+def analyze(a: dict[str, Any]) -> dict[str, Any]:
+    """What `gpucost analyze --billing export.parquet` runs (no config: defaults, no budgets)."""
+    from monitor.analysis import analyze_once
+    from monitor.config import Config
+
+    cfg, now, paths = Config(), _ts(a["now"]), [Path(a["parquet"])]
+    result, out = _timed(lambda: analyze_once(cfg, now=now, billing_paths=paths, with_budgets=False))
+    stats = result.stats
+    return out | {
+        "rows_scanned": stats.rows_scanned,
+        "rows_fetched": stats.rows_fetched,
+        "queries": stats.queries,
+        "findings": len(result.findings),
+    }
+
+
+_FLOOR_SQL = "SELECT sku.description, SUM(cost) FROM read_parquet(?) GROUP BY 1"
+
+
+def floor(a: dict[str, Any]) -> dict[str, Any]:
+    """DuckDB alone: the cheapest correct answer to "cost per SKU" over the same file."""
+    import duckdb
+
+    def work() -> list[tuple]:
+        conn = duckdb.connect()
+        conn.execute("SET enable_progress_bar = false")
+        return conn.execute(_FLOOR_SQL, [a["parquet"]]).fetchall()
+
+    rows, out = _timed(work)
+    return out | {"groups": len(rows)}
+
+
+def naive(a: dict[str, Any]) -> dict[str, Any]:
+    """The script a user would write: pandas reads the whole export, a regex per row, group by."""
+    import re
+
+    import pandas as pd
+
+    classes = [
+        ("gpu", re.compile(r"GPU|Nvidia", re.IGNORECASE)),
+        ("core", re.compile(r"Core|vCPU", re.IGNORECASE)),
+        ("ram", re.compile(r"Ram\b|Memory", re.IGNORECASE)),
+        ("egress", re.compile(r"egress", re.IGNORECASE)),
+    ]
+
+    def classify(sku: dict[str, Any]) -> str:
+        text = sku.get("description") or ""
+        return next((name for name, rx in classes if rx.search(text)), "other")
+
+    def work() -> Any:
+        df = pd.read_parquet(a["parquet"])
+        df["class"] = df["sku"].apply(classify)
+        return df.groupby("class")["cost"].sum()
+
+    sums, out = _timed(work)
+    return out | {"groups": len(sums)}
+
+
+def setup(a: dict[str, Any]) -> dict[str, Any]:
+    """Prepare (untimed) what `poll` and `detection` start from, under `a["dir"]`:
+
+    - `load.parquet`: the export's last delivery (rows of one `export_time`) by `a["now"]`, and
+      `base.parquet`: every row delivered before it;
+    - `poll.duckdb` holding the base rows, and `poll-state/` after a first poll of them;
+    - `full.duckdb` holding every row, and `detect-state/` after the daemon's billing poll
+      (lookback over the whole window) and utilization poll, as detection finds them.
+    """
+    import duckdb
+
+    from monitor.cycle import run_billing_poll, run_utilization_poll
+    from monitor.sources.duckdb_conn import open_billing_db
+    from monitor.sources.loader import load_billing
+
+    root, parquet = Path(a["dir"]), a["parquet"]
+    conn = duckdb.connect()
+    # the export lands in deliveries (one export_time each, hours apart): the last one by the data's
+    # end is the new load; the table before it holds every earlier delivery
+    last = "SELECT MAX(export_time) FROM read_parquet(?) WHERE export_time <= ?"
+    split = conn.execute(last, [parquet, _ts(a["now"])]).fetchone()[0]
+    copy = "COPY (SELECT * FROM read_parquet(?) WHERE {}) TO '{}' (FORMAT parquet)"
+    conn.execute(copy.format("export_time < ?", root / "base.parquet"), [parquet, split])
+    conn.execute(copy.format("export_time = ?", root / "load.parquet"), [parquet, split])
+    conn.close()
+    split_now = split + _LANDED
+    for db, files in (("poll.duckdb", ["base.parquet"]), ("full.duckdb", [parquet])):
+        bconn = open_billing_db(root / db)
+        load_billing([root / f for f in files], bconn)
+        bconn.close()
+    poll = _deps(
+        a | {"now": split_now.isoformat()}, root / "poll-state", root / "poll.duckdb", a["poll_lookback"]
+    )
+    first = run_billing_poll(poll, split_now)
+    poll.store.close()
+    deps = _deps(a, root / "detect-state", root / "full.duckdb", a["lookback_days"])
+    billing = run_billing_poll(deps, _ts(a["now"]))
+    util = run_utilization_poll(deps, _ts(a["now"]))
+    deps.store.close()
+    return {
+        "seconds": 0.0,
+        "first_poll_rows": first["hourly_rows_written"],
+        "hourly_rows": billing["hourly_rows_written"],
+        "samples": util["samples"],
+        "load_rows": _count(root / "load.parquet"),
+        "load_export_time": split.isoformat(),
+        "poll_now": split_now.isoformat(),
+    } | aggregate_size(root / "detect-state" / "state.sqlite")
+
+
+def _count(parquet: Path) -> int:
+    import duckdb
+
+    return duckdb.connect().execute("SELECT COUNT(*) FROM read_parquet(?)", [str(parquet)]).fetchone()[0]
+
+
+def aggregate_size(state: Path) -> dict[str, Any]:
+    """Bytes per stored aggregate row: the pages of the state store's `billing_hourly` table (its
+    indexes apart) from SQLite's `dbstat`, over its row count."""
+    import sqlite3
+
+    conn = sqlite3.connect(state)
+    try:
+        rows = conn.execute("SELECT COUNT(*) FROM billing_hourly").fetchone()[0]
+        index_names = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'billing_hourly'"
+            )
+        ]
+        table = conn.execute("SELECT SUM(pgsize) FROM dbstat WHERE name = 'billing_hourly'").fetchone()[0]
+        marks = ",".join("?" * len(index_names)) or "NULL"
+        sql = f"SELECT SUM(pgsize) FROM dbstat WHERE name IN ({marks})"
+        index = conn.execute(sql, index_names).fetchone()[0] or 0
+    except sqlite3.Error as e:  # the aggregates moved elsewhere, or no dbstat: say so, do not guess
+        return {"agg_rows": None, "agg_bytes": None, "agg_note": str(e)}
+    finally:
+        conn.close()
+    return {"agg_rows": rows, "agg_bytes": table, "agg_index_bytes": index}
+
+
+def detection(a: dict[str, Any]) -> dict[str, Any]:
+    """The daemon's detection job (`run_detection`: inputs from the store, detectors, findings
+    recorded, alerts enqueued) on a fresh copy of the filled state directory."""
+    from monitor.cycle import run_detection
+
+    deps = _deps(a, Path(a["state"]), Path(a["db"]), a["lookback_days"])
+    report, out = _timed(lambda: run_detection(deps, _ts(a["now"])))
+    deps.store.close()
+    return out | {"findings": report["findings"]}
+
+
+def poll(a: dict[str, Any]) -> dict[str, Any]:
+    """The daemon's billing poll on copies of `poll.duckdb` + `poll-state/`, after appending the
+    new load `a["load"]` (one export delivery) when given (the append is the export's work, not timed).
+
+    Timed as in a running daemon: after one untimed poll with nothing new (`cold_seconds`: a fresh
+    process's first poll, which also opens the table and transpiles its SQL) and with every query
+    of `queries/` transpiled (`render_query` caches them)."""
+    from monitor.cycle import run_billing_poll
+    from monitor.sources.loader import load_billing
+
+    deps = _deps(a, Path(a["state"]), Path(a["db"]), a["poll_lookback"])
+    conn, now = deps.billing.inner.conn, _ts(a["now"])
+    _, cold = _timed(lambda: run_billing_poll(deps, now))  # a daemon has polled before: warm up
+    for sql in sorted((REPO / "queries").glob("*.sql")):  # and has every query transpiled (cached)
+        deps.billing.inner.sql(sql.stem)
+    if a.get("load"):
+        load_billing([Path(a["load"])], conn)
+    deps.billing.runs.clear()
+    report, out = _timed(lambda: run_billing_poll(deps, now))
+    deps.store.close()
+    scanned = [rows_scanned(conn, name, params, result) for name, params, result in deps.billing.runs]
+    return out | {
+        "cold_seconds": cold["seconds"],
+        "queries": [name for name, _, _ in deps.billing.runs],
+        "rows_scanned": sum(n for n, _ in scanned),
+        "scanned_how": sorted({how for _, how in scanned}),
+        "rows_fetched": sum(len(result.rows) for _, _, result in deps.billing.runs),
+        "hourly_rows_written": report["hourly_rows_written"],
+        "table_rows": conn.execute("SELECT COUNT(*) FROM billing_export").fetchone()[0],
+    }
+
+
+_PARTITION_RANGE = (
+    "SELECT COUNT(*) FROM billing_export WHERE _PARTITIONTIME >= date_trunc('day', $usage_start)"
+    " - INTERVAL 1 DAY AND _PARTITIONTIME < greatest($partition_end, date_trunc('day', $usage_end)"
+    " + INTERVAL 3 DAY)"
+)
+
+
+def rows_scanned(conn: Any, name: str, params: dict[str, Any], result: Any) -> tuple[int, str]:
+    """Export rows one query reads, and how that was found: the engine's own figure when it
+    reports one; else every row of the ingestion-time partitions its `_PARTITIONTIME` filter
+    selects (what BigQuery prunes to: one `@partition_time`, or the load days from the usage
+    start less a day to `GREATEST(@partition_end, usage end + 3 days)` that `queries/*.sql` use);
+    else the whole table."""
+    if getattr(result, "rows_scanned", None) is not None:
+        return result.rows_scanned, "engine"
+    if "partition_time" in params:
+        sql = "SELECT COUNT(*) FROM billing_export WHERE _PARTITIONTIME = $partition_time"
+        return conn.execute(sql, {"partition_time": params["partition_time"]}).fetchone()[0], "partitions"
+    if {"usage_start", "usage_end"} <= params.keys():
+        bound = {k: params.get(k) for k in ("usage_start", "usage_end", "partition_end")}
+        bound["partition_end"] = bound["partition_end"] or bound["usage_end"]
+        return conn.execute(_PARTITION_RANGE, bound).fetchone()[0], "partitions"
+    return conn.execute("SELECT COUNT(*) FROM billing_export").fetchone()[0], "table"
+
+
+STAGES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "analyze": analyze,
+    "floor": floor,
+    "naive": naive,
+    "setup": setup,
+    "detection": detection,
+    "poll": poll,
+}
+
+
+def main(argv: list[str]) -> int:
+    stage, args = argv[0], json.loads(argv[1])
+    out = STAGES[stage](args)
+    out["peak_rss_mb"] = _rss_mb()
+    print(MARKER + json.dumps(out, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
