@@ -236,8 +236,10 @@ def _variant(desc: str) -> str | None:
     return next((v for v in _VARIANTS if re.search(rf"\b{v}\b", low)), None)
 
 
+@functools.lru_cache(maxsize=8192)
 def parse_sku(description: str) -> ParsedSku:
-    """Read one SKU description (whitespace-normalised, matched case-insensitively).
+    """Read one SKU description (whitespace-normalised, matched case-insensitively). Cached: an
+    export has hundreds of SKUs over millions of rows (the result is frozen).
 
     >>> p = parse_sku("Spot Preemptible A3 Instance Core running in Americas")
     >>> (p.counts.value, p.family, p.pricing_model.value, p.geo)

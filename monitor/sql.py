@@ -4,6 +4,15 @@ Queries are written once, in BigQuery's dialect, against the table `billing_expo
 `@parameters`. The only thing ever substituted is that table name, replaced in the parsed syntax
 tree (never by string formatting) with the validated name from config. For the embedded engine the
 same tree is transpiled to DuckDB by sqlglot.
+
+One engine-local rewrite keeps DuckDB fast on the export's nested columns: BigQuery's idiom for
+reading a label or summing credits, a scalar subquery over `UNNEST(array) AS x` with one aggregate
+(`MAX`, `MIN`, `SUM`, `STRING_AGG ... ORDER BY`) and an optional WHERE, is correlated, and DuckDB
+runs each one as a join against the whole table: on 507k export rows the attribution query spent 36
+of its 41 s there (measured, 2 cores). For DuckDB the same subquery becomes the list functions that
+compute it element-wise in one pass (`LIST_FILTER`, `LIST_TRANSFORM`, `LIST_MAX`, ...), with the same
+result, NULL for no element included ("List Functions", https://duckdb.org/docs/sql/functions/list).
+Anything that does not match the idiom exactly is left as written.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from sqlglot import exp
 from monitor.errors import ConfigError
 from monitor.schema import TABLE_NAME
 
-__all__ = ["for_bigquery", "for_duckdb", "load_query", "query_names"]
+__all__ = ["for_bigquery", "for_duckdb", "load_query", "query_names", "vectorize_unnest_aggregates"]
 
 
 def query_names() -> list[str]:
@@ -65,7 +74,77 @@ def for_bigquery(name: str, table: str) -> str:
 
 
 @functools.cache
-def for_duckdb(name: str, table: str = TABLE_NAME) -> str:
-    """The same query transpiled to DuckDB; `@param` becomes `$param`."""
+def for_duckdb(name: str, table: str = TABLE_NAME, *, vectorize: bool = True) -> str:
+    """The same query transpiled to DuckDB; `@param` becomes `$param`. `vectorize=False` keeps the
+    correlated UNNEST subqueries as written (the tests compare both forms)."""
     tree = _parsed(name) if table == TABLE_NAME else _with_table(_parsed(name), table, "duckdb")
+    if vectorize:
+        tree = vectorize_unnest_aggregates(tree)
     return tree.sql(dialect="duckdb", pretty=True)
+
+
+_LIST_AGGREGATES: dict[type[exp.Expression], str] = {exp.Max: "LIST_MAX", exp.Min: "LIST_MIN", exp.Sum: "LIST_SUM"}
+
+
+def _fn(name: str, *args: exp.Expression) -> exp.Anonymous:
+    return exp.Anonymous(this=name, expressions=list(args))
+
+
+def _lambda(var: str, body: exp.Expression) -> exp.Lambda:
+    return exp.Lambda(this=body.copy(), expressions=[exp.to_identifier(var)])
+
+
+def _unnest_aggregate(node: exp.Subquery) -> exp.Expression | None:
+    """The list-function form of `(SELECT AGG(f(x)) FROM UNNEST(arr) AS x [WHERE p(x)])`, or None
+    when `node` is anything else."""
+    sel = node.this
+    if not isinstance(sel, exp.Select) or len(sel.expressions) != 1 or node.alias:
+        return None
+    if any(sel.args.get(k) for k in ("joins", "group", "having", "order", "limit", "distinct", "with")):
+        return None
+    source = sel.args.get("from_") or sel.args.get("from")
+    unnest = source.this if source is not None else None
+    if not isinstance(unnest, exp.Unnest) or unnest.args.get("offset") or len(unnest.expressions) != 1:
+        return None
+    alias = unnest.args.get("alias")
+    columns = alias.columns if alias is not None else []
+    if len(columns) != 1 or (alias is not None and alias.this):
+        return None
+    var, items = columns[0].name, unnest.expressions[0]
+    where = sel.args.get("where")
+    kept = _fn("LIST_FILTER", items.copy(), _lambda(var, where.this)) if where is not None else items.copy()
+    agg = sel.expressions[0]
+    if type(agg) in _LIST_AGGREGATES:
+        return _fn(_LIST_AGGREGATES[type(agg)], _fn("LIST_TRANSFORM", kept, _lambda(var, agg.this)))
+    if isinstance(agg, exp.GroupConcat) and isinstance(agg.this, exp.Order):
+        order = agg.this.expressions
+        if len(order) != 1 or order[0].args.get("desc"):
+            return None
+        pair = exp.Struct(
+            expressions=[
+                exp.PropertyEQ(this=exp.to_identifier("k"), expression=order[0].this.copy()),
+                exp.PropertyEQ(this=exp.to_identifier("v"), expression=agg.this.this.copy()),
+            ]
+        )
+        ordered = _fn(
+            "LIST_SORT", _fn("LIST_TRANSFORM", kept, _lambda(var, pair)), exp.Literal.string("ASC"),
+            exp.Literal.string("NULLS FIRST"),
+        )  # fmt: skip
+        values = _fn("LIST_FILTER", _fn("LIST_TRANSFORM", ordered, _lambda("p", exp.column("v", "p"))),
+                     _lambda("s", exp.Not(this=exp.Is(this=exp.column("s"), expression=exp.Null()))))  # fmt: skip
+        separator = agg.args.get("separator") or exp.Literal.string(",")
+        joined = _fn("ARRAY_TO_STRING", values.copy(), separator.copy())
+        empty = exp.EQ(this=_fn("LEN", values), expression=exp.Literal.number(0))
+        return exp.Case(ifs=[exp.If(this=empty, true=exp.Null())], default=joined)  # STRING_AGG of nothing
+    return None
+
+
+def vectorize_unnest_aggregates(tree: exp.Expression) -> exp.Expression:
+    """Every scalar `(SELECT AGG(..) FROM UNNEST(arr) AS x [WHERE ..])` as DuckDB list functions."""
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Subquery):
+            return _unnest_aggregate(node) or node
+        return node
+
+    return tree.transform(swap)

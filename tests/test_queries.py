@@ -343,3 +343,34 @@ def test_bigquery_rendering_fills_slots_and_swaps_the_table(name: str) -> None:
     duck = re.sub(r"/\*.*?\*/", "", render_query(name, "duckdb"), flags=re.S)
     assert "$usage_start" in duck
     assert "@" not in duck
+
+
+@pytest.mark.parametrize("name", query_names())
+def test_duckdbs_list_functions_give_what_the_correlated_subqueries_give(
+    name: str, conn: duckdb.DuckDBPyConnection
+) -> None:
+    """`monitor.sql.vectorize_unnest_aggregates` is an engine-local rewrite: on rows with no
+    labels, labels in any order, wanted and unwanted keys, empty credits and untyped credits, every
+    query returns the same rows as the subqueries BigQuery runs, as DuckDB runs them unrewritten."""
+    from monitor.attribution.compile import query_params, render_query
+
+    rows = fleet_rows(11, 400)
+    odd = export_row("Nvidia L4 GPU running in Americas", 0.7, instance="vm-z", labels={})
+    odd["labels"] = [
+        {"key": "zeta", "value": "1"},
+        {"key": "team", "value": "b"},
+        {"key": "job", "value": "j-1"},
+    ]
+    odd["system_labels"] = []
+    odd["credits"] = [
+        {"name": "Committed use discount", "amount": -0.1, "full_name": None, "id": None, "type": None}
+    ]
+    load_rows(conn, [*rows, odd])
+    wanted = query_params(name)
+    p = {k: v for k, v in params(T0 - timedelta(days=1), T0 + timedelta(days=2)).items() if k in wanted}
+    fast_sql = render_query(name, "duckdb")
+    fast = conn.execute(fast_sql, p).fetchall()
+    slow = conn.execute(render_query(name, "duckdb", vectorize=False), p).fetchall()
+    assert "FROM UNNEST" not in fast_sql.upper()  # no correlated subquery left
+    assert sorted(map(repr, fast)) == sorted(map(repr, slow))
+    assert fast, "the comparison needs rows"
