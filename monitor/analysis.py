@@ -211,7 +211,9 @@ def open_sources(
 
     rules = compile_rules(cfg.attribution.rules)
     if billing_paths:
-        billing = billing_source_from_files(billing_paths, rules=rules)
+        billing = billing_source_from_files(
+            billing_paths, rules=rules, memory_limit=cfg.billing.duckdb_memory_limit
+        )
     else:
         billing = billing_source_from_config(cfg.billing, google=cfg.google, rules=rules)
     _quiet(billing)

@@ -42,6 +42,7 @@ __all__ = [
     "slack_token",
 ]
 
+_MEMORY_RE = re.compile(r"^\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$")
 _TABLE_RE = re.compile(r"^[A-Za-z0-9_\-]+\.[A-Za-z0-9_]+\.[A-Za-z0-9_\-*$]+$")
 _HOSTPORT_RE = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d+$|^https?://\S+$")
 
@@ -86,12 +87,22 @@ class BillingConfig(_Strict):
     provisional_days: int = Field(default=3, ge=0, le=31)
     db: Path = Path("out/gpucost.duckdb")
     labels: tuple[str, ...] = ("team", "job")
+    # DuckDB's memory bound (it spills to disk beyond it); its own default is 80% of RAM, all of
+    # which it would keep (monitor/sources/duckdb_conn.py).
+    duckdb_memory_limit: str = "1GB"
 
     @field_validator("table")
     @classmethod
     def _table(cls, v: str | None) -> str | None:
         if v is not None and not _TABLE_RE.match(v):
             raise ValueError(f'expected "project.dataset.table", got "{v}"')
+        return v
+
+    @field_validator("duckdb_memory_limit")
+    @classmethod
+    def _memory(cls, v: str) -> str:
+        if not _MEMORY_RE.match(v):
+            raise ValueError(f'expected a size such as "1GB", "512MB" or "2GiB", got "{v}"')
         return v
 
     @model_validator(mode="after")

@@ -53,7 +53,7 @@ class DemoFeeder:
         self.cfg = cfg
         d = cfg.demo
         self.sim = FleetSimulator(d.seed, DEFAULT_START, d.days, d.scale, inject=True)
-        self.conn: duckdb.DuckDBPyConnection = open_billing_db(cfg.billing.db)
+        self.conn: duckdb.DuckDBPyConnection = open_billing_db(cfg.billing.db, memory_limit=cfg.billing.duckdb_memory_limit)
         self.util_dir = (
             Path(cfg.utilization.files[0]) if cfg.utilization.files else d.data_dir / "utilization"
         )

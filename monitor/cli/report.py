@@ -44,7 +44,9 @@ def open_billing(billing_paths: tuple[Path, ...], cfg: Config) -> BillingSource:
     """`--billing` files in an in-memory DuckDB, else the source `[billing]` configures."""
     rules = compile_rules(cfg.attribution.rules)
     if billing_paths:
-        return billing_source_from_files(billing_paths, rules=rules)
+        return billing_source_from_files(
+            billing_paths, rules=rules, memory_limit=cfg.billing.duckdb_memory_limit
+        )
     return billing_source_from_config(cfg.billing, google=cfg.google, rules=rules)
 
 

@@ -36,16 +36,18 @@ def billing_source_from_config(
             f"billing.db: {cfg.db} does not exist; load export files into it with "
             f"`gpucost load --billing FILE --db {cfg.db}`, or pass --billing FILE"
         )
-    return DuckDBBillingSource(open_billing_db(cfg.db), rules=rules)
+    return DuckDBBillingSource(open_billing_db(cfg.db, memory_limit=cfg.duckdb_memory_limit), rules=rules)
 
 
-def billing_source_from_files(paths: Sequence[Path], *, rules: Sequence[Rule] | None = None) -> BillingSource:
+def billing_source_from_files(
+    paths: Sequence[Path], *, rules: Sequence[Rule] | None = None, memory_limit: str | None = None
+) -> BillingSource:
     """Export files (NDJSON, Parquet, CSV) loaded into an in-memory DuckDB table."""
     from monitor.sources.billing_duckdb import DuckDBBillingSource
     from monitor.sources.duckdb_conn import open_billing_db
     from monitor.sources.loader import load_billing
 
-    conn = open_billing_db(None)
+    conn = open_billing_db(None) if memory_limit is None else open_billing_db(None, memory_limit=memory_limit)
     load_billing(list(paths), conn)
     return DuckDBBillingSource(conn, rules=rules)
 
