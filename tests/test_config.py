@@ -112,6 +112,10 @@ CASES = [
         "spend_anomaly, spot_opportunity, unmonitored_gpu",
     ),
     (
+        {"billing": {"duckdb_memory_limit": "lots"}},
+        'gpucost.toml: billing.duckdb_memory_limit: expected a size such as "1GB", "512MB" or "2GiB", got "lots"',
+    ),
+    (
         {"google": {"credentials": "json"}},
         "gpucost.toml: google.credentials: Input should be 'default' or 'anonymous', got 'json'",
     ),
@@ -156,3 +160,12 @@ def test_slack_token_from_env_or_file_never_printed(tmp_path: Path) -> None:
     cfg3 = parse_config({"slack": {"token_file": str(tmp_path / "missing")}}).slack
     with pytest.raises(ConfigError, match=r"slack.token_file: cannot read .*missing"):
         slack_token(cfg3, {})
+
+
+def test_duckdb_gets_the_configured_memory_limit() -> None:
+    from monitor.sources.factory import billing_source_from_files
+
+    src = billing_source_from_files([], memory_limit="300MB")
+    limit = src.conn.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    assert limit == "286.1 MiB"  # DuckDB's own rendering of 300 MB
+    assert parse_config({}).billing.duckdb_memory_limit == "1GB"
