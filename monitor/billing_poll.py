@@ -16,6 +16,7 @@ Usage days within the last `billing.provisional_days` are provisional: their cos
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping
@@ -183,8 +184,7 @@ class HourlyCost:
     @property
     def labels(self) -> dict[str, str]:
         """The configured user labels of the row (`billing.labels`), parsed from `k=v,k=v`."""
-        raw = self.keys.get("user_labels") or ""
-        return dict(part.split("=", 1) for part in raw.split(",") if "=" in part)
+        return dict(_labels(self.keys.get("user_labels") or ""))
 
     @property
     def scope(self) -> Scope:
@@ -198,6 +198,12 @@ class HourlyCost:
             cluster=k.get("cluster"),
             labels=self.labels,
         )
+
+
+@functools.lru_cache(maxsize=65536)
+def _labels(raw: str) -> tuple[tuple[str, str], ...]:
+    """Label sets repeat across rows: each parsed once."""
+    return tuple(tuple(part.split("=", 1)) for part in raw.split(",") if "=" in part)  # type: ignore[misc]
 
 
 def provisional_since(now: datetime, provisional_days: int) -> datetime:
@@ -428,15 +434,27 @@ def _hull(rows: list[Mapping[str, Any] | None]) -> tuple[datetime, datetime] | N
 def _ts(v: datetime | str) -> datetime:
     if isinstance(v, datetime):
         return v.astimezone(UTC) if v.tzinfo else v.replace(tzinfo=UTC)
+    return _parse_ts(v)
+
+
+@functools.lru_cache(maxsize=65536)
+def _parse_ts(v: str) -> datetime:
+    """Stored times are hours, a few thousand distinct over millions of rows: parse each once."""
     return datetime.fromisoformat(v.replace("Z", "+00:00")).astimezone(UTC)
 
 
+@functools.lru_cache(maxsize=65536)
 def _iso(dt: datetime) -> str:
     """Fixed-width UTC text (microseconds always present) so stored times sort as strings."""
     return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+_AS_IS = frozenset({str, int, float, bool, type(None)})
+
+
 def _cell(v: Any) -> Any:
+    if type(v) in _AS_IS:
+        return v
     if isinstance(v, datetime):
         return _iso(v)
     if isinstance(v, Decimal):
