@@ -38,9 +38,11 @@ __all__ = [
     "HourlyCost",
     "PollReport",
     "hourly_costs",
+    "migrate",
     "poll_billing",
     "poll_scope",
     "provisional_since",
+    "stored_time",
 ]
 
 COMPONENT = "billing"
@@ -227,6 +229,16 @@ def poll_scope(now: datetime, lookback_days: int) -> tuple[datetime, datetime]:
 
 def _migrate(store: StateStore) -> None:
     store.migrate(COMPONENT, list(_MIGRATIONS))
+
+
+def migrate(store: StateStore) -> None:
+    """Create or upgrade the billing tables (what `monitor.state.retention` prunes)."""
+    _migrate(store)
+
+
+def stored_time(dt: datetime) -> str:
+    """A time as the billing tables store it (fixed-width text that sorts like time)."""
+    return _iso(dt)
 
 
 def poll_billing(

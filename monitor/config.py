@@ -255,6 +255,9 @@ class DigestConfig(_Strict):
 
 class StateConfig(_Strict):
     url: str = "sqlite:///out/state.sqlite"
+    # Pruned once a day past this many days (never less than the detectors read: see
+    # monitor/state/retention.py); 62 keeps two invoice months for month-to-date figures.
+    retention_days: int = Field(default=90, ge=62)
 
     @field_validator("url")
     @classmethod

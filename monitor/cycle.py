@@ -36,6 +36,7 @@ from monitor.sources.base import BillingSource
 from monitor.sources.budgets import Budget, budget_source_from_config
 from monitor.sources.pricing import price_source_from_config
 from monitor.state.findings import record_findings
+from monitor.state.retention import horizon, prune
 from monitor.state.store import SQLiteStore, open_store
 from monitor.timeutil import floor_hour
 from monitor.utilization import migrate as migrate_utilization
@@ -56,6 +57,7 @@ __all__ = [
     "run_detection",
     "run_digest",
     "run_price_refresh",
+    "run_retention",
     "run_utilization_backfill",
     "run_utilization_poll",
     "utilization_coverage",
@@ -327,6 +329,12 @@ def run_detection(deps: Deps, now: datetime, cancelled: Callable[[], bool] | Non
         },
     )
     return {"findings": len(findings), **counts, "pipeline": str(report)}
+
+
+def run_retention(deps: Deps, now: datetime) -> dict[str, int]:
+    """Prune the state store past `state.retention_days` (the daemon's daily job)."""
+    cut = horizon(now, deps.cfg.state.retention_days, history_needed(deps.detectors).days)
+    return prune(deps.store, cut)
 
 
 def run_delivery(deps: Deps, now: datetime) -> dict[str, Any]:

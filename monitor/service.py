@@ -42,6 +42,7 @@ from monitor.cycle import (
     run_detection,
     run_digest,
     run_price_refresh,
+    run_retention,
     run_utilization_backfill,
     run_utilization_poll,
 )
@@ -199,6 +200,7 @@ class Service:
                 run_at_start=False,  # the demo's billing job kicks it once per simulated day
             ),
             JobSpec("price_refresh", step(run_price_refresh), every(d.price_refresh_hours * 3600)),
+            JobSpec("retention", step(run_retention), every(24 * 3600)),
         ]
 
     # -- the always-on loop ---------------------------------------------------------------------
