@@ -80,8 +80,23 @@ attributed AS (
     CASE
       WHEN STARTS_WITH(GPUCOST_SUBCATEGORY(r.rule), 'compute.')
         THEN IFNULL(GPUCOST_SKU_PRICING_MODEL(r.rule), IF(r.cud_micros <> 0, 'committed', 'on_demand'))
-    END AS pricing_model
+    END AS pricing_model,
+    -- The grain detectors need: per resource (VM / GKE node, its pool and namespace) only for GPU
+    -- time, traffic and cluster / Vertex AI fees; CPU, RAM, disks, buckets and the rest sum per
+    -- project, zone, machine type, cluster, labels and SKU, so fewer rows leave the engine.
+    GPUCOST_SUBCATEGORY(r.rule) = 'compute.gpu'
+      OR STARTS_WITH(GPUCOST_SUBCATEGORY(r.rule), 'network.')
+      OR STARTS_WITH(GPUCOST_SUBCATEGORY(r.rule), 'orchestration.') AS detailed
   FROM ruled AS r
+),
+shaped AS (
+  SELECT
+    a.* EXCEPT (resource_name, instance_id, node_pool, namespace),
+    IF(a.detailed, a.resource_name, NULL) AS resource_name,
+    IF(a.detailed, a.instance_id, NULL) AS instance_id,
+    IF(a.detailed, a.node_pool, NULL) AS node_pool,
+    IF(a.detailed, a.namespace, NULL) AS namespace
+  FROM attributed AS a
 )
 SELECT
   usage_hour,
@@ -113,7 +128,7 @@ SELECT
   SUM(credit_micros - cud_micros - sud_micros) AS other_credit_micros,
   SUM(credit_micros) AS credit_micros,
   SUM(gross_micros + credit_micros) AS net_micros
-FROM attributed
+FROM shaped
 GROUP BY
   usage_hour, invoice_month, project_id, region, zone, resource_name, instance_id, machine_type, cluster,
   node_pool, namespace, user_labels, service_id, service_description, sku_id, sku_description,
