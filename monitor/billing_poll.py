@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from monitor.billing_changes import MAX_PARTITION_QUERIES, appended, hour_ranges
+from monitor.billing_changes import MAX_PARTITION_QUERIES, MAX_RANGES, appended, hour_ranges
 from monitor.config import BillingConfig
 from monitor.model import Scope, micros_to_decimal
 from monitor.sources.base import BillingSource
@@ -269,8 +269,8 @@ def poll_billing(
         if hours is None:  # a rewrite, a first poll: the whole span of the changed partitions
             span = _hull([seen.get(p) for p in changed] + [stored.get(p) for p in changed])
             windows = (span,) if span is not None else ()
-        else:
-            windows = hour_ranges(hours)
+        else:  # BigQuery bills the partitions each range scans (its day - 1 to now): one range there
+            windows = hour_ranges(hours, 1 if source.engine == "bigquery" else MAX_RANGES)
         windows = tuple(
             (max(lo, scope_start), min(hi, scope_end)) for lo, hi in windows if lo < scope_end and hi > scope_start
         )

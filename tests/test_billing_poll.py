@@ -29,8 +29,8 @@ class CountingSource:
 
     engine = "duckdb"
 
-    def __init__(self, inner: DuckDBBillingSource, fail: str | None = None):
-        self.inner, self.fail, self.runs = inner, fail, []
+    def __init__(self, inner: DuckDBBillingSource, fail: str | None = None, engine: str = "duckdb"):
+        self.inner, self.fail, self.runs, self.engine = inner, fail, [], engine
 
     def run(self, name: str, params: dict[str, Any]) -> QueryResult:
         self.runs.append(name)
@@ -153,6 +153,22 @@ def test_a_late_correction_for_an_old_hour_re_aggregates_that_hour_only(conn, st
     stored = hourly_costs(store, D - timedelta(days=30), D + timedelta(days=3))
     gross, _ = input_totals([*first, late, *fresh])
     assert sum(h.gross for h in stored) == gross
+
+
+def test_on_bigquery_the_changed_hours_are_one_range(conn, store) -> None:
+    """BigQuery bills the partitions a query scans, from its range's first day to now, whatever
+    the hours: several ranges would scan the same recent partitions again. One range there."""
+    load_rows(conn, [r for day in (D - timedelta(days=d) for d in range(8, -1, -1)) for r in _day(day)])
+    src = CountingSource(DuckDBBillingSource(conn), engine="bigquery")
+    poll_billing(src, store, CFG, now=D + timedelta(days=1, hours=4))
+    old, today = D - timedelta(days=8) + timedelta(hours=7), D + timedelta(days=1)
+    late = export_row(
+        GPU, 0.42, hour=old, instance="vm-a", labels={"team": "nlp"}, export_lag=timedelta(days=8, hours=22)
+    )
+    load_rows(conn, [late, *_day(today, range(2))])
+    src.runs.clear()
+    r = poll_billing(src, store, CFG, now=today + timedelta(hours=6))
+    assert r.windows == ((old, today + timedelta(hours=2)),) and src.runs.count("hourly") == 1
 
 
 def test_a_rewritten_partition_re_aggregates_its_whole_span(conn, store) -> None:
