@@ -8,17 +8,19 @@ DEMO_CONFIG ?= deploy/config/demo.toml
 # daemon run) is built once, not once per worker.
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: demo test lint bench clean venv bqemu postgres
+.PHONY: demo test lint bench clean venv bqemu postgres upgrade
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.installed: $(BIN)/python pyproject.toml
-	$(PIP) install -e .
+# Installs are pinned by constraints.txt (the versions the suite last passed with); `make upgrade`
+# moves them.
+$(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
+	$(PIP) install -c constraints.txt -e .
 	touch $@
 
-$(VENV)/.installed-test: $(BIN)/python pyproject.toml
-	$(PIP) install -e '.[test]'
+$(VENV)/.installed-test: $(BIN)/python pyproject.toml constraints.txt
+	$(PIP) install -c constraints.txt -e '.[test]'
 	touch $@ $(VENV)/.installed
 
 venv: $(VENV)/.installed
@@ -37,6 +39,18 @@ postgres:
 test: $(VENV)/.installed-test bqemu postgres
 	$(BIN)/ruff check monitor alerts tests bench
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The newest versions pyproject.toml allows, resolved in a scratch venv, written to constraints.txt;
+# then the project venv is rebuilt from them and the suite runs (git diff constraints.txt shows what moved).
+upgrade:
+	rm -rf .venv-upgrade
+	$(PYTHON) -m venv .venv-upgrade
+	.venv-upgrade/bin/python -m pip --disable-pip-version-check -q install -e '.[test]'
+	{ sed -n '1,3p' constraints.txt; .venv-upgrade/bin/python -m pip freeze --exclude-editable \
+	  --disable-pip-version-check | grep -v '^gpucost'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf .venv-upgrade $(VENV)
+	$(MAKE) test
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/bench.py $(BENCH_ARGS)

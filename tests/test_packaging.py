@@ -89,3 +89,34 @@ def test_installed_wheel_runs_help_and_simulate(wheel: Path, tmp_path: Path) -> 
     )
     assert sim.returncode == 0, sim.stderr
     assert (tmp_path / "fleet" / "ground_truth.json").is_file()
+
+
+def test_every_dependency_is_bounded_and_pinned_by_constraints() -> None:
+    """Installs are reproducible: each dependency has an upper bound (the next major, untested),
+    and constraints.txt, what `make demo` / `make test` install from, pins a version inside it."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    repo = Path(__file__).resolve().parents[1]
+    project = tomllib.loads((repo / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    specs = [Requirement(r) for r in project["dependencies"]]
+    specs += [Requirement(r) for extra in project["optional-dependencies"].values() for r in extra]
+    pins = {}
+    for line in (repo / "constraints.txt").read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[canonicalize_name(name)] = version
+    unbounded, unpinned, outside = [], [], []
+    for req in specs:
+        name = canonicalize_name(req.name)
+        if name in {"tzdata", "setuptools", "wheel"}:  # data / build tools: any recent one
+            continue
+        if not any(s.operator in ("<", "<=", "==", "~=") for s in req.specifier):
+            unbounded.append(req.name)
+        if name not in pins:
+            unpinned.append(req.name)
+        elif not req.specifier.contains(pins[name]):
+            outside.append(f"{req.name}=={pins[name]} not in {req.specifier}")
+    assert (unbounded, unpinned, outside) == ([], [], [])
