@@ -503,3 +503,48 @@ def test_typed_rows_errors_name_the_row_and_commit_nothing(bad: dict, message: s
         load_rows(conn, [good, {**good, **bad}], typed=True)
     assert str(info.value) == message
     assert _count(conn) == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        (_line(cost=float("nan")), "cost"),
+        (_line(cost=float("inf")), "cost"),
+        (_line(credits=[{"name": "x", "amount": float("-inf"), "type": "PROMOTION"}]), "credits[0].amount"),
+        (_line(currency_conversion_rate=float("nan")), "currency_conversion_rate"),
+    ],
+)
+def test_nan_and_infinite_amounts_are_refused_with_file_line_and_field(
+    text: str, field: str, tmp_path: Path, conn
+) -> None:
+    """DuckDB reads NaN / Infinity (which Python's json writes) into DOUBLE without a word; the
+    analysis then failed with a Conversion Error naming neither file nor line."""
+    path = tmp_path / "billing.ndjson"
+    path.write_text(f"{_line()}\n{text}\n")
+    with pytest.raises(InputError) as info:
+        load_billing([path], conn)
+    assert (info.value.path, info.value.line, info.value.field) == (str(path), 2, field)
+    assert "expected a number, got" in str(info.value)
+    assert _count(conn) == 0
+
+
+@pytest.mark.parametrize("fmt", ["ndjson", "ndjson.gz", "parquet"])
+def test_an_empty_file_is_an_error_not_zero_dollars(fmt: str, tmp_path: Path, conn) -> None:
+    if fmt == "parquet":  # an export with its schema and no row
+        import pyarrow.parquet as pq
+
+        from monitor.sources.duckdb_conn import ARROW_SCHEMA
+
+        path = tmp_path / "export.parquet"
+        pq.write_table(pa.Table.from_pylist([], schema=ARROW_SCHEMA), path)
+    else:
+        path = WRITERS[fmt](tmp_path, [])
+    with pytest.raises(InputError, match="no export rows in the file"):
+        load_billing([path], conn)
+
+
+def test_the_cli_exits_2_on_an_empty_export(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "billing.ndjson"
+    path.write_text("")
+    assert main(["analyze", "--billing", str(path)]) == 2
+    assert f"{path}: no export rows in the file" in capsys.readouterr().err

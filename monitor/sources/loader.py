@@ -320,17 +320,39 @@ def _load_file(conn: duckdb.DuckDBPyConnection, path: Path) -> int:
     if not path.is_file():
         raise InputError(str(path), "no such file")
     if fmt is FileFormat.CSV:
-        return _insert_records(conn, iter_csv_records(path), str(path))
+        return _nonempty(_insert_records(conn, iter_csv_records(path), str(path)), path)
     native = db.insert_ndjson if fmt is FileFormat.NDJSON else db.insert_parquet
+    scan = _scan_ndjson if fmt is FileFormat.NDJSON else _scan_parquet
     try:
-        return native(conn, path)
+        rows = native(conn, path)
     except duckdb.Error as e:
         # The transaction is now aborted; find the bad row in Python for a precise message.
-        scan = _scan_ndjson if fmt is FileFormat.NDJSON else _scan_parquet
         for line, raw in scan(path):
             _normalize_at(raw, str(path), line)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(str(path), f"DuckDB could not load the file ({first})") from None
+    if conn.execute(_NON_FINITE).fetchone() is not None:
+        # DuckDB reads NaN / Infinity into DOUBLE columns; the row checks in Python name the line.
+        for line, raw in scan(path):
+            _normalize_at(raw, str(path), line)
+        raise InputError(str(path), "a NaN or infinite amount: every cost, credit and usage amount must be a number")
+    return _nonempty(rows, path)
+
+
+#: Any amount DuckDB loaded that is not a finite number (the money columns and the usage amounts).
+_NON_FINITE = (
+    "SELECT 1 FROM billing_export WHERE NOT isfinite(cost) OR NOT isfinite(currency_conversion_rate)"
+    " OR NOT isfinite(usage.amount) OR NOT isfinite(usage.amount_in_pricing_units)"
+    " OR list_bool_or(list_transform(credits, lambda c: NOT isfinite(c.amount))) LIMIT 1"
+)
+
+
+def _nonempty(rows: int, path: Path) -> int:
+    if rows == 0:
+        raise InputError(
+            str(path), "no export rows in the file: pass a Cloud Billing export (NDJSON, Parquet or CSV) with rows"
+        )
+    return rows
 
 
 def _normalize_at(raw: Any, path: str, line: int) -> dict[str, Any]:
