@@ -40,9 +40,10 @@ class JobSpec:
 class GuardedJob:
     """Runs one job, records success or failure, and backs off after consecutive failures.
 
-    Backoff is tracked in monotonic seconds: the first failure waits `base` seconds before the job
-    may run again, doubling up to `cap`. A success resets it. `last_success` is wall-clock UTC (it
-    is shown on /readyz and compared with the readiness threshold).
+    Backoff is tracked in monotonic seconds (`clock`, injectable so tests never race the wall
+    clock): the first failure waits `base` seconds before the job may run again, doubling up to
+    `cap`. A success resets it. `last_success` is wall-clock UTC (it is shown on /readyz and
+    compared with the readiness threshold).
     """
 
     spec: JobSpec
@@ -53,6 +54,7 @@ class GuardedJob:
     next_allowed: float = 0.0
     last_success: datetime | None = None
     last_error: str | None = None
+    clock: Callable[[], float] = time.monotonic
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -60,18 +62,18 @@ class GuardedJob:
         return self._lock.locked()
 
     def __call__(self) -> bool:
-        if time.monotonic() < self.next_allowed:
+        if self.clock() < self.next_allowed:
             return False
         if not self._lock.acquire(blocking=False):  # belt and braces over max_instances=1
             return False
         name = self.spec.name
-        started = time.monotonic()
+        started = self.clock()
         try:
             self.spec.func()
         except Exception as e:  # a job's failure must never stop the scheduler or the other jobs
             self.failures += 1
             delay = min(self.cap, self.base * 2 ** (self.failures - 1))
-            self.next_allowed = time.monotonic() + delay
+            self.next_allowed = self.clock() + delay
             self.last_error = f"{type(e).__name__}: {e}"
             self.metrics.job_failures.labels(name).inc()
             log.error(
@@ -86,7 +88,7 @@ class GuardedJob:
             self.metrics.job_last_success.labels(name).set(time.time())
             return True
         finally:
-            self.metrics.job_duration.labels(name).observe(time.monotonic() - started)
+            self.metrics.job_duration.labels(name).observe(self.clock() - started)
             self._lock.release()
 
 

@@ -46,23 +46,34 @@ def test_one_job_raising_repeatedly_does_not_stop_the_others() -> None:
 
 
 def test_backoff_grows_and_success_resets() -> None:
+    """On an injected clock: nothing here depends on how fast the machine runs the test."""
     calls = {"n": 0}
+    now = [100.0]
 
     def flaky() -> None:
         calls["n"] += 1
-        if calls["n"] <= 2:
+        if calls["n"] <= 3:
             raise ValueError("boom")
 
     job = GuardedJob(
-        JobSpec("flaky", flaky, IntervalTrigger(seconds=1)), Metrics.create(), base=0.01, cap=0.02
+        JobSpec("flaky", flaky, IntervalTrigger(seconds=1)),
+        Metrics.create(),
+        base=10,
+        cap=25,
+        clock=lambda: now[0],
     )
     assert job() is False and job.failures == 1
-    assert job() is False  # still backing off: not even called
-    assert calls["n"] == 1
-    time.sleep(0.02)
-    assert job() is False and job.failures == 2
-    time.sleep(0.03)
+    now[0] += 9.9
+    assert job() is False and calls["n"] == 1  # still backing off (10 s): not even called
+    now[0] += 0.1
+    assert job() is False and job.failures == 2  # called again, failed: now 20 s
+    now[0] += 19.9
+    assert job() is False and calls["n"] == 2
+    now[0] += 0.1
+    assert job() is False and job.failures == 3  # 40 s, capped at 25
+    now[0] += 25
     assert job() is True and job.failures == 0 and job.last_error is None
+    assert job() is True  # a success leaves no backoff behind
 
 
 def test_a_stuck_job_is_abandoned_within_the_timeout() -> None:
