@@ -548,3 +548,40 @@ def test_the_cli_exits_2_on_an_empty_export(tmp_path: Path, capsys) -> None:
     path.write_text("")
     assert main(["analyze", "--billing", str(path)]) == 2
     assert f"{path}: no export rows in the file" in capsys.readouterr().err
+
+
+FOCUS_SAMPLE = EXTERNAL / "focus-1.0-sample" / "focus_sample.csv"
+
+
+@pytest.mark.skipif(not FOCUS_SAMPLE.is_file(), reason=f"real data not present at {FOCUS_SAMPLE}")
+def test_a_focus_file_is_named_as_such(conn) -> None:
+    """The official FOCUS 1.0 sample (real headers): the error says what it is and what to pass."""
+    with pytest.raises(InputError) as info:
+        load_billing([FOCUS_SAMPLE], conn)
+    assert "this looks like a FOCUS file, not a Google Cloud Billing export" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("columns", "name"),
+    [
+        (
+            ["identity/LineItemId", "lineItem/UsageStartDate", "lineItem/UnblendedCost"],
+            "an AWS Cost and Usage Report",
+        ),
+        (["line_item_usage_start_date", "line_item_unblended_cost"], "an AWS Cost and Usage Report"),
+        (["Date", "MeterCategory", "CostInBillingCurrency"], "an Azure cost details file"),
+    ],
+)
+def test_other_clouds_billing_files_are_named(columns: list[str], name: str, tmp_path: Path, conn) -> None:
+    csv = tmp_path / "bill.csv"
+    csv.write_text(",".join(columns) + "\n" + ",".join("1" for _ in columns) + "\n")
+    ndjson = tmp_path / "bill.ndjson"
+    ndjson.write_text(json.dumps(dict.fromkeys(columns, "1")) + "\n")
+    parquet = tmp_path / "bill.parquet"
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({c: ["1"] for c in columns}), parquet)
+    for path in (csv, ndjson, parquet):
+        with pytest.raises(InputError) as info:
+            load_billing([path], conn)
+        assert f"this looks like {name}" in str(info.value), path

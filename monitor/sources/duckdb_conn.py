@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from monitor.errors import InputError
 from monitor.schema import EXPORT_SCHEMA, TABLE_NAME, Column, arrow_schema, duckdb_create_table, duckdb_type
+from monitor.sources.foreign import foreign_hint
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -129,7 +130,7 @@ def insert_parquet(conn: duckdb.DuckDBPyConnection, path: Path) -> int:
     present = {d[0] for d in probe.description}
     missing = [name for name in REQUIRED_COLUMNS if name not in present]
     if missing:
-        raise InputError(str(path), f'missing required column "{missing[0]}"')
+        raise InputError(str(path), f'missing required column "{missing[0]}"{foreign_hint(present)}')
     select = []
     for c in EXPORT_SCHEMA:
         source = f'"{c.name}"' if c.name in present else "NULL"

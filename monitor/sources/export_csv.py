@@ -22,6 +22,7 @@ from typing import Any
 from monitor.errors import InputError
 from monitor.schema import EXPORT_SCHEMA, Column
 from monitor.sources.duckdb_conn import REQUIRED_COLUMNS
+from monitor.sources.foreign import foreign_hint
 
 __all__ = ["CellError", "iter_csv_records", "parse_cell_list"]
 
@@ -124,7 +125,9 @@ def _plan(path: Path, header: list[str]) -> list[_Slot]:
         if name not in present:
             col = _BY_NAME[name]
             hint = " or ".join(f'"{name}.{f.name}"' for f in col.fields) if col.fields else f'"{name}"'
-            raise InputError(str(path), f"missing required column {hint}: add it to the header")
+            raise InputError(
+                str(path), f"missing required column {hint}: add it to the header{foreign_hint(header)}"
+            )
     return slots
 
 

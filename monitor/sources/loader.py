@@ -37,6 +37,7 @@ from monitor.errors import InputError
 from monitor.schema import EXPORT_SCHEMA, Column
 from monitor.sources import duckdb_conn as db
 from monitor.sources.export_csv import iter_csv_records
+from monitor.sources.foreign import foreign_hint
 from monitor.timeutil import parse_timestamp
 
 if TYPE_CHECKING:
@@ -245,7 +246,9 @@ def normalize_row(raw: Mapping[str, Any]) -> dict[str, Any]:
     row = _ROW(raw)
     for name in db.REQUIRED_COLUMNS:
         if row[name] is None:
-            raise FieldError("required, but missing or null: every export row must have it", name)
+            raise FieldError(
+                "required, but missing or null: every export row must have it" + foreign_hint(raw.keys()), name
+            )
     return row
 
 
