@@ -585,3 +585,37 @@ def test_other_clouds_billing_files_are_named(columns: list[str], name: str, tmp
         with pytest.raises(InputError) as info:
             load_billing([path], conn)
         assert f"this looks like {name}" in str(info.value), path
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "fragment"),
+    [
+        ({"currency": "euro"}, "currency", 'expected an ISO 4217 code such as "USD" or "EUR", got "euro"'),
+        (
+            {"currency": "EUR", "currency_conversion_rate": 0},
+            "currency_conversion_rate",
+            "missing or not positive (0",
+        ),
+        ({"currency": "EUR", "currency_conversion_rate": None}, "currency_conversion_rate", "for a EUR row"),
+    ],
+)
+@pytest.mark.parametrize("fmt", ["ndjson", "parquet"])
+def test_a_currency_gpucost_cannot_convert_is_refused(
+    fields: dict, field: str, fragment: str, fmt: str, tmp_path: Path, conn
+) -> None:
+    """Amounts are in the account's currency and divided by the rate to get USD: without a rate
+    a EUR row would silently count as USD (the query's IFNULL(rate, 1))."""
+    rows = [export_row(), {**export_row(), **fields}]
+    path = WRITERS[fmt](tmp_path, rows)
+    with pytest.raises(InputError) as info:
+        load_billing([path], conn)
+    assert (info.value.line, info.value.field) == (2, field)
+    assert fragment in str(info.value)
+    assert _count(conn) == 0
+
+
+def test_a_usd_row_needs_no_rate(tmp_path: Path, conn) -> None:
+    path = WRITERS["ndjson"](
+        tmp_path, [{**export_row(), "currency": "USD", "currency_conversion_rate": None}]
+    )
+    assert load_billing([path], conn).rows == 1

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -118,6 +119,9 @@ class FieldError(ValueError):
             self.field = name + self.field
         return self
 
+
+#: ISO 4217 alphabetic codes are three capital letters (the export's `currency`, e.g. "USD", "EUR").
+_CURRENCY = re.compile(r"[A-Z]{3}")
 
 Converter = Callable[[Any], Any]
 
@@ -244,6 +248,15 @@ def normalize_row(raw: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(raw, Mapping):
         raise FieldError(f"expected one export row object, got {_show(raw)}")
     row = _ROW(raw)
+    currency, rate = row["currency"], row["currency_conversion_rate"]
+    if currency is not None and not _CURRENCY.fullmatch(currency):
+        raise FieldError(f'expected an ISO 4217 code such as "USD" or "EUR", got {_show(currency)}', "currency")
+    if currency not in (None, "USD") and (rate is None or rate <= 0):
+        raise FieldError(
+            f"missing or not positive ({_show(rate)}) for a {currency} row: the export's amounts are in"
+            " the billing account's currency and gpucost divides them by this rate to get USD",
+            "currency_conversion_rate",
+        )
     for name in db.REQUIRED_COLUMNS:
         if row[name] is None:
             raise FieldError(
@@ -338,15 +351,18 @@ def _load_file(conn: duckdb.DuckDBPyConnection, path: Path) -> int:
         # DuckDB reads NaN / Infinity into DOUBLE columns; the row checks in Python name the line.
         for line, raw in scan(path):
             _normalize_at(raw, str(path), line)
-        raise InputError(str(path), "a NaN or infinite amount: every cost, credit and usage amount must be a number")
+        raise InputError(str(path), "a row the loader refuses (a NaN amount, a bad currency or conversion rate)")
     return _nonempty(rows, path)
 
 
-#: Any amount DuckDB loaded that is not a finite number (the money columns and the usage amounts).
+#: A row DuckDB loaded that `normalize_row` would refuse: an amount that is not a finite number, a
+#: currency that is not an ISO 4217 code, a non-USD row without a positive conversion rate.
 _NON_FINITE = (
     "SELECT 1 FROM billing_export WHERE NOT isfinite(cost) OR NOT isfinite(currency_conversion_rate)"
     " OR NOT isfinite(usage.amount) OR NOT isfinite(usage.amount_in_pricing_units)"
-    " OR list_bool_or(list_transform(credits, lambda c: NOT isfinite(c.amount))) LIMIT 1"
+    " OR list_bool_or(list_transform(credits, lambda c: NOT isfinite(c.amount)))"
+    " OR NOT regexp_full_match(currency, '[A-Z]{3}')"
+    " OR (currency <> 'USD' AND (currency_conversion_rate IS NULL OR currency_conversion_rate <= 0)) LIMIT 1"
 )
 
 
