@@ -35,6 +35,7 @@ def _register() -> None:
         digest,
         gpus,
         load,
+        outbox,
         report,
         run,
         simulate,

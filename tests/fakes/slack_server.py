@@ -190,6 +190,10 @@ class FakeSlack:
         with self._lock:
             self._s.meta[self._s.channels[name]].archived = True
 
+    def unarchive_channel(self, name: str) -> None:
+        with self._lock:
+            self._s.meta[self._s.channels[name]].archived = False
+
     @property
     def requests(self) -> list[Recorded]:
         with self._lock:

@@ -1,0 +1,82 @@
+"""The operator's view of the outbox: list what is pending or failed, put failed messages back.
+
+A message fails for good when Slack refuses it (`channel_not_found`, `is_archived`,
+`invalid_auth`...): nothing was posted, so once the operator fixed the cause (invited the bot,
+renamed the channel, rotated the token) sending it again is safe and is exactly what is wanted.
+Re-queued rows go through the normal delivery path (idempotency key, retries, the look-up in the
+channel before a re-send), and their group's notification log says "queued" again so no repeat
+is added behind them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from alerts.outbox import ensure_schema, fmt_ts
+from monitor.state.store import StateStore
+
+__all__ = ["OutboxEntry", "list_outbox", "requeue_failed"]
+
+
+@dataclass(frozen=True)
+class OutboxEntry:
+    id: int
+    status: str
+    attempts: int
+    channel: str
+    reason: str
+    created_at: str
+    last_error: str | None
+    text: str
+
+
+def list_outbox(store: StateStore, statuses: tuple[str, ...] = ("pending", "failed")) -> list[OutboxEntry]:
+    """Rows in `statuses`, oldest first."""
+    ensure_schema(store)
+    marks = ", ".join("?" for _ in statuses)
+    with store.transaction() as conn:
+        rows = conn.execute(
+            "SELECT id, status, attempts, channel, reason, created_at, last_error, text FROM alerts_outbox"
+            f" WHERE status IN ({marks}) ORDER BY id",
+            statuses,
+        ).fetchall()
+    return [OutboxEntry(*r) for r in rows]
+
+
+def requeue_failed(store: StateStore, now: datetime, ids: tuple[int, ...] = ()) -> list[int]:
+    """Put failed rows (all, or those in `ids`) back to pending, due at once; returns their ids."""
+    ensure_schema(store)
+    stamp = fmt_ts(now)
+    with store.transaction() as conn:
+        failed = [
+            r[0] for r in conn.execute("SELECT id FROM alerts_outbox WHERE status = 'failed' ORDER BY id")
+        ]
+        chosen = [i for i in failed if not ids or i in ids]
+        for row_id in chosen:
+            conn.execute(
+                "UPDATE alerts_outbox SET status = 'pending', attempts = 0, inflight = 0, failed_at = NULL,"
+                " next_attempt_at = created_at WHERE id = ?",  # due at once, whatever the daemon's clock
+                (row_id,),
+            )
+            _queued_again(conn, row_id, stamp)
+    return chosen
+
+
+def _queued_again(conn: Any, row_id: int, stamp: str) -> None:
+    """The group's log says a message is queued, as when it was first enqueued (no repeat behind it)."""
+    r = conn.execute(
+        "SELECT n.entry, n.group_key, n.receiver FROM alerts_outbox o JOIN alerts_nflog n"
+        " ON n.group_key = o.group_key AND n.receiver = o.receiver WHERE o.id = ?",
+        (row_id,),
+    ).fetchone()
+    if r is None:
+        return
+    entry = json.loads(r[0])
+    entry["queued_at"] = stamp
+    conn.execute(
+        "UPDATE alerts_nflog SET entry = ? WHERE group_key = ? AND receiver = ?",
+        (json.dumps(entry), r[1], r[2]),
+    )
