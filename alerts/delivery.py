@@ -145,5 +145,12 @@ def _record(
         )
         return "retried"
     mark_failed(deps.store, row.id, error, now)
-    log.error("alert %s to %s failed permanently: %s", row.idempotency_key, row.channel, error)
+    log.error(
+        "alert %s to %s failed permanently: %s; nothing was posted: fix the cause, then "
+        "`gpucost outbox --config ... --requeue %d` sends it",
+        row.idempotency_key,
+        row.channel,
+        error,
+        row.id,
+    )
     return "failed"

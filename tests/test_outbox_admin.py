@@ -18,7 +18,7 @@ from tests.fakes.slack_server import FakeSlack
 from tests.test_first_start import HUNG_NOW, OUTBOX, START, TOKEN
 
 
-def test_a_failed_message_is_listed_requeued_and_delivered_once(tmp_path: Path, capsys) -> None:
+def test_a_failed_message_is_listed_requeued_and_delivered_once(tmp_path: Path, capsys, caplog) -> None:
     db = tmp_path / "state.sqlite"
     config = tmp_path / "gpucost.toml"
     config.write_text(f'[state]\nurl = "sqlite:///{db}"\n')
@@ -35,6 +35,8 @@ def test_a_failed_message_is_listed_requeued_and_delivered_once(tmp_path: Path, 
         process([HUNG_NOW], now, deps)
         outbox_tick(deps, now + OUTBOX)
         assert status(deps.store).failed == 1 and slack.messages == []
+        assert "is_archived; nothing was posted: fix the cause, then `gpucost outbox" in caplog.text
+        assert "--requeue 1` sends it" in caplog.text
 
         assert main(["outbox", "--config", str(config)]) == 0
         listed = capsys.readouterr().out
