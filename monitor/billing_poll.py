@@ -227,13 +227,9 @@ def poll_scope(now: datetime, lookback_days: int) -> tuple[datetime, datetime]:
     return start, today + _DAY
 
 
-def _migrate(store: StateStore) -> None:
-    store.migrate(COMPONENT, list(_MIGRATIONS))
-
-
 def migrate(store: StateStore) -> None:
-    """Create or upgrade the billing tables (what `monitor.state.retention` prunes)."""
-    _migrate(store)
+    """Create or upgrade the billing tables (also what `monitor.state.retention` prunes)."""
+    store.migrate(COMPONENT, list(_MIGRATIONS))
 
 
 def stored_time(dt: datetime) -> str:
@@ -249,7 +245,7 @@ def poll_billing(
 ) -> PollReport:
     """One incremental poll; see the module docstring. `now` is injected (aware UTC)."""
     began = time.monotonic()
-    _migrate(store)
+    migrate(store)
     scope_start, scope_end = poll_scope(now, cfg.lookback_days)
     partition_end = scope_end + _DAY
     window = {"usage_start": scope_start, "usage_end": scope_end, "partition_end": partition_end}
@@ -323,7 +319,7 @@ def hourly_costs(
     Provisional is judged against `now` / `provisional_days` when given, else against the last
     poll's; before any poll nothing is stored and the list is empty.
     """
-    _migrate(store)
+    migrate(store)
     with store.transaction() as conn:
         poll = conn.execute("SELECT polled_at, provisional_days FROM billing_poll WHERE id = 1").fetchone()
         cur = conn.execute(

@@ -161,9 +161,9 @@ def test_send_digest_to_console(tmp_path: Path) -> None:
 
 def _stored(store, rows: list[tuple]) -> None:
     """Hourly aggregates as the billing poll stores them: (usage hour, invoice month, net USD[, VM])."""
-    from monitor.billing_poll import HOURLY_COLUMNS, _insert_hourly, _migrate
+    from monitor.billing_poll import HOURLY_COLUMNS, _insert_hourly, migrate
 
-    _migrate(store)
+    migrate(store)
     with store.transaction() as conn:
         _insert_hourly(
             conn,
