@@ -56,15 +56,14 @@ DEFAULT_MEMORY_LIMIT = "1GB"
 _BATCH_VIEW = "_gpucost_batch"
 
 
-def open_billing_db(
-    path: Path | str | None, *, memory_limit: str = DEFAULT_MEMORY_LIMIT
-) -> duckdb.DuckDBPyConnection:
+def open_billing_db(path: Path | str | None, *, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     """Open (or create) the DuckDB file holding `billing_export`; None opens an in-memory database.
 
     The session time zone is UTC so that `TIMESTAMP_TRUNC(.., DAY)`, `DATE(..)` and the
     `_PARTITIONTIME` day match BigQuery, whose timestamps are UTC. A file that cannot be opened (not
     a DuckDB file, locked by another process, unwritable directory) is an `InputError`.
-    `memory_limit` (`billing.duckdb_memory_limit`) bounds DuckDB's memory; beyond it, it spills.
+    `memory_limit` (`billing.duckdb_memory_limit`; None: `DEFAULT_MEMORY_LIMIT`) bounds DuckDB's
+    memory; beyond it, it spills.
     """
     target = ":memory:" if path is None else str(path)
     try:
@@ -79,7 +78,7 @@ def open_billing_db(
         ) from None
     try:
         conn.execute("SET TimeZone = 'UTC'")
-        conn.execute("SET memory_limit = ?", [memory_limit])
+        conn.execute("SET memory_limit = ?", [memory_limit or DEFAULT_MEMORY_LIMIT])
         if path is None:  # an in-memory database would spill to ./.tmp: a private directory instead
             spill = tempfile.mkdtemp(prefix="gpucost-duckdb-")
             atexit.register(shutil.rmtree, spill, ignore_errors=True)

@@ -47,7 +47,7 @@ def billing_source_from_files(
     from monitor.sources.duckdb_conn import open_billing_db
     from monitor.sources.loader import load_billing
 
-    conn = open_billing_db(None) if memory_limit is None else open_billing_db(None, memory_limit=memory_limit)
+    conn = open_billing_db(None, memory_limit=memory_limit)
     load_billing(list(paths), conn)
     return DuckDBBillingSource(conn, rules=rules)
 
