@@ -285,6 +285,7 @@ def load_billing(
                 progress.describe(path.name)
                 progress.update(i, total=len(paths), unit="files")
             per_file[str(path)] = per_file.get(str(path), 0) + _load_file(conn, path)
+        _check_native(conn, [Path(p) for p in paths if detect_format(Path(p)) is not FileFormat.CSV])
     if progress is not None:
         progress.describe("")
         progress.update(len(paths), total=len(paths), unit="files")
@@ -338,26 +339,38 @@ def _load_file(conn: duckdb.DuckDBPyConnection, path: Path) -> int:
     if fmt is FileFormat.CSV:
         return _nonempty(_insert_records(conn, iter_csv_records(path), str(path)), path)
     native = db.insert_ndjson if fmt is FileFormat.NDJSON else db.insert_parquet
-    scan = _scan_ndjson if fmt is FileFormat.NDJSON else _scan_parquet
     try:
         rows = native(conn, path)
     except duckdb.Error as e:
         # The transaction is now aborted; find the bad row in Python for a precise message.
-        for line, raw in scan(path):
-            _normalize_at(raw, str(path), line)
+        _locate(path)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(str(path), f"DuckDB could not load the file ({first})") from None
-    if conn.execute(_NON_FINITE).fetchone() is not None:
-        # DuckDB reads NaN / Infinity into DOUBLE columns; the row checks in Python name the line.
-        for line, raw in scan(path):
-            _normalize_at(raw, str(path), line)
-        raise InputError(str(path), "a row the loader refuses (a NaN amount, a bad currency or conversion rate)")
     return _nonempty(rows, path)
+
+
+def _locate(path: Path) -> None:
+    """Re-read a natively loaded file row by row: `normalize_row` names the first bad line."""
+    scan = _scan_ndjson if detect_format(path) is FileFormat.NDJSON else _scan_parquet
+    for line, raw in scan(path):
+        _normalize_at(raw, str(path), line)
+
+
+def _check_native(conn: duckdb.DuckDBPyConnection, paths: Sequence[Path]) -> None:
+    """One scan, after all files loaded, for what DuckDB accepts and `normalize_row` refuses (NaN
+    amounts, bad currencies); the files DuckDB read natively are then re-read to name the line."""
+    if not paths or conn.execute(_REFUSED).fetchone() is None:
+        return
+    for path in paths:
+        _locate(path)
+    raise InputError(
+        ", ".join(map(str, paths)), "a row the loader refuses (a NaN amount, a bad currency or conversion rate)"
+    )
 
 
 #: A row DuckDB loaded that `normalize_row` would refuse: an amount that is not a finite number, a
 #: currency that is not an ISO 4217 code, a non-USD row without a positive conversion rate.
-_NON_FINITE = (
+_REFUSED = (
     "SELECT 1 FROM billing_export WHERE NOT isfinite(cost) OR NOT isfinite(currency_conversion_rate)"
     " OR NOT isfinite(usage.amount) OR NOT isfinite(usage.amount_in_pricing_units)"
     " OR list_bool_or(list_transform(credits, lambda c: NOT isfinite(c.amount)))"
