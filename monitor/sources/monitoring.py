@@ -14,8 +14,8 @@ detection window needs beyond it is backfilled by the same requests (server-side
 retries), newest hours first, in chunks of `utilization.backfill_chunk_hours`, at most
 `utilization.backfill_chunks_per_run` per call of `backfill`. The daemon runs it as its own job
 (every `utilization.backfill_interval_seconds`), never inside a live poll, so history never delays
-the present: the live windows and the detection that follows them come first. Each range read is recorded (`monitor.utilization.coverage`); detectors judge
-only hours inside it. Cloud Monitoring keeps metric points for weeks (retention per metric type:
+the present: the live windows and the detection that follows them come first. Each range read is
+recorded (`monitor.utilization.coverage`); detectors judge only hours inside it. Cloud Monitoring keeps metric points for weeks (retention per metric type:
 https://cloud.google.com/monitoring/api/v3/latency-n-retention, "Data retention" in
 https://cloud.google.com/monitoring/quotas), so the billing window can be read back.
 
