@@ -57,6 +57,12 @@ class DaemonProcess:
     def tail(self) -> str:
         return self.err.read_text(encoding="utf-8", errors="replace")[-6000:]
 
+    def kill(self) -> None:
+        """SIGKILL if still running (a test's cleanup, whatever happened before)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
     def stop(self) -> int:
         """SIGTERM, as Kubernetes stops a pod; killed if it has not exited within 15 s."""
         if self.proc.poll() is None:
@@ -64,8 +70,7 @@ class DaemonProcess:
             try:
                 return self.proc.wait(15)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+                self.kill()
         return self.proc.returncode
 
 

@@ -336,9 +336,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, live: LiveFleet, bq_wire: Any)
             ready.append((code, json.loads(body)))
             assert first.stop() == 0, first.tail()
         finally:
-            if first.proc.poll() is None:
-                first.proc.kill()
-                first.proc.wait(10)
+            first.kill()
         before_outbox = _rows(db, "SELECT * FROM alerts_outbox ORDER BY id")
         before_msgs = _posted(slack)
 
@@ -363,9 +361,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, live: LiveFleet, bq_wire: Any)
             ready.append((code, json.loads(body)))
             assert second.stop() == 0, second.tail()
         finally:
-            if second.proc.poll() is None:
-                second.proc.kill()
-                second.proc.wait(10)
+            second.kill()
         assert TOKEN not in first.err.read_text() + second.err.read_text()
         return Run(
             truth=truth,
