@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from monitor.cli import main
@@ -40,3 +42,21 @@ def test_user_mistakes_are_one_line_exit_2(
 def test_check_accepts_the_demo_config(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "--config", "deploy/config/demo.toml"]) == 0
     assert "config OK" in capsys.readouterr().out
+
+
+def test_check_fails_when_a_slack_channel_has_no_token(
+    tmp_path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deployment whose token Secret is missing would write every alert to files nobody reads."""
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+    config = tmp_path / "gpucost.toml"
+    demo = (Path(__file__).resolve().parents[1] / "deploy/config/demo.toml").read_text(encoding="utf-8")
+    config.write_text(demo + '\n[slack]\nchannel = "#gpu-costs"\n', encoding="utf-8")
+    with pytest.raises(SystemExit) as exc:
+        main(["check", "--offline", "--config", str(config)])
+    code = exc.value.code
+    slack = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("slack"))
+    assert code == 1
+    assert slack.split(None, 2)[1] == "FAIL"
+    assert "slack.channel is #gpu-costs but SLACK_BOT_TOKEN is not set" in slack
+    assert "set SLACK_BOT_TOKEN" in slack

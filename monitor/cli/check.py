@@ -196,7 +196,17 @@ def check_slack(cfg: Config, offline: bool, environ: Mapping[str, str]) -> Check
             set_ = bool(environ.get(cfg.slack.webhook_url_env, "").strip())
             what = "set (not tested: a test would post)" if set_ else "NOT SET"
             return Check("slack", set_, f"incoming webhook from ${cfg.slack.webhook_url_env}: {what}")
-        return Check("slack", True, "no SLACK_BOT_TOKEN: alerts go to the console and out/alerts")
+        where = f"the console and {cfg.alerts.console_dir}"
+        if cfg.slack.channel:
+            # A channel with no token is a deployment whose Secret is missing: the daemon would
+            # write every alert to files nobody reads instead of Slack.
+            return Check(
+                "slack",
+                False,
+                f"slack.channel is {cfg.slack.channel} but SLACK_BOT_TOKEN is not set: alerts would go to "
+                f"{where}; set SLACK_BOT_TOKEN (or slack.token_file), or remove slack.channel",
+            )
+        return Check("slack", True, f"no SLACK_BOT_TOKEN: alerts go to {where}")
     if offline:
         return Check(
             "slack", None, f"bot token set, channel {cfg.slack.channel}: auth.test skipped (--offline)"
