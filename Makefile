@@ -6,7 +6,7 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 DEMO_CONFIG ?= deploy/config/demo.toml
 # loadfile: a module's tests share one worker, so a module-scoped fixture (an emulator fleet, a
 # daemon run) is built once, not once per worker.
-PYTEST_ARGS ?= -n 2 --dist loadfile
+PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 .PHONY: demo test lint bench clean venv bqemu postgres upgrade
 
