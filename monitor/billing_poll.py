@@ -150,7 +150,7 @@ class PollReport:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HourlyCost:
     """One stored hourly aggregate (money in integer micros), as detectors read it."""
 

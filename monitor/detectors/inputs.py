@@ -62,7 +62,7 @@ def to_usd(amount: Decimal | int | str, currency_conversion_rate: Decimal | floa
     return (value / rate).quantize(Decimal("0.000001"))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CostHour:
     """One aggregated billing row: an hour x project x location x SKU x resource, in USD.
 
@@ -101,7 +101,7 @@ class CostHour:
         return self.subcategory.split(".", 1)[0]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GpuHour:
     """One instance-hour of GPU spend joined with its utilization.
 
