@@ -92,6 +92,7 @@ def params(start: datetime, end: datetime, **extra: Any) -> dict[str, Any]:
         "usage_end": end,
         "partition_end": end + timedelta(days=30),
         "label_keys": ["team", "job"],
+        "job_label_keys": ["job", "run", "k8s-label/jobset.sigs.k8s.io/jobset-name"],
         "group_by": "category",
         "label_key": "team",
         "partition_time": T0,  # changed_hours: the partition export_row's rows load into (4 h lag)

@@ -34,6 +34,7 @@ def _register() -> None:
         check,
         digest,
         gpus,
+        jobs,
         load,
         outbox,
         report,

@@ -78,13 +78,16 @@ class Builder:
         name = name if kw.get("cluster") else name + self.sfx
         if kw.get("cluster"):
             kw.setdefault("monitoring", Monitoring.GKE_NODE)
+        boot_labels = kw.pop("boot_disk_labels", None)
         iid = digits(self.seed, 19, "instance", project.id, name)
         vm = Vm(name, project, self.region_of(zone), zone, MACHINES[machine], pricing, iid, **kw)
         self.fleet.add(vm)
-        self.disk(vm, "boot", 200 if vm.machine.gpus >= 8 else 100)
+        self.disk(vm, "boot", 200 if vm.machine.gpus >= 8 else 100, labels=boot_labels)
         return vm
 
-    def disk(self, vm: Vm, suffix: str, size_gib: int) -> Disk:
+    def disk(self, vm: Vm, suffix: str, size_gib: int, labels: Labels | None = None) -> Disk:
+        """A disk of `vm`, named like it (boot) or `<vm>-<suffix>`; it carries the VM's labels
+        unless `labels` says otherwise (labels are per resource: a disk created without any has none)."""
         name = f"{vm.name}-{suffix}" if suffix != "boot" else vm.name
         disk = Disk(
             name,
@@ -94,9 +97,10 @@ class Builder:
             size_gib,
             pd_sku(vm.region),
             digits(self.seed, 19, "disk", vm.project.id, name, suffix),
-            vm.labels,
+            vm.labels if labels is None else labels,
             vm.first_hour,
             vm.last_hour,
+            owner=vm.name,
         )
         self.fleet.add(disk)
         return disk

@@ -8,7 +8,8 @@ ml-research       Spot A100 VMs, notebooks (A100 x1, L4), an A100 VM monitored b
 inference-prod    GKE inference cluster of L4 nodes (on-demand and Spot pools, GKE node metrics),
                   internet egress, a Vertex AI endpoint.
 data-platform     N2 ETL workers (sustained-use credits), an embeddings L4 VM, the data lake.
-ml-batch          All Spot: two Spot A3 (H100 x8) batch VMs. Nothing to move to Spot here.
+ml-batch          All Spot: two Spot A3 (H100 x8) batch VMs, and a Spot L4 backfill job recreated in
+                  another zone halfway (one job, two VMs). Nothing to move to Spot here.
 vision-eu         An H100 VM in europe-west4 at that region's price, billed to a second billing
                   account invoiced in EUR.
 
@@ -115,9 +116,18 @@ def _training(b: Builder, p: Project) -> None:
 
 
 #: GKE cost allocation labels on a node's rows (cloud.google.com/kubernetes-engine/docs/how-to/
-#: cost-allocations): the namespace and a Kubernetes label of the workload holding the node. One
-#: training job holds all of a node's requests, so every row of the node carries its namespace.
-_LLM_ALLOCATION = (("k8s-namespace", "llm-pretrain"), ("k8s-label/app", "llm-pretrain"))
+#: cost-allocations): the namespace and the Kubernetes labels of the workload holding the node, as
+#: `k8s-label/<pod label key>` (the shape real exports carry: mozilla/bigquery-etl filters on
+#: `k8s-label/workflows.argoproj.io/workflow`, see monitor/jobs/config.py). The training job is a
+#: JobSet, whose controller labels every pod `jobset.sigs.k8s.io/jobset-name=<name>`. One training
+#: job holds all of a node's requests, so every row of the node carries its namespace and labels.
+_LLM_ALLOCATION = (
+    ("k8s-namespace", "llm-pretrain"),
+    ("k8s-label/app", "llm-pretrain"),
+    ("k8s-label/jobset.sigs.k8s.io/jobset-name", "llm-pretrain"),
+)
+#: The label keys the simulator names jobs with (ground truth per job: `monitor.simulate.jobs`).
+JOB_LABEL_KEYS = ("job", "k8s-label/jobset.sigs.k8s.io/jobset-name")
 
 
 def _training_cluster(b: Builder, p: Project) -> None:
@@ -176,7 +186,7 @@ def _finetune(b: Builder, p: Project) -> None:
             Place.regional(US),
             250_000,
             gcs_sku("Iowa", "0.020"),
-            labels=(("team", "llm"),),
+            labels=(("team", "llm"), ("job", "llm-pretrain")),  # the JobSet's checkpoints
         ),
         Filestore(f"train-shared{b.sfx}", p, US, "us-central1-a", 10_240, filestore_sku(US)),
     )
@@ -349,7 +359,10 @@ def _data(b: Builder, p: Project) -> None:
 
 
 def _batch(b: Builder, p: Project) -> None:
-    """An all-Spot project: Spot H100 VMs (`... GPU attached to Spot Preemptible VMs ...`)."""
+    """An all-Spot project: Spot H100 VMs (`... GPU attached to Spot Preemptible VMs ...`), and a
+    Spot L4 backfill job whose VM was deleted halfway and recreated in another zone (a new
+    instance, name and id; its boot disk unlabelled, as a disk created without labels is): one job
+    over two VMs and two zones."""
     for i in range(2):
         b.vm(
             p,
@@ -358,6 +371,21 @@ def _batch(b: Builder, p: Project) -> None:
             "a3-highgpu-8g",
             P.SPOT,
             labels=(("team", "batch"), ("job", "batch-infer")),
+        )
+    half = b.hours // 2
+    for suffix, zone, hours in (
+        ("x7q2", "us-central1-b", {"last_hour": half}),
+        ("k9m4", "us-central1-f", {"first_hour": half}),
+    ):
+        b.vm(
+            p,
+            f"embed-backfill-{suffix}",
+            zone,
+            "g2-standard-8",
+            P.SPOT,
+            labels=(("team", "batch"), ("job", "embed-backfill")),
+            boot_disk_labels=(),
+            **hours,
         )
 
 

@@ -82,6 +82,7 @@ class Disk:
     labels: tuple[tuple[str, str], ...] = ()
     first_hour: int = -(10**7)
     last_hour: int = 10**7
+    owner: str | None = None  # the VM it was created with (ground truth only; never written to rows)
 
     @property
     def key(self) -> str:

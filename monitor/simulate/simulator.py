@@ -19,6 +19,7 @@ from monitor.errors import UserError
 from monitor.simulate.compute import Ctx
 from monitor.simulate.delivery import MAX_LATENESS, Delivery
 from monitor.simulate.export import ExportWriter, open_gzip
+from monitor.simulate.jobs import jobs_truth
 from monitor.simulate.layout import build_fleet
 from monitor.simulate.truth import Tally, fleet_inventory, hidden_costs, row_usd_micros
 from monitor.simulate.utilization import iter_series, utilization_series
@@ -93,7 +94,7 @@ class FleetSimulator:
         )
 
     def ground_truth(self, tally: Tally | None = None) -> dict:
-        """Hidden costs with exact impacts, totals over every row, the window. Pass the `Tally` of a
+        """Hidden costs with exact impacts, totals over every row, the window, per-job truth. Pass the `Tally` of a
         pass already made over `billing_rows()` to avoid rendering the rows twice."""
         if tally is None:
             tally = Tally()
@@ -107,6 +108,7 @@ class FleetSimulator:
             "totals": tally.totals(),
             "hidden_costs": hidden_costs(self.fleet, self.start, tally, self._row_sum),
             "fleet": fleet_inventory(self.fleet),
+            "jobs": jobs_truth(self.fleet, self.seed, lambda e, h: e.rows(self.ctx, h)),
         }
 
 

@@ -1,0 +1,145 @@
+-- jobs.sql: every dollar of the window per training job, hour, resource and subcategory.
+--
+-- A row's job is named by its labels whose keys are in @job_label_keys (the `[jobs]` keys, GKE cost
+-- allocation's `k8s-label/<pod label>` among them), returned as `job_labels` ("k=v,k=v", sorted by
+-- key, the same form as hourly.sql's `user_labels`); monitor/jobs/identity.py picks the job from them.
+-- Rows without any such label keep `job_labels` NULL, so the jobs and the unlabelled rest add up to
+-- the export. One exception, resolved here in the engine: a persistent disk without job labels
+-- takes the job of the labelled VM of the same name in its project and zone: a VM's new boot disk
+-- is named after the VM by default (Compute Engine API, AttachedDisk.initializeParams.diskName:
+-- "If not specified, the default is to use the name of the instance"). This only fills in for
+-- disks nobody labelled; a disk named otherwise stays with `job: null`.
+--
+-- Money is integer micros of USD (cost / currency_conversion_rate), credits split like hourly.sql,
+-- and every row is attributed by the same compiled rules (GPUCOST_* slots, see
+-- monitor/attribution/compile.py), so a job's subcategories are the ones `gpucost analyze` shows.
+-- Resource, instance id, node pool and SKU are kept for compute, network and orchestration rows
+-- (the GPU join, node-hours for cluster fees, the counterfactuals); the rest sums per project,
+-- zone, cluster, job and subcategory.
+--
+-- Params: @usage_start, @usage_end (TIMESTAMP), @partition_end (TIMESTAMP, upper bound of load
+-- days; widened to at least 2 days past usage), @job_label_keys (ARRAY<STRING>).
+WITH export_rows AS (
+  SELECT
+    TIMESTAMP_TRUNC(usage_start_time, HOUR) AS usage_hour,
+    project.id AS project_id,
+    location.region AS region,
+    location.zone AS zone,
+    resource.name AS resource_name,
+    NULLIF(REGEXP_EXTRACT(resource.global_name, r'/instances/([^/]+)$'), '') AS instance_id,
+    (
+      SELECT MAX(l.value) FROM UNNEST(system_labels) AS l
+      WHERE l.key = 'compute.googleapis.com/machine_spec'
+    ) AS machine_type,
+    (SELECT MAX(l.value) FROM UNNEST(labels) AS l WHERE l.key = 'goog-k8s-cluster-name') AS cluster,
+    (SELECT MAX(l.value) FROM UNNEST(labels) AS l WHERE l.key = 'goog-k8s-node-pool-name') AS node_pool,
+    (
+      SELECT STRING_AGG(CONCAT(l.key, '=', l.value), ',' ORDER BY l.key)
+      FROM UNNEST(labels) AS l
+      WHERE l.key IN UNNEST(@job_label_keys)
+    ) AS job_labels,
+    service.id AS service_id,
+    service.description AS service_description,
+    sku.id AS sku_id,
+    sku.description AS sku_description,
+    IFNULL(cost_type, 'regular') AS cost_type,
+    transaction_type,
+    usage.amount_in_pricing_units AS usage_amount,
+    CAST(ROUND(IFNULL(cost, 0) / IFNULL(NULLIF(currency_conversion_rate, 0), 1) * 1000000) AS INT64)
+      AS gross_micros,
+    IFNULL((
+      SELECT SUM(CAST(ROUND(c.amount / IFNULL(NULLIF(currency_conversion_rate, 0), 1) * 1000000) AS INT64))
+      FROM UNNEST(credits) AS c
+    ), 0) AS credit_micros,
+    IFNULL((
+      SELECT SUM(CAST(ROUND(c.amount / IFNULL(NULLIF(currency_conversion_rate, 0), 1) * 1000000) AS INT64))
+      FROM UNNEST(credits) AS c
+      WHERE
+        STARTS_WITH(IFNULL(c.type, ''), 'COMMITTED_USAGE_DISCOUNT')
+        OR c.type = 'FEE_UTILIZATION_OFFSET'
+        OR (c.type IS NULL AND STARTS_WITH(LOWER(IFNULL(c.name, '')), 'committed'))
+    ), 0) AS cud_micros,
+    IFNULL((
+      SELECT SUM(CAST(ROUND(c.amount / IFNULL(NULLIF(currency_conversion_rate, 0), 1) * 1000000) AS INT64))
+      FROM UNNEST(credits) AS c
+      WHERE
+        c.type = 'SUSTAINED_USAGE_DISCOUNT'
+        OR (c.type IS NULL AND STARTS_WITH(LOWER(IFNULL(c.name, '')), 'sustained'))
+    ), 0) AS sud_micros
+  FROM billing_export
+  WHERE
+    _PARTITIONTIME >= TIMESTAMP_SUB(TIMESTAMP_TRUNC(@usage_start, DAY), INTERVAL 1 DAY)
+    AND _PARTITIONTIME < GREATEST(
+      @partition_end, TIMESTAMP_ADD(TIMESTAMP_TRUNC(@usage_end, DAY), INTERVAL 3 DAY)
+    )
+    AND usage_start_time >= @usage_start
+    AND usage_start_time < @usage_end
+),
+ruled AS (
+  SELECT e.*, GPUCOST_RULE() AS rule FROM export_rows AS e
+),
+attributed AS (
+  SELECT
+    r.*,
+    GPUCOST_SUBCATEGORY(r.rule) AS subcategory,
+    CASE
+      WHEN STARTS_WITH(GPUCOST_SUBCATEGORY(r.rule), 'compute.')
+        THEN IFNULL(GPUCOST_SKU_PRICING_MODEL(r.rule), IF(r.cud_micros <> 0, 'committed', 'on_demand'))
+    END AS pricing_model
+  FROM ruled AS r
+),
+joined AS (
+  -- a disk without job labels takes the job of the labelled VM (a row with an instance id) of its
+  -- name in its project and zone: one window over the rows, no second pass
+  SELECT
+    a.* EXCEPT (job_labels),
+    IFNULL(
+      a.job_labels,
+      IF(
+        a.subcategory = 'storage.persistent_disk',
+        MAX(IF(a.instance_id IS NOT NULL, a.job_labels, NULL))
+          OVER (PARTITION BY a.project_id, a.zone, a.resource_name),
+        NULL
+      )
+    ) AS job_labels,
+    STARTS_WITH(a.subcategory, 'compute.')
+      OR STARTS_WITH(a.subcategory, 'network.')
+      OR STARTS_WITH(a.subcategory, 'orchestration.') AS detailed
+  FROM attributed AS a
+),
+shaped AS (
+  SELECT
+    j.* EXCEPT (resource_name, instance_id, node_pool, machine_type, sku_description),
+    IF(j.detailed, j.resource_name, NULL) AS resource_name,
+    IF(j.detailed, j.instance_id, NULL) AS instance_id,
+    IF(j.detailed, j.node_pool, NULL) AS node_pool,
+    IF(j.detailed, j.machine_type, NULL) AS machine_type,
+    IF(STARTS_WITH(j.subcategory, 'compute.'), j.sku_description, NULL) AS sku_description
+  FROM joined AS j
+)
+SELECT
+  usage_hour,
+  job_labels,
+  project_id,
+  region,
+  zone,
+  cluster,
+  resource_name,
+  instance_id,
+  node_pool,
+  machine_type,
+  sku_description,
+  subcategory,
+  pricing_model,
+  COUNT(*) AS row_count,
+  SUM(usage_amount) AS usage_amount,
+  SUM(gross_micros) AS gross_micros,
+  SUM(cud_micros) AS cud_micros,
+  SUM(sud_micros) AS sud_micros,
+  SUM(credit_micros) AS credit_micros,
+  SUM(gross_micros + credit_micros) AS net_micros
+FROM shaped
+GROUP BY
+  usage_hour, job_labels, project_id, region, zone, cluster, resource_name, instance_id, node_pool,
+  machine_type, sku_description, subcategory, pricing_model
+ORDER BY usage_hour, job_labels, project_id, subcategory
