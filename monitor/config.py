@@ -25,11 +25,13 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from monitor.errors import ConfigError
+from monitor.jobs.config import JobsConfig
 from monitor.model import SUBCATEGORIES, PricingModel
 
 __all__ = [
@@ -208,6 +210,14 @@ class Silence(_Strict):
     until: str
     comment: str = ""
 
+    @field_validator("until")
+    @classmethod
+    def _instant(cls, v: str) -> str:
+        from monitor.timeutil import parse_timestamp
+
+        parse_timestamp(v)  # its ValueError names the accepted forms
+        return v
+
 
 class AlertsConfig(_Strict):
     group_by: tuple[str, ...] = ("kind", "project")
@@ -227,6 +237,19 @@ class AlertsConfig(_Strict):
     first_start_summary: bool = True
     first_start_grace_hours: float = Field(default=24, ge=0)
     first_start_summary_wait_minutes: float = Field(default=60, ge=0)
+
+    @field_validator("repeat_interval_hours")
+    @classmethod
+    def _repeat_after_group(cls, v: float, info: ValidationInfo) -> float:
+        # A group is re-sent at most every group interval (Alertmanager's model), so a shorter
+        # repeat interval could never be honoured.
+        group = info.data.get("group_interval_seconds")
+        if group is not None and v * 3600 < group:
+            raise ValueError(
+                f"{v:g} h is shorter than group_interval_seconds ({group} s): a group is re-sent at most once"
+                " per group interval; raise repeat_interval_hours or lower group_interval_seconds"
+            )
+        return v
 
 
 class DigestConfig(_Strict):
@@ -279,6 +302,22 @@ class DaemonConfig(_Strict):
     jitter_seconds: int = Field(default=10, ge=0)
     misfire_grace_seconds: int = Field(default=300, ge=1)
 
+    @field_validator("jitter_seconds")
+    @classmethod
+    def _jitter_below_intervals(cls, v: int, info: ValidationInfo) -> int:
+        # Jitter delays each run by up to that long: as long as an interval, a run could land after
+        # the next one was due, and the job would run less often than configured.
+        d = info.data
+        intervals = [d.get("outbox_seconds"), d.get("billing_poll_minutes"), d.get("utilization_poll_minutes")]
+        if v and None not in intervals:
+            shortest = min(intervals[0], intervals[1] * 60, intervals[2] * 60)
+            if v >= shortest:
+                raise ValueError(
+                    f"{v} s is not below the shortest job interval ({shortest:g} s): a run could slip past the"
+                    " next one; lower jitter_seconds (0 turns it off)"
+                )
+        return v
+
 
 class HttpConfig(_Strict):
     enabled: bool = True
@@ -310,6 +349,7 @@ class Config(_Strict):
     utilization: UtilizationConfig = UtilizationConfig()
     pricing: PricingConfig = PricingConfig()
     budgets: BudgetsConfig = BudgetsConfig()
+    jobs: JobsConfig = JobsConfig()
     detectors: dict[str, dict[str, Any]] = Field(default_factory=dict)
     slack: SlackConfig = SlackConfig()
     alerts: AlertsConfig = AlertsConfig()
@@ -319,6 +359,19 @@ class Config(_Strict):
     http: HttpConfig = HttpConfig()
     logging: LoggingConfig = LoggingConfig()
     demo: DemoConfig = DemoConfig()
+
+    @model_validator(mode="after")
+    def _ready_outlasts_polls(self) -> Config:
+        # /readyz is ready while each poll succeeded within ready_max_age_minutes: shorter than a
+        # poll interval, it would turn not-ready between every two healthy polls (a flapping probe).
+        longest = max(self.daemon.billing_poll_minutes, self.daemon.utilization_poll_minutes)
+        if self.http.enabled and self.http.ready_max_age_minutes < longest:
+            raise ValueError(
+                f"http.ready_max_age_minutes ({self.http.ready_max_age_minutes:g}) is shorter than the longest"
+                f" poll interval ({longest:g} min): /readyz would fail between two healthy polls; set it to at"
+                " least that (twice leaves room for one failed poll)"
+            )
+        return self
 
 
 _SECRET_KEYS = {"token", "bot_token", "slack_bot_token", "webhook_url", "password", "secret"}
@@ -358,8 +411,8 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
     try:
         cfg = Config.model_validate(data)
     except ValidationError as e:
-        lines = [f"{source}: {_format_error(err)}" for err in e.errors()]
-        raise ConfigError("\n".join(lines)) from None
+        # One line, whatever the count: the CLI prints every error as a single line.
+        raise ConfigError(f"{source}: " + "; ".join(_format_error(err) for err in e.errors())) from None
     # Detector sections are declared by each registered detector; validate them at start-up too.
     from monitor.detectors import build_detectors
 

@@ -10,10 +10,13 @@ __all__ = ["floor_hour", "parse_timestamp", "to_iso"]
 _UTC_SUFFIX = re.compile(r"\s*(UTC|Z)$", re.IGNORECASE)
 
 
-def parse_timestamp(text: str) -> datetime:
+def parse_timestamp(text: str, *, require_zone: bool = False) -> datetime:
     """Parse `2026-11-01 10:00:00 UTC`, `2026-11-01 10:00:00+00:00`, RFC 3339 or a bare date.
 
-    Naive inputs are taken as UTC (the export is UTC). Raises ValueError with the accepted forms.
+    Naive inputs are taken as UTC (what a user types for `--start`), unless `require_zone`: data
+    files (the billing export, Cloud Monitoring JSON) always write a zone, so a naive time there
+    means another tool wrote the file, and guessing its zone could shift every hour. Raises
+    ValueError with the accepted forms (or, for a naive time with `require_zone`, the fix).
 
     >>> parse_timestamp("2026-11-01 10:00:00 UTC").isoformat()
     '2026-11-01T10:00:00+00:00'
@@ -28,6 +31,11 @@ def parse_timestamp(text: str) -> datetime:
             "or 2026-11-01 10:00:00+00:00"
         ) from None
     if dt.tzinfo is None:
+        if require_zone:
+            raise ValueError(
+                f'no time zone in "{text}": the export always writes one ("2026-11-01 10:00:00 UTC"), so'
+                ' another tool wrote this file; if its times are UTC, end each with " UTC" or "+00:00"'
+            )
         dt = dt.replace(tzinfo=UTC)
     return dt.astimezone(UTC)
 

@@ -74,7 +74,9 @@ def _three_rows() -> list[dict]:
             credits=[],
         ),
         export_row(
-            cost=-2.25,
+            cost=-2.25,  # a negating correction: the only row the export writes a negative cost on
+            cost_type="adjustment",
+            adjustment_info={"id": "adj-1", "description": "usage correction", "mode": None, "type": None},
             credits=[
                 {
                     "name": "CUD",
@@ -343,7 +345,7 @@ def test_csv_wrong_field_count(tmp_path: Path, conn) -> None:
 
 
 def test_load_rows_error_names_the_row_and_commits_nothing(conn) -> None:
-    rows = [export_row(), export_row(usage_end_time=datetime(2026, 11, 1)), export_row(cost=float("nan"))]
+    rows = [export_row(), export_row(usage_end_time=datetime(2026, 11, 1, 11, tzinfo=UTC)), export_row(cost=float("nan"))]
     with pytest.raises(InputError) as info:
         load_rows(conn, rows)
     assert str(info.value) == "<rows>:3: cost: expected a number, got nan"
@@ -619,3 +621,24 @@ def test_a_usd_row_needs_no_rate(tmp_path: Path, conn) -> None:
         tmp_path, [{**export_row(), "currency": "USD", "currency_conversion_rate": None}]
     )
     assert load_billing([path], conn).rows == 1
+
+
+def test_a_value_duckdb_cannot_quote_still_names_the_line(tmp_path: Path, conn) -> None:
+    """DuckDB's error quotes the bad value, cut to a length that can split a 4-byte character: its
+    message then fails to decode and used to escape as a UnicodeDecodeError traceback (found by the
+    property in tests/test_properties.py, this very value)."""
+    value = {"000000": None, "000\x07\U00010000\U00010000": None, "\x80": "0\U00010000"}
+    path = write_ndjson(tmp_path / "billing.ndjson", [export_row(), export_row(usage_start_time=value)])
+    with pytest.raises(InputError) as info:
+        load_billing([path], conn)
+    assert (info.value.line, info.value.field) == (2, "usage_start_time")
+    assert _count(conn) == 0
+
+
+def test_real_standard_export_is_named_and_loads(conn) -> None:
+    """koku's 2020 file is the standard export (no resource columns), its 2022 one the detailed."""
+    standard, detailed = KOKU / "202011_30c31bca571d9b7f3b2c8459dd8bc34a_2020-11-08_2020-11-11.csv", KOKU / "2022-08-01_5.csv"
+    if not (standard.is_file() and detailed.is_file()):
+        pytest.skip(f"koku files not present in {KOKU}")
+    report = load_billing([standard, detailed], conn)
+    assert report.rows == 25 + 9 and report.standard == (str(standard),)

@@ -31,9 +31,15 @@ FORMS = [
     ("2026-11-01T12:00:00.250+02:00", TEN_QUARTER),
     ("2026-11-01T05:00:00-05:00", TEN),
     ("2026-11-01T10:00:00.2500001Z", TEN_QUARTER),  # beyond microseconds: truncated, like DuckDB
-    # naive: the export is UTC
+    # naive: what a user types for --start is UTC (export files refuse it: NAIVE below)
     ("2026-11-01 10:00:00", TEN),
 ]
+#: The forms an export file may use: every one but the naive one.
+ZONED = FORMS[:-1]
+
+#: Timestamps without a zone: the export always writes one, so a file holding these was written by
+#: another tool; taking them as UTC could shift every hour by that tool's offset.
+NAIVE = ["2026-11-01 10:00:00", "2026-11-01T10:00:00", "2026-11-01 10:00:00.250", "2026-11-01"]
 
 BAD = [
     "yesterday",
@@ -71,14 +77,14 @@ def _write(fmt: str, tmp: Path, rows: list[dict]) -> Path:
 
 @pytest.mark.parametrize("fmt", ["ndjson", "csv", "parquet", "rows"])
 def test_every_form_is_the_same_instant_on_every_path(fmt: str, tmp_path: Path) -> None:
-    rows = [export_row(usage_start_time=text, export_time=text) for text, _ in FORMS]
+    rows = [export_row(usage_start_time=text, export_time=text) for text, _ in ZONED]
     conn = open_billing_db(None)
     if fmt == "rows":
         load_rows(conn, rows)
     else:
         load_billing([_write(fmt, tmp_path, rows)], conn)
     got = conn.execute("SELECT usage_start_time, _PARTITIONTIME FROM billing_export").fetchall()
-    assert got == [(expected, datetime(2026, 11, 1, tzinfo=UTC)) for _, expected in FORMS]
+    assert got == [(expected, datetime(2026, 11, 1, tzinfo=UTC)) for _, expected in ZONED]
     assert conn.execute("SELECT typeof(usage_start_time) FROM billing_export LIMIT 1").fetchone() == (
         "TIMESTAMP WITH TIME ZONE",
     )
@@ -99,6 +105,45 @@ def test_bad_timestamp_is_rejected_on_every_path(fmt: str, text: str, tmp_path: 
     assert info.value.line == (3 if fmt == "csv" else 2)
     assert f'bad timestamp "{text}"' in str(info.value)
     assert conn.execute("SELECT count(*) FROM billing_export").fetchone() == (0,)
+    conn.close()
+
+
+@pytest.mark.parametrize("fmt", ["ndjson", "csv", "parquet", "rows"])
+@pytest.mark.parametrize("text", NAIVE)
+def test_naive_timestamp_is_rejected_on_every_path(fmt: str, text: str, tmp_path: Path) -> None:
+    rows = [export_row(), export_row(export_time=text)]
+    conn = open_billing_db(None)
+    with pytest.raises(InputError) as info:
+        if fmt == "rows":
+            load_rows(conn, rows)
+        else:
+            load_billing([_write(fmt, tmp_path, rows)], conn)
+    assert (info.value.field, info.value.line) == ("export_time", 3 if fmt == "csv" else 2)
+    assert f'no time zone in "{text}"' in str(info.value) and 'end each with " UTC"' in str(info.value)
+    assert conn.execute("SELECT count(*) FROM billing_export").fetchone() == (0,)
+    conn.close()
+
+
+def test_naive_parquet_timestamp_column_is_named(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = write_parquet(tmp_path / "b.parquet", [export_row()])
+    table = pq.read_table(path)
+    naive = pa.array([datetime(2026, 11, 2, 3)], pa.timestamp("us"))
+    pq.write_table(table.set_column(table.schema.get_field_index("export_time"), "export_time", naive), path)
+    conn = open_billing_db(None)
+    with pytest.raises(InputError) as info:
+        load_billing([path], conn)
+    assert info.value.field == "export_time" and "without a time zone" in str(info.value)
+    assert conn.execute("SELECT count(*) FROM billing_export").fetchone() == (0,)
+    conn.close()
+
+
+def test_naive_datetime_rows_are_refused() -> None:
+    conn = open_billing_db(None)
+    with pytest.raises(InputError, match=r"<rows>:1: export_time: no time zone in 2026-11-02 03:00:00"):
+        load_rows(conn, [export_row(export_time=datetime(2026, 11, 2, 3))])
     conn.close()
 
 

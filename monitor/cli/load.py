@@ -30,13 +30,19 @@ def load_cmd(billing_paths, db_path) -> None:
     from monitor.sources.loader import load_billing
 
     paths = [Path(p) for p in billing_paths]
+    created = not db_path.exists()
     conn = open_billing_db(db_path)
     try:
         # heartbeat: one file is one DuckDB statement, silent for as long as it runs
         with progress("load", len(paths), unit="files", clock=context_clock(), heartbeat=1.0) as bar:
             report = load_billing(paths, conn, progress=bar)
-    finally:
+    except BaseException:
         conn.close()
+        if created:  # nothing was loaded: leave no empty database behind
+            for leftover in (db_path, db_path.with_name(db_path.name + ".wal")):
+                leftover.unlink(missing_ok=True)
+        raise
+    conn.close()
     for name, rows in report.per_file.items():
         click.echo(f"  {name}: {rows} rows")
     files = "file" if report.files == 1 else "files"

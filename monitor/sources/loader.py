@@ -11,6 +11,26 @@ Two paths, one set of rules:
 
 A call loads everything or nothing: one transaction for all files, rolled back on the first bad row.
 Rows are appended as they are, never de-duplicated: corrections are separate export rows by design.
+
+What a row must be, beyond its types (each rule names the field and the fix when broken):
+
+- Timestamps carry a zone. `bq extract` writes `2026-11-01 10:00:00 UTC`; a naive time means
+  another tool wrote the file, and taking it as UTC could shift every hour by the writer's offset.
+- Not checked: `usage_end_time` before `usage_start_time` (9 rows of koku's real
+  `agpl/tmp_example.csv` have it, as does a start after `export_time`): the rows load as they are.
+- Amounts are finite and at most `MAX_ABS_AMOUNT` in the row's currency and in USD: the queries
+  turn each into integer micros (INT64, at most 9.2e18, so 9.2e12 units); 1e12 keeps a 9x margin
+  and is far beyond any real row (one SKU, one project, one hour).
+- A negative `cost`, `usage.amount` or `usage.amount_in_pricing_units` only on a correction: the
+  export writes money going back as rows with `cost_type` "adjustment" (with `adjustment_info`),
+  "tax" or "rounding_error", and discounts as negative `credits[].amount` on top of a non-negative
+  `cost` ("before credits"), so a credit never explains a negative cost.
+- `currency` is an ISO 4217 code; `currency_conversion_rate`, when present, is positive, and a
+  non-USD row has one (amounts / rate = USD).
+
+A file without any `resource` is the standard (not detailed) export: it loads, with a warning and
+`LoadReport.standard`, because every dollar is still attributed by project, SKU and label; only the
+per-VM split (idle-GPU dollars) needs the detailed export.
 """
 
 from __future__ import annotations
@@ -18,6 +38,7 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -46,6 +67,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BATCH_ROWS",
+    "MAX_ABS_AMOUNT",
     "FieldError",
     "FileFormat",
     "LoadReport",
@@ -55,6 +77,8 @@ __all__ = [
     "normalize_row",
 ]
 
+log = logging.getLogger(__name__)
+
 #: Rows per Arrow batch on the Python path: large enough to amortise the insert, small enough to
 #: keep memory flat on multi-million-row files.
 BATCH_ROWS = 50_000
@@ -62,11 +86,13 @@ BATCH_ROWS = 50_000
 
 @dataclass(frozen=True)
 class LoadReport:
-    """What one `load_billing` call appended: file count, total rows, rows per file path."""
+    """What one `load_billing` call appended: file count, total rows, rows per file path, and the
+    files that are the standard export (no `resource` in any row: loaded with reduced detail)."""
 
     files: int
     rows: int
     per_file: dict[str, int] = field(default_factory=dict)
+    standard: tuple[str, ...] = ()
 
 
 class FileFormat(Enum):
@@ -161,11 +187,15 @@ def _to_bool(v: Any) -> bool | None:
 
 
 def _to_timestamp(v: Any) -> datetime | None:
-    """Aware datetimes are converted to UTC; naive ones (and naive strings) are taken as UTC."""
+    """Aware datetimes and zoned strings, converted to UTC; a naive one is refused (see the module)."""
     if v is None:
         return None
     if isinstance(v, datetime):
-        return v.replace(tzinfo=UTC) if v.tzinfo is None else v.astimezone(UTC)
+        if v.tzinfo is None:
+            raise FieldError(
+                f"no time zone in {v.isoformat(sep=' ')}: give an aware datetime (tzinfo=UTC if the time is UTC)"
+            )
+        return v.astimezone(UTC)
     if isinstance(v, str):
         try:
             return _parse_cached(v)
@@ -175,7 +205,7 @@ def _to_timestamp(v: Any) -> datetime | None:
 
 
 #: Exports repeat the same few timestamps (hour windows, one export_time per load) on many rows.
-_parse_cached = functools.lru_cache(maxsize=8192)(parse_timestamp)
+_parse_cached = functools.lru_cache(maxsize=8192)(functools.partial(parse_timestamp, require_zone=True))
 
 _SCALARS: dict[str, Converter] = {
     "STRING": _to_str,
@@ -262,7 +292,57 @@ def normalize_row(raw: Mapping[str, Any]) -> dict[str, Any]:
             raise FieldError(
                 "required, but missing or null: every export row must have it" + foreign_hint(raw.keys()), name
             )
+    _check_rules(row)
     return row
+
+
+#: Absolute bound of any amount, in the row's currency and in USD (see the module docstring).
+MAX_ABS_AMOUNT = 1e12
+
+#: `cost_type` values whose rows may carry negative amounts (refunds, corrections, rounding).
+_CORRECTION_TYPES = ("adjustment", "tax", "rounding_error")
+
+_NEGATIVE_FIX = (
+    "the export writes negative amounts only on corrections (cost_type \"adjustment\" with adjustment_info,"
+    " \"tax\" or \"rounding_error\") and discounts as negative credits[].amount: fix the row, or mark it as the"
+    " correction it is"
+)
+
+
+def _is_correction(row: Mapping[str, Any]) -> bool:
+    info = row["adjustment_info"]
+    return (row["cost_type"] or "").lower() in _CORRECTION_TYPES or bool(info and any(info.values()))
+
+
+def _check_rules(row: dict[str, Any]) -> None:
+    """The rules beyond types (module docstring), in the order `_REFUSED` checks them."""
+    rate = row["currency_conversion_rate"]
+    if rate is not None and rate <= 0:
+        raise FieldError(
+            f"must be positive, got {_show(rate)}: it is the number of {row['currency']} per USD"
+            " (1.0 on USD rows); fix the value or drop the field on USD rows",
+            "currency_conversion_rate",
+        )
+    to_usd = rate or 1.0
+    amounts = [("cost", row["cost"]), ("cost_at_list", row["cost_at_list"])]
+    amounts += [(f"credits[{i}].amount", c["amount"]) for i, c in enumerate(row["credits"])]
+    for name, x in amounts:
+        if x is not None and (abs(x) > MAX_ABS_AMOUNT or abs(x / to_usd) > MAX_ABS_AMOUNT):
+            raise FieldError(
+                f"{_show(x)} is beyond any real export row (more than 1e12): check the column's scale"
+                " (micros? cents?) and its decimal separator",
+                name,
+            )
+    if _is_correction(row):
+        return
+    usage = row["usage"] or {}
+    for name, x in (
+        ("cost", row["cost"]),
+        ("usage.amount", usage.get("amount")),
+        ("usage.amount_in_pricing_units", usage.get("amount_in_pricing_units")),
+    ):
+        if x is not None and x < 0:
+            raise FieldError(f"negative ({_show(x)}) on a row that is not a correction: {_NEGATIVE_FIX}", name)
 
 
 # --- loading ------------------------------------------------------------------------------------
@@ -278,18 +358,39 @@ def load_billing(
     `progress` hears the name of the file being loaded and the count of files done.
     """
     per_file: dict[str, int] = {}
+    standard: list[str] = []
     with _transaction(conn):
         for i, p in enumerate(paths):
             path = Path(p)
             if progress is not None:
                 progress.describe(path.name)
                 progress.update(i, total=len(paths), unit="files")
+            before = _resources(conn)
             per_file[str(path)] = per_file.get(str(path), 0) + _load_file(conn, path)
-        _check_native(conn, [Path(p) for p in paths if detect_format(Path(p)) is not FileFormat.CSV])
+            if _resources(conn) == before and str(path) not in standard:
+                standard.append(str(path))
+        native = [Path(p) for p in paths if detect_format(Path(p)) is not FileFormat.CSV]
+        _check_zones(conn, native)
+        _check_native(conn, native)
+    for name in standard:
+        log.warning(
+            "%s: no row has resource.name / resource.global_name: this is the standard usage cost export,"
+            " loaded with reduced detail (costs by project, SKU and label; no per-VM or idle-GPU dollars):"
+            " for those, export the detailed table gcp_billing_export_resource_v1_<ACCOUNT>",
+            name,
+            extra={"file": name},
+        )
     if progress is not None:
         progress.describe("")
         progress.update(len(paths), total=len(paths), unit="files")
-    return LoadReport(files=len(paths), rows=sum(per_file.values()), per_file=per_file)
+    return LoadReport(
+        files=len(paths), rows=sum(per_file.values()), per_file=per_file, standard=tuple(standard)
+    )
+
+
+def _resources(conn: duckdb.DuckDBPyConnection) -> int:
+    """Rows with a resource so far: a file adding none is the standard export (or has no VM rows)."""
+    return conn.execute("SELECT count(resource) FROM billing_export").fetchall()[0][0]
 
 
 def load_rows(
@@ -341,8 +442,9 @@ def _load_file(conn: duckdb.DuckDBPyConnection, path: Path) -> int:
     native = db.insert_ndjson if fmt is FileFormat.NDJSON else db.insert_parquet
     try:
         rows = native(conn, path)
-    except duckdb.Error as e:
-        # The transaction is now aborted; find the bad row in Python for a precise message.
+    except (duckdb.Error, UnicodeDecodeError) as e:
+        # The transaction is now aborted; find the bad row in Python for a precise message. (A
+        # DuckDB message quoting a value that is not valid UTF-8 fails to decode on its way here.)
         _locate(path)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(str(path), f"DuckDB could not load the file ({first})") from None
@@ -358,7 +460,8 @@ def _locate(path: Path) -> None:
 
 def _check_native(conn: duckdb.DuckDBPyConnection, paths: Sequence[Path]) -> None:
     """One scan, after all files loaded, for what DuckDB accepts and `normalize_row` refuses (NaN
-    amounts, bad currencies); the files DuckDB read natively are then re-read to name the line."""
+    or absurd amounts, bad currencies, unexplained negatives); the files DuckDB read natively are
+    then re-read to name the line."""
     if not paths or conn.execute(_REFUSED).fetchone() is None:
         return
     for path in paths:
@@ -368,15 +471,82 @@ def _check_native(conn: duckdb.DuckDBPyConnection, paths: Sequence[Path]) -> Non
     )
 
 
-#: A row DuckDB loaded that `normalize_row` would refuse: an amount that is not a finite number, a
-#: currency that is not an ISO 4217 code, a non-USD row without a positive conversion rate.
+_CORRECTION_SQL = (
+    "(lower(cost_type) IN ('adjustment', 'tax', 'rounding_error') OR coalesce(adjustment_info.id,"
+    " adjustment_info.description, adjustment_info.mode, adjustment_info.type) IS NOT NULL)"
+)
+
+
+def _too_big(x: str) -> str:
+    return f"(abs({x}) > {MAX_ABS_AMOUNT} OR abs({x} / coalesce(currency_conversion_rate, 1)) > {MAX_ABS_AMOUNT})"
+
+
+#: A row DuckDB loaded that `normalize_row` would refuse (`_check_rules` and the types): an amount
+#: that is not a finite number or beyond `MAX_ABS_AMOUNT`, a currency that is not an ISO 4217 code,
+#: a rate that is not positive (or missing on a non-USD row), a negative
+#: cost or usage on a row that is not a correction. A NULL comparison is not a refusal.
 _REFUSED = (
     "SELECT 1 FROM billing_export WHERE NOT isfinite(cost) OR NOT isfinite(currency_conversion_rate)"
     " OR NOT isfinite(usage.amount) OR NOT isfinite(usage.amount_in_pricing_units)"
+    " OR NOT isfinite(cost_at_list)"
     " OR list_bool_or(list_transform(credits, lambda c: NOT isfinite(c.amount)))"
     " OR NOT regexp_full_match(currency, '[A-Z]{3}')"
-    " OR (currency <> 'USD' AND (currency_conversion_rate IS NULL OR currency_conversion_rate <= 0)) LIMIT 1"
+    " OR (currency <> 'USD' AND currency_conversion_rate IS NULL) OR currency_conversion_rate <= 0"
+    f" OR {_too_big('cost')} OR {_too_big('cost_at_list')}"
+    f" OR list_bool_or(list_transform(credits, lambda c: {_too_big('c.amount')}))"
+    f" OR (NOT {_CORRECTION_SQL} AND (cost < 0 OR usage.amount < 0 OR usage.amount_in_pricing_units < 0))"
+    " LIMIT 1"
 )
+
+#: The export's timestamp columns, and what ends one that carries a zone (after a time of day):
+#: `UTC`, `Z` or an offset. A bare date or a naive time does not match.
+_TIMESTAMPS = ("usage_start_time", "usage_end_time", "export_time")
+_ZONED = r"(?i)\d{2}:\d{2}(:\d{2}(\.\d*)?)?\s*(utc|z|[+-]\d{2}(:?\d{2})?)\s*$"
+
+
+def _check_zones(conn: duckdb.DuckDBPyConnection, paths: Sequence[Path]) -> None:
+    """Refuse naive timestamps in natively read files: DuckDB would take them as UTC.
+
+    NDJSON and string Parquet columns are re-read as text (one more scan of the file: about a
+    quarter of an NDJSON load); a Parquet TIMESTAMP column without a zone is named from the schema.
+    A hit is located (file, line, field) by `_locate`, whose `normalize_row` refuses the same.
+    """
+    for path in paths:
+        if detect_format(path) is FileFormat.NDJSON:
+            spec = "{" + ", ".join(f"'{c}': 'VARCHAR'" for c in _TIMESTAMPS) + "}"
+            source, cols = f"read_json($1, format = 'newline_delimited', columns = {spec})", _TIMESTAMPS
+        else:
+            cols = _parquet_text_timestamps(path)
+            source = "read_parquet($1)"
+        if not cols:
+            continue
+        where = " OR ".join(f"NOT regexp_matches(\"{c}\", $2)" for c in cols)
+        if conn.execute(f"SELECT 1 FROM {source} WHERE {where} LIMIT 1", [str(path), _ZONED]).fetchone():
+            _locate(path)
+            raise InputError(str(path), "a timestamp without a time zone: end each with \" UTC\" or \"+00:00\"")
+
+
+def _parquet_text_timestamps(path: Path) -> tuple[str, ...]:
+    """The timestamp columns a Parquet file stores as text; a naive TIMESTAMP column is an error."""
+    try:
+        schema = pq.read_schema(path)
+    except (pa.ArrowException, OSError) as e:
+        raise InputError(str(path), f"not a readable Parquet file ({e}): re-export it") from None
+    text = []
+    for name in _TIMESTAMPS:
+        if name not in schema.names:
+            continue
+        t = schema.field(name).type
+        if pa.types.is_timestamp(t) and t.tz is None:
+            raise InputError(
+                str(path),
+                "a TIMESTAMP column without a time zone (Parquet isAdjustedToUTC=false): the export"
+                " writes UTC instants; write the column as timestamp with tz=UTC",
+                field=name,
+            )
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            text.append(name)
+    return tuple(text)
 
 
 def _nonempty(rows: int, path: Path) -> int:
@@ -449,11 +619,12 @@ def _scan_ndjson(path: Path) -> Iterator[tuple[int, Any]]:
                 try:
                     obj = json.loads(text)
                 except json.JSONDecodeError as e:
-                    raise InputError(
-                        str(path),
-                        f"not valid JSON ({e.msg} at column {e.colno}): write one export row object per line",
-                        line=n,
-                    ) from None
+                    fix = (
+                        "the last line is cut off, so the file looks truncated: copy or export it again"
+                        if not text.endswith("\n") and e.pos >= len(text.rstrip()) - 1
+                        else "write one export row object per line"
+                    )
+                    raise InputError(str(path), f"not valid JSON ({e.msg} at column {e.colno}): {fix}", line=n) from None
                 if not isinstance(obj, dict):
                     raise InputError(
                         str(path),
@@ -461,9 +632,13 @@ def _scan_ndjson(path: Path) -> Iterator[tuple[int, Any]]:
                         line=n,
                     )
                 yield n, obj
-    except (UnicodeDecodeError, OSError, EOFError) as e:
+    except EOFError as e:  # gzip: the stream ends before its end marker
         raise InputError(
-            str(path), f"cannot read the file ({e}): expected UTF-8 NDJSON", line=n + 1
+            str(path), f"the gzip stream ends early ({e}): the file is truncated; copy or export it again", line=n + 1
+        ) from None
+    except (UnicodeDecodeError, OSError) as e:
+        raise InputError(
+            str(path), f"cannot read the file ({e}): expected UTF-8 NDJSON, gzipped only when named .gz", line=n + 1
         ) from None
 
 
@@ -472,7 +647,9 @@ def _scan_parquet(path: Path) -> Iterator[tuple[int, Any]]:
     try:
         reader = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as e:
-        raise InputError(str(path), f"not a readable Parquet file ({e})") from None
+        raise InputError(
+            str(path), f"not a readable Parquet file ({e}): truncated or not Parquet; copy or export it again"
+        ) from None
     n = 0
     for batch in reader.iter_batches(batch_size=BATCH_ROWS):
         for row in batch.to_pylist():

@@ -4,7 +4,11 @@ Accepted shapes, camelCase exactly as `projects.timeSeries.list` returns them, a
 `.json.gz`: one page ``{"timeSeries": [...], "nextPageToken": ...}`` (``{}`` is an empty page), an
 array of such pages, or an array of TimeSeries. A directory stands for every such file in it, in name
 order. A file that is not JSON or not one of these shapes is an `InputError` naming the file (and the
-line for JSON syntax errors); a bad series or point inside a good file is a counted skip.
+line for JSON syntax errors); a bad series or point inside a good file is a counted skip (series
+without host or GPU labels, points without an interval or a zoned end time, values that are not
+numbers: `monitor.utilization.parse`), logged with its counts by the analysis, unless no point of
+the file is usable for one of those reasons: then the file is an `InputError` naming the first bad
+series, since an analysis without any of its data would look like an idle or absent fleet.
 
 Raw points (e.g. 60 s Ops Agent samples) are averaged into alignment windows the way Cloud Monitoring's
 ALIGN_MEAN would. Files named after a day (``2026-11-01.json.gz``, as the simulator writes them) are
@@ -35,6 +39,7 @@ from monitor.errors import InputError
 from monitor.sources.presets import METRICS
 from monitor.sources.units import NO_UNIT, UnknownUnitWarnings, declared, factor, resolve_unit
 from monitor.utilization import FetchResult, ParsedSeries, assemble, parse_series
+from monitor.utilization.records import SkipReason
 
 __all__ = ["FileUtilizationSource", "read_time_series"]
 
@@ -62,7 +67,7 @@ def _decode(path: Path, data: bytes) -> Any:
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error):
-            raise InputError(str(path), "not a valid gzip file") from None
+            raise InputError(str(path), "not a valid gzip file (truncated?): copy or export it again") from None
     try:
         return json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
@@ -189,14 +194,46 @@ class FileUtilizationSource:
             return self._cache[path]
         skips: Counter[str] = Counter()
         unknown: dict[str, str] = {}
-        series = [
-            ps
-            for ts in read_time_series(path, data)
-            if (ps := parse_series(ts, skips, unknown=unknown)) is not None
-        ]
+        series: list[ParsedSeries] = []
+        first_bad: tuple[int, str] | None = None
+        for i, ts in enumerate(read_time_series(path, data)):
+            before = {r: skips[r] for r in _UNUSABLE}
+            if (ps := parse_series(ts, skips, unknown=unknown)) is not None:
+                series.append(ps)
+            if first_bad is None and (grew := [r for r in _UNUSABLE if skips[r] > before[r]]):
+                first_bad = (i, grew[0])
+        if first_bad is not None and not any(ps.points for ps in series):
+            _reject(path, first_bad, skips)
         self.parsed_files += 1
         self._cache[path] = _Parsed(stamp, digest, series, skips, unknown)
         return self._cache[path]
+
+
+#: Skip reasons that mean the file is malformed (not merely holding metrics we do not read).
+_UNUSABLE = (
+    SkipReason.MALFORMED_SERIES,
+    SkipReason.MISSING_LABELS,
+    SkipReason.BAD_TIMESTAMP,
+    SkipReason.NON_NUMERIC,
+)
+_FIXES = {
+    SkipReason.MALFORMED_SERIES: "each series must be an object with a points array",
+    SkipReason.MISSING_LABELS: "each series needs the labels naming its project, host"
+    " (resource.labels.instance_id, or a node name) and GPU (metric.labels.gpu_number or the preset's)",
+    SkipReason.BAD_TIMESTAMP: "each point needs interval.endTime in RFC 3339 with a zone"
+    ' ("2026-11-01T10:00:00Z")',
+    SkipReason.NON_NUMERIC: 'each point needs value.doubleValue (a number) or value.int64Value (an integer string)',
+}
+
+
+def _reject(path: Path, first_bad: tuple[int, str], skips: Counter[str]) -> None:
+    index, reason = first_bad
+    counts = ", ".join(f"{r} {skips[r]}" for r in _UNUSABLE if skips[r])
+    raise InputError(
+        str(path),
+        f"no usable point in the file ({counts} skipped; the first here): {_FIXES[SkipReason(reason)]}",
+        field=f"series #{index}",
+    )
 
 
 @dataclass(frozen=True)

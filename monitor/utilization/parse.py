@@ -1,6 +1,10 @@
 """One Cloud Monitoring TimeSeries (REST JSON) validated into a `ParsedSeries`.
 
-Bad input never aborts a poll: every dropped point is counted under a `SkipReason`. Values are
+Bad input never aborts a poll: every dropped point is counted under a `SkipReason`: a series
+without the labels naming its host and GPU (`missing_labels`), a point without an interval or with
+an end time that is not RFC 3339 with a zone (`bad_timestamp`: the API always writes `Z`, so a naive
+time means another tool wrote the file and its zone is unknown), a value that is missing, not a
+number or not finite (`non_numeric`). The files source rejects a file none of whose points is usable. Values are
 converted by their unit (`monitor.sources.units`): a series whose unit is unknown is skipped whole,
 counted as `unknown_unit` and named in `unknown` (metric type -> unit), never scaled by a guess.
 A fleet's files
@@ -62,8 +66,9 @@ def _ident(ts: Mapping[str, Any], spec: MetricSpec, default_project: str | None)
 
 @lru_cache(maxsize=1 << 16)
 def _epoch(raw: str) -> float:
-    """RFC 3339 to epoch seconds, memoized: a fleet's series share the same few hundred timestamps."""
-    return parse_timestamp(raw).timestamp()
+    """RFC 3339 to epoch seconds, memoized: a fleet's series share the same few hundred timestamps.
+    A time without a zone is a ValueError (counted as `bad_timestamp`)."""
+    return parse_timestamp(raw, require_zone=True).timestamp()
 
 
 def _time(interval: Mapping[str, Any], key: str) -> float | None:
