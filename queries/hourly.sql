@@ -49,17 +49,12 @@ WITH export_rows AS (
     IFNULL((
       SELECT SUM(CAST(ROUND(c.amount / IFNULL(NULLIF(currency_conversion_rate, 0), 1) * 1000000) AS INT64))
       FROM UNNEST(credits) AS c
-      WHERE
-        STARTS_WITH(IFNULL(c.type, ''), 'COMMITTED_USAGE_DISCOUNT')
-        OR c.type = 'FEE_UTILIZATION_OFFSET'
-        OR (c.type IS NULL AND STARTS_WITH(LOWER(IFNULL(c.name, '')), 'committed'))
+      WHERE GPUCOST_CUD_CREDIT(c)
     ), 0) AS cud_micros,
     IFNULL((
       SELECT SUM(CAST(ROUND(c.amount / IFNULL(NULLIF(currency_conversion_rate, 0), 1) * 1000000) AS INT64))
       FROM UNNEST(credits) AS c
-      WHERE
-        c.type = 'SUSTAINED_USAGE_DISCOUNT'
-        OR (c.type IS NULL AND STARTS_WITH(LOWER(IFNULL(c.name, '')), 'sustained'))
+      WHERE GPUCOST_SUD_CREDIT(c)
     ), 0) AS sud_micros
   FROM billing_export
   WHERE

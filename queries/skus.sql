@@ -21,10 +21,7 @@ WITH export_rows AS (
     IFNULL((
       SELECT SUM(CAST(ROUND(c.amount * 1000000) AS INT64))
       FROM UNNEST(credits) AS c
-      WHERE
-        STARTS_WITH(IFNULL(c.type, ''), 'COMMITTED_USAGE_DISCOUNT')
-        OR c.type = 'FEE_UTILIZATION_OFFSET'
-        OR (c.type IS NULL AND STARTS_WITH(LOWER(IFNULL(c.name, '')), 'committed'))
+      WHERE GPUCOST_CUD_CREDIT(c)
     ), 0) AS cud_micros
   FROM billing_export
   WHERE

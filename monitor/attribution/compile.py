@@ -1,13 +1,16 @@
 """Attribution rules -> SQL CASE expressions, spliced into the queries' syntax tree.
 
-Queries in `queries/*.sql` contain three reviewed slots, written as function calls so that each file
+Queries in `queries/*.sql` contain reviewed slots, written as function calls so that each file
 still parses as BigQuery SQL:
 
 - `GPUCOST_RULE()`: the name of the first rule that matches the row (NULL when none does); reads
   the columns `service_id`, `service_description`, `sku_id`, `sku_description`, `cost_type` and
   `transaction_type` of the surrounding SELECT;
 - `GPUCOST_SUBCATEGORY(rule)`: that rule's `category.subcategory` (`other` when no rule matched);
-- `GPUCOST_SKU_PRICING_MODEL(rule)`: the pricing model the rule implies, or NULL.
+- `GPUCOST_SKU_PRICING_MODEL(rule)`: the pricing model the rule implies, or NULL;
+- `GPUCOST_CUD_CREDIT(c)` / `GPUCOST_SUD_CREDIT(c)`: whether the credit `c` (an element of the
+  export's `credits`, as `UNNEST(credits) AS c` names it) is a committed-use or a sustained-use
+  discount: one definition (`CREDIT_KINDS`) for every query that splits credits.
 
 `render_query` replaces them with `CASE` expressions built as sqlglot nodes. Rule patterns and
 names only ever enter the SQL as string literals (`exp.Literal.string`), which sqlglot escapes for
@@ -41,7 +44,21 @@ __all__ = [
     "rule_case",
 ]
 
-SLOTS = ("GPUCOST_RULE", "GPUCOST_SUBCATEGORY", "GPUCOST_SKU_PRICING_MODEL")
+#: Which credits are a commitment's or sustained use's, by the export's `credits.type` (resource CUDs
+#: `COMMITTED_USAGE_DISCOUNT`, legacy spend-based `COMMITTED_USAGE_DISCOUNT_DOLLAR_BASE`, new spend-based
+#: `FEE_UTILIZATION_OFFSET`, `SUSTAINED_USAGE_DISCOUNT`: the export schema's credit types, see
+#: ../shared/reference/gcp.md); rows of older exports have no `type`, so the credit's name decides.
+#: Written over the credit `c` in BigQuery SQL; the slot's argument takes its place.
+CREDIT_KINDS = {
+    "GPUCOST_CUD_CREDIT": (
+        "STARTS_WITH(IFNULL(c.type, ''), 'COMMITTED_USAGE_DISCOUNT') OR c.type = 'FEE_UTILIZATION_OFFSET'"
+        " OR (c.type IS NULL AND STARTS_WITH(LOWER(IFNULL(c.name, '')), 'committed'))"
+    ),
+    "GPUCOST_SUD_CREDIT": (
+        "c.type = 'SUSTAINED_USAGE_DISCOUNT' OR (c.type IS NULL AND STARTS_WITH(LOWER(IFNULL(c.name, '')), 'sustained'))"
+    ),
+}
+SLOTS = ("GPUCOST_RULE", "GPUCOST_SUBCATEGORY", "GPUCOST_SKU_PRICING_MODEL", *CREDIT_KINDS)
 _DIALECTS = {"bigquery", "duckdb"}
 
 
@@ -165,6 +182,10 @@ def _fill_slots(tree: exp.Expression, rules: tuple[Rule, ...]) -> exp.Expression
         if not isinstance(node, exp.Anonymous) or node.name.upper() not in SLOTS:
             return node
         slot, args = node.name.upper(), node.expressions
+        if slot in CREDIT_KINDS:
+            if len(args) != 1 or not isinstance(args[0], exp.Column | exp.Identifier):  # in a lambda
+                raise ConfigError(f"query slot {slot}(credit) takes the UNNEST alias of a credit")
+            return _credit_kind(slot, args[0].name)
         if slot == "GPUCOST_RULE":
             if args:
                 raise ConfigError(f"query slot {slot}() takes no argument")
@@ -176,6 +197,22 @@ def _fill_slots(tree: exp.Expression, rules: tuple[Rule, ...]) -> exp.Expression
         return _lookup(args[0], models, None)
 
     return tree.transform(swap)
+
+
+@functools.cache
+def _credit_predicate(slot: str) -> exp.Expression:
+    return sqlglot.parse_one(CREDIT_KINDS[slot], read="bigquery")
+
+
+def _credit_kind(slot: str, alias: str) -> exp.Expression:
+    """`CREDIT_KINDS[slot]` over the credit named `alias`, parenthesized."""
+
+    def rename(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and node.table == "c":
+            return exp.column(node.name, table=alias)
+        return node
+
+    return exp.Paren(this=_credit_predicate(slot).copy().transform(rename))
 
 
 @functools.lru_cache(maxsize=64)
