@@ -8,7 +8,7 @@ Public surface (import from the submodules; this package imports nothing heavy o
 - `alerts.slack`: `SlackNotifier` (`check_channel` for `gpucost check`), `WebhookNotifier`;
   `alerts.channels`: channel name -> id resolution; `alerts.console`: `ConsoleNotifier`;
   `alerts.factory`: `make_notifier(config)`.
-- `alerts.digest`: `DigestData`, `render_markdown`, `render_blocks`, `send_digest`, `write_digest`;
+- `alerts.digest`: `DigestData`, `render_markdown`, `render_blocks`, `enqueue_digest`, `write_digest`;
   `alerts.charts`: `render_chart`.
 
 `alerts` never imports `monitor.sources`: it consumes findings and aggregates, not billing rows.

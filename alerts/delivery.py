@@ -8,35 +8,49 @@ record sent / retry / failed. A channel that does not resolve is posted to by na
 there cannot succeed: after an uncertain failure such a message may arrive twice, never zero times.
 A 429 stops the batch, since the rest would be rate limited too. An exception a notifier did not
 classify is treated as an uncertain retryable failure and logged: it reaches the retry logic
-instead of being swallowed.
+instead of being swallowed. After `MAX_ATTEMPTS` retryable failures a row fails for good.
+
+A file row (the digest's chart) is uploaded with `send_file` into its root's thread once the root
+is sent, and waits while the root is failed (a re-queue of the root brings it along). Uploads
+cannot be looked up, so one interrupted after Slack took it may show twice, never zero times.
+
+A row that failed for good is an alert about gpucost itself (`alert_failures`, run after every
+delivery pass): one ERROR log line naming the channel and the fix, and one message on the console
+notifier (never the failing channel), once per failed row; `gpucost_outbox_messages{state="failed"}`
+counts them (`monitor.cycle.run_delivery`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from alerts.notifier import DeliveryResult, Outcome
+from alerts.notifier import DeliveryResult, Message, Outcome
 from alerts.outbox import (
+    MAX_ATTEMPTS,
     OutboxRow,
     backoff,
+    defer_pending,
     due_rows,
     ensure_schema,
     get_row,
     known_channel_id,
     mark_attempt,
     mark_failed,
+    mark_failure_alerted,
     mark_retry,
     mark_sent,
+    unalerted_failures,
 )
 
 if TYPE_CHECKING:
     from alerts.pipeline import Deps
 
-__all__ = ["DeliveryReport", "deliver_outbox", "fire_fault"]
+__all__ = ["DeliveryReport", "alert_failures", "deliver_outbox", "fire_fault", "how_to_fix"]
 
 log = logging.getLogger("alerts.delivery")
 
@@ -49,6 +63,7 @@ class DeliveryReport:
     deferred: int = 0  # replies waiting for their thread root
     recovered: int = 0  # found already delivered after an uncertain attempt
     rate_limited: bool = False
+    operator_alerts: int = 0  # failed rows told to the operator in this pass
 
 
 def fire_fault(hook: Callable[[str], None] | None, point: str) -> None:
@@ -56,27 +71,33 @@ def fire_fault(hook: Callable[[str], None] | None, point: str) -> None:
         hook(point)
 
 
-def deliver_outbox(deps: Deps, now: datetime) -> DeliveryReport:
-    """Attempt every due pending message once; never sends a row that is already sent."""
+def deliver_outbox(deps: Deps, now: datetime, keys: Sequence[str] | None = None) -> DeliveryReport:
+    """Attempt every due pending message (or those with a key in `keys`) once; never sends a row
+    that is already sent. Then tell the operator about rows that failed for good."""
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware (UTC)")
     ensure_schema(deps.store)
     counts = {"sent": 0, "retried": 0, "failed": 0, "deferred": 0, "recovered": 0}
     rate_limited = False
-    for row in due_rows(deps.store, now, deps.batch_size):
+    for row in due_rows(deps.store, now, deps.batch_size, keys):
         outcome, result = _deliver_one(deps, row, now)
         counts[outcome] += 1
         if result is not None and result.outcome is Outcome.RETRY and result.retry_after is not None:
-            rate_limited = True
+            rate_limited = True  # the rest waits out Retry-After too, in this pass and the next ones
+            defer_pending(deps.store, now + timedelta(seconds=result.retry_after))
             break
-    return DeliveryReport(**counts, rate_limited=rate_limited)
+    told = alert_failures(deps, now)
+    return DeliveryReport(**counts, rate_limited=rate_limited, operator_alerts=told)
 
 
 def _thread(deps: Deps, row: OutboxRow) -> tuple[bool, str | None, str]:
-    """(ready, thread_ts, channel). Replies go to the root's thread and channel id once it is sent."""
+    """(ready, thread_ts, channel). Replies go to the root's thread and channel id once it is sent;
+    a file waits while its root is failed (it belongs under it)."""
     if row.root_key is None:
         return True, None, row.channel
     root = get_row(deps.store, row.root_key)
+    if root is not None and root.status == "failed" and row.file_path is not None:
+        return False, None, row.channel
     if root is None or root.status == "failed":
         return True, None, row.channel
     if root.status == "pending":
@@ -91,6 +112,8 @@ def _deliver_one(deps: Deps, row: OutboxRow, now: datetime) -> tuple[str, Delive
     if not ready:
         return "deferred", None
     channel_id = row.channel_id or _resolve(deps, channel)
+    if row.file_path is not None:
+        return _upload(deps, row, channel_id or channel, thread_ts, now)
     msg = replace(row.message(thread_ts), channel=channel_id or channel)
     if row.inflight:
         found = _call(lambda: deps.notifier.lookup(msg), "lookup")
@@ -105,6 +128,22 @@ def _deliver_one(deps: Deps, row: OutboxRow, now: datetime) -> tuple[str, Delive
     fire_fault(deps.fault, "before_send")
     mark_attempt(deps.store, row.id, channel_id)
     result = _call(lambda: deps.notifier.send(msg), "send")
+    fire_fault(deps.fault, "after_send")
+    return _record(deps, row, result, now, attempts=row.attempts + 1), result
+
+
+def _upload(
+    deps: Deps, row: OutboxRow, channel: str, thread_ts: str | None, now: datetime
+) -> tuple[str, DeliveryResult | None]:
+    """A file row: upload it (no lookup exists for uploads: at least once, never zero times)."""
+    path = Path(row.file_path or "")
+    if not path.is_file():
+        result = DeliveryResult.failed(f"file {path} is missing (written by the digest; re-render the day)")
+        return _record(deps, row, result, now, attempts=row.attempts), result
+    fire_fault(deps.fault, "before_send")
+    mark_attempt(deps.store, row.id, channel)
+    title = row.file_title or path.name
+    result = _call(lambda: deps.notifier.send_file(channel, path, title, thread_ts), "send_file")
     fire_fault(deps.fault, "after_send")
     return _record(deps, row, result, now, attempts=row.attempts + 1), result
 
@@ -137,20 +176,111 @@ def _record(
         log.info("alert %s sent to %s (ts %s)", row.idempotency_key, result.channel or row.channel, result.ts)
         return "sent"
     error = result.error or "unknown error"
-    if result.outcome is Outcome.RETRY:
+    if result.outcome is Outcome.RETRY and attempts < MAX_ATTEMPTS:
         delay = timedelta(seconds=result.retry_after) if result.retry_after is not None else backoff(attempts)
         mark_retry(deps.store, row.id, now + delay, error, uncertain=result.uncertain)
         log.warning(
-            "alert %s to %s not delivered (%s); retry in %s", row.idempotency_key, row.channel, error, delay
+            "%s %s to %s not delivered (%s); retry in %s",
+            _what(row),
+            row.idempotency_key,
+            row.channel,
+            error,
+            delay,
+            extra={
+                "channel": row.channel,
+                "error": error,
+                "outbox_id": row.id,
+                "retry_in_s": delay.total_seconds(),
+            },
         )
         return "retried"
-    mark_failed(deps.store, row.id, error, now)
-    log.error(
-        "alert %s to %s failed permanently: %s; nothing was posted: fix the cause, then "
-        "`gpucost outbox --config ... --requeue %d` sends it",
-        row.idempotency_key,
-        row.channel,
-        error,
-        row.id,
-    )
+    if result.outcome is Outcome.RETRY:
+        error = f"{EXHAUSTED} after {attempts} attempts (last: {error})"
+    mark_failed(deps.store, row.id, error, now)  # told to the operator by `alert_failures`
     return "failed"
+
+
+EXHAUSTED = "retries exhausted"
+_AUTH = ("invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired")
+
+
+def how_to_fix(error: str, channel: str) -> str:
+    """What the operator should do about a permanent failure, by Slack's error code.
+
+    >>> how_to_fix("chat.postMessage: is_archived", "#alerts")
+    'channel #alerts is archived: unarchive it, or point slack.channel / the route at another channel'
+    """
+    code = error.rsplit(": ", 1)[-1]
+    if error.startswith(EXHAUSTED):
+        return (
+            f"Slack did not take it for about a day (the last error says why): check the network path"
+            f" to slack.com, https://status.slack.com and {channel}"
+        )
+    if code in _AUTH:
+        return "the Slack token was refused: set a valid bot token in SLACK_BOT_TOKEN (or slack.token_file)"
+    if code == "channel_not_found":
+        return (
+            f"channel {channel} does not exist or the bot cannot see it: fix slack.channel / the route,"
+            " or invite the bot to the private channel"
+        )
+    if code == "not_in_channel":
+        return f"the bot is not in {channel}: invite it (/invite @your-bot)"
+    if code == "is_archived":
+        return f"channel {channel} is archived: unarchive it, or point slack.channel / the route at another channel"
+    if code == "missing_scope":
+        return "the Slack app lacks a scope (chat:write, files:write): add it and reinstall the app"
+    if "is missing" in error:
+        return "the digest's chart file was removed before it was sent: `gpucost digest --date DAY --send`"
+    return f"see Slack's error {code!r} for {channel}"
+
+
+def _what(row: OutboxRow) -> str:
+    return {"digest": "digest", "digest_chart": "digest chart"}.get(row.reason, "alert")
+
+
+def alert_failures(deps: Deps, now: datetime) -> int:
+    """Tell the operator, once per row, about every message that failed for good: an ERROR log line
+    and a console message (never through the failing channel). The mark is persisted after the
+    console message, and the console is searched for it first, so a crash in between repeats
+    nothing. Returns how many were told."""
+    rows = unalerted_failures(deps.store)
+    for row in rows:
+        error = row.last_error or "unknown error"
+        fix = how_to_fix(error, row.channel)
+        posted = "it was not confirmed" if error.startswith(EXHAUSTED) else "nothing was posted"
+        log.error(
+            "%s %s to %s failed permanently: %s; %s: fix the cause, then "
+            "`gpucost outbox --config ... --requeue %d` sends it. Fix: %s",
+            _what(row),
+            row.idempotency_key,
+            row.channel,
+            error,
+            posted,
+            row.id,
+            fix,
+            extra={"channel": row.channel, "error": error, "outbox_id": row.id},
+        )
+        _tell_console(deps, row, error, fix)
+        mark_failure_alerted(deps.store, row.id, now)
+    return len(rows)
+
+
+def _tell_console(deps: Deps, row: OutboxRow, error: str, fix: str) -> None:
+    head = f"gpucost could not deliver a {_what(row)} to {row.channel}: {error}"
+    text = f"{head}\nFix: {fix}\nThen: gpucost outbox --config ... --requeue {row.id}"
+    blocks = [
+        {"type": "header", "text": {"type": "plain_text", "text": "gpucost: delivery failed"}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": text}},
+    ]
+    msg = Message(f"outbox-failed-{row.id}-{row.failed_at}", "gpucost (operator)", text, blocks)
+    console = deps.operator
+    if console is None:
+        return
+    try:
+        found = console.lookup(msg)
+        result = found if found is not None else console.send(msg)
+    except Exception as e:  # the log line above already told it; never stop delivery over this
+        log.exception("console alert for outbox row %d raised %s", row.id, type(e).__name__)
+        return
+    if result.outcome is not Outcome.SENT:
+        log.error("console alert for outbox row %d not written: %s", row.id, result.error)

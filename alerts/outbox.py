@@ -15,7 +15,13 @@ When Slack confirms a post to a channel *name*, the id it answered with is remem
 (`alerts_channels`, `known_channel_id`): a fallback for bots that may not list channels.
 
 Row states: pending -> sent | failed. Retryable errors keep the row pending with `next_attempt_at`
-(Retry-After, else bounded exponential backoff); permanent errors mark it failed with the error.
+(Retry-After, else bounded exponential backoff) for up to `MAX_ATTEMPTS` attempts (about a day);
+permanent errors, and retries exhausted, mark it failed with the error. A failed row is told to the
+operator once (`unalerted_failures` / `mark_failure_alerted`, persisted, so neither every tick nor a
+restart repeats it; a re-queue clears the mark so a second failure is told again).
+
+A row may carry a file (`file_path`, `file_title`: the digest's chart) instead of a message: it is
+uploaded into its root's thread once the root is sent.
 """
 
 from __future__ import annotations
@@ -34,10 +40,12 @@ from monitor.model import Finding, Scope, Severity
 from monitor.state.store import StateStore
 
 __all__ = [
+    "MAX_ATTEMPTS",
     "MIGRATIONS",
     "OutboxRow",
     "OutboxStatus",
     "backoff",
+    "defer_pending",
     "due_rows",
     "enqueue",
     "ensure_schema",
@@ -48,11 +56,13 @@ __all__ = [
     "load_firing",
     "mark_attempt",
     "mark_failed",
+    "mark_failure_alerted",
     "mark_retry",
     "mark_sent",
     "parse_ts",
     "save_firing",
     "status",
+    "unalerted_failures",
 ]
 
 COMPONENT = "alerts"
@@ -126,10 +136,20 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (fingerprint, receiver)
     )
     """,
+    # v5: a file to upload into the root's thread (the digest's chart) and when a failed row was
+    # told to the operator (once per failure).
+    """
+    ALTER TABLE alerts_outbox ADD COLUMN file_path TEXT;
+    ALTER TABLE alerts_outbox ADD COLUMN file_title TEXT;
+    ALTER TABLE alerts_outbox ADD COLUMN failure_alerted_at TEXT
+    """,
 ]
 
 BACKOFF_BASE = timedelta(seconds=30)
 BACKOFF_CAP = timedelta(minutes=30)
+#: Attempts before a retryable failure becomes permanent: 6 backoffs up to the cap (31.5 min),
+#: then 47 at 30 min, about 24 h in all. A re-queue starts the count again.
+MAX_ATTEMPTS = 54
 
 
 def ensure_schema(store: StateStore) -> None:
@@ -148,7 +168,7 @@ def parse_ts(text: str) -> datetime:
 
 
 def backoff(attempts: int) -> timedelta:
-    """30 s, 1 min, 2 min, ... capped at 30 min: retry soon, never hammer, never give up.
+    """30 s, 1 min, 2 min, ... capped at 30 min: retry soon, never hammer (`MAX_ATTEMPTS` bounds it).
 
     >>> [int(backoff(n).total_seconds()) for n in (1, 2, 3, 10)]
     [30, 60, 120, 1800]
@@ -179,6 +199,9 @@ class OutboxRow:
     slack_channel: str | None
     last_error: str | None
     channel_id: str | None = None  # where the first attempt went; None until then
+    file_path: str | None = None  # a file row: upload this into the root's thread
+    file_title: str | None = None
+    failed_at: str | None = None  # when it failed for good (identifies that failure)
 
     def message(self, thread_ts: str | None) -> Message:
         return Message(
@@ -213,6 +236,9 @@ def _row(r: sqlite3.Row) -> OutboxRow:
         slack_channel=r["slack_channel"],
         last_error=r["last_error"],
         channel_id=r["channel_id"],
+        file_path=r["file_path"],
+        file_title=r["file_title"],
+        failed_at=r["failed_at"],
     )
 
 
@@ -227,12 +253,15 @@ def enqueue(
     root_key: str | None,
     message: Message,
     now: datetime,
+    file_path: str | None = None,
+    file_title: str | None = None,
 ) -> bool:
-    """Insert a pending row (inside the caller's transaction); False if the key already exists."""
+    """Insert a pending row (inside the caller's transaction); False if the key already exists.
+    With `file_path` the row uploads that file (into its root's thread) instead of posting text."""
     cur = conn.execute(
         "INSERT OR IGNORE INTO alerts_outbox (idempotency_key, group_key, receiver, sequence, reason,"
-        " root_key, channel, text, blocks, reply_broadcast, status, created_at, next_attempt_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+        " root_key, channel, text, blocks, reply_broadcast, status, created_at, next_attempt_at,"
+        " file_path, file_title) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
         (
             key,
             group_key,
@@ -246,18 +275,26 @@ def enqueue(
             int(message.reply_broadcast),
             fmt_ts(now),
             fmt_ts(now),
+            file_path,
+            file_title,
         ),
     )
     return cur.rowcount == 1
 
 
-def due_rows(store: StateStore, now: datetime, limit: int) -> list[OutboxRow]:
-    """Pending rows whose next attempt is due, oldest first (a thread root precedes its replies)."""
+def due_rows(
+    store: StateStore, now: datetime, limit: int, keys: Sequence[str] | None = None
+) -> list[OutboxRow]:
+    """Pending rows whose next attempt is due, oldest first (a thread root precedes its replies);
+    only those with an idempotency key in `keys` when given."""
+    if keys is not None and not keys:
+        return []
+    only = "" if keys is None else f" AND idempotency_key IN ({', '.join('?' for _ in keys)})"
     with store.transaction() as conn:
         rows = conn.execute(
-            "SELECT * FROM alerts_outbox WHERE status = 'pending' AND next_attempt_at <= ?"
+            f"SELECT * FROM alerts_outbox WHERE status = 'pending' AND next_attempt_at <= ?{only}"
             " ORDER BY id LIMIT ?",
-            (fmt_ts(now), limit),
+            (fmt_ts(now), *(keys or ()), limit),
         ).fetchall()
     return [_row(r) for r in rows]
 
@@ -315,6 +352,17 @@ def mark_retry(store: StateStore, row_id: int, next_at: datetime, error: str, *,
         )
 
 
+def defer_pending(store: StateStore, until: datetime) -> int:
+    """Slack said "rate limited, retry after N s": no pending row is tried before `until`, whether it
+    was in the stopped batch or not (https://api.slack.com/docs/rate-limits). Returns how many."""
+    with store.transaction() as conn:
+        cur = conn.execute(
+            "UPDATE alerts_outbox SET next_attempt_at = ? WHERE status = 'pending' AND next_attempt_at < ?",
+            (fmt_ts(until), fmt_ts(until)),
+        )
+    return cur.rowcount
+
+
 def mark_failed(store: StateStore, row_id: int, error: str, now: datetime) -> None:
     with store.transaction() as conn:
         cur = conn.execute(
@@ -324,6 +372,23 @@ def mark_failed(store: StateStore, row_id: int, error: str, now: datetime) -> No
         )
         if cur.rowcount == 1:
             _log_outcome(conn, row_id, "last_failed_at", now)
+
+
+def unalerted_failures(store: StateStore) -> list[OutboxRow]:
+    """Failed rows the operator was not told about yet, oldest first."""
+    with store.transaction() as conn:
+        rows = conn.execute(
+            "SELECT * FROM alerts_outbox WHERE status = 'failed' AND failure_alerted_at IS NULL ORDER BY id"
+        ).fetchall()
+    return [_row(r) for r in rows]
+
+
+def mark_failure_alerted(store: StateStore, row_id: int, now: datetime) -> None:
+    with store.transaction() as conn:
+        conn.execute(
+            "UPDATE alerts_outbox SET failure_alerted_at = ? WHERE id = ? AND status = 'failed'",
+            (fmt_ts(now), row_id),
+        )
 
 
 def _log_outcome(conn: sqlite3.Connection, row_id: int, key: str, now: datetime) -> None:

@@ -5,7 +5,8 @@ A message fails for good when Slack refuses it (`channel_not_found`, `is_archive
 renamed the channel, rotated the token) sending it again is safe and is exactly what is wanted.
 Re-queued rows go through the normal delivery path (idempotency key, retries, the look-up in the
 channel before a re-send), and their group's notification log says "queued" again so no repeat
-is added behind them.
+is added behind them. A re-queued row that fails again is told to the operator again. Digest rows
+(reason `digest`, and `digest_chart` for its chart) are listed and re-queued like alerts.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def requeue_failed(store: StateStore, now: datetime, ids: tuple[int, ...] = ()) 
         for row_id in chosen:
             conn.execute(
                 "UPDATE alerts_outbox SET status = 'pending', attempts = 0, inflight = 0, failed_at = NULL,"
-                " next_attempt_at = created_at WHERE id = ?",  # due at once, whatever the daemon's clock
+                " failure_alerted_at = NULL, next_attempt_at = created_at WHERE id = ?",  # due at once
                 (row_id,),
             )
             _queued_again(conn, row_id, stamp)

@@ -74,6 +74,9 @@ class Deps:
     slack: SlackConfig = field(default_factory=SlackConfig)
     fault: Callable[[str], None] | None = None
     batch_size: int = 50
+    #: Where alerts about gpucost itself go (a message that failed for good), never the notifier
+    #: that failed: the console notifier (`monitor.cycle` passes one); None logs them only.
+    operator: Notifier | None = None
 
     @property
     def default_channel(self) -> str:

@@ -64,9 +64,17 @@ class Metrics:
                 registry=r,
             ),
             findings=Gauge("gpucost_findings", "Open findings.", ["kind", "severity"], registry=r),
-            outbox_depth=Gauge("gpucost_outbox_messages", "Outbox messages by state.", ["state"], registry=r),
+            outbox_depth=Gauge(
+                "gpucost_outbox_messages",
+                "Outbox messages (alerts and digests) by state; failed > 0 needs the operator (gpucost outbox).",
+                ["state"],
+                registry=r,
+            ),
             delivery_failures=Counter(
-                "gpucost_delivery_failures", "Failed alert deliveries.", ["kind"], registry=r
+                "gpucost_delivery_failures",
+                "Failed deliveries (alerts and digests): retryable attempts, permanent failures.",
+                ["kind"],
+                registry=r,
             ),
             spend_usd=Gauge(
                 "gpucost_spend_usd",

@@ -45,6 +45,9 @@ url = "sqlite:///{tmp / "state.sqlite"}"
 
 [digest]
 out_dir = "{tmp / "out"}"
+
+[alerts]
+console_dir = "{tmp / "console"}"
 """
     if slack is not None:
         text += f'\n[slack]\nchannel = "C0ALERTS"\napi_base_url = "{slack.base_url}"\n'
@@ -108,6 +111,9 @@ def test_digest_figures_match_report_for_the_day(tmp_path, export_db, capsys, da
 
 
 def test_digest_send_posts_once_with_chart_and_fails_in_one_line(tmp_path, export_db, capsys, monkeypatch):
+    """`digest --send` goes through the outbox: posted once with its chart; a day already sent is
+    not posted again; a refused post fails in one line, and once the token is fixed the same
+    command re-queues that day's digest and posts it once."""
     with FakeSlack(token=TOKEN) as slack:
         config = _config(tmp_path, slack=slack, db=export_db)
         monkeypatch.setenv("SLACK_BOT_TOKEN", TOKEN)
@@ -116,14 +122,28 @@ def test_digest_send_posts_once_with_chart_and_fails_in_one_line(tmp_path, expor
         assert out.splitlines()[-1] == "sent to C0ALERTS"
         (msg,) = slack.messages
         assert msg["text"].startswith("GPU cost digest for 2026-11-03")
-        (chart,) = slack.files
-        assert chart["thread_ts"] == msg["ts"] and chart["data"][:4] == b"\x89PNG"
+        spend, jobs = slack.files  # the spend chart, then the per-job chart (the export has job labels)
+        assert [spend["title"], jobs["title"]] == ["Daily spend to 2026-11-03", "Daily spend per job to 2026-11-03"]
+        for chart in (spend, jobs):
+            assert chart["thread_ts"] == msg["ts"] and chart["data"][:4] == b"\x89PNG"
+        code, out, err = _cli(capsys, "digest", "--config", str(config), "--date", "2026-11-03", "--send")
+        assert code == 0 and len(slack.messages) == 1 and len(slack.files) == 2  # sent: never again
 
         monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-revoked-token")
-        code, out, err = _cli(capsys, "digest", "--config", str(config), "--date", "2026-11-03", "--send")
-    assert code == 1
-    assert err == "gpucost: failed: digest written but not sent to Slack: chat.postMessage: invalid_auth\n"
-    assert "xoxb-" not in out + err
+        code, out, err = _cli(capsys, "digest", "--config", str(config), "--date", "2026-11-02", "--send")
+        assert code == 1
+        assert (
+            err == "gpucost: failed: digest written but not sent to Slack: chat.postMessage: invalid_auth\n"
+        )
+        assert "xoxb-" not in out + err
+        assert "SLACK_BOT_TOKEN" in out  # the operator's console alert says what to fix
+
+        monkeypatch.setenv("SLACK_BOT_TOKEN", TOKEN)
+        code, out, err = _cli(capsys, "digest", "--config", str(config), "--date", "2026-11-02", "--send")
+        assert code == 0, err
+        days = [m["text"][:30] for m in slack.messages]
+        assert days == ["GPU cost digest for 2026-11-03", "GPU cost digest for 2026-11-02"]
+        assert len(slack.files) == 4
 
 
 def test_digest_send_without_slack_is_a_config_error(tmp_path, export_db, capsys, monkeypatch) -> None:
@@ -159,7 +179,10 @@ def test_check_healthy(tmp_path, export_db, capsys, monkeypatch) -> None:
     assert re.match(r"prices +ok +bundled snapshot as of \d{4}-\d\d-\d\d", lines["prices"])
     assert re.match(r"state +ok .*not created yet", lines["state"])  # the check did not create it
     assert not (tmp_path / "state.sqlite").exists()
-    assert lines["slack"].split(None, 2)[1:] == ["ok", "auth.test ok (team T000); channels C0ALERTS = C0ALERTS"]
+    assert lines["slack"].split(None, 2)[1:] == [
+        "ok",
+        "auth.test ok (team T000); channels C0ALERTS = C0ALERTS",
+    ]
     assert TOKEN not in text
 
 

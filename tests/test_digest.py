@@ -1,5 +1,6 @@
 """The daily digest: Markdown shows exactly the figures passed in, the PNG is a real chart of the
-expected size, and `send_digest` uploads it through files_upload_v2 against the fake Slack."""
+expected size, and the outbox posts it and uploads the chart through files_upload_v2 against the fake
+Slack."""
 
 from __future__ import annotations
 
@@ -14,7 +15,15 @@ from pydantic import SecretStr
 
 from alerts.charts import CHART_SIZE_PX, render_chart
 from alerts.console import ConsoleNotifier
-from alerts.digest import DigestData, DigestFinding, render_blocks, render_markdown, send_digest, write_digest
+from alerts.digest import (
+    DigestData,
+    DigestFinding,
+    enqueue_digest,
+    render_blocks,
+    render_markdown,
+    write_digest,
+)
+from alerts.outbox import ensure_schema
 from alerts.slack import SlackNotifier
 from tests.fakes.slack_server import FakeSlack
 
@@ -116,17 +125,34 @@ def test_write_digest_files(tmp_path: Path) -> None:
     assert mpimg.imread(png).shape[:2] == (600, 1200)
 
 
+def _deliver(notifier, d: DigestData, png: Path, store_path: Path, channel: str = "#digest", fault=None):
+    """Queue the digest in the outbox of the store at `store_path` and run one delivery pass."""
+    from alerts.delivery import deliver_outbox
+    from alerts.pipeline import Deps
+    from monitor.state.store import SQLiteStore
+
+    store = SQLiteStore(store_path)
+    deps = Deps(store, notifier, fault=fault)
+    ensure_schema(store)
+    now = datetime(2026, 11, 2, 9, tzinfo=UTC)
+    with store.transaction() as conn:
+        enqueue_digest(conn, d, png, channel, now)
+    try:
+        return deliver_outbox(deps, now)
+    finally:
+        store.close()
+
+
 @pytest.mark.integration
-def test_send_digest_posts_and_uploads_chart_with_files_upload_v2(tmp_path: Path) -> None:
+def test_the_outbox_posts_the_digest_and_uploads_its_chart_with_files_upload_v2(tmp_path: Path) -> None:
     d = sample()
     png = render_chart(d, tmp_path / "c.png")
     with FakeSlack(token="xoxb-t") as slack:
-        res = send_digest(SlackNotifier(SecretStr("xoxb-t"), slack.base_url), d, png, channel="#digest")
-        assert res.ok
+        report = _deliver(SlackNotifier(SecretStr("xoxb-t"), slack.base_url), d, png, tmp_path / "s.sqlite")
+        assert report.sent == 2
         methods = [r.method for r in slack.requests]
         assert methods == [
-            "conversations.list",  # the channel name resolved to an id, then its history searched
-            "conversations.history",
+            "conversations.list",  # the channel name resolved to an id, posted to, persisted
             "chat.postMessage",
             "files.getUploadURLExternal",
             "upload",
@@ -136,26 +162,36 @@ def test_send_digest_posts_and_uploads_chart_with_files_upload_v2(tmp_path: Path
         [f] = slack.files
         assert f["data"] == png.read_bytes() and f["channel"] == "C0DIGEST" and f["thread_ts"] == post["ts"]
         assert "$1,213.83" in post["text"]
+        assert post["metadata"]["event_payload"]["idempotency_key"] == "digest-2026-11-01-#digest"
+        assert post["blocks"] == render_blocks(d)
 
 
 def test_a_digest_already_in_the_channel_is_not_posted_again(tmp_path: Path) -> None:
-    """A daemon killed after Slack took the digest but before recording it must not post it twice."""
+    """A daemon killed after Slack took the digest but before recording it must not post it twice:
+    the outbox row was marked in flight, so the next pass looks in the channel first."""
+
+    def crash(point: str) -> None:
+        if point == "after_send":
+            raise SystemExit("killed")
+
     d = sample()
     png = render_chart(d, tmp_path / "c.png")
+    db = tmp_path / "s.sqlite"
     with FakeSlack(token="xoxb-t") as slack:
-        first = send_digest(SlackNotifier(SecretStr("xoxb-t"), slack.base_url), d, png, channel="#digest")
-        # a fresh notifier, as after a restart
-        again = send_digest(SlackNotifier(SecretStr("xoxb-t"), slack.base_url), d, png, channel="#digest")
-        assert first.ok and again.ok and again.post.ts == first.post.ts
+        with pytest.raises(SystemExit):
+            _deliver(SlackNotifier(SecretStr("xoxb-t"), slack.base_url), d, png, db, fault=crash)
+        # a fresh notifier and store, as after a restart; queueing the day again adds nothing
+        again = _deliver(SlackNotifier(SecretStr("xoxb-t"), slack.base_url), d, png, db)
+        assert (again.recovered, again.sent) == (1, 1)  # the post found, then the chart uploaded
         assert len(slack.messages) == 1 and len(slack.files) == 1
 
 
-def test_send_digest_to_console(tmp_path: Path) -> None:
+def test_the_outbox_delivers_the_digest_to_the_console(tmp_path: Path) -> None:
     d = sample(provisional=False)
     out = io.StringIO()
     png = render_chart(d, tmp_path / "c.png")
-    res = send_digest(ConsoleNotifier(tmp_path / "alerts", out), d, png)
-    assert res.ok and (tmp_path / "alerts" / "c.png").exists()
+    report = _deliver(ConsoleNotifier(tmp_path / "alerts", out), d, png, tmp_path / "s.sqlite")
+    assert report.sent == 2 and (tmp_path / "alerts" / "c.png").exists()
     assert "$1,213.83" in out.getvalue()
 
 

@@ -26,7 +26,7 @@ def test_a_failed_message_is_listed_requeued_and_delivered_once(tmp_path: Path, 
         slack.archive_channel("alerts")
         deps = Deps(
             SQLiteStore(db),
-            SlackNotifier(SecretStr(TOKEN), slack.base_url, timeout=1),
+            SlackNotifier(SecretStr(TOKEN), slack.base_url, timeout=30),  # only a hang times out
             AlertsConfig(group_wait_seconds=0),
             SlackConfig(channel="#alerts"),
         )

@@ -106,6 +106,10 @@ def digest_cmd(config_path: Path | None, day: datetime | None, send: bool) -> No
     click.echo(result["markdown"])
     click.echo(result["png"])
     if send and not result["sent"]:
-        raise GpucostError(f"digest written but not sent to Slack: {result['error']}")
+        queued = " (queued in the outbox: the daemon retries it; `gpucost outbox` shows it)"
+        raise GpucostError(
+            f"digest written but not sent to Slack: {result['error']}{queued if result.get('queued') else ''}"
+        )
     if send:
-        click.echo(f"sent to {deps.alert_deps.default_channel}")
+        already = "already " if result.get("already") else ""
+        click.echo(f"{already}sent to {deps.alert_deps.default_channel}")
