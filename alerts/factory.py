@@ -17,16 +17,22 @@ __all__ = ["make_notifier"]
 
 
 def make_notifier(
-    cfg: Config, environ: Mapping[str, str] | None = None, stream: TextIO | None = None
+    cfg: Config,
+    environ: Mapping[str, str] | None = None,
+    stream: TextIO | None = None,
+    *,
+    timeout: int = 15,
 ) -> Notifier:
+    """`timeout`: seconds a Slack request may take (a test's stand-in outwaits a short one).
+    A token that cannot be sent (a line break, whitespace) is a `ConfigError` that does not echo it."""
     env = dict(os.environ if environ is None else environ)
     token = slack_token(cfg.slack, env)
     if token is not None and cfg.slack.channel:
-        return SlackNotifier(token, cfg.slack.api_base_url)
+        return SlackNotifier(token, cfg.slack.api_base_url, timeout=timeout)
     if cfg.slack.webhook_url_env:
         url = env.get(cfg.slack.webhook_url_env, "").strip()
         if url:
-            return WebhookNotifier(url)
+            return WebhookNotifier(url, timeout=timeout)
         raise ConfigError(
             f"slack.webhook_url_env: environment variable {cfg.slack.webhook_url_env} is not set or empty; "
             "set it to the incoming-webhook URL or remove the key"

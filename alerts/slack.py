@@ -25,6 +25,13 @@ uncertain send), `channels:read` / `groups:read` (resolve channel names; not nee
 `*:read` scopes a name cannot be resolved: one warning per name is logged, messages are posted by
 name, and an alert interrupted by a timeout or crash may then be posted twice (never lost).
 `check_channel(channel)` reports whether a channel resolves, for `gpucost check`.
+
+The token never leaves this module in text. It must be one line of printable ASCII (`check_token`,
+at construction: a `ConfigError` that does not echo it): otherwise `http.client` refuses the
+`Authorization` header with `ValueError("Invalid header value b'Bearer xoxb-...'")`, an exception
+that carries the whole token into slack-sdk's own ERROR log line, the outbox row's `last_error`,
+`gpucost outbox` and the traceback. And every error text `SlackNotifier` returns has the token's
+value replaced (`_Scrub`), whatever shape the token has (`monitor.logs.redact` only knows shapes).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import logging
 import socket
 import urllib.error
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +52,16 @@ from slack_sdk.webhook import WebhookClient
 
 from alerts.channels import ChannelDirectory
 from alerts.notifier import DeliveryResult, Message
+from monitor.errors import ConfigError
 
-__all__ = ["PERMANENT_ERRORS", "RETRYABLE_ERRORS", "SlackNotifier", "WebhookNotifier", "classify"]
+__all__ = [
+    "PERMANENT_ERRORS",
+    "RETRYABLE_ERRORS",
+    "SlackNotifier",
+    "WebhookNotifier",
+    "check_token",
+    "classify",
+]
 
 log = logging.getLogger("alerts.slack")
 
@@ -103,7 +119,8 @@ def classify(err: BaseException, what: str = "request") -> DeliveryResult:
         code = str(data.get("error") or "")
         if status == 429 or code in ("ratelimited", "rate_limited"):
             ra = _retry_after(getattr(resp, "headers", None))
-            return DeliveryResult.retry(f"{what}: rate limited (HTTP {status})", retry_after=ra or 60.0)
+            ra = 60.0 if ra is None else ra  # no header: wait a minute; `Retry-After: 0` means now
+            return DeliveryResult.retry(f"{what}: rate limited (HTTP {status})", retry_after=ra)
         if status >= 500:
             return DeliveryResult.retry(f"{what}: HTTP {status} {code}".rstrip(), uncertain=True)
         if code in RETRYABLE_ERRORS:
@@ -114,6 +131,43 @@ def classify(err: BaseException, what: str = "request") -> DeliveryResult:
     if isinstance(err, (*_NETWORK_ERRORS, SlackClientError, OSError)):
         return DeliveryResult.retry(f"{what}: {type(err).__name__}: {err}", uncertain=True)
     raise err
+
+
+def check_token(token: str, what: str = "the Slack bot token (SLACK_BOT_TOKEN or slack.token_file)") -> None:
+    """Refuse a token that cannot go in an HTTP header, saying where the bad character is, never
+    what the token is.
+
+    >>> check_token("xoxb-1-2-abc")
+    >>> check_token("xoxb-1-2-abc\\nxoxb-old", "the token")
+    Traceback (most recent call last):
+    ...
+    monitor.errors.ConfigError: the token: a line break at character 13 of 21; a Slack token is one line of printable ASCII (a token file with two lines, or a pasted line break?)
+    """
+    for i, ch in enumerate(token, 1):
+        if not (ch.isascii() and ch.isprintable()) or ch.isspace():
+            if ch in "\r\n":
+                kind = "a line break"
+            elif ch.isspace():
+                kind = "whitespace"
+            else:
+                kind = "a non-printable or non-ASCII character"
+            raise ConfigError(
+                f"{what}: {kind} at character {i} of {len(token)}; a Slack token is one line of printable"
+                " ASCII (a token file with two lines, or a pasted line break?)"
+            )
+
+
+class _Scrub:
+    """Replaces one secret's value in text (the token, whatever its shape)."""
+
+    def __init__(self, secret: str):
+        self._secret = secret
+
+    def text(self, text: str) -> str:
+        return text.replace(self._secret, "[redacted]") if self._secret else text
+
+    def result(self, r: DeliveryResult) -> DeliveryResult:
+        return r if r.error is None else replace(r, error=self.text(r.error))
 
 
 class SlackNotifier:
@@ -130,11 +184,19 @@ class SlackNotifier:
         timeout: int = 15,
         channels: Callable[[WebClient], ChannelDirectory] = ChannelDirectory,
     ):
-        kwargs: dict[str, Any] = {"token": token.get_secret_value(), "timeout": timeout, "retry_handlers": []}
+        secret = token.get_secret_value()
+        check_token(secret)
+        self._scrub = _Scrub(secret)
+        kwargs: dict[str, Any] = {"token": secret, "timeout": timeout, "retry_handlers": []}
         if base_url:
             kwargs["base_url"] = base_url
         self._client = WebClient(**kwargs)
         self._channels = channels(self._client)
+
+    def _classify(self, err: BaseException, what: str) -> DeliveryResult:
+        """`classify`, with the token's value scrubbed from the reason (an exception it cannot
+        classify is re-raised: the outbox logs it and retries)."""
+        return self._scrub.result(classify(err, what))
 
     def __repr__(self) -> str:  # never show the token
         return f"SlackNotifier(base_url={self._client.base_url!r})"
@@ -144,7 +206,7 @@ class SlackNotifier:
         try:
             resp = self._client.auth_test()
         except Exception as e:
-            return classify(e, "auth.test")
+            return self._classify(e, "auth.test")
         return DeliveryResult.sent(None, resp.get("team_id"))
 
     def resolve_channel(self, channel: str) -> str | None:
@@ -154,7 +216,7 @@ class SlackNotifier:
     def check_channel(self, channel: str) -> DeliveryResult:
         """For `gpucost check`: SENT with the channel id, or FAILED / RETRY saying why not
         (e.g. `missing_scope` naming channels:read and groups:read, or the name is not visible)."""
-        return self._channels.check(channel)
+        return self._scrub.result(self._channels.check(channel))
 
     def send(self, message: Message) -> DeliveryResult:
         try:
@@ -172,7 +234,7 @@ class SlackNotifier:
                 },
             )
         except Exception as e:
-            return classify(e, "chat.postMessage")
+            return self._classify(e, "chat.postMessage")
         return DeliveryResult.sent(resp.get("ts"), resp.get("channel"))
 
     def lookup(self, message: Message) -> DeliveryResult | None:
@@ -193,7 +255,7 @@ class SlackNotifier:
                     channel=channel, include_all_metadata=True, limit=200
                 )
         except Exception as e:
-            return classify(e, "lookup")
+            return self._classify(e, "lookup")
         for m in resp.get("messages") or []:
             meta = m.get("metadata") or {}
             payload = meta.get("event_payload") or {}
@@ -213,7 +275,7 @@ class SlackNotifier:
                 channel=channel, file=str(path), filename=path.name, title=title, thread_ts=thread_ts
             )
         except Exception as e:
-            return classify(e, "files_upload_v2")
+            return self._classify(e, "files_upload_v2")
         return DeliveryResult.sent(thread_ts, channel)
 
 
@@ -240,7 +302,8 @@ class WebhookNotifier:
             return DeliveryResult.sent(None, message.channel)
         what = f"webhook: HTTP {resp.status_code} {resp.body}".strip()
         if resp.status_code == 429:
-            return DeliveryResult.retry(what, retry_after=_retry_after(resp.headers) or 60.0)
+            ra = _retry_after(resp.headers)
+            return DeliveryResult.retry(what, retry_after=60.0 if ra is None else ra)
         if resp.status_code >= 500:
             return DeliveryResult.retry(what, uncertain=True)
         return DeliveryResult.failed(what)

@@ -80,6 +80,36 @@ def test_classification(slack: FakeSlack, failure, outcome, retry_after, error) 
     assert slack.messages == []
 
 
+@pytest.mark.parametrize(("header", "expected"), [(0, 0.0), (7, 7.0), (None, 60.0)])
+def test_retry_after_is_honoured_as_sent(slack: FakeSlack, header, expected) -> None:
+    """`Retry-After: 0` means now, not the one-minute default for a 429 without the header."""
+    slack.fail("chat.postMessage", Failure(status=429, retry_after=header))
+    assert SlackNotifier(SecretStr(TOKEN), slack.base_url).send(msg()).retry_after == expected
+
+
+@pytest.mark.parametrize(
+    ("token", "where"),
+    [
+        ("xoxb-1-2\nxoxb-old", "a line break at character 9 of 17"),
+        ("xoxb-1-2 x", "whitespace at character 9 of 10"),
+        ("xoxb-1-2\x00", "a non-printable or non-ASCII character at character 9 of 9"),
+        ("xoxb-1-2\u2010", "a non-printable or non-ASCII character at character 9 of 9"),
+    ],
+)
+def test_a_token_that_cannot_be_a_header_is_refused_without_echoing_it(token: str, where: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        SlackNotifier(SecretStr(token), "http://127.0.0.1:1/api/")
+    assert where in str(err.value) and "xoxb-1-2" not in str(err.value)
+
+
+def test_an_error_naming_the_token_is_scrubbed(slack: FakeSlack) -> None:
+    """Whatever its shape: the token's value is replaced in every reason a notifier returns."""
+    odd = "plain-secret-123"  # not xox*-shaped, so `monitor.logs.redact` would not know it
+    slack.fail("chat.postMessage", Failure(status=400, error=f"bad token {odd}"))
+    r = SlackNotifier(SecretStr(odd), slack.base_url).send(msg())
+    assert r.error == "chat.postMessage: bad token [redacted]"
+
+
 def test_connection_refused_is_retryable() -> None:
     with FakeSlack() as s:
         url = s.base_url

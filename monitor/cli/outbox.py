@@ -9,6 +9,7 @@ import click
 from monitor.cli import cli
 from monitor.cli._common import config_option, load_optional_config
 from monitor.clock import SystemClock
+from monitor.logs import redact
 from monitor.state.store import open_store
 
 
@@ -57,7 +58,7 @@ def outbox_cmd(
             return
         for r in rows:
             first = r.text.splitlines()[0] if r.text else ""
-            error = f"  [{r.last_error}]" if r.last_error else ""
+            error = f"  [{redact(r.last_error)}]" if r.last_error else ""
             click.echo(
                 f"{r.id:>6}  {r.status:<8} {r.attempts:>2}x  {r.channel:<20} {r.created_at}  {first[:60]}{error}"
             )

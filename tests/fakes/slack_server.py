@@ -14,9 +14,29 @@ public and `groups:read` for private channels (`missing_scope` with `needed` / `
 otherwise); `scopes=` sets what the token has. Channels can be added, renamed and archived while
 the server runs.
 
-Scriptable failures (`fail(method, ...)`): HTTP 429 with Retry-After, HTTP 5xx, `ok: false`
-errors, and a delay that makes the client time out, optionally after the message was stored (an
-uncertain outcome). Every request is recorded with its raw body.
+Scriptable failures (`fail(method, ...)`), each in Slack's wire format:
+
+- HTTP 429 with a `Retry-After` header (seconds) and `{"ok": false, "error": "ratelimited"}`: "Slack
+  will return a HTTP 429 Too Many Requests error, and a Retry-After HTTP header containing the
+  number of seconds until you can retry" (https://api.slack.com/docs/rate-limits);
+- HTTP 5xx (Slack's `fatal_error` / `internal_error` say "It's possible some aspect of the operation
+  succeeded before the error was raised", https://api.slack.com/methods/chat.postMessage: an
+  uncertain outcome);
+- HTTP 200 with `ok: false` and a method error (https://api.slack.com/methods/chat.postMessage
+  lists `invalid_auth` "Some aspect of authentication cannot be validated", `channel_not_found`
+  "Value passed for channel was invalid", `is_archived` "Channel has been archived");
+- a connection reset mid-response (`reset`: status line and headers sent, part of the body, then a
+  TCP RST), after the message was stored;
+- a delay that makes the client time out, optionally after the message was stored (an uncertain
+  outcome);
+- a held response (`hold(method)`): the request is answered only when the test releases it, so a
+  test can kill the client while the post is in flight, or outwait its timeout without a race;
+- a garbled answer (`body`: HTTP 200, `application/gzip`, bytes slack-sdk cannot read as JSON), which
+  makes the client raise something no classifier expects.
+
+Those errors can also come from the workspace itself, as in Slack: a revoked token (`set_token`)
+answers `invalid_auth`, an archived channel `is_archived`, a private channel the bot was removed from
+`channel_not_found` (`remove_bot` / `invite_bot`). Every request is recorded with its raw body.
 """
 
 from __future__ import annotations
@@ -25,6 +45,8 @@ import base64
 import contextlib
 import hashlib
 import json
+import socket
+import struct
 import threading
 import time
 import urllib.parse
@@ -35,7 +57,22 @@ from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["DEFAULT_SCOPES", "Failure", "FakeSlack", "Recorded"]
+__all__ = ["DEFAULT_SCOPES", "Failure", "FakeSlack", "Hold", "Recorded"]
+
+
+class Hold:
+    """A response held back: `arrived` is set when the request is in, `release()` lets it go."""
+
+    def __init__(self) -> None:
+        self.arrived = threading.Event()
+        self._released = threading.Event()
+
+    def release(self) -> None:
+        self._released.set()
+
+    def wait(self, timeout: float = 60.0) -> None:
+        self.arrived.set()
+        self._released.wait(timeout)
 
 
 @dataclass(frozen=True)
@@ -44,7 +81,14 @@ class Failure:
     error: str | None = None  # ok: false with this error (status 200 unless given)
     retry_after: int | None = None
     delay: float = 0.0  # sleep before answering (client timeout)
-    process_first: bool = False  # with delay: store the message first, then stall
+    process_first: bool = False  # with delay, reset or hold: store the message first, then fail
+    reset: bool = False  # send the headers and part of the body, then reset the connection
+    hold: Hold | None = None  # answer only when the test releases it
+    body: bytes | None = None  # a 200 answered with these bytes as `application/gzip` (garbled)
+
+    @property
+    def after_processing(self) -> bool:
+        return self.process_first and bool(self.delay or self.reset or self.hold)
 
 
 @dataclass(frozen=True)
@@ -55,6 +99,8 @@ class Recorded:
     body: bytes
     params: dict[str, Any]
 
+
+_RESET = -1  # `_handle` status meaning "reset the connection mid-response"
 
 #: What a bot token installed with the scopes gpucost documents would have.
 DEFAULT_SCOPES = frozenset(
@@ -68,6 +114,7 @@ class _Channel:
     name: str
     private: bool = False
     archived: bool = False
+    member: bool = True  # the bot is in the channel
     previous_names: list[str] = field(default_factory=list)
 
     def as_api(self) -> dict[str, Any]:
@@ -194,6 +241,28 @@ class FakeSlack:
         with self._lock:
             self._s.meta[self._s.channels[name]].archived = False
 
+    def remove_bot(self, name: str) -> None:
+        """The bot leaves (is removed from) `name`: a private channel then answers
+        `channel_not_found`, a public one `not_in_channel`."""
+        with self._lock:
+            self._s.meta[self._s.channels[name]].member = False
+
+    def invite_bot(self, name: str) -> None:
+        with self._lock:
+            self._s.meta[self._s.channels[name]].member = True
+
+    def set_token(self, token: str) -> None:
+        """The token the workspace accepts (revoke / rotate): any other answers `invalid_auth`."""
+        with self._lock:
+            self._s.token = token
+
+    def hold(self, method: str, *, process_first: bool = False) -> Hold:
+        """Hold the next `method` response until `release()`; with `process_first` the message is
+        stored before the hold (the post arrived, its answer did not)."""
+        h = Hold()
+        self.fail(method, Failure(hold=h, process_first=process_first))
+        return h
+
     @property
     def requests(self) -> list[Recorded]:
         with self._lock:
@@ -221,16 +290,23 @@ class FakeSlack:
             return self._s.channels.get(channel.removeprefix("#"))
         return None
 
+    def _visible(self, cid: str) -> bool:
+        """A private channel the bot is not in does not exist, as far as the bot can tell."""
+        ch = self._s.meta.get(cid)
+        return ch is None or ch.member or not ch.private
+
     def _next_ts(self) -> str:
         self._s.ts_counter += 1
         return f"1767225600.{self._s.ts_counter:06d}"
 
     def _post_message(self, p: dict[str, Any]) -> dict[str, Any]:
         cid = self._channel_id(str(p.get("channel", "")), by_name=True)
-        if cid is None:
+        if cid is None or not self._visible(cid):
             return {"ok": False, "error": "channel_not_found"}
         if self._s.meta[cid].archived:
             return {"ok": False, "error": "is_archived"}
+        if not self._s.meta[cid].member:
+            return {"ok": False, "error": "not_in_channel"}
         if not p.get("text") and not p.get("blocks"):
             return {"ok": False, "error": "no_text"}
         thread_ts = p.get("thread_ts")
@@ -258,7 +334,7 @@ class FakeSlack:
 
     def _history(self, p: dict[str, Any], replies: bool) -> dict[str, Any]:
         cid = self._channel_id(str(p.get("channel", "")), by_name=False)
-        if cid is None:
+        if cid is None or not self._visible(cid):
             return {"ok": False, "error": "channel_not_found"}
         meta = str(p.get("include_all_metadata", "")).lower() in ("1", "true")
         if replies:
@@ -310,6 +386,7 @@ class FakeSlack:
             for ch in sorted(self._s.meta.values(), key=lambda c: c.id)
             if ("private_channel" if ch.private else "public_channel") in types
             and not (exclude_archived and ch.archived)
+            and self._visible(ch.id)
         ]
         end = start + min(limit, self._s.page_size)
         cursor = base64.b64encode(f"offset:{end}".encode()).decode() if end < len(listed) else ""
@@ -377,9 +454,15 @@ class FakeSlack:
             self._s.requests.append(Recorded(method, h.path, dict(h.headers.items()), body, params))
             queue = self._s.failures.get(method)
             failure = queue.popleft() if queue else None
-        if failure is not None and not (failure.delay and failure.process_first):
+        if failure is not None and not failure.after_processing:
             if failure.delay:
                 time.sleep(failure.delay)
+            if failure.hold is not None:
+                failure.hold.wait()
+            if failure.reset:
+                return _RESET, {}, b""
+            if failure.body is not None:
+                return 200, {"Content-Type": "application/gzip"}, failure.body
             headers = {"Retry-After": str(failure.retry_after)} if failure.retry_after is not None else {}
             err = {
                 "ok": False,
@@ -400,8 +483,12 @@ class FakeSlack:
                 result = "ok"
             else:
                 result = self._dispatch(method, h.headers, params)
-        if failure is not None:  # processed, then stall past the client's timeout
+        if failure is not None:  # processed, then stall past the client's timeout, hold or reset
             time.sleep(failure.delay)
+            if failure.hold is not None:
+                failure.hold.wait()
+            if failure.reset:
+                return _RESET, {}, json.dumps(result).encode()
         if isinstance(result, str):
             return 200, {"Content-Type": "text/plain"}, result.encode()
         return 200, {"Content-Type": "application/json; charset=utf-8"}, json.dumps(result).encode()
@@ -414,6 +501,9 @@ class FakeSlack:
 
             def _serve(self) -> None:
                 status, headers, body = fake._handle(self)
+                if status == _RESET:
+                    self._reset(body)
+                    return
                 self.send_response(status)
                 for k, v in headers.items():
                     self.send_header(k, v)
@@ -423,6 +513,20 @@ class FakeSlack:
                 self.end_headers()
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     self.wfile.write(body)  # the client may have timed out and left
+
+            def _reset(self, body: bytes) -> None:
+                """Status line, headers and half the body, then a TCP RST (SO_LINGER 0 + close)."""
+                body = body or b'{"ok": true}'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                with contextlib.suppress(OSError):
+                    self.wfile.write(body[: len(body) // 2])
+                    self.wfile.flush()
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.connection.close()
+                self.close_connection = True
 
             do_GET = _serve
             do_POST = _serve
