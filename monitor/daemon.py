@@ -23,9 +23,29 @@ from apscheduler.triggers.base import BaseTrigger
 
 from monitor.metrics import Metrics
 
-__all__ = ["GuardedJob", "JobSpec", "Scheduler", "install_signal_handlers", "wait_for_signal"]
+__all__ = [
+    "GuardedJob",
+    "JobSpec",
+    "Scheduler",
+    "failing_source",
+    "install_signal_handlers",
+    "wait_for_signal",
+]
 
 log = logging.getLogger("gpucost.daemon")
+
+
+def failing_source(exc: BaseException) -> str:
+    """The system a job failure came from, for the log line an operator filters on: the error's
+    own `source` when it names one, else the state store for database errors, else "gpucost"."""
+    import sqlite3
+
+    named = getattr(exc, "source", None)
+    if isinstance(named, str) and named:
+        return named
+    if isinstance(exc, sqlite3.Error):
+        return "state_store"
+    return "gpucost"
 
 
 @dataclass(frozen=True)
@@ -54,7 +74,9 @@ class GuardedJob:
     next_allowed: float = 0.0
     last_success: datetime | None = None
     last_error: str | None = None
+    last_source: str | None = None  # the system the last failure came from (`failing_source`)
     clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -75,16 +97,23 @@ class GuardedJob:
             delay = min(self.cap, self.base * 2 ** (self.failures - 1))
             self.next_allowed = self.clock() + delay
             self.last_error = f"{type(e).__name__}: {e}"
+            self.last_source = failing_source(e)
             self.metrics.job_failures.labels(name).inc()
             log.error(
                 "job failed; backing off",
                 exc_info=True,
-                extra={"job": name, "failures": self.failures, "retry_in_s": round(delay, 1)},
+                extra={
+                    "job": name,
+                    "source": self.last_source,
+                    "error": self.last_error,
+                    "failures": self.failures,
+                    "retry_in_s": round(delay, 1),
+                },
             )
             return False
         else:
-            self.failures, self.next_allowed, self.last_error = 0, 0.0, None
-            self.last_success = datetime.now(UTC)
+            self.failures, self.next_allowed, self.last_error, self.last_source = 0, 0.0, None, None
+            self.last_success = self.wall()
             self.metrics.job_last_success.labels(name).set(time.time())
             return True
         finally:
@@ -95,8 +124,17 @@ class GuardedJob:
 class Scheduler:
     """A BackgroundScheduler with coalescing, one instance per job, grace for misfires, jitter."""
 
-    def __init__(self, specs: list[JobSpec], metrics: Metrics, *, misfire_grace: int, jitter: int):
-        self.jobs = {s.name: GuardedJob(s, metrics) for s in specs}
+    def __init__(
+        self,
+        specs: list[JobSpec],
+        metrics: Metrics,
+        *,
+        misfire_grace: int,
+        jitter: int,
+        wall: Callable[[], datetime] | None = None,
+    ):
+        stamp = {"wall": wall} if wall is not None else {}
+        self.jobs = {s.name: GuardedJob(s, metrics, **stamp) for s in specs}
         self._sched = BackgroundScheduler(
             timezone=UTC,
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": misfire_grace},

@@ -1,7 +1,9 @@
 """`/healthz`, `/readyz` and `/metrics` on a small threaded HTTP server.
 
 Liveness only says the process serves requests; readiness says every source was polled successfully
-recently enough (`http.ready_max_age_minutes`), which is what an operator pages on.
+recently enough (`http.ready_max_age_minutes`), which is what an operator pages on. The /readyz body
+names each poll's last error and the system it failed on, and lists under `failing` every job whose
+last run failed (a Catalog API outage shows there while the daemon stays ready on cached prices).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
@@ -48,8 +48,12 @@ from monitor.cycle import (
 )
 from monitor.daemon import JobSpec, Scheduler, wait_for_signal
 from monitor.http import HealthServer
+from monitor.logs import redact
 from monitor.sources.base import BillingSource
 from monitor.state.store import first_start
+
+if TYPE_CHECKING:
+    from monitor.demo import DemoFeeder
 
 __all__ = ["JOB_GRACE_S", "SHUTDOWN_BUDGET_S", "Service"]
 
@@ -72,6 +76,7 @@ class Service:
         stream: TextIO | None = None,
         environ: dict[str, str] | None = None,
         wall: Clock | None = None,
+        feeder: DemoFeeder | None = None,
     ):
         self.cfg = cfg
         self.feeder = None
@@ -83,6 +88,7 @@ class Service:
         self._demo_day: date | None = None  # the simulated day of the last demo digest
         self._billing_lock = threading.Lock()  # one poll at a time on the billing connection
         self._stopping = threading.Event()
+        self._delivery: dict[str, Any] | None = None  # the last outbox tick (run_delivery's result)
         clock: Clock
         billing: BillingSource
         rules = compile_rules(cfg.attribution.rules)
@@ -90,7 +96,7 @@ class Service:
             from monitor.demo import DemoFeeder
             from monitor.sources.billing_duckdb import DuckDBBillingSource
 
-            self.feeder = DemoFeeder(cfg)
+            self.feeder = feeder or DemoFeeder(cfg)  # injected: a soak test's feed starts earlier
             clock = self.feeder.clock
             billing = DuckDBBillingSource(self.feeder.conn, rules=rules)
         else:
@@ -148,6 +154,10 @@ class Service:
                 log.info("detection cancelled by shutdown; it runs again on the next start")
                 return
 
+    def delivery_job(self) -> None:
+        """The outbox tick; its outcome is kept for /readyz (which must not wait on the store)."""
+        self._delivery = run_delivery(self.deps, self._now())
+
     def digest_job(self) -> None:
         """Yesterday's digest, from billing polled by this process (never from an empty store)."""
         with self._billing_lock:
@@ -192,7 +202,7 @@ class Service:
             # Kicked after each poll; the interval only catches a kick lost to a race.
             JobSpec("detection", self.detection_job, every(fastest_poll), run_at_start=False),
             # Also the alert groups' timers: a group whose group_wait ended is sent from here.
-            JobSpec("outbox_delivery", step(run_delivery), every(d.outbox_seconds)),
+            JobSpec("outbox_delivery", self.delivery_job, every(d.outbox_seconds)),
             JobSpec(
                 "daily_digest",
                 self.digest_job,
@@ -205,7 +215,12 @@ class Service:
 
     # -- the always-on loop ---------------------------------------------------------------------
     def ready(self) -> tuple[bool, dict[str, object]]:
-        """Ready when each source's poll succeeded within `http.ready_max_age_minutes`."""
+        """Ready when each source's poll succeeded within `http.ready_max_age_minutes`.
+
+        Every job whose last run failed is listed under `failing` with the system it failed on and
+        the error, ready or not: a Catalog API outage (prices from the cache or the bundled
+        snapshot) or a failed detection is visible here before it is old enough to page on.
+        `delivery` is the outbox after its last tick (pending, failed, last error), ready or not."""
         max_age = timedelta(minutes=self.cfg.http.ready_max_age_minutes)
         now = self.wall.now()
         detail: dict[str, object] = {}
@@ -218,7 +233,24 @@ class Service:
             detail[name] = {
                 "fresh": fresh,
                 "last_success": last.isoformat() if last else None,
-                "last_error": job.last_error if job is not None else None,
+                "last_error": redact(job.last_error) if job is not None and job.last_error else None,
+                "source": job.last_source if job is not None else None,
+            }
+        if self.sched is not None:
+            detail["failing"] = {
+                name: {"source": job.last_source, "error": redact(job.last_error), "failures": job.failures}
+                for name, job in self.sched.jobs.items()
+                if job.last_error is not None
+            }
+        # Slack faults are listed, never unready: a restart cannot fix Slack, and a failed row
+        # persists until re-queued (a 503 would hold back the rollout that fixes the token).
+        # Page on gpucost_outbox_messages{state="failed"} > 0.
+        if (last := self._delivery) is not None:
+            error = last.get("last_error")
+            detail["delivery"] = {
+                "pending": last["pending"],
+                "failed": last["failed"],
+                "last_error": redact(error) if error else None,
             }
         return ok, detail
 
@@ -233,6 +265,7 @@ class Service:
             self.deps.metrics,
             misfire_grace=d.misfire_grace_seconds,
             jitter=d.jitter_seconds,
+            wall=self.wall.now,
         )
         if self.cfg.http.enabled:
             self.http = HealthServer(

@@ -19,7 +19,7 @@ from tests.test_queries import fleet_rows, load_rows
 
 def _get(port: int, path: str) -> tuple[int, str, str]:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as r:
             return r.status, r.headers["Content-Type"], r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.headers["Content-Type"], e.read().decode()
@@ -67,7 +67,7 @@ def test_a_failing_source_spares_the_other_jobs_and_shows_on_readyz(service: Ser
     service.start()
     try:
         service.sched.jobs["utilization_poll"].base = 0.05  # fast backoff for the test
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 120  # event-driven: a generous bound only a hang reaches
         while time.monotonic() < deadline and (
             _metric(service, "gpucost_job_failures_total", {"job": "utilization_poll"}) < 3
             or _metric(service, "gpucost_billing_queries_total", {"query": "partitions"}) < 3
@@ -96,4 +96,6 @@ def test_a_failing_source_spares_the_other_jobs_and_shows_on_readyz(service: Ser
         t0 = time.monotonic()
         clean = service.shutdown()
         took = time.monotonic() - t0
-    assert clean and not service.abandoned and took < 9
+    # `clean` says no job was abandoned and the final flush finished within the budget (the
+    # service's own accounting); the wall-clock bound only catches a hang, not a slow machine.
+    assert clean and not service.abandoned and took < 60

@@ -63,6 +63,8 @@ from monitor.utilization.coverage import gaps, newest_chunk, read_coverage
 __all__ = ["CloudMonitoringSource", "PollReport", "WindowReport", "build_client", "window_for"]
 
 log = logging.getLogger(__name__)
+#: How failures of this source are named in logs (`monitor.daemon.failing_source`).
+SOURCE = "cloud_monitoring"
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,9 @@ class PollReport:
             return
         errors = list(self.failed.values())
         first = next((e for e in errors if isinstance(e, PermanentSourceError)), errors[0])
-        raise type(first)("; ".join(f"{k}: {v}" for k, v in self.failed.items())) from first
+        err = type(first)("; ".join(f"{k}: {v}" for k, v in self.failed.items()))
+        err.source = SOURCE  # type: ignore[attr-defined]  # named in the daemon's failure log
+        raise err from first
 
 
 def _grpc_target(endpoint: str | None) -> str | None:

@@ -270,6 +270,13 @@ class CatalogPriceSource:
             return self._refresh_locked(now)
 
     def _refresh_locked(self, now: datetime) -> PriceBook:
+        try:
+            return self._fetch_locked(now)
+        except SourceError as e:
+            e.source = "catalog"  # type: ignore[attr-defined]  # named in the daemon's failure log
+            raise
+
+    def _fetch_locked(self, now: datetime) -> PriceBook:
         book = call_google("price catalog", lambda: book_from_skus(self._list_skus(), now))
         if not book.gpu:
             raise PermanentSourceError(

@@ -9,21 +9,35 @@ ordered list of migrations; `migrate(component, migrations)` applies the ones no
 `schema_migrations`, each in its own transaction. Components never touch each other's tables, so
 they evolve independently, and a `kill -9` at any moment leaves every table consistent because all
 writes happen inside `transaction()`.
+
+A store that cannot be written (another process holds the write lock past `busy_timeout_s`, the
+disk is full: SQLITE_BUSY / SQLITE_FULL, https://www.sqlite.org/rescode.html) raises
+`StateStoreError`, which names the file: the transaction is rolled back, so the step that failed
+left nothing behind (no watermark moved, no alert half-queued) and simply runs again next time.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from monitor.errors import ConfigError
+from monitor.errors import ConfigError, GpucostError
 
-__all__ = ["SQLiteStore", "StateConnection", "StateStore", "first_start", "open_store", "recorded_first_start", "redact_url"]
+__all__ = [
+    "SQLiteStore",
+    "StateConnection",
+    "StateStore",
+    "StateStoreError",
+    "first_start",
+    "open_store",
+    "recorded_first_start",
+    "redact_url",
+]
 
 _POSTGRES = ("postgresql://", "postgres://")
 
@@ -48,11 +62,31 @@ class StateStore(Protocol):
     def close(self) -> None: ...
 
 
-class SQLiteStore:
-    """SQLite in WAL mode; one connection per thread, writes serialised by `BEGIN IMMEDIATE`."""
+class StateStoreError(GpucostError, sqlite3.OperationalError):
+    """The state store could not be read or written (locked, full, I/O error); names the store.
+    Still a `sqlite3.OperationalError`, so code that caught that keeps working."""
 
-    def __init__(self, path: str | Path):
+    source = "state_store"
+
+
+class SQLiteStore:
+    """SQLite in WAL mode; one connection per thread, writes serialised by `BEGIN IMMEDIATE`.
+
+    `busy_timeout_s`: how long a write waits for another connection's lock before failing;
+    `pragmas`: extra `PRAGMA name = value` run on every new connection (e.g. `max_page_count`, a
+    hard cap on the file's size, https://www.sqlite.org/pragma.html#pragma_max_page_count).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        busy_timeout_s: float = 30.0,
+        pragmas: Mapping[str, int | str] | None = None,
+    ):
         self.path = str(path)
+        self._busy_timeout = busy_timeout_s
+        self._pragmas = dict(pragmas or {})
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
@@ -69,11 +103,17 @@ class SQLiteStore:
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(
+                self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
+            )
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
+            for name, value in self._pragmas.items():
+                if not name.isidentifier() or not str(value).isalnum():
+                    raise ValueError(f"bad pragma {name} = {value}")
+                conn.execute(f"PRAGMA {name} = {value}")
             self._local.conn = conn
             with self._lock:
                 self._all.append(conn)
@@ -86,14 +126,34 @@ class SQLiteStore:
         if conn.in_transaction:  # nested use joins the outer transaction
             yield conn
             return
-        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            raise self._error(e) from e
         try:
             yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
+        except BaseException as e:
+            if conn.in_transaction:  # SQLite may have rolled back already (SQLITE_FULL does)
+                conn.execute("ROLLBACK")
+            if isinstance(e, sqlite3.OperationalError) and not isinstance(e, StateStoreError):
+                raise self._error(e) from e
             raise
         else:
-            conn.execute("COMMIT")
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.OperationalError as e:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise self._error(e) from e
+
+    def _error(self, e: sqlite3.OperationalError) -> StateStoreError:
+        """`e` naming this store, with what to do about the two failures an operator can fix."""
+        text = str(e)
+        if "locked" in text or "busy" in text:
+            text += f" (another process held the write lock for over {self._busy_timeout:g} s)"
+        elif "full" in text:
+            text += " (free disk space on the volume that holds it)"
+        return StateStoreError(f"state store {self.path}: {text}; the step runs again next time")
 
     def migrate(self, component: str, migrations: Sequence[str]) -> None:
         """Apply `migrations[i]` as version i+1 of `component` unless already applied."""

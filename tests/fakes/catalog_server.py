@@ -33,6 +33,7 @@ line citing its source:
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Sequence
 from concurrent import futures
@@ -51,6 +52,10 @@ class GrpcFake:
         self.requests: list[Any] = []
         self.failures: deque[grpc.StatusCode] = deque()
         self.fail_always: grpc.StatusCode | None = None
+        # While `hold` is set to an unset Event, calls wait on it (`held` says one arrived): a
+        # response in flight, for a test that kills the client at that moment.
+        self.hold: threading.Event | None = None
+        self.held = threading.Event()
         handler = grpc.unary_unary_rpc_method_handler(
             self._handle,
             request_deserializer=request_type.deserialize,
@@ -68,6 +73,10 @@ class GrpcFake:
 
     def _handle(self, request: Any, context: grpc.ServicerContext) -> Any:
         self.requests.append(request)
+        hold = self.hold
+        if hold is not None:
+            self.held.set()
+            hold.wait(60)
         code = self.failures.popleft() if self.failures else self.fail_always
         if code is not None:
             context.abort(code, f"fake failure {code.name}")
