@@ -2,8 +2,9 @@
 
 The caller builds `DigestData` from billing aggregates with `DigestData.from_dicts(...)` (plain
 dicts of Decimals); this module only renders it: Markdown (`render_markdown`), Block Kit
-(`render_blocks`), a PNG chart (`alerts.charts.render_chart`), and delivers it (`send_digest` to a
-notifier, `write_digest` to files). Every figure is printed from the Decimals given, rounded
+(`render_blocks`), a PNG chart (`alerts.charts.render_chart`), and hands it on: `write_digest` to
+files, `enqueue_digest` to the outbox, which delivers it like any alert (retries with backoff, the
+look-up after an uncertain send, `gpucost outbox`, the operator alert on a permanent failure). Every figure is printed from the Decimals given, rounded
 half-even to cents, so the digest matches `gpucost report` for the same day.
 
 Like with like: while the latest day is provisional its billing rows are still arriving, so it is
@@ -15,6 +16,7 @@ complete day is compared with the whole day before.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -24,18 +26,22 @@ from typing import Any
 
 from alerts.blocks import money
 from alerts.charts import render_chart
+from alerts.digest_jobs import DigestJobs, jobs_blocks, jobs_markdown, render_jobs_chart
 from alerts.escape import escape_mrkdwn as esc
 from alerts.escape import truncate
-from alerts.notifier import DeliveryResult, Message, Notifier, Outcome
+from alerts.notifier import Message
+from alerts.outbox import enqueue
 from monitor.model import Finding
 
 __all__ = [
+    "DIGEST_GROUP",
     "DigestData",
-    "DigestDelivery",
     "DigestFinding",
+    "digest_key",
+    "digest_message",
+    "enqueue_digest",
     "render_blocks",
     "render_markdown",
-    "send_digest",
     "write_digest",
 ]
 
@@ -91,6 +97,8 @@ class DigestData:
     last_billed_hour: datetime | None = None
     like_for_like: bool = False
     not_compared: Decimal = ZERO
+    #: "Top jobs" of `day` and the daily spend per job (`alerts.digest_jobs`); None: not computed.
+    jobs: DigestJobs | None = None
 
     @classmethod
     def from_dicts(
@@ -115,6 +123,7 @@ class DigestData:
         last_billed_hour: datetime | None = None,
         like_for_like: bool = False,
         not_compared: Decimal = ZERO,
+        jobs: DigestJobs | None = None,
     ) -> DigestData:
         """Validate (Decimals only: a float here means money was summed inexactly upstream) and keep
         the `top_n` findings by impact."""
@@ -140,6 +149,7 @@ class DigestData:
             last_billed_hour=last_billed_hour,
             like_for_like=like_for_like,
             not_compared=_dec("not_compared", {"total": not_compared})["total"],
+            jobs=jobs,
         )
 
     @property
@@ -264,7 +274,7 @@ def _compare_table(
     return lines
 
 
-def render_markdown(d: DigestData, chart_name: str | None = None) -> str:
+def render_markdown(d: DigestData, chart_name: str | None = None, jobs_chart_name: str | None = None) -> str:
     """The digest as Markdown (what `write_digest` saves and the console prints)."""
     lines = [
         f"# gpucost daily digest: {d.day} ({d.timezone})",
@@ -280,6 +290,8 @@ def render_markdown(d: DigestData, chart_name: str | None = None) -> str:
     lines += _compare_table(
         "Yesterday by project", "Project", d.yesterday_by_project, d.previous_by_project, d
     )
+    if d.jobs is not None and d.jobs.lines:
+        lines += jobs_markdown(d.jobs, d.day, money)
     lines += ["## Month to date by category", "", "| Category | Month to date |", "|---|---:|"]
     lines += [f"| {_md_cell(k)} | {money(v)} |" for k, v in d.mtd_by_category.items()]
     lines += [f"| **Total** | **{money(d.mtd_total)}** |", "", "## Top findings", ""]
@@ -305,6 +317,8 @@ def render_markdown(d: DigestData, chart_name: str | None = None) -> str:
         lines += ["", "*Provisional days may still change as late billing rows arrive.*"]
     if chart_name:
         lines += ["", f"![Daily spend by category]({chart_name})"]
+    if jobs_chart_name:
+        lines += ["", f"![Daily spend by job]({jobs_chart_name})"]
     return "\n".join(lines) + "\n"
 
 
@@ -356,6 +370,8 @@ def render_blocks(d: DigestData) -> list[dict[str, Any]]:
                 "fields": _fields(d.yesterday_by_project, d.previous_by_project),
             }
         )
+    if d.jobs is not None:
+        blocks += jobs_blocks(d.jobs, money)
     if d.top_findings:
         lines = [
             f"{i}. *{money(f.impact_usd)}* {esc(f.title)}"
@@ -377,41 +393,59 @@ def render_blocks(d: DigestData) -> list[dict[str, Any]]:
     return blocks
 
 
-@dataclass(frozen=True)
-class DigestDelivery:
-    post: DeliveryResult
-    chart: DeliveryResult | None
-
-    @property
-    def ok(self) -> bool:
-        return self.post.outcome is Outcome.SENT and (
-            self.chart is None or self.chart.outcome is Outcome.SENT
-        )
+DIGEST_GROUP = "digest"  # the outbox group of digest rows
 
 
-def send_digest(
-    notifier: Notifier, d: DigestData, png_path: str | Path, channel: str = "#gpucost-alerts"
-) -> DigestDelivery:
-    """Post the digest text, then upload the chart (`files_upload_v2`) into its thread.
+def digest_key(day: date, channel: str) -> str:
+    """The digest's idempotency key, one per (day, channel): the outbox row's key and the
+    message metadata Slack keeps, so a restart neither loses nor repeats the post.
 
-    Not queued in the outbox: the caller re-runs the day on failure (the result says which part failed).
-    Like the outbox after an uncertain send, it first looks for its idempotency key in the channel:
-    a process killed after Slack took the post but before the caller recorded it does not post twice.
+    >>> digest_key(date(2026, 11, 3), "#costs")
+    'digest-2026-11-03-#costs'
     """
+    return f"digest-{day}-{channel}"
+
+
+def digest_message(d: DigestData, channel: str) -> Message:
+    """The digest post: fallback text (notifications, search) and Block Kit."""
     text = f"GPU cost digest for {d.day}: {money(d.yesterday_total)} yesterday, {money(d.mtd_total)} month to date"
     if d.completeness:
         text += f" (yesterday provisional: {d.completeness})"
-    msg = Message(f"digest-{d.day}-{channel}", channel, text, render_blocks(d))
-    found = notifier.lookup(msg)
-    if found is not None and found.outcome is Outcome.SENT:
-        return DigestDelivery(found, None)
-    post = notifier.send(msg)
-    if post.outcome is not Outcome.SENT:
-        return DigestDelivery(post, None)
-    where = post.channel or channel
-    thread = post.ts if notifier.supports_threads else None
-    chart = notifier.send_file(where, Path(png_path), f"Daily spend to {d.day}", thread)
-    return DigestDelivery(post, chart)
+    return Message(digest_key(d.day, channel), channel, text, render_blocks(d))
+
+
+def enqueue_digest(
+    conn: sqlite3.Connection, d: DigestData, png_path: str | Path | None, channel: str, now: datetime
+) -> list[str]:
+    """Queue the digest for `channel` in the outbox (inside the caller's transaction): the post,
+    then its chart (`png_path`, uploaded into the post's thread; None: no chart). Keys are derived
+    from (digest, day, channel), so queueing a day twice adds nothing. Returns the keys added."""
+    msg = digest_message(d, channel)
+    sequence = int(f"{d.day:%Y%m%d}")
+    common = {"group_key": DIGEST_GROUP, "receiver": channel, "sequence": sequence, "now": now}
+    added = []
+    if enqueue(conn, key=msg.idempotency_key, reason="digest", root_key=None, message=msg, **common):
+        added.append(msg.idempotency_key)
+    if png_path is None:
+        return added
+    charts = [("chart", Path(png_path), f"Daily spend to {d.day}")]
+    jobs_png = Path(png_path).with_name(f"digest-{d.day}-jobs.png")  # written by write_digest
+    if d.jobs is not None and d.jobs.daily and jobs_png.is_file():
+        charts.append(("jobs-chart", jobs_png, f"Daily spend per job to {d.day}"))
+    for suffix, path, title in charts:
+        chart = Message(f"{msg.idempotency_key}-{suffix}", channel, f"Chart: {title}")
+        if enqueue(
+            conn,
+            key=chart.idempotency_key,
+            reason="digest_chart",
+            root_key=msg.idempotency_key,
+            message=chart,
+            file_path=str(path.resolve()),
+            file_title=title,
+            **common,
+        ):
+            added.append(chart.idempotency_key)
+    return added
 
 
 def write_digest(d: DigestData, out_dir: str | Path) -> tuple[Path, Path]:
@@ -419,6 +453,11 @@ def write_digest(d: DigestData, out_dir: str | Path) -> tuple[Path, Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     png = render_chart(d, out / f"digest-{d.day}.png")
+    jobs_png = None
+    if d.jobs is not None and d.jobs.daily:
+        jobs_png = render_jobs_chart(
+            d.jobs, d.day, out / f"digest-{d.day}-jobs.png", provisional=d.provisional_days, currency=d.currency
+        )
     md = out / f"digest-{d.day}.md"
-    md.write_text(render_markdown(d, png.name), encoding="utf-8")
+    md.write_text(render_markdown(d, png.name, jobs_png.name if jobs_png else None), encoding="utf-8")
     return md, png

@@ -394,7 +394,7 @@ def _poll(
     # model_copy skips validation on purpose: the daemon's lookback is capped at 62 days, a one-off
     # audit of a longer window is what the user asked for.
     billing_cfg = cfg.billing.model_copy(update={"lookback_days": lookback})
-    report = poll_billing(source, store, billing_cfg, poll_now)
+    report = poll_billing(source, store, billing_cfg, poll_now, label_keys=cfg.stored_label_keys())
     log.info(
         "billing read",
         extra={"queries": len(report.queries), "hourly_rows": report.hourly_rows_written},
@@ -423,7 +423,12 @@ def _load_utilization(
 
 def _detectors(cfg: Config, override: Any, *, with_unmonitored: bool) -> list[Any]:
     raw = override if override is not None else cfg.detectors
-    built = raw if isinstance(raw, list) else build_detectors(raw, "config")
+    if isinstance(raw, list):
+        built = raw
+    else:
+        from monitor.jobs.run import jobs_config  # lazily: monitor.jobs.run imports this module
+
+        built = build_detectors(raw, "config", jobs=jobs_config(cfg))
     if not with_unmonitored:
         built = [d for d in built if d.name != "unmonitored_gpu"]
     return built

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -242,8 +242,13 @@ def poll_billing(
     store: StateStore,
     cfg: BillingConfig,
     now: datetime,
+    *,
+    label_keys: Sequence[str] | None = None,
 ) -> PollReport:
-    """One incremental poll; see the module docstring. `now` is injected (aware UTC)."""
+    """One incremental poll; see the module docstring. `now` is injected (aware UTC).
+
+    `label_keys`: the label keys the aggregates keep (`Config.stored_label_keys`: `[billing] labels`
+    plus the keys naming a job); None keeps `cfg.labels` alone."""
     began = time.monotonic()
     migrate(store)
     scope_start, scope_end = poll_scope(now, cfg.lookback_days)
@@ -272,7 +277,8 @@ def poll_billing(
         )
         for lo, hi in windows:
             params = {"usage_start": lo, "usage_end": hi, "partition_end": partition_end}
-            result = source.run("hourly", params | {"label_keys": list(cfg.labels)})
+            keys = list(cfg.labels if label_keys is None else label_keys)
+            result = source.run("hourly", params | {"label_keys": keys})
             queries.append("hourly")
             bytes_total = _add(bytes_total, result.bytes_processed)
             rows += result.rows

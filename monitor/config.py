@@ -360,6 +360,11 @@ class Config(_Strict):
     logging: LoggingConfig = LoggingConfig()
     demo: DemoConfig = DemoConfig()
 
+    def stored_label_keys(self) -> tuple[str, ...]:
+        """The label keys the daemon's hourly aggregates keep: `[billing] labels`, then every key
+        that names a job (`[jobs]`), so budgets, reports and jobs all read them from one store."""
+        return tuple(dict.fromkeys((*self.billing.labels, *self.jobs.label_keys())))
+
     @model_validator(mode="after")
     def _ready_outlasts_polls(self) -> Config:
         # /readyz is ready while each poll succeeded within ready_max_age_minutes: shorter than a

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -18,10 +18,15 @@ from typing import Any, TextIO
 from zoneinfo import ZoneInfo
 
 from alerts import pipeline
-from alerts.digest import send_digest, write_digest
+from alerts.console import ConsoleNotifier
+from alerts.digest import DIGEST_GROUP, digest_key, enqueue_digest, write_digest
 from alerts.factory import make_notifier
-from alerts.notifier import Notifier, Outcome
+from alerts.job_message import announce_jobs
+from alerts.notifier import Notifier
+from alerts.outbox import ensure_schema as ensure_outbox
+from alerts.outbox import get_row, parse_ts
 from alerts.outbox import status as outbox_status
+from alerts.outbox_admin import requeue_failed
 from monitor import month
 from monitor.assemble import assemble_inputs
 from monitor.billing_poll import poll_billing
@@ -120,10 +125,17 @@ def build_deps(
         utilization=_utilization_source(cfg),
         prices=price_source_from_config(cfg.pricing, cfg.google, store),
         budgets=budget_source_from_config(cfg.budgets, cfg.google),
-        detectors=build_detectors(cfg.detectors, "config"),
+        detectors=build_detectors(cfg.detectors, "config", jobs=_jobs_config(cfg)),
         notifier=make_notifier(cfg, environ, stream),
         metrics=metrics or Metrics.create(),
     )
+
+
+def _jobs_config(cfg: Config) -> Any:
+    """`[jobs]` (lazily: `monitor.jobs` imports the analysis, which imports the detectors)."""
+    from monitor.jobs.run import jobs_config
+
+    return jobs_config(cfg)
 
 
 def _ok(deps: Deps, step: str, now: datetime) -> None:
@@ -131,7 +143,7 @@ def _ok(deps: Deps, step: str, now: datetime) -> None:
 
 
 def run_billing_poll(deps: Deps, now: datetime) -> dict[str, Any]:
-    report = poll_billing(deps.billing, deps.store, deps.cfg.billing, now)
+    report = poll_billing(deps.billing, deps.store, deps.cfg.billing, now, label_keys=deps.cfg.stored_label_keys())
     for q in report.queries:
         deps.metrics.billing_queries.labels(q).inc()
     if report.bytes_processed:
@@ -311,6 +323,7 @@ def run_detection(deps: Deps, now: datetime, cancelled: Callable[[], bool] | Non
     checkpoint()
     counts = record_findings(deps.store, findings, now)
     report = pipeline.process(findings, now, deps.alert_deps, history_read=history_read(deps, now))
+    jobs_told = announce_jobs(deps, inputs, now)  # finished jobs: one message each, outbox only
     deps.findings = findings
     deps.metrics.findings.clear()
     for f in findings:
@@ -326,6 +339,7 @@ def run_detection(deps: Deps, now: datetime, cancelled: Callable[[], bool] | Non
             "notified": len(report.notified),
             "history": report.history,  # ended before the first start: summarised, not alerted
             "summaries": len(report.summaries),
+            "jobs_finished": len(jobs_told),
         },
     )
     return {"findings": len(findings), **counts, "pipeline": str(report)}
@@ -341,7 +355,8 @@ def run_delivery(deps: Deps, now: datetime) -> dict[str, Any]:
     """The outbox job: flush the alert groups whose `group_wait` / `group_interval` ended (their
     timers, `pipeline.flush_due`), then send what is due. Alert latency is therefore at most
     `group_wait` + the outbox interval, independent of the detection cadence."""
-    flushed, report = pipeline.outbox_tick(deps.alert_deps, now)
+    flushed, report = pipeline.outbox_tick(_delivery_deps(deps), now)
+    _record_sent_digests(deps)
     st = outbox_status(deps.store)
     deps.metrics.outbox_depth.labels("pending").set(st.pending)
     deps.metrics.outbox_depth.labels("failed").set(st.failed)
@@ -356,7 +371,16 @@ def run_delivery(deps: Deps, now: datetime) -> dict[str, Any]:
         "report": str(report),
         "pending": st.pending,
         "failed": st.failed,
+        "last_error": st.last_error,
+        "operator_alerts": report.operator_alerts,
     }
+
+
+def _delivery_deps(deps: Deps) -> pipeline.Deps:
+    """The alert deps with the operator's console: a message that failed for good is told there,
+    never through the notifier that failed (the console notifier itself when there is no Slack)."""
+    console = deps.notifier if isinstance(deps.notifier, ConsoleNotifier) else None
+    return replace(deps.alert_deps, operator=console or ConsoleNotifier(deps.cfg.alerts.console_dir))
 
 
 _DIGEST_MIGRATIONS = [
@@ -380,12 +404,35 @@ def _record_digest(deps: Deps, day: date, channel: str, ts: str | None, now: dat
         )
 
 
+def _record_sent_digests(deps: Deps) -> None:
+    """Copy the digests the outbox delivered into `digest_sent` (idempotent): the once-per-day
+    record says "sent" only once Slack confirmed the post."""
+    ensure_outbox(deps.store)
+    deps.store.migrate("digest", _DIGEST_MIGRATIONS)
+    with deps.store.transaction() as conn:
+        sent = conn.execute(
+            "SELECT sequence, receiver, sent_at, slack_ts FROM alerts_outbox"
+            " WHERE group_key = ? AND reason = 'digest' AND status = 'sent'",
+            (DIGEST_GROUP,),
+        ).fetchall()
+        recorded = {(r[0], r[1]) for r in conn.execute("SELECT day, channel FROM digest_sent")}
+    for seq, channel, sent_at, ts in sent:
+        day = datetime.strptime(str(seq), "%Y%m%d").date()
+        if (str(day), channel) not in recorded:
+            _record_digest(deps, day, channel, ts, parse_ts(sent_at))
+
+
 def run_digest(
     deps: Deps, now: datetime, day: date | None = None, send: bool = False, force: bool = False
 ) -> dict[str, Any]:
     """Yesterday's digest (in the digest's time zone) written under `digest.out_dir`; with `send`,
-    also posted, once per day and channel (a restart does not post it again) unless `force`.
-    `result["sent"]` / `result["error"]` say how the post went."""
+    also queued in the outbox, once per day and channel (key from (digest, day, channel): a restart
+    or a second run adds nothing, and a digest sent for the day is never queued again), with its
+    chart. The outbox job delivers it like any alert: retries with backoff, the look-up after an
+    uncertain send, `gpucost outbox`, the operator alert on a permanent failure.
+    `force` (an operator asked for this day: `gpucost digest --send`) also re-queues the day's
+    failed digest and delivers it at once, in this call. `result["sent"]` says whether it is at
+    Slack, `result["queued"]` whether it waits in the outbox, `result["error"]` why not sent."""
     tz = ZoneInfo(deps.cfg.digest.timezone)
     day = day or (now.astimezone(tz).date() - timedelta(days=1))
     migrate_utilization(deps.store)  # a digest before any utilization poll reads no samples, not no table
@@ -396,24 +443,52 @@ def run_digest(
         now,
         deps.cfg.billing.provisional_days,
         deps.cfg.utilization.idle_threshold_pct,
+        jobs=_jobs_config(deps.cfg),
     )
     md, png = write_digest(data, deps.cfg.digest.out_dir)
     result: dict[str, Any] = {"day": str(day), "markdown": str(md), "png": str(png)}
-    channel = deps.alert_deps.default_channel
-    if send and not force and _digest_sent(deps, day, channel):
-        result.update(sent=True, error=None, already=True)
-    elif send:
-        delivery = send_digest(deps.notifier, data, png, channel)
-        failed = [r for r in (delivery.post, delivery.chart) if r is not None and r.error]
-        result.update(sent=delivery.ok, error=failed[0].error if failed else None, already=False)
-        if delivery.post.outcome is Outcome.SENT:  # the text arrived: never post it twice
-            deps.store.migrate("digest", _DIGEST_MIGRATIONS)
-            _record_digest(deps, day, channel, delivery.post.ts, now)
-        if not delivery.ok:
-            log.error("digest not delivered", extra={"day": str(day), "error": result["error"]})
+    if send:
+        result.update(_queue_digest(deps, data, png, now, deliver=force))
+        if result["error"]:  # still queued: the outbox retries it; else failed and told (outbox)
+            level = logging.WARNING if result["queued"] else logging.ERROR
+            log.log(level, "digest not delivered", extra={"day": str(day), "error": result["error"]})
     _ok(deps, "digest", now)
     log.info("digest written", extra={"day": str(day), "markdown": str(md)})
     return result
+
+
+def _queue_digest(deps: Deps, data: Any, png: Path, now: datetime, *, deliver: bool) -> dict[str, Any]:
+    """Enqueue the day's digest unless it was sent; with `deliver`, re-queue what of it failed and
+    send it now. The chart goes only where threads exist (a webhook cannot upload files)."""
+    channel = deps.alert_deps.default_channel
+    root = digest_key(data.day, channel)
+    keys = [root, f"{root}-chart", f"{root}-jobs-chart"]  # charts: see enqueue_digest
+    ensure_outbox(deps.store)
+    _record_sent_digests(deps)
+    before = get_row(deps.store, keys[0])
+    if before is None and _digest_sent(deps, data.day, channel):  # sent before digests were queued
+        return {"sent": True, "queued": False, "error": None, "already": True}
+    if before is None:
+        with deps.store.transaction() as conn:
+            enqueue_digest(conn, data, png if deps.notifier.supports_threads else None, channel, now)
+    if deliver:
+        failed = tuple(r.id for r in _rows(deps, keys) if r.status == "failed")
+        if failed:
+            requeue_failed(deps.store, now, failed)
+        pipeline.deliver_outbox(_delivery_deps(deps), now, keys)
+        _record_sent_digests(deps)
+    rows = _rows(deps, keys)
+    errors = [r.last_error for r in rows if r.status != "sent" and r.last_error]
+    return {
+        "sent": rows[0].status == "sent",
+        "queued": rows[0].status == "pending",  # the digest itself (its chart waits on it)
+        "error": errors[0] if errors else None,
+        "already": before is not None and before.status == "sent",
+    }
+
+
+def _rows(deps: Deps, keys: list[str]) -> list[Any]:
+    return [r for k in keys if (r := get_row(deps.store, k)) is not None]
 
 
 def run_price_refresh(deps: Deps, now: datetime) -> dict[str, Any]:

@@ -29,9 +29,11 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from alerts.digest import DigestData, DigestFinding
+from alerts.digest_jobs import digest_jobs
 from monitor import month
 from monitor.assemble import gpu_hours
 from monitor.billing_poll import HourlyCost, hourly_costs, provisional_since
@@ -51,7 +53,9 @@ def digest_data(
     now: datetime,
     provisional_days: int,
     idle_threshold_pct: float = 10.0,
+    jobs: Any = None,
 ) -> DigestData:
+    """`jobs`: the `[jobs]` config naming jobs in "Top jobs" (None: its defaults)."""
     tz = ZoneInfo(timezone)
     end = datetime.combine(day + timedelta(days=1), time(), tz)
     invoice = month.current_month(end)
@@ -79,7 +83,8 @@ def digest_data(
     idle: dict[date, Decimal] = defaultdict(Decimal)
     samples = load_samples(store, chart_start, end)  # the chart's days only: not the month's reading
     charted = [r for r in rows if r.usage_hour >= chart_start]
-    for g in gpu_hours(charted, samples, idle_threshold_pct, None, end):
+    joined = gpu_hours(charted, samples, idle_threshold_pct, None, end)
+    for g in joined:
         idle[g.hour.astimezone(tz).date()] += g.idle_cost
 
     chart_from = day - timedelta(days=_CHART_DAYS - 1)
@@ -102,6 +107,7 @@ def digest_data(
         last_billed_hour=billed[-1].astimezone(tz) if billed else None,
         like_for_like=provisional,
         not_compared=held,
+        jobs=digest_jobs(charted, joined, day, timezone, jobs),
     )
 
 

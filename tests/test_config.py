@@ -109,7 +109,7 @@ CASES = [
         {"detectors": {"idle_gpus": {}}},
         "gpucost.toml: detectors.idle_gpus: unknown detector; known detectors: budget_forecast, "
         "commitment_opportunity, cross_region_egress, cross_zone_egress, idle_gpu, idle_orchestration, "
-        "spend_anomaly, spot_opportunity, unmonitored_gpu",
+        "job_budget, spend_anomaly, spot_opportunity, unmonitored_gpu",
     ),
     (
         {"billing": {"duckdb_memory_limit": "lots"}},

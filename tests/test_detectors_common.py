@@ -192,6 +192,7 @@ def test_every_detector_of_the_issue_is_registered() -> None:
         "cross_zone_egress",
         "idle_gpu",
         "idle_orchestration",
+        "job_budget",
         "spend_anomaly",
         "spot_opportunity",
         "unmonitored_gpu",
@@ -214,7 +215,7 @@ CONFIG_ERRORS = [
         {"idle_gpus": {}},
         "gpucost.toml: detectors.idle_gpus: unknown detector; known detectors: budget_forecast, "
         "commitment_opportunity, cross_region_egress, cross_zone_egress, idle_gpu, idle_orchestration, "
-        "spend_anomaly, spot_opportunity, unmonitored_gpu",
+        "job_budget, spend_anomaly, spot_opportunity, unmonitored_gpu",
     ),
     (
         {"idle_gpu": {"min_idle_hour": 3}},

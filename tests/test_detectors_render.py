@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from monitor.detectors import run_detectors
+from monitor.detectors import build_detectors, run_detectors
+from monitor.jobs.config import JobsConfig
 from monitor.render import findings_markdown, findings_table, findings_text
 from tests.test_detectors_common import cost, gpu, inputs
 
@@ -21,7 +22,8 @@ def findings():
         for h in range(24)
     ]
     inp = inputs(hourly, gpus, days=1, provisional_hours=6)
-    return inp, run_detectors(inp, {}, inp.window_end)
+    jobs = JobsConfig(budgets={"steady": 30000.0})
+    return inp, run_detectors(inp, build_detectors({}, jobs=jobs), inp.window_end)
 
 
 TOTALS = {"cost": 10500.0, "credits": -500.0, "net_cost": 10000.0}
@@ -100,7 +102,9 @@ def every_kind():
         gpus.append(gpu(h, "steady-0"))
         gpus.append(gpu(h, "dark-0", util=None))
         day = h // 24
-        hourly.append(cost(h, "compute.gpu", "100" if day != 12 else "400", instance="steady-0"))
+        hourly.append(
+            cost(h, "compute.gpu", "100" if day != 12 else "400", instance="steady-0", labels={"job": "steady"})
+        )
         hourly.append(cost(h, "orchestration.gke", "1", cluster="old", instance=None))
     gpus += [gpu(h, "hung-0", util=0.0, idle=8) for h in range(100, 110)]
     gpus += [gpu(h, "sweep-1") for h in range(10)]
@@ -113,7 +117,8 @@ def every_kind():
         prices=FakePrices(),
         budgets=(BudgetSpec(name="total", amount=D(10000)),),
     )
-    return inp, run_detectors(inp, {}, inp.window_end)
+    jobs = JobsConfig(budgets={"steady": 30000.0})
+    return inp, run_detectors(inp, build_detectors({}, jobs=jobs), inp.window_end)
 
 
 def test_every_kind_renders_and_its_json_round_trips() -> None:
@@ -127,7 +132,7 @@ def test_every_kind_renders_and_its_json_round_trips() -> None:
     md = findings_markdown(
         fs, TOTALS, ATTRIBUTION, {"start": inp.window_start, "end": inp.window_end}, top=20
     )
-    assert md.count("- **What to do:**") == len(fs) == 9
+    assert md.count("- **What to do:**") == len(fs) == 10
     assert "- **Evidence:** 2026-11-14 (provisional): $9,624.00 vs $2,424.00 (+$7,200.00)" in md
     assert "dark-0 (us-central1-a): 336 h of 8× H100, $29,568.00" in md
     assert "16 H100 GPUs on demand in 336 of 336 hours" in md

@@ -140,3 +140,19 @@ def test_retention_is_configured_and_scheduled(tmp_path) -> None:
         }
     )
     assert "retention" in {s.name for s in Service(cfg).job_specs()}
+
+
+def test_announced_job_runs_that_ended_before_the_horizon_are_pruned(store) -> None:
+    from alerts.job_message import migrate as migrate_jobs
+
+    migrate_jobs(store)
+    with store.transaction() as c:
+        for job, last in (("old-run", CUT - timedelta(days=1)), ("new-run", NOW - timedelta(days=3))):
+            c.execute(
+                "INSERT INTO jobs_finished (job, receiver, first_hour, last_hour, idempotency_key, announced_at)"
+                " VALUES (?, '#c', ?, ?, ?, ?)",
+                (job, fmt_ts(last - timedelta(days=2)), fmt_ts(last), f"k-{job}", fmt_ts(last)),
+            )
+    assert prune(store, CUT)["jobs_finished"] == 1
+    with store.transaction() as c:
+        assert [r[0] for r in c.execute("SELECT job FROM jobs_finished")] == ["new-run"]

@@ -23,6 +23,7 @@ from monitor.detectors import (  # noqa: F401  (importing registers the detector
     egress,
     idle_gpu,
     idle_orchestration,
+    job_budget,
     spend_anomaly,
     spot_opportunity,
     unmonitored_gpu,
@@ -64,7 +65,7 @@ def _error_line(source: str, name: str, err: Mapping[str, Any], cls: type[Detect
     return f"{source}: {where}: {msg}"
 
 
-def _build_one(name: str, body: Any, source: str) -> Detector:
+def _build_one(name: str, body: Any, source: str, jobs: Any = None) -> Detector:
     cls = registered()[name]
     if not isinstance(body, Mapping):
         raise ConfigError(
@@ -75,11 +76,15 @@ def _build_one(name: str, body: Any, source: str) -> Detector:
         cfg = cls.Config.model_validate(dict(body))
     except ValidationError as e:
         raise ConfigError("\n".join(_error_line(source, name, err, cls) for err in e.errors())) from None
+    if getattr(cls, "needs_jobs", False):
+        return cls(cfg, jobs=jobs)  # type: ignore[call-arg]
     return cls(cfg)
 
 
-def build_detectors(raw: Mapping[str, Any] | None, source: str = "<config>") -> list[Detector]:
+def build_detectors(raw: Mapping[str, Any] | None, source: str = "<config>", *, jobs: Any = None) -> list[Detector]:
     """Every registered detector, configured from `raw` (the `[detectors]` table), minus disabled ones.
+    `jobs`: the `[jobs]` config (`monitor.jobs.JobsConfig`) for the detectors that need it
+    (`job_budget`: the budgets and the job label keys); None: its defaults.
 
     Sections are validated in name order so the first error reported is deterministic.
     """
@@ -90,7 +95,7 @@ def build_detectors(raw: Mapping[str, Any] | None, source: str = "<config>") -> 
             raise ConfigError(
                 f"{source}: detectors.{name}: unknown detector; known detectors: {', '.join(known)}"
             )
-    built = [_build_one(name, raw.get(name, {}), source) for name in registered()]
+    built = [_build_one(name, raw.get(name, {}), source, jobs) for name in registered()]
     return [d for d in built if d.config.enabled]
 
 

@@ -13,6 +13,7 @@ Fires when the forecast exceeds the budget; impact = forecast overrun.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -24,7 +25,7 @@ from monitor.detectors.base import Detector, DetectorConfig, fmt_usd, iso, money
 from monitor.detectors.inputs import BudgetSpec, CostHour, DetectorInputs
 from monitor.model import Finding, Scope, fingerprint
 
-__all__ = ["BudgetForecast", "BudgetForecastConfig", "month_bounds"]
+__all__ = ["BudgetForecast", "BudgetForecastConfig", "RunRate", "month_bounds", "run_rate"]
 
 _HOUR = timedelta(hours=1)
 
@@ -50,6 +51,36 @@ def _sum(rows: Sequence[CostHour], lo: datetime | None, hi: datetime) -> Decimal
     return sum(
         (q6(r.cost) + q6(r.credits) for r in rows if (lo is None or lo <= r.hour) and r.hour < hi), Decimal(0)
     )
+
+
+@dataclass(frozen=True)
+class RunRate:
+    """Mean hourly net spend over [start, end): `spend` / `hours` = `hourly`."""
+
+    start: datetime
+    end: datetime
+    from_provisional: bool
+    spend: Decimal
+    hours: Decimal
+
+    @property
+    def hourly(self) -> Decimal:
+        return self.spend / self.hours if self.hours > 0 else Decimal(0)
+
+
+def run_rate(
+    rows: Sequence[CostHour], data_from: datetime, fallback_from: datetime, prov: datetime, as_of: datetime, days: int
+) -> RunRate:
+    """The burn rate over the last `days` of *settled* data before `prov` (provisional hours are an
+    undercount while late rows land), reaching back no further than `data_from`; when no settled
+    hour is there, over [`fallback_from`, `as_of`) instead (`from_provisional`). Pure: shared by the
+    project budgets (`budget_forecast`) and the job budgets (`job_budget`)."""
+    lo = max(data_from, prov - timedelta(days=days))
+    from_provisional = _hours(lo, prov) == 0
+    hi = prov
+    if from_provisional:
+        lo, hi = fallback_from, as_of
+    return RunRate(lo, hi, from_provisional, _sum(rows, lo, hi), _hours(lo, hi))
 
 
 def _in_month(rows: Sequence[CostHour], m: str) -> list[CostHour]:
@@ -80,14 +111,8 @@ class BudgetForecast(Detector):
         billed = _in_month(rows, m)  # what this invoice holds, whenever the usage was
         seen_from = max(m_start, inputs.window_start)
         prov = min(max(inputs.provisional_from, seen_from), as_of)
-        rr_lo = max(inputs.window_start, prov - timedelta(days=self.config.run_rate_days))
-        rr_from_provisional = _hours(rr_lo, prov) == 0
-        if rr_from_provisional:
-            rr_lo, rr_hi = seen_from, as_of
-        else:
-            rr_hi = prov
-        rr_hours = _hours(rr_lo, rr_hi)
-        rate = _sum(rows, rr_lo, rr_hi) / rr_hours if rr_hours > 0 else Decimal(0)
+        rr = run_rate(rows, inputs.window_start, seen_from, prov, as_of, self.config.run_rate_days)
+        rr_lo, rr_hi, rr_from_provisional, rate = rr.start, rr.end, rr.from_provisional, rr.hourly
         settled = q6(_sum(billed, None, prov))
         prov_billed = q6(_sum(billed, prov, as_of))
         prov_counted = q6(max(prov_billed, rate * _hours(prov, as_of)))

@@ -83,5 +83,11 @@ def prune(store: StateStore, cut: datetime) -> dict[str, int]:
             deleted["digest_sent"] = conn.execute(
                 "DELETE FROM digest_sent WHERE day < ?", (cut.date().isoformat(),)
             ).rowcount
+        # a job run that ended before the horizon is past every window read: it cannot be announced again
+        has_jobs = conn.execute("SELECT 1 FROM schema_migrations WHERE component = 'jobs_finished'").fetchone()
+        if has_jobs:
+            deleted["jobs_finished"] = conn.execute(
+                "DELETE FROM jobs_finished WHERE last_hour < ?", (alerts,)
+            ).rowcount
     log.info("retention", extra={"before": cut.isoformat(), "deleted": sum(deleted.values()), **deleted})
     return deleted

@@ -1,0 +1,315 @@
+"""One Slack message when a training job finishes: its total, its hidden costs, and what one zone
+or Spot would have saved (issue 14 item 4).
+
+Why not a finding: a finding that fires while its job is in the detection window is re-announced
+by the pipeline every `repeat_interval` ("Still firing") and "Resolved" when it leaves the window;
+a finished job is news once. So the message bypasses grouping and dedupe and goes straight into
+the persistent outbox (delivered, retried, looked up after an uncertain send, `gpucost outbox`,
+like every alert), and `jobs_finished` records, in the same transaction as the outbox row, which
+run of which job was told: a restart, a second detection run or late billing rows never send it
+again. A later run of the same job name (its first hour after the told run's last hour) is a new
+run and gets its own message.
+
+Finished, robust to billing lag: the job's last billed hour, and its last hour of utilization
+estimated without billing yet, are both older than `[jobs] running_within_hours` (the engine's
+`running` flag, `monitor.jobs.build`); an idle VM still up reports utilization (0 %) and still
+bills, so its job is not finished. Jobs that had ended before gpucost first started are history
+(`alerts.history`'s cut), never announced.
+
+Pure apart from `announce_finished` (one transaction on the state store). The per-job figures are
+the jobs engine's (`alerts.digest_jobs.job_records`, the one adapter to it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from alerts.blocks import money
+from alerts.digest_jobs import job_records
+from alerts.escape import escape_mrkdwn as esc
+from alerts.escape import truncate
+from alerts.notifier import Message
+from alerts.outbox import enqueue, ensure_schema, fmt_ts, parse_ts
+from monitor.model import Finding, Scope, Severity
+from monitor.state.store import StateStore
+
+__all__ = [
+    "JOB_GROUP",
+    "Announced",
+    "announce_finished",
+    "announce_jobs",
+    "finished_jobs",
+    "job_message",
+    "job_message_key",
+    "migrate",
+    "routing_finding",
+]
+
+JOB_GROUP = "job_finished"  # the outbox group of finished-job messages
+_HOUR = timedelta(hours=1)
+_MICROS = Decimal(1_000_000)
+_MIGRATIONS = [
+    "CREATE TABLE jobs_finished (job TEXT NOT NULL, receiver TEXT NOT NULL, first_hour TEXT NOT NULL,"
+    " last_hour TEXT NOT NULL, idempotency_key TEXT NOT NULL, announced_at TEXT NOT NULL,"
+    " PRIMARY KEY (job, receiver, last_hour))"
+]
+
+
+def migrate(store: StateStore) -> None:
+    """The `jobs_finished` table: which job runs were announced (pruned by `monitor.state.retention`)."""
+    store.migrate("jobs_finished", _MIGRATIONS)
+
+
+#: Hidden costs named in the message: (subcategory, what to call it).
+_HIDDEN = (
+    ("network.inter_zone", "inter-zone traffic"),
+    ("network.inter_region", "inter-region traffic"),
+    ("network.internet", "internet egress"),
+    ("orchestration.gke", "cluster fees (shared by node-hours)"),
+    ("storage.persistent_disk", "persistent disk"),
+    ("storage.gcs", "Cloud Storage"),
+    ("storage.snapshot", "snapshots"),
+)
+
+
+@dataclass(frozen=True)
+class Announced:
+    """A run of a job already told: [first_hour, last_hour]."""
+
+    job: str
+    first_hour: datetime
+    last_hour: datetime
+
+
+def finished_jobs(
+    records: Iterable[Any], announced: Iterable[Announced], history_cut: datetime | None = None
+) -> list[Any]:
+    """The engine's records (`JobRecord`) of jobs that finished and were not told: named, not
+    `running`, not estimated, ending at or after `history_cut`, and not overlapping a told run
+    of the same name (late rows stretch a told run; they do not make a new one)."""
+    told: dict[str, list[Announced]] = {}
+    for a in announced:
+        told.setdefault(a.job, []).append(a)
+    out = []
+    for r in records:
+        if r.job is None or r.running or r.last_hour is None or r.first_hour is None:
+            continue
+        if history_cut is not None and r.last_hour + _HOUR < history_cut:
+            continue
+        if any(a.last_hour >= r.first_hour for a in told.get(r.job, ())):
+            continue
+        out.append(r)
+    return sorted(out, key=lambda r: (r.last_hour, r.job))
+
+
+def job_message_key(job: str, receiver: str, last_hour: datetime) -> str:
+    """One key per (job run, channel): the outbox row's key and the Slack message metadata."""
+    digest = hashlib.sha256(f"{job}\x00{receiver}\x00{fmt_ts(last_hour)}".encode()).hexdigest()[:20]
+    return f"job-finished-{digest}"
+
+
+def _share(part: Decimal, whole: Decimal) -> str:
+    return f" ({(part / whole * 100).quantize(Decimal('0.1'))}%)" if whole > 0 else ""
+
+
+def _md(text: str) -> dict[str, Any]:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": truncate(text, 2900)}}
+
+
+def _sub(r: Any, sub: str) -> Decimal:
+    return Decimal(int(r.net_by_subcategory.get(sub, 0))) / _MICROS
+
+
+def job_message(r: Any, receiver: str, *, partial_from: datetime | None = None) -> Message:
+    """The message for one finished job (`JobRecord`), in the findings' layout (`alerts.blocks`):
+    header, total, scope, hidden costs, counterfactuals, context. `partial_from`: the job started
+    before the billing read (its total covers only what was read from then on)."""
+    job, net, hours = str(r.job), r.net_cost, int((r.last_hour + _HOUR - r.first_hour) / _HOUR)
+    span = f"{r.first_hour:%Y-%m-%d %H:%M}–{r.last_hour + _HOUR:%Y-%m-%d %H:%M} UTC ({hours} h)"
+    total = f"*Total:* {money(net)} net ({money(r.cost)} before credits) over {span}"
+    if partial_from is not None:
+        total += f" _(from {partial_from:%Y-%m-%d}: it started before the billing read)_"
+    gpus = f"{r.gpus}× {esc(r.gpu_model)}, " if r.gpu_model else ""
+    util = r.gpu.mean_utilization_pct
+    used = f"{gpus}{float(r.gpu.gpu_hours):,.1f} GPU-hours" if r.gpu.gpu_hours else "no GPUs"
+    scope = (
+        f"*Scope:* {used}"
+        + (f" at {util:.1f}% mean utilization" if util is not None else "")
+        + f" · projects {', '.join(f'`{esc(p)}`' for p in r.projects) or '-'}"
+        + f" · zones {', '.join(f'`{esc(z)}`' for z in r.zones) or '-'}"
+    )
+    hidden = [f"• idle GPUs: {money(r.gpu.idle_cost)}{_share(r.gpu.idle_cost, net)}"]
+    hidden += [f"• {name}: {money(v)}{_share(v, net)}" for sub, name in _HIDDEN if (v := _sub(r, sub)) != 0]
+    if r.gpu.unmonitored_cost:
+        hidden.append(f"• GPU spend with no utilization data: {money(r.gpu.unmonitored_cost)}")
+    spot = (
+        f"Spot: save {money(r.spot_savings)}"
+        + (f" (list prices: {esc(r.spot_price_source)})" if r.spot_price_source else "")
+        if r.spot_savings
+        else "Spot: nothing to save (already Spot or committed, or no Spot price known)"
+    )
+    per_busy = r.cost_per_busy_gpu_hour
+    blocks: list[dict[str, Any]] = [
+        {
+            "type": "header",
+            "text": {"type": "plain_text", "text": truncate(f"Job finished: {esc(job)}", 150), "emoji": True},
+        },
+        _md(f":checkered_flag: {total}"),
+        _md(scope),
+        _md("*Hidden costs:*\n" + "\n".join(hidden)),
+        _md(f"*Counterfactuals:* one zone: save {money(r.single_zone_savings)} · {spot}"),
+    ]
+    ctx = f"`gpucost jobs --job {esc(job)}` for its hours"
+    if per_busy is not None:
+        ctx = f"{money(per_busy)} per busy GPU-hour · " + ctx
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": truncate(ctx, 2900)}]})
+    text = truncate(
+        f"Job finished: {esc(job)}: {money(net)} over {hours} h; idle GPUs {money(r.gpu.idle_cost)}, "
+        f"one zone would save {money(r.single_zone_savings)}",
+        3000,
+    )
+    return Message(job_message_key(job, receiver, r.last_hour), receiver, text, blocks)
+
+
+def _announced(conn: sqlite3.Connection) -> list[Announced]:
+    rows = conn.execute("SELECT job, first_hour, last_hour FROM jobs_finished")
+    return [Announced(r[0], parse_ts(r[1]), parse_ts(r[2])) for r in rows]
+
+
+def routing_finding(r: Any) -> Finding:
+    """What `[[slack.routes]]` matchers see of a finished job: kind `job_finished`, its project
+    (when it has one), and its job labels as `label.<key>` (the job's first value of each)."""
+    labels = {k: v[0] for k, v in r.labels.items() if v}
+    scope = Scope(project=r.projects[0] if len(r.projects) == 1 else None, labels=labels)
+    when = r.last_hour or datetime.min.replace(tzinfo=UTC)
+    return Finding(
+        JOB_GROUP, Severity.INFO, f"Job finished: {r.job}", "", r.net_cost, when, when, scope, {}, "", ""
+    )
+
+
+def announce_finished(
+    store: StateStore,
+    hourly: Sequence[Any],
+    gpu_hours: Sequence[Any],
+    jobs: Any,
+    *,
+    now: datetime,
+    window_start: datetime,
+    window_end: datetime,
+    receiver: str | Callable[[Any], str],
+    prices: Any = None,
+    history_cut: datetime | None = None,
+) -> list[str]:
+    """Queue one message per newly finished job (outbox) and record it, in one transaction;
+    returns the keys queued. `hourly` / `gpu_hours`: the detection inputs (`CostHour`, `GpuHour`)
+    of [window_start, window_end). `receiver`: the channel, or a function of the job's record
+    (routing). A job is told once, whichever channel it went to. Cheap when nothing finished: the
+    engine runs only when a job's last billed hour is old enough and the job was not told."""
+    keys_of = jobs.label_keys()
+    within = timedelta(hours=jobs.running_within_hours)
+    ensure_schema(store)
+    migrate(store)
+    with store.transaction() as conn:
+        told = _announced(conn)
+    last = _last_hours(hourly, keys_of)
+    stale = {
+        j: h
+        for j, h in last.items()
+        if h + _HOUR < window_end - within and (history_cut is None or h + _HOUR >= history_cut)
+    }
+    if not finished_jobs(_Candidate.of(stale), told):
+        return []
+    records = job_records(hourly, gpu_hours, jobs, window_end, prices)
+    queued: list[str] = []
+    with store.transaction() as conn:  # what was told is read again here: a concurrent run told it
+        for r in finished_jobs(records, _announced(conn), history_cut):
+            partial = window_start if r.first_hour <= window_start else None
+            channel = receiver(r) if callable(receiver) else receiver
+            msg = job_message(r, channel, partial_from=partial)
+            if enqueue(
+                conn,
+                key=msg.idempotency_key,
+                group_key=JOB_GROUP,
+                receiver=channel,
+                sequence=int(r.last_hour.timestamp() // 3600),
+                reason="job_finished",
+                root_key=None,
+                message=msg,
+                now=now,
+            ):
+                queued.append(msg.idempotency_key)
+            conn.execute(
+                "INSERT OR IGNORE INTO jobs_finished (job, receiver, first_hour, last_hour, idempotency_key,"
+                " announced_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    r.job,
+                    channel,
+                    fmt_ts(r.first_hour),
+                    fmt_ts(r.last_hour),
+                    msg.idempotency_key,
+                    fmt_ts(now),
+                ),
+            )
+    return queued
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """What the cheap pre-check knows of a job: its name and last billed hour (first hour unknown:
+    the latest, so only a told run ending at or after it rules it out)."""
+
+    job: str
+    first_hour: datetime
+    last_hour: datetime
+    running: bool = False
+
+    @classmethod
+    def of(cls, last: Mapping[str, datetime]) -> list[_Candidate]:
+        return [cls(j, h, h) for j, h in last.items()]
+
+
+def _last_hours(hourly: Iterable[Any], keys: Sequence[str]) -> dict[str, datetime]:
+    """Each job's last billed hour as the engine counts it (`monitor.jobs.build`): of its compute
+    rows when it has any (its checkpoint bucket bills every hour after the job ended), else of all
+    its rows; jobs by the engine's identity (first job label key present)."""
+    from monitor.jobs.identity import job_of  # lazily, like `job_records`
+
+    compute: dict[str, datetime] = {}
+    other: dict[str, datetime] = {}
+    for h in hourly:
+        if (job := job_of(h.labels, keys)) is None:
+            continue
+        last = compute if h.subcategory.startswith("compute.") else other
+        if job not in last or h.hour > last[job]:
+            last[job] = h.hour
+    return other | compute
+
+
+def announce_jobs(deps: Any, inputs: Any, now: datetime) -> list[str]:
+    """What the detection step calls (`monitor.cycle.run_detection`): `announce_finished` over the
+    detection inputs, routed like findings (`[[slack.routes]]`, see `routing_finding`; else the
+    default channel), with the first-start cut (`alerts.history`)."""
+    from alerts.history import history_settings
+    from alerts.routing import route, routes_from_config
+    from monitor.jobs.run import jobs_config  # lazily, like `job_records`
+
+    ensure_schema(deps.store)  # the first-start record reads the outbox
+    routes = routes_from_config(deps.cfg.slack)
+    return announce_finished(
+        deps.store,
+        inputs.hourly,
+        inputs.gpu_hours,
+        jobs_config(deps.cfg),
+        now=now,
+        window_start=inputs.window_start,
+        window_end=inputs.window_end,
+        receiver=lambda r: route(routing_finding(r), routes, deps.alert_deps.default_channel),
+        prices=inputs.prices,
+        history_cut=history_settings(deps.cfg.alerts, deps.store, now).get("history_cut"),
+    )

@@ -1,0 +1,253 @@
+"""`job_budget`: a training job whose burn rate takes it past its budget (`[jobs.budgets]`).
+
+A budget is keyed by a job name or by the value of any job label (`[jobs]` keys, e.g. `llm-pretrain
+= 50000` or a `run` value): its rows are the billing rows carrying that value under one of the job
+label keys (`JobsConfig.label_keys`), wherever they are (VMs, disks, buckets, several projects).
+A job's budget covers its whole life, not a month, so the detector sees every row the detection
+run read (`month_to_date`: the window, the invoice month and the baselines' history before it) and
+says from when (`spend_from`); spend before that is not in the store.
+
+The projection is the project budgets' one (`budget_forecast.run_rate`, shared): the burn rate is
+the mean hourly net spend over the last `run_rate_days` of settled billing (provisional hours are
+an undercount while late rows land; they are counted at the larger of what was billed and the
+rate), or over the job's provisional hours when it has no settled ones. A job that stopped (no
+billed compute or utilization-estimated hour within `[jobs] running_within_hours`, as the jobs
+engine counts it) burns nothing more.
+Projected = spend so far + the rate over the next `horizon_days` (a job's end date is not in the
+bill). Fires for the highest of `thresholds_pct` (of the budget) that the projection crosses:
+fingerprint = (job, threshold in USD), so a growing projection is one alert, a raised budget or a
+higher threshold a new one. Impact = the projected spend above that threshold (at 100 %: the
+projected overrun).
+
+Where the per-job hourly cost comes from: the detector inputs' cost hours, by their labels (the
+jobs engine's identity, `monitor.jobs`: `JobsConfig.label_keys`). The daemon's stored aggregates
+keep the `[billing] labels` keys only, so a job named by another key (e.g. `k8s-label/...`) is seen
+once that key is stored too.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field, field_validator
+
+from monitor.detectors.base import Detector, DetectorConfig, fmt_usd, human, iso, money, q6, register
+from monitor.detectors.budget_forecast import run_rate
+from monitor.detectors.inputs import CostHour, DetectorInputs, GpuHour
+from monitor.model import Finding, Scope, fingerprint
+
+if TYPE_CHECKING:
+    from monitor.jobs.config import JobsConfig
+
+__all__ = ["JobBudget", "JobBudgetConfig", "job_label_values"]
+
+_HOUR = timedelta(hours=1)
+_ZERO = Decimal(0)
+
+
+class JobBudgetConfig(DetectorConfig):
+    """`run_rate_days`: recent settled days setting the burn rate. `horizon_days`: how far ahead the
+    burn rate is projected. `thresholds_pct`: percents of each budget that alert (once each)."""
+
+    min_impact_usd: Decimal = Field(default=Decimal(50), ge=0)
+    run_rate_days: int = Field(default=3, ge=1, le=31)
+    horizon_days: int = Field(default=7, ge=1, le=92)
+    thresholds_pct: tuple[float, ...] = (100.0,)
+
+    @field_validator("thresholds_pct")
+    @classmethod
+    def _thresholds(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if not v or any(not 0 < t <= 1000 for t in v):
+            raise ValueError(f"thresholds are percents of the budget above 0 and at most 1000, got {list(v)}")
+        return tuple(sorted(set(v)))
+
+
+def job_label_values(labels: Mapping[str, str], keys: Sequence[str]) -> dict[str, str]:
+    """The adapter to the jobs engine's identity: value -> the first job label key carrying it.
+
+    >>> job_label_values({"job": "llm", "run": "r7", "team": "ml"}, ("job", "run"))
+    {'llm': 'job', 'r7': 'run'}
+    """
+    out: dict[str, str] = {}
+    for key in keys:
+        if (value := labels.get(key)) and value not in out:
+            out[value] = key
+    return out
+
+
+def _hours(lo: datetime, hi: datetime) -> Decimal:
+    return max(_ZERO, Decimal(str((hi - lo).total_seconds())) / 3600)
+
+
+def _net(rows: Sequence[CostHour], lo: datetime | None, hi: datetime) -> Decimal:
+    return sum((q6(r.net) for r in rows if (lo is None or lo <= r.hour) and r.hour < hi), _ZERO)
+
+
+@register("job_budget")
+class JobBudget(Detector):
+    Config = JobBudgetConfig
+    config: JobBudgetConfig
+    month_to_date = True  # a job budget is for the job's life: every row read, not only the window
+    needs_jobs = True  # built with `[jobs]` (`build_detectors(..., jobs=)`)
+
+    def __init__(self, config: DetectorConfig | None = None, jobs: JobsConfig | None = None) -> None:
+        super().__init__(config)
+        if jobs is None:
+            from monitor.jobs.config import JobsConfig  # lazily: monitor.jobs imports the detectors
+
+            jobs = JobsConfig()
+        self.jobs = jobs
+
+    def evaluate(self, inputs: DetectorInputs, now: datetime) -> list[Finding]:
+        as_of = min(now, inputs.window_end)
+        budgets = self.jobs.budgets
+        if not budgets or as_of <= inputs.window_start:
+            return []
+        keys = self.jobs.label_keys()
+        rows: dict[str, list[CostHour]] = defaultdict(list)
+        label_key: dict[str, str] = {}
+        for r in inputs.hourly:
+            for value, key in job_label_values(r.labels, keys).items():
+                if value in budgets and r.hour < as_of:
+                    rows[value].append(r)
+                    label_key.setdefault(value, key)
+        last_gpu = _last_gpu_hours(inputs.gpu_hours, budgets, keys)
+        findings = []
+        for job in sorted(rows):
+            amount = Decimal(str(budgets[job]))
+            if (
+                f := self._job(job, label_key[job], amount, rows[job], last_gpu.get(job), inputs, as_of)
+            ) is not None:
+                findings.append(f)
+        return findings
+
+    def projection(
+        self, rows: Sequence[CostHour], last_gpu: datetime | None, inputs: DetectorInputs, as_of: datetime
+    ) -> dict[str, Any]:
+        """The job's spend so far, its burn rate and the projection, as numbers a reader can add up."""
+        first = min(r.hour for r in rows)
+        # as the jobs engine counts it: its compute rows' last hour when it has any (a checkpoint
+        # bucket bills every hour after the job ended), else any row's
+        last = max((r.hour for r in rows if r.subcategory.startswith("compute.")), default=None)
+        last = last if last is not None else max(r.hour for r in rows)
+        spend_from = max(inputs.window_start, first)
+        prov = min(max(inputs.provisional_from, spend_from), as_of)
+        rr = run_rate(rows, spend_from, spend_from, prov, as_of, self.config.run_rate_days)
+        latest = max(last, last_gpu) if last_gpu is not None else last
+        running = latest + _HOUR >= as_of - timedelta(hours=self.jobs.running_within_hours)
+        rate = rr.hourly if running else _ZERO
+        settled = _net(rows, None, prov)
+        prov_billed = _net(rows, prov, as_of)
+        prov_counted = q6(max(prov_billed, rate * _hours(prov, as_of)))
+        ahead = q6(rate * 24 * self.config.horizon_days)
+        return {
+            "spend_from": iso(spend_from),
+            "first_hour": iso(first),
+            "last_billed_hour": iso(last),
+            "last_utilization_hour": iso(last_gpu),
+            "running": running,
+            "as_of": iso(as_of),
+            "spent_usd": q6(settled + prov_billed),
+            "settled_usd": q6(settled),
+            "provisional_billed_usd": prov_billed,
+            "provisional_counted_usd": prov_counted,
+            "run_rate_from": iso(rr.start),
+            "run_rate_to": iso(rr.end),
+            "run_rate_hours": float(rr.hours),
+            "run_rate_spend_usd": q6(rr.spend),
+            "run_rate_from_provisional": rr.from_provisional,
+            "hourly_burn_usd": q6(rate),
+            "daily_burn_usd": q6(rate * 24),
+            "horizon_days": self.config.horizon_days,
+            "next_horizon_usd": ahead,
+            "projected_usd": q6(settled + prov_counted + ahead),
+            "_counted": settled + prov_counted,
+            "_rate": rate,
+        }
+
+    def _job(
+        self,
+        job: str,
+        key: str,
+        amount: Decimal,
+        rows: Sequence[CostHour],
+        last_gpu: datetime | None,
+        inputs: DetectorInputs,
+        as_of: datetime,
+    ) -> Finding | None:
+        p = self.projection(rows, last_gpu, inputs, as_of)
+        projected: Decimal = p["projected_usd"]
+        crossed = [t for t in self.config.thresholds_pct if projected > amount * Decimal(str(t)) / 100]
+        if not crossed:
+            return None
+        pct = crossed[-1]
+        level = q6(amount * Decimal(str(pct)) / 100)
+        impact = q6(projected - level)
+        if not self.keep(impact):
+            return None
+        counted, rate = p.pop("_counted"), p.pop("_rate")
+        crosses_at = as_of if counted >= level else as_of + timedelta(hours=float((level - counted) / rate))
+        what = "budget" if pct == 100 else f"{pct:g}% of its budget"
+        spent: Decimal = p["spent_usd"]
+        when = "has already crossed" if counted >= level else f"crosses {human(crosses_at)} at this rate"
+        summary = (
+            f'Job "{job}" has a budget of {fmt_usd(amount)}; it has spent {fmt_usd(spent)} since '
+            f"{human(p['spend_from'])} and burns {fmt_usd(p['daily_burn_usd'])}/day, so it {when} its "
+            f"{what} ({fmt_usd(level)}): {fmt_usd(projected)} within {self.config.horizon_days} days, "
+            f"{fmt_usd(impact)} over."
+        )
+        if not p["running"]:
+            summary += " The job has stopped (no recent billing or utilization)."
+        if p["provisional_counted_usd"] != p["provisional_billed_usd"]:
+            summary += " Recent hours are counted at the burn rate while their billing is still arriving."
+        projects = sorted({r.project for r in rows if r.project})
+        evidence: dict[str, Any] = {  # the headline first: alerts and reports show the first items
+            "job": job,
+            "budget_usd": money(amount),
+            "spent_usd": money(spent),
+            "daily_burn_usd": money(p["daily_burn_usd"]),
+            "projected_usd": money(projected),
+            "crosses_at": iso(crosses_at),
+            "threshold_pct": pct,
+            "threshold_usd": money(level),
+            "overrun_usd": money(q6(projected - amount)),
+            "label_key": key,
+            "projects": projects,
+        }
+        evidence |= {
+            k: (money(v) if isinstance(v, Decimal) else v) for k, v in p.items() if k not in evidence
+        }
+        return Finding(
+            kind=self.name,
+            severity=self.severity(impact),
+            title=f'Job "{job}" projected {fmt_usd(projected)} vs its {what} {fmt_usd(level)}',
+            summary=summary,
+            impact_usd=impact,
+            window_start=datetime.fromisoformat(p["spend_from"].replace("Z", "+00:00")),
+            window_end=as_of,
+            scope=Scope(project=projects[0] if len(projects) == 1 else None, labels={key: job}),
+            evidence=evidence,
+            recommendation=(
+                f'Check what "{job}" is spending on (`gpucost jobs --job {job}`): idle GPUs, cross-zone '
+                "traffic, Spot; stop it or raise its budget in [jobs.budgets] if the spend is planned."
+            ),
+            fingerprint=fingerprint(self.name, Scope(), job, f"{level:.2f}"),
+            provisional=inputs.provisional_from < as_of,
+        )
+
+
+def _last_gpu_hours(
+    hours: Sequence[GpuHour], budgets: Mapping[str, float], keys: Sequence[str]
+) -> dict[str, datetime]:
+    """The latest GPU hour (billed or estimated from utilization) per budgeted job: utilization
+    keeps a job running while its billing lags."""
+    out: dict[str, datetime] = {}
+    for h in hours:
+        for value in job_label_values(h.labels, keys):
+            if value in budgets and (value not in out or h.hour > out[value]):
+                out[value] = h.hour
+    return out

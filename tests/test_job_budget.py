@@ -1,0 +1,236 @@
+"""`job_budget`: a job projected, at its burn rate, to cross its `[jobs.budgets]` amount.
+
+Pure tests over hand-made cost hours (every figure is worked out in the test), then the detector
+end to end through the analysis pipeline on the simulated fleet (`gpucost analyze`'s code path).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from pydantic import ValidationError
+
+from monitor.detectors import build_detectors, registered
+from monitor.detectors.budget_forecast import run_rate
+from monitor.detectors.inputs import CostHour, DetectorInputs, GpuHour
+from monitor.detectors.job_budget import JobBudget, JobBudgetConfig
+from monitor.errors import ConfigError
+from monitor.jobs.config import JobsConfig
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+H = timedelta(hours=1)
+
+
+def _rows(first: int, hours: int, usd: str, labels: dict[str, str], project: str = "ml") -> list[CostHour]:
+    return [
+        CostHour(
+            hour=T0 + (first + i) * H,
+            project=project,
+            subcategory="compute.gpu",
+            cost=Decimal(usd),
+            labels=labels,
+        )
+        for i in range(hours)
+    ]
+
+
+def _inputs(
+    rows: list[CostHour], end_hour: int, prov_hour: int | None = None, gpu: tuple = ()
+) -> DetectorInputs:
+    end = T0 + end_hour * H
+    return DetectorInputs(
+        window_start=T0,
+        window_end=end,
+        provisional_from=T0 + (prov_hour if prov_hour is not None else end_hour) * H,
+        hourly=tuple(rows),
+        gpu_hours=gpu,
+    )
+
+
+def _detector(budgets: dict[str, float], **cfg: object) -> JobBudget:
+    return JobBudget(JobBudgetConfig(**cfg), jobs=JobsConfig(budgets=budgets))
+
+
+def test_a_job_burning_toward_its_budget_fires_with_the_projection_as_evidence() -> None:
+    # 100 settled hours at $10 = $1,000; 7 days ahead at $10/h = $1,680; projected $2,680 > $1,500
+    inputs = _inputs(_rows(0, 100, "10", {"job": "llm"}), end_hour=100)
+    (f,) = _detector({"llm": 1500}).evaluate(inputs, T0 + 100 * H)
+    assert f.kind == "job_budget" and f.impact_usd == Decimal("1180")
+    e = f.evidence
+    assert (e["spent_usd"], e["hourly_burn_usd"], e["projected_usd"], e["overrun_usd"]) == (
+        1000.0,
+        10.0,
+        2680.0,
+        1180.0,
+    )
+    assert e["run_rate_hours"] == 72.0 and e["run_rate_spend_usd"] == 720.0  # the last 3 settled days
+    assert e["crosses_at"] == "2026-11-07T06:00:00Z"  # $500 left at $10/h: 50 hours after the 100th
+    assert f.severity.value == "critical" and "llm" in f.title and f.scope.labels == {"job": "llm"}
+
+
+def test_one_alert_per_job_and_threshold_whatever_the_projection() -> None:
+    det = _detector({"llm": 1500})
+    early = det.evaluate(_inputs(_rows(0, 100, "10", {"job": "llm"}), 100), T0 + 100 * H)
+    later = det.evaluate(_inputs(_rows(0, 130, "12", {"job": "llm"}), 130), T0 + 130 * H)
+    assert early[0].impact_usd != later[0].impact_usd
+    assert early[0].fingerprint == later[0].fingerprint  # the projection grew: the same alert
+    raised = _detector({"llm": 2000}).evaluate(
+        _inputs(_rows(0, 100, "10", {"job": "llm"}), 100), T0 + 100 * H
+    )
+    assert raised[0].fingerprint != early[0].fingerprint  # a new budget is a new threshold
+
+
+def test_thresholds_fire_for_the_highest_one_crossed_each_once() -> None:
+    det = _detector({"llm": 5000}, thresholds_pct=(50, 100))
+    rows = _rows(0, 100, "10", {"job": "llm"})  # projected $2,680: over 50 % ($2,500), under 100 %
+    (half,) = det.evaluate(_inputs(rows, 100), T0 + 100 * H)
+    assert half.evidence["threshold_pct"] == 50 and half.impact_usd == Decimal("180")
+    (full,) = det.evaluate(_inputs(_rows(0, 100, "20", {"job": "llm"}), 100), T0 + 100 * H)
+    assert full.evidence["threshold_pct"] == 100 and full.fingerprint != half.fingerprint
+
+
+def test_under_budget_is_silent_and_other_jobs_do_not_count() -> None:
+    rows = _rows(0, 100, "10", {"job": "llm"}) + _rows(0, 100, "90", {"job": "other"})
+    assert _detector({"llm": 3000}).evaluate(_inputs(rows, 100), T0 + 100 * H) == []
+    assert _detector({}).evaluate(_inputs(rows, 100), T0 + 100 * H) == []
+
+
+def test_a_budget_by_label_value_counts_every_row_carrying_it() -> None:
+    # job named by `job`; the budget is on its `run` value, and on a bucket labelled only run=r7
+    rows = _rows(0, 100, "10", {"job": "llm", "run": "r7"}) + _rows(
+        0, 100, "1", {"run": "r7"}, project="data"
+    )
+    (f,) = _detector({"r7": 1500}).evaluate(_inputs(rows, 100), T0 + 100 * H)
+    assert f.evidence["spent_usd"] == 1100.0 and f.evidence["projects"] == ["data", "ml"]
+    assert f.scope.project is None and f.scope.labels == {"run": "r7"}
+
+
+def test_a_stopped_job_burns_nothing_more_and_fires_only_when_already_over() -> None:
+    rows = _rows(0, 100, "10", {"job": "llm"})  # last billed hour 99, now 130: stopped (> 6 h)
+    assert _detector({"llm": 1500}).evaluate(_inputs(rows, 130), T0 + 130 * H) == []
+    (f,) = _detector({"llm": 900}).evaluate(_inputs(rows, 130), T0 + 130 * H)
+    assert f.impact_usd == Decimal("100") and f.evidence["running"] is False
+    assert "stopped" in f.summary and f.evidence["crosses_at"] == "2026-11-06T10:00:00Z"
+
+
+def test_a_bucket_billing_on_does_not_keep_a_stopped_job_burning() -> None:
+    rows = _rows(0, 100, "10", {"job": "llm"})
+    rows += [
+        CostHour(
+            hour=T0 + h * H,
+            project="ml",
+            subcategory="storage.gcs",
+            cost=Decimal("0.1"),
+            labels={"job": "llm"},
+        )
+        for h in range(130)
+    ]
+    assert _detector({"llm": 1500}).evaluate(_inputs(rows, 130), T0 + 130 * H) == []
+
+
+def test_utilization_keeps_a_job_running_while_its_billing_lags() -> None:
+    rows = _rows(0, 100, "10", {"job": "llm"})
+    gpu = (
+        GpuHour(
+            T0 + 128 * H,
+            "ml",
+            "vm",
+            "H100",
+            8,
+            Decimal(8),
+            Decimal(0),
+            90.0,
+            estimated=True,
+            labels={"job": "llm"},
+        ),
+    )
+    (f,) = _detector({"llm": 1500}).evaluate(_inputs(rows, 130, gpu=gpu), T0 + 130 * H)
+    assert f.evidence["running"] is True and f.evidence["last_utilization_hour"] == "2026-11-06T08:00:00Z"
+
+
+def test_provisional_hours_count_at_the_burn_rate_while_billing_arrives() -> None:
+    # settled: hours 0-71 at $10; provisional from hour 72: billed only $2/h so far
+    rows = _rows(0, 72, "10", {"job": "llm"}) + _rows(72, 28, "2", {"job": "llm"})
+    (f,) = _detector({"llm": 1500}).evaluate(_inputs(rows, 100, prov_hour=72), T0 + 100 * H)
+    e = f.evidence
+    assert (e["provisional_billed_usd"], e["provisional_counted_usd"]) == (56.0, 280.0)
+    assert e["projected_usd"] == 720 + 280 + 1680 and "still arriving" in f.summary
+
+
+def test_the_run_rate_is_the_one_project_budgets_use() -> None:
+    rows = _rows(0, 100, "10", {}) + _rows(100, 20, "1", {})
+    rr = run_rate(rows, T0, T0, T0 + 100 * H, T0 + 120 * H, 1)
+    assert (rr.start, rr.end, rr.hourly, rr.from_provisional) == (
+        T0 + 76 * H,
+        T0 + 100 * H,
+        Decimal(10),
+        False,
+    )
+    rr = run_rate(rows, T0 + 100 * H, T0 + 100 * H, T0 + 100 * H, T0 + 120 * H, 1)  # nothing settled yet
+    assert (rr.from_provisional, rr.hourly) == (True, Decimal(1))
+
+
+def test_job_budgets_config_errors_name_the_key() -> None:
+    with pytest.raises(
+        ValidationError, match='"llm-pretrain" = -5: a job budget is a positive amount in USD'
+    ):
+        JobsConfig(budgets={"llm-pretrain": -5})
+    with pytest.raises(ValidationError, match="positive amount"):
+        JobsConfig(budgets={"llm-pretrain": float("nan")})
+    assert JobsConfig(budgets={"llm-pretrain": 50000}).budgets == {"llm-pretrain": 50000.0}
+
+
+def test_registered_and_built_with_the_jobs_config() -> None:
+    assert "job_budget" in registered()
+    (det,) = [d for d in build_detectors({}, jobs=JobsConfig(budgets={"x": 1})) if d.name == "job_budget"]
+    assert det.jobs.budgets == {"x": 1.0}
+    with pytest.raises(ConfigError, match=r"detectors\.job_budget\.thresholds_pct: thresholds are percents"):
+        build_detectors({"job_budget": {"thresholds_pct": [0]}})
+
+
+# -- end to end: the analysis pipeline (`gpucost analyze`'s code path) on the simulated fleet ------------
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    import json
+
+    from monitor.simulate import write_fleet
+
+    out = tmp_path_factory.mktemp("job-budget-fleet")
+    write_fleet(out, seed=7, days=2)
+    return {
+        "billing": out / "billing" / "export.parquet",
+        "truth": json.loads((out / "ground_truth.json").read_text()),
+    }
+
+
+@pytest.mark.slow
+def test_simulated_jobs_over_budget_fire_with_their_true_spend(fleet: dict) -> None:
+    from monitor.analysis import analyze_once
+    from monitor.config import parse_config
+
+    truth = {j["job"]: j for j in fleet["truth"]["jobs"]}
+    # `[jobs.budgets]` as a config file gives it; the GKE JobSet's node rows name their job by the pod
+    # label GKE cost allocation exports, which the aggregates keep because `[jobs]` lists it
+    budgets = {"finetune-mistral": 5000.0, "finetune-llama": 1e6, "llm-pretrain": 12000.0}
+    cfg = parse_config({"jobs": {"budgets": budgets}})
+    result = analyze_once(cfg, now=datetime(2026, 11, 3, tzinfo=UTC), billing_paths=[fleet["billing"]])
+    found = {f.evidence["job"]: f for f in result.findings if f.kind == "job_budget"}
+    assert set(found) == {"finetune-mistral", "llm-pretrain"}  # finetune-llama is far from its budget
+    mistral = found["finetune-mistral"]
+    exact = Decimal(truth["finetune-mistral"]["net_cost_micros"]) / 10**6
+    assert Decimal(str(mistral.evidence["spent_usd"])) == exact  # every row of the job, to the micro
+    assert mistral.evidence["projects"] == ["ml-training-prod"] and mistral.evidence["running"] is True
+    # llm-pretrain: its GKE nodes (k8s label) and its checkpoints bucket (job label), not the shared
+    # cluster fee (the jobs engine shares that by node-hours; the budget counts the job's own rows)
+    pretrain = found["llm-pretrain"]
+    assert pretrain.evidence["label_key"] in ("job", "k8s-label/jobset.sigs.k8s.io/jobset-name")
+    assert (
+        0.97 * truth["llm-pretrain"]["net_cost_usd"]
+        <= pretrain.evidence["spent_usd"]
+        <= truth["llm-pretrain"]["net_cost_usd"]
+    )
+    assert pretrain.impact_usd > 0 and pretrain.to_dict()["kind"] == "job_budget"

@@ -1,0 +1,234 @@
+"""A job that finishes gets ONE message: its total, hidden costs and the two counterfactuals, through
+the persistent outbox, never repeated (not by the pipeline's repeat interval, a restart, a second
+detection run, nor late billing rows), and "finished" only once billing and utilization are quiet.
+
+Pure tests drive the real jobs engine on hand-made hours and a real SQLite state store; the
+end-to-end test runs the daemon's cycle (billing poll, utilization poll, detection, delivery) on the
+simulated fleet with the console notifier.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from alerts.digest_jobs import job_records
+from alerts.job_message import (
+    JOB_GROUP,
+    Announced,
+    announce_finished,
+    finished_jobs,
+    job_message,
+    job_message_key,
+)
+from alerts.outbox import ensure_schema
+from monitor.detectors.inputs import CostHour, GpuHour
+from monitor.jobs.config import JobsConfig
+from monitor.state.store import open_store
+
+D = Decimal
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+H = timedelta(hours=1)
+JOBS = JobsConfig()  # running_within_hours = 6
+
+
+def _cost(hour: int, usd: str, job: str | None, sub: str = "compute.gpu", **kw: object) -> CostHour:
+    labels = {"job": job} if job else {}
+    kw = {"instance": f"{job}-vm", "zone": "us-central1-a"} | kw
+    return CostHour(hour=T0 + hour * H, project="ml", subcategory=sub, cost=D(usd), labels=labels, **kw)  # type: ignore[arg-type]
+
+
+def _train(first: int, last: int, job: str = "llm") -> list[CostHour]:
+    """$100/h of GPU and $5/h of inter-zone traffic per hour of [first, last]."""
+    out = []
+    for h in range(first, last + 1):
+        out += [_cost(h, "100", job), _cost(h, "5", job, "network.inter_zone")]
+    return out
+
+
+def _gpu(hour: int, job: str = "llm", idle: bool = False, estimated: bool = False) -> GpuHour:
+    return GpuHour(
+        T0 + hour * H, "ml", f"{job}-vm", "H100", 8, D(8), D(100), 0.0 if idle else 80.0,
+        idle_gpu_hours=D(8) if idle else D(0), idle_cost=D(100) if idle else D(0), zone="us-central1-a",
+        estimated=estimated, labels={"job": job},
+    )  # fmt: skip
+
+
+def _records(hours: list, gpu: list, end_hour: int) -> list:
+    return job_records(hours, gpu, JOBS, T0 + end_hour * H)
+
+
+def test_finished_means_billing_and_utilization_quiet_for_running_within_hours() -> None:
+    hours = _train(0, 9)  # last billed hour 9: [9, 10)
+    assert [r.job for r in finished_jobs(_records(hours, [], 17), [])] == ["llm"]  # 10 + 6 <= 17
+    assert finished_jobs(_records(hours, [], 16), []) == []  # 10 >= 16 - 6: billing may lag
+    # billing stopped at 9 but utilization still reports the GPUs at hour 12 (billing lags): running
+    assert finished_jobs(_records(hours, [_gpu(12, estimated=True)], 17), []) == []
+    assert [r.job for r in finished_jobs(_records(hours, [_gpu(12, estimated=True)], 20), [])] == ["llm"]
+    assert finished_jobs(_records(_train(0, 9, job=None), [], 30), []) == []  # unlabelled spend is no job
+
+
+def test_a_bucket_billing_on_after_the_job_does_not_keep_it_running(tmp_path: Path) -> None:
+    """The job's checkpoints bucket (its label) bills every hour; the job ended with its VM."""
+    hours = _train(0, 9) + [_cost(h, "0.5", "llm", "storage.gcs", instance=None) for h in range(0, 30)]
+    (r,) = finished_jobs(_records(hours, [], 30), [])
+    assert r.last_hour == T0 + 9 * H and "Cloud Storage: $15.00" in json.dumps(job_message(r, "#ml").blocks)
+    s = open_store(f"sqlite:///{tmp_path / 'state.sqlite'}")
+    assert len(_announce(s, hours, 30)) == 1
+    s.close()
+
+
+def test_told_runs_history_and_new_runs() -> None:
+    recs = _records(_train(0, 9), [], 30)
+    told = [Announced("llm", T0, T0 + 9 * H)]
+    assert finished_jobs(recs, told) == []
+    late = _records([*_train(0, 9), _cost(10, "1", "llm")], [], 30)  # a late row stretches the told run
+    assert finished_jobs(late, told) == []
+    rerun = _records(_train(20, 25), [], 40)  # the old run out of the window; the name used again
+    assert [r.job for r in finished_jobs(rerun, told)] == ["llm"]
+    assert finished_jobs(recs, [], history_cut=T0 + 11 * H) == []  # ended before the first start
+    assert len(finished_jobs(recs, [], history_cut=T0 + 10 * H)) == 1
+
+
+def test_the_message_has_the_total_hidden_costs_and_counterfactuals() -> None:
+    gpu = [_gpu(h, idle=h >= 8) for h in range(10)]
+    (r,) = finished_jobs(_records(_train(0, 9), gpu, 30), [])
+    msg = job_message(r, "#ml")
+    text = json.dumps(msg.blocks, ensure_ascii=False)
+    assert msg.text == "Job finished: llm: $1,050.00 over 10 h; idle GPUs $200.00, one zone would save $50.00"
+    assert (
+        "*Total:* $1,050.00 net ($1,050.00 before credits) over 2026-11-01 00:00–2026-11-01 10:00 UTC (10 h)"
+        in text
+    )
+    assert "idle GPUs: $200.00 (19.0%)" in text and "inter-zone traffic: $50.00 (4.8%)" in text
+    assert "one zone: save $50.00" in text and "Spot: nothing to save" in text  # no price book given
+    assert "8× H100, 80.0 GPU-hours at 64.0% mean utilization" in text
+    assert (
+        msg.idempotency_key
+        == job_message_key("llm", "#ml", T0 + 9 * H)
+        != job_message_key("llm", "#x", T0 + 9 * H)
+    )
+
+
+def test_names_from_labels_are_escaped() -> None:
+    (r,) = finished_jobs(_records(_train(0, 2, job="<!channel>"), [], 30), [])
+    msg = job_message(r, "#ml")
+    assert "<!channel>" not in json.dumps(msg.blocks) + msg.text and "&lt;!channel&gt;" in msg.text
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    s = open_store(f"sqlite:///{tmp_path / 'state.sqlite'}")
+    ensure_schema(s)
+    yield s
+    s.close()
+
+
+def _outbox(store) -> list[tuple]:
+    with store.transaction() as conn:
+        return conn.execute(
+            "SELECT idempotency_key, reason, receiver FROM alerts_outbox WHERE group_key = ?", (JOB_GROUP,)
+        ).fetchall()
+
+
+def _announce(store, hours: list, end_hour: int, gpu: tuple = (), **kw: object) -> list[str]:
+    return announce_finished(
+        store, hours, list(gpu), JOBS, now=T0 + end_hour * H, window_start=T0 - 24 * H,
+        window_end=T0 + end_hour * H, receiver="#ml", **kw,
+    )  # fmt: skip
+
+
+def test_announced_once_across_runs_late_rows_and_restarts(store, tmp_path: Path) -> None:
+    hours = _train(0, 9) + _train(0, 30, job="other")
+    assert _announce(store, hours, 12) == []  # llm stopped 2 h ago: billing may still come
+    (key,) = _announce(store, hours, 17)
+    assert [tuple(r) for r in _outbox(store)] == [(key, "job_finished", "#ml")]
+    assert _announce(store, hours, 18) == []  # no repeat
+    late = [*hours, _cost(10, "3", "llm")]  # a late row of the run already told
+    assert _announce(store, late, 20) == []
+    store.close()
+    again = open_store(f"sqlite:///{tmp_path / 'state.sqlite'}")  # a restart
+    assert _announce(again, late, 21) == [] and len(_outbox(again)) == 1
+    # the other job finishes later: its own message (and still none for llm, two days on)
+    (other,) = _announce(again, hours, 17 + 48)
+    assert other != key and _announce(again, hours, 17 + 72) == [] and len(_outbox(again)) == 2
+    # a job that ended before gpucost first started (the history cut): none
+    assert _announce(again, _train(0, 3, job="old"), 41, history_cut=T0 + 30 * H) == []
+    again.close()
+
+
+def test_the_pipelines_repeat_interval_never_resends_it(store, tmp_path: Path) -> None:
+    """Not a finding: `pipeline.process` with nothing firing, before and after `repeat_interval`,
+    queues nothing, and the job message stays the one outbox row."""
+    from alerts.console import ConsoleNotifier
+    from alerts.pipeline import Deps, process
+
+    (key,) = _announce(store, _train(0, 9), 17)
+    deps = Deps(store, ConsoleNotifier(tmp_path))
+    for later in (17, 17 + 25, 17 + 49):
+        assert process([], T0 + later * H, deps).notified == ()
+    assert [r[0] for r in _outbox(store)] == [key]
+
+
+# -- end to end: the daemon's cycle on the simulated fleet, after every job stopped ----------------------
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from monitor.simulate import write_fleet
+
+    out = tmp_path_factory.mktemp("job-finished-fleet")
+    write_fleet(out, seed=7, days=2)
+    return out
+
+
+@pytest.mark.slow
+def test_the_daemon_tells_each_finished_job_once(tmp_path: Path, fleet: Path) -> None:
+    from monitor.config import parse_config
+    from monitor.cycle import run_billing_poll, run_delivery, run_detection, run_utilization_poll
+    from monitor.jobs.run import jobs_once
+    from tests.test_digest_jobs import JOBS as DEFAULT_JOBS
+    from tests.test_digest_jobs import daemon_on_fleet
+
+    route = {"match": {"label.job": "finetune-mistral"}, "channel": "#finetune"}  # routed like findings
+    deps = daemon_on_fleet(tmp_path, fleet, slack={"routes": [route]})
+    truth = json.loads((fleet / "ground_truth.json").read_text())
+    fleet_end = datetime(2026, 11, 3, tzinfo=UTC)  # every simulated job bills until then
+    early = fleet_end + 2 * H  # the last billed hour ended 2 h ago: billing may still come
+    for step in (run_billing_poll, run_utilization_poll, run_detection):
+        step(deps, early)
+    assert _outbox(deps.store) == []
+    now = fleet_end + 8 * H
+    run_billing_poll(deps, now)
+    run_utilization_poll(deps, now)
+    run_detection(deps, now)
+    run_delivery(deps, now)
+    told = [json.loads(line) for line in (tmp_path / "console" / "alerts.jsonl").read_text().splitlines()]
+    finished = [m for m in told if m["text"].startswith("Job finished: ")]
+    named = {j["job"] for j in truth["jobs"]}
+    assert {m["text"].split(":")[1].strip() for m in finished} == named  # every job, once
+    assert len(finished) == len(named)
+
+    # its figures are the jobs engine's (`gpucost jobs` on the export: jobs.sql, not the store)
+    report = jobs_once(
+        parse_config({}), DEFAULT_JOBS, now=now, billing_paths=[fleet / "billing" / "export.parquet"],
+        start=datetime(2026, 11, 1, tzinfo=UTC), end=fleet_end,
+    )  # fmt: skip
+    mistral = next(j for j in report.jobs if j.job == "finetune-mistral")
+    (msg,) = [m for m in finished if "finetune-mistral" in m["text"]]
+    assert msg["channel"] == "#finetune" and {m["channel"] for m in finished if m is not msg} == {
+        "#gpucost-alerts"
+    }
+    total = f"{mistral.net_cost.quantize(D('0.01')):,}"
+    assert msg["text"].startswith(f"Job finished: finetune-mistral: ${total} over 48 h")
+
+    for later in (now + 25 * H, now + 49 * H):  # past the repeat interval, twice
+        for step in (run_detection, run_delivery):
+            step(deps, later)
+    again = [json.loads(line) for line in (tmp_path / "console" / "alerts.jsonl").read_text().splitlines()]
+    assert len([m for m in again if m["text"].startswith("Job finished: ")]) == len(named)
+    deps.store.close()
