@@ -233,6 +233,12 @@ def _estimate_hour(
     pricing = (k.pricing_model if k else None) or "on_demand"
     term = {"committed": "on_demand", "reserved": "on_demand"}.get(pricing, pricing)
     unit = prices.gpu_hourly(str(model), region, term) if model else None
+    if unit is None and k is not None and k.gpu_hours > 0 and k.cost_micros > 0:
+        # Not in the price book (a GPU or region the snapshot lacks): the node's own gross rate from
+        # its latest billed hour. Dropping the hour instead would cut an idle run wherever billing
+        # is late, and the cut re-keys an ongoing idle_gpu finding at every detection (the soak
+        # test's forgotten A100 in europe-west4 was alerted as new each day).
+        unit = Decimal(k.cost_micros) / _MICROS / k.gpu_hours
     if unit is None:
         return []
     per_gpu: dict[str, list[float]] = defaultdict(list)

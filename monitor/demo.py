@@ -49,7 +49,9 @@ _CLOCK = "gpucost_demo_clock"  # one row per load: the simulated instant it brou
 class DemoFeeder:
     """Owns the demo's DuckDB connection and simulated clock (single writer: the billing job)."""
 
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, start: datetime | None = None):
+        """`start`: the simulated instant a new feed begins at; by default the fleet's last day, so
+        the first cycle has the rest as history (a soak test starts earlier to live many days)."""
         self.cfg = cfg
         d = cfg.demo
         self.sim = FleetSimulator(d.seed, DEFAULT_START, d.days, d.scale, inject=True)
@@ -59,7 +61,7 @@ class DemoFeeder:
         )
         self.util_dir.mkdir(parents=True, exist_ok=True)
         # Start with all but the last day already exported, so the first cycle has history to judge.
-        first_now = self.sim.end - _DAY
+        first_now = start or self.sim.end - _DAY
         self.conn.execute(f"CREATE TABLE IF NOT EXISTS {_CLOCK} (now TIMESTAMPTZ NOT NULL)")
         (resume,) = self.conn.execute(
             f"SELECT greatest((SELECT MAX(now) FROM {_CLOCK}), MAX(export_time)) FROM billing_export"

@@ -76,7 +76,7 @@ class Env:
 
     def deps(self) -> Deps:
         """A fresh process (what a restart gives): new store connection, new client."""
-        notifier = SlackNotifier(SecretStr(TOKEN), self.slack.base_url, timeout=1)
+        notifier = SlackNotifier(SecretStr(TOKEN), self.slack.base_url, timeout=30)  # only a hang times out
         return Deps(SQLiteStore(self.db), notifier, self.alerts_cfg, self.slack_cfg)
 
     def run(self, deps: Deps, findings: list[Finding], since: datetime, until: datetime) -> None:

@@ -62,7 +62,7 @@ class Env:
 
     def deps(self) -> Deps:
         """A fresh process: new store connection, new client (what a restart gives)."""
-        notifier = SlackNotifier(SecretStr(TOKEN), self.slack.base_url, timeout=1)
+        notifier = SlackNotifier(SecretStr(TOKEN), self.slack.base_url, timeout=30)  # only a hang times out
         return Deps(SQLiteStore(self.db), notifier, self.alerts, SlackConfig(channel="C0ALERTS"))
 
     def nflog(self) -> list[dict]:

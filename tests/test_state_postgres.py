@@ -459,7 +459,7 @@ def test_transactions_run_one_at_a_time_like_sqlite(pg_url: str) -> None:
 
     first = threading.Thread(target=bump, args=(a, 0.3))
     first.start()
-    inside.wait(5)
+    assert inside.wait(60)  # event-driven: `a` holds its transaction before `b` starts
     bump(b, 0)  # waits for the store lock, then reads the committed 1
     first.join()
     assert seen == [0, 1]
