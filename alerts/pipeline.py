@@ -334,10 +334,10 @@ def _enqueue_notification(
     g: Group, d: Decision, snaps: dict[str, Any], root_key: str | None, ctx: Ctx
 ) -> str | None:
     reason = d.reason or Reason.REPEAT
-    if reason in (Reason.NEW_GROUP, Reason.REPEAT):
-        shown = g.findings
-    else:
-        shown = [f for f in g.findings if f.fingerprint in d.new]
+    # Every message shows the whole group (what is new marked), as Alertmanager's do: any message
+    # restarts the group's repeat interval, so one showing only the news would leave the rest of
+    # the group unreminded for up to an interval after it (found by tests/test_soak.py).
+    shown = g.findings
     resolved = [snaps.get(fp, {"title": fp, "impact_usd": "0"}) for fp in sorted(d.resolved)]
     text, blocks = render_group(reason, shown, d.new, resolved)
     fps = sorted({f.fingerprint for f in shown} | d.resolved)

@@ -44,10 +44,10 @@ stayed parsed in the file source's cache (the Python heap grew ~63k blocks a day
 tests/test_utilization_cache.py), and a forgotten GPU whose model and region the price book lacks
 lost its late-billed hours, so its idle run "ended" hours before the data did and was re-keyed as
 a new finding at every detection: alerted as new daily instead of once per repeat interval
-(tests/test_estimate_unpriced.py). And one it leaves open (a strict xfail, so it fails the day it
-is fixed and the marker must go): an update about one finding of a group restarts the group's repeat
-interval but shows only the new finding, so the group's other findings go unreminded for up to
-one repeat interval after the latest news.
+(tests/test_estimate_unpriced.py); and an update about one finding of a group restarted the
+group's repeat interval but showed only the new finding, so the group's other findings went
+unreminded for up to one repeat interval after the latest news (every message now shows the whole
+group, new findings marked, as Alertmanager's do).
 """
 
 from __future__ import annotations
@@ -375,12 +375,6 @@ def test_every_hidden_cost_is_alerted_once_per_repeat_interval(soak: Soak) -> No
     assert problems == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="alerts: an update about one finding restarts its group's repeat interval but shows only "
-    "the new finding (alerts/pipeline.py _enqueue_notification), so the group's other findings go "
-    "unreminded for up to repeat_interval after the latest news (96 h with a 48 h interval here)",
-)
 def test_no_firing_finding_goes_unreminded_longer_than_the_repeat_interval(soak: Soak) -> None:
     """What a shared group adds: a finding still firing is shown again within one repeat interval,
     whatever news its group mates had in between (Alertmanager shows every firing alert in each
