@@ -315,7 +315,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, live: LiveFleet, bq_wire: Any)
             # measured here, asserted by its own test
             found = _settle(hung_alerted, GROUP_WAIT_S + 60 + 60)
             latency = time.monotonic() - first.started if found else None
-            first.wait_log("detection", timeout=60)
+            first.wait_log("detection", timeout=300)
             assert _settle(lambda: _detected_after_history(first), 240), (
                 "backfill never finished:\n" + first.tail()
             )
@@ -344,7 +344,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, live: LiveFleet, bq_wire: Any)
         second = DaemonProcess(tmp, config, 2, TOKEN)
         try:
             port = second.wait_log("serving /healthz /readyz /metrics", timeout=60)["port"]
-            second.wait_log("detection", timeout=120)
+            second.wait_log("detection", timeout=300)
             # Whatever the restart would send is, once its detection committed, a pending outbox
             # row or a group timer (flushed group_wait later by the outbox job): wait for both.
             settled = _settle(

@@ -167,7 +167,13 @@ class SQLiteStore:
         for version, script in enumerate(migrations, start=1):
             if version in done:
                 continue
-            with self.transaction() as conn:
+            with self.transaction() as conn:  # BEGIN IMMEDIATE: one writer at a time
+                # Another thread (the daemon's jobs start together) may have applied it since the
+                # read above: applying it twice fails (e.g. DROP TABLE on what is now a view).
+                if conn.execute(
+                    "SELECT 1 FROM schema_migrations WHERE component = ? AND version = ?", (component, version)
+                ).fetchone():
+                    continue
                 for stmt in (s.strip() for s in script.split(";")):
                     if stmt:
                         conn.execute(stmt)
