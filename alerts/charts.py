@@ -7,9 +7,10 @@ drawing; every figure printed in text comes from the Decimals in `DigestData`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -18,7 +19,7 @@ from matplotlib.ticker import FuncFormatter
 if TYPE_CHECKING:
     from alerts.digest import DigestData
 
-__all__ = ["CHART_DPI", "CHART_SIZE_PX", "provisional_mark", "render_chart"]
+__all__ = ["CHART_DPI", "CHART_SIZE_PX", "finish_daily_chart", "provisional_mark", "render_chart"]
 
 CHART_SIZE_PX = (1200, 600)
 CHART_DPI = 100
@@ -87,10 +88,19 @@ def render_chart(d: DigestData, path: str | Path) -> Path:
                 textcoords="offset points",
             )
     ax.set_ylim(0, max([*bottom, *idle, 1.0]) * 1.2)  # headroom for the legend and the marks
+    title = f"Daily spend by category to {d.day.isoformat()} ({d.timezone})"
+    return finish_daily_chart(fig, ax, x, days, d.currency, title, path)
+
+
+def finish_daily_chart(
+    fig: Figure, ax: Any, x: Sequence[int], days: Sequence[date], currency: str, title: str, path: str | Path
+) -> Path:
+    """The style every daily digest chart shares (day ticks, dollar axis, grid, legend, margins),
+    then the PNG written to `path`."""
     ax.set_xticks(x, [f"{day:%m-%d}" for day in days], rotation=45, ha="right", fontsize=8)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"${v:,.0f}"))
-    ax.set_ylabel(f"Daily spend ({d.currency})")
-    ax.set_title(f"Daily spend by category to {d.day.isoformat()} ({d.timezone})")
+    ax.set_ylabel(f"Daily spend ({currency})")
+    ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="upper left", fontsize=8, ncols=2)
     fig.subplots_adjust(left=0.08, right=0.98, top=0.92, bottom=0.15)

@@ -27,7 +27,6 @@ from zoneinfo import ZoneInfo
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter
 
 from alerts.escape import escape_mrkdwn as esc
 from alerts.escape import truncate
@@ -234,7 +233,7 @@ def render_jobs_chart(
 ) -> Path:
     """Daily spend stacked by job (the top jobs, the others, the unlabelled), the digest chart's
     size and style (`alerts.charts`); provisional days drawn faint. Writes the PNG, returns it."""
-    from alerts.charts import CHART_DPI, CHART_SIZE_PX
+    from alerts.charts import CHART_DPI, CHART_SIZE_PX, finish_daily_chart
 
     days = sorted(d.daily)
     names = d.series or sorted({s for v in d.daily.values() for s in v})
@@ -254,14 +253,4 @@ def render_jobs_chart(
                 bar.set_alpha(0.45)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     ax.set_ylim(0, max([*bottom, 1.0]) * 1.2)
-    ax.set_xticks(x, [f"{x_day:%m-%d}" for x_day in days], rotation=45, ha="right", fontsize=8)
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"${v:,.0f}"))
-    ax.set_ylabel(f"Daily spend ({currency})")
-    ax.set_title(f"Daily spend by job to {day.isoformat()}")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(loc="upper left", fontsize=8, ncols=2)
-    fig.subplots_adjust(left=0.08, right=0.98, top=0.92, bottom=0.15)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png", dpi=CHART_DPI)
-    return out
+    return finish_daily_chart(fig, ax, x, days, currency, f"Daily spend by job to {day.isoformat()}", path)
