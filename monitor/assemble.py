@@ -22,8 +22,9 @@ from monitor.gpus import GpuCostHour, JoinedHour, join_gpu_hours
 from monitor.model import micros_to_decimal
 from monitor.sources.presets import Signal
 from monitor.state.store import StateStore
-from monitor.utilization import GpuSample, load_samples, resolve_duty_cycles
 from monitor.utilization.coverage import Coverage
+from monitor.utilization.hourly import UtilHour, precedence
+from monitor.utilization.state import load_util_hours
 
 __all__ = ["assemble_inputs", "cost_hours", "gpu_cost_hours", "gpu_hours"]
 
@@ -162,15 +163,15 @@ def _cost_keys(c: GpuCostHour) -> list[str]:
     return [n.key for n in billed_identities(c.project, c.zone, c.instance, c.instance_id, c.cluster)]
 
 
-def _sample_keys(s: GpuSample) -> list[str]:
-    """Every identity a sample's host answers to, primary first."""
-    ids = sample_identities(s.project, s.zone, s.instance_id, s.instance_name, s.cluster, s.node_name)
+def _host_keys(h: UtilHour) -> list[str]:
+    """Every identity a monitored host answers to, primary first."""
+    ids = sample_identities(h.project, h.zone, h.instance_id, h.instance_name, h.cluster, h.node_name)
     return [n.key for n in ids]
 
 
 def _estimates(
     costs: Sequence[GpuCostHour],
-    samples: Sequence[GpuSample],
+    hours: Sequence[UtilHour],
     prices: PriceLookup | None,
     threshold: float,
     end: datetime,
@@ -183,9 +184,10 @@ def _estimates(
     instance billed to another account, say). An hour is "billed" when any identity of the node
     (`monitor.gpu_identity`: GCE id, zone/name, GKE cluster/node) has a GPU row in it, so a billing
     row never gets a second, estimated copy; hours missing between billed ones (rows landing out of
-    order) are estimated too. Signal precedence (and the GKE duty-cycle pair) is resolved first.
+    order) are estimated too. Signal precedence (and the GKE duty-cycle pair) was resolved when the
+    samples were reduced to hours (`monitor.utilization.hourly`).
     """
-    if prices is None or not samples:
+    if prices is None or not hours:
         return []
     latest: dict[str, GpuCostHour] = {}
     billed: set[tuple[str, datetime]] = set()
@@ -194,16 +196,15 @@ def _estimates(
             billed.add((key, c.hour))
             if key not in latest or c.hour > latest[key].hour:
                 latest[key] = c
-    resolved, container = resolve_duty_cycles(list(samples))
-    by_hour: dict[tuple[str, datetime], list[GpuSample]] = defaultdict(list)
+    by_hour: dict[tuple[str, datetime], list[UtilHour]] = defaultdict(list)
     aliases: dict[str, list[str]] = {}
-    for s in resolved:
-        hour = s.start.replace(minute=0, second=0, microsecond=0)
+    for h in hours:
+        hour = h.hour
         if hour + _HOUR > end or (provisional_from is not None and hour < provisional_from):
             continue
-        keys = _sample_keys(s)
+        keys = _host_keys(h)
         if keys:
-            by_hour[(keys[0], hour)].append(s)
+            by_hour[(keys[0], hour)].append(h)
             aliases.setdefault(keys[0], keys)
     out = []
     for (key, hour), group in sorted(by_hour.items(), key=lambda kv: (kv[0][0], kv[0][1])):
@@ -211,18 +212,16 @@ def _estimates(
         if any((k, hour) in billed for k in keys):
             continue  # billed: never estimate over real rows
         known = next((latest[k] for k in keys if k in latest), None)
-        had_container = any((s.project, s.host, hour) in container for s in group)
-        out.extend(_estimate_hour(hour, group, known, prices, threshold, had_container))
+        out.extend(_estimate_hour(hour, group, known, prices, threshold))
     return out
 
 
 def _estimate_hour(
     hour: datetime,
-    group: list[GpuSample],
+    group: list[UtilHour],
     known: GpuCostHour | None,
     prices: PriceLookup,
     threshold: float,
-    had_container: bool = False,
 ) -> list[GpuHour]:
     """One estimated node-hour: GPU model and pricing from its latest billed hour when there is
     one, else from the Monitoring `model` label at on-demand prices. A known hour's credits carry
@@ -241,12 +240,14 @@ def _estimate_hour(
         unit = Decimal(k.cost_micros) / _MICROS / k.gpu_hours
     if unit is None:
         return []
-    per_gpu: dict[str, list[float]] = defaultdict(list)
-    signal = min((s.signal for s in group), key=_precedence)
-    for s in group:
-        per_gpu[s.gpu].append(s.utilization_pct)
+    per_gpu: dict[str, list[float]] = {}
+    signal = min((h.signal for h in group), key=precedence)
+    for h in group:
+        n_sum = per_gpu.setdefault(h.gpu, [0, 0.0])
+        n_sum[0] += h.samples
+        n_sum[1] += h.pct_sum
     gpus = len(per_gpu)
-    means = [sum(v) / len(v) for v in per_gpu.values()]
+    means = [total / n for n, total in per_gpu.values()]
     idle = sum(1 for m in means if m < threshold)
     cost = (unit * gpus).quantize(_Q6)
     effective = cost * _effective_ratio(k)
@@ -269,14 +270,14 @@ def _estimate_hour(
             instance_id=(k.instance_id if k else first.instance_id),
             cluster=cluster,
             machine_type=(k.machine_type if k else None),
-            memory_held=any(getattr(s, "idle_but_allocated", False) for s in group),
+            memory_held=any(h.idle_allocated for h in group),
             pricing_model=pricing,
             estimated=True,
             labels=dict(k.labels) if k else {},
             node_pool=(k.node_pool if k else None) or node_pool_from_name(cluster, instance),
             gpu_credits=(effective - cost).quantize(_Q6),
             signal=signal,
-            container_metrics=had_container if signal == Signal.NODE_DUTY_CYCLE.value else None,
+            container_metrics=any(h.container for h in group) if signal == Signal.NODE_DUTY_CYCLE.value else None,
         )
     ]
 
@@ -291,25 +292,19 @@ def _effective_ratio(known: GpuCostHour | None) -> Decimal:
     return Decimal(known.effective_micros) / Decimal(known.cost_micros)
 
 
-def _precedence(signal: str) -> int:
-    try:
-        return Signal(signal).precedence
-    except ValueError:
-        return len(Signal)
-
-
 def gpu_hours(
     rows: Sequence[HourlyCost],
-    samples: Sequence[GpuSample],
+    hours: Sequence[UtilHour],
     threshold: float,
     prices: PriceLookup | None,
     end: datetime,
     provisional_from: datetime | None = None,
 ) -> list[GpuHour]:
-    """Billed GPU hours joined with utilization, plus estimated ones (see `_estimates`)."""
+    """Billed GPU hours joined with utilization (per GPU and hour: `monitor.utilization.hourly`),
+    plus estimated ones (see `_estimates`)."""
     costs = gpu_cost_hours(rows)
-    billed = [_gpu_hour(j) for j in join_gpu_hours(costs, samples, threshold)]
-    return billed + _estimates(costs, samples, prices, threshold, end, provisional_from)
+    billed = [_gpu_hour(j) for j in join_gpu_hours(costs, hours, threshold)]
+    return billed + _estimates(costs, hours, prices, threshold, end, provisional_from)
 
 
 def assemble_inputs(
@@ -330,14 +325,14 @@ def assemble_inputs(
     `coverage`: which utilization was read (`monitor.utilization.coverage`); None: all of it."""
     if rows is None:
         rows = hourly_costs(store, start, end, now=now, provisional_days=provisional_days)
-    samples = load_samples(store, start, end)
+    util = load_util_hours(store, start, end)
     since = provisional_since(now, provisional_days)
     return DetectorInputs(
         window_start=start,
         window_end=end,
         provisional_from=since,
         hourly=cost_hours(rows),
-        gpu_hours=gpu_hours(rows, samples, idle_threshold_pct, prices, end, since),
+        gpu_hours=gpu_hours(rows, util, idle_threshold_pct, prices, end, since),
         prices=prices,
         budgets=tuple(budgets),
         utilization_coverage=coverage,

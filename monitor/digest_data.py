@@ -39,7 +39,7 @@ from monitor.assemble import gpu_hours
 from monitor.billing_poll import HourlyCost, hourly_costs, provisional_since
 from monitor.state.findings import open_findings
 from monitor.state.store import StateStore
-from monitor.utilization import load_samples
+from monitor.utilization.state import load_util_hours
 
 __all__ = ["digest_data"]
 
@@ -81,9 +81,9 @@ def digest_data(
     prev_cat, prev_proj, held = _previous(rows, day - timedelta(days=1), tz, arrived)
 
     idle: dict[date, Decimal] = defaultdict(Decimal)
-    samples = load_samples(store, chart_start, end)  # the chart's days only: not the month's reading
+    util = load_util_hours(store, chart_start, end)  # the chart's days only: not the month's reading
     charted = [r for r in rows if r.usage_hour >= chart_start]
-    joined = gpu_hours(charted, samples, idle_threshold_pct, None, end)
+    joined = gpu_hours(charted, util, idle_threshold_pct, None, end)
     for g in joined:
         idle[g.hour.astimezone(tz).date()] += g.idle_cost
 

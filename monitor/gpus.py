@@ -1,8 +1,8 @@
 """Utilization x GPU spend, per GPU node and hour: what idle GPUs cost.
 
 The join runs in an in-memory DuckDB over already-aggregated inputs (GPU cost per node-hour from
-the billing engine, utilization samples at the alignment grain), so the same code serves BigQuery and
-the embedded engine. Billing rows and samples are matched by the one node identity of
+the billing engine, utilization per GPU and hour from `monitor.utilization.hourly`), so the same code
+serves BigQuery and the embedded engine. Billing rows and GPU-hours are matched by the one node identity of
 `monitor.gpu_identity`: (project, instance id) for GCE VMs, (project, zone, name) for billing rows
 without an id, (project, cluster, node name) for GKE nodes, whose utilization never carries an id.
 
@@ -11,7 +11,7 @@ dollars of a node-hour are its *effective* GPU cost (gross plus its commitment a
 credits) times idle GPUs / GPUs, so a GPU already paid for by a commitment (or a $0 reserved one)
 shows its idle GPU-hours at what they really cost. Node-hours with GPU spend but no utilization are
 *unmonitored*, never assumed busy or idle. The signal precedence (and the GKE node / container duty
-cycle pair) is applied by `monitor.utilization.resolve_duty_cycles` first.
+cycle pair) was applied when the samples were reduced to hours.
 
 Sums per node and rollups (per project, cluster, node pool, namespace, label) live in
 `monitor.gpu_rollups`.
@@ -19,11 +19,10 @@ Sums per node and rollups (per project, cluster, node pool, namespace, label) li
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
 
 import duckdb
 import pandas as pd
@@ -31,7 +30,7 @@ import pandas as pd
 from monitor.gpu_identity import billed_identities, sample_identities
 from monitor.gpu_models import gpus_for_machine_type
 from monitor.sources.presets import Signal
-from monitor.utilization.select import host_keys, resolve_duty_cycles
+from monitor.utilization.hourly import UtilHour, precedence
 
 __all__ = ["GpuCostHour", "JoinedHour", "join_gpu_hours"]
 
@@ -102,17 +101,17 @@ class JoinedHour:
         return self.cost.effective_micros * self.idle_gpus // self.gpus
 
 
-# Samples are first reduced per host (`sid`) and hour, then matched through the identity keys both
-# sides answer to; of several matching hosts the one with most GPUs wins, then the primary key.
+# GPU-hours are merged per host (`sid`: samples of one node may differ in zone or name labels), then
+# matched through the identity keys both sides answer to; of several matching hosts the one with most
+# GPUs wins, then the primary key.
 _JOIN_SQL = """
 WITH per_gpu AS (
-    SELECT sid, gpu,
-           date_trunc('hour', start) AS hour,
-           AVG(utilization_pct) AS util,
-           MAX(memory_used_bytes) AS mem,
+    SELECT sid, gpu, hour,
+           SUM(pct_sum) / SUM(samples) AS util,
+           MAX(memory_max) AS mem,
            MIN(rank) AS rank,
            BOOL_OR(container) AS container
-    FROM samples
+    FROM hours
     GROUP BY ALL
 ), per_host AS (
     SELECT sid, hour,
@@ -148,32 +147,24 @@ def _gpus_from_usage(c: GpuCostHour) -> int:
     return max(1, int((c.gpu_hours + Decimal("0.5")).to_integral_value()))
 
 
-def _rank(signal: str) -> int:
-    try:
-        return Signal(signal).precedence
-    except ValueError:
-        return len(_SIGNALS)
-
-
-def _frames(costs: Sequence[GpuCostHour], samples: Sequence[Any]) -> tuple[pd.DataFrame, ...]:
-    """costs (idx, pos, key, hour), hosts (sid, pos, key) and samples (sid, gpu, start, ...)."""
+def _frames(costs: Sequence[GpuCostHour], hours: Sequence[UtilHour]) -> tuple[pd.DataFrame, ...]:
+    """costs (idx, pos, key, hour), hosts (sid, pos, key) and GPU-hours (sid, gpu, hour, ...)."""
     cost_rows: list[tuple[int, int, str | None, datetime]] = []
     for i, c in enumerate(costs):
         ids = billed_identities(c.project, c.zone, c.instance, c.instance_id, c.cluster)
         cost_rows += [(i, pos, n.key, c.hour) for pos, n in enumerate(ids)] or [(i, 0, None, c.hour)]
     cost_df = pd.DataFrame(cost_rows, columns=["idx", "pos", "key", "hour"])
-    resolved, container = resolve_duty_cycles(list(samples))
     # a host is its primary identity (samples of one node may differ in zone or name labels); it
     # answers to every alias any of its samples has
     seen: dict[tuple, int] = {}
     primary: dict[str, int] = {}
     aliases: dict[tuple[int, str], int] = {}
     sid_col: list[int] = []
-    for s in resolved:
-        ids = (s.project, s.zone, s.instance_id, s.instance_name, s.cluster, s.node_name)
+    for h in hours:
+        ids = (h.project, h.zone, h.instance_id, h.instance_name, h.cluster, h.node_name)
         sid = seen.get(ids)
         if sid is None:
-            keys = [n.key for n in sample_identities(*ids)] or [f"none|{s.project}"]
+            keys = [n.key for n in sample_identities(*ids)] or [f"none|{h.project}"]
             sid = seen[ids] = primary.setdefault(keys[0], len(primary))
             for pos, k in enumerate(keys):
                 aliases[(sid, k)] = min(pos, aliases.get((sid, k), pos))
@@ -181,52 +172,38 @@ def _frames(costs: Sequence[GpuCostHour], samples: Sequence[Any]) -> tuple[pd.Da
     host_df = pd.DataFrame(
         [(sid, pos, k) for (sid, k), pos in aliases.items()], columns=["sid", "pos", "key"]
     )
-    sample_df = pd.DataFrame(
+    hour_df = pd.DataFrame(
         {
             "sid": sid_col,
-            "gpu": pd.Series([s.gpu for s in resolved], dtype="object"),
-            "start": pd.to_datetime([s.start for s in resolved], utc=True),
-            "utilization_pct": pd.Series([s.utilization_pct for s in resolved], dtype="float64"),
-            "memory_used_bytes": pd.Series([s.memory_used_bytes for s in resolved], dtype="float64"),
-            "rank": [_rank(s.signal) for s in resolved],
-            "container": pd.Series(_container_flags(resolved, container), dtype="bool"),
+            "gpu": pd.Series([h.gpu for h in hours], dtype="object"),
+            "hour": pd.to_datetime([h.hour for h in hours], utc=True),
+            "samples": pd.Series([h.samples for h in hours], dtype="int64"),
+            "pct_sum": pd.Series([h.pct_sum for h in hours], dtype="float64"),
+            "memory_max": pd.Series([h.memory_max for h in hours], dtype="float64"),
+            "rank": pd.Series([precedence(h.signal) for h in hours], dtype="int64"),
+            "container": pd.Series([h.container for h in hours], dtype="bool"),
         }
     )
-    return cost_df, host_df, sample_df
-
-
-def _container_flags(samples: Sequence[Any], container: set[tuple[str, str, datetime]]) -> list[bool]:
-    """Per sample: whether its host reported container duty cycles in its hour (see `resolve_duty_cycles`)."""
-    if not container:
-        return [False] * len(samples)
-    idents = [
-        (s.project, s.zone, s.instance_id, s.instance_name, s.cluster, s.node_name, s.gpu, s.model)
-        for s in samples
-    ]
-    host_of = host_keys(idents)
-    return [
-        (*host_of(i)[:2], s.start.replace(minute=0, second=0, microsecond=0)) in container
-        for s, i in zip(samples, idents, strict=True)
-    ]
+    return cost_df, host_df, hour_df
 
 
 def join_gpu_hours(
-    costs: Sequence[GpuCostHour], samples: Iterable[object], idle_threshold_pct: float
+    costs: Sequence[GpuCostHour], hours: Sequence[UtilHour], idle_threshold_pct: float
 ) -> list[JoinedHour]:
-    """Join GPU spend to utilization; `samples` are `monitor.utilization.GpuSample`s.
+    """Join GPU spend to utilization per GPU and hour (`monitor.utilization.hourly`).
 
     Each joined hour says which signal it was judged on (the best one seen in the hour) and, for a
     GKE node judged on its node duty cycle, whether it had container metrics at all.
     """
     if not costs:
         return []
-    cost_df, host_df, sample_df = _frames(costs, list(samples))
+    cost_df, host_df, hour_df = _frames(costs, hours)
     con = duckdb.connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
         con.register("costs", cost_df)
         con.register("hosts", host_df)
-        con.register("samples", sample_df)
+        con.register("hours", hour_df)
         result = con.execute(_JOIN_SQL, {"threshold": idle_threshold_pct}).fetchall()
     finally:
         con.close()

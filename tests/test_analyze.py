@@ -13,7 +13,7 @@ from monitor.assemble import gpu_hours
 from monitor.billing_poll import HourlyCost
 from monitor.errors import UserError
 from monitor.gpu_rollups import rollups, summarize_instances
-from monitor.utilization import GpuSample
+from monitor.utilization import GpuSample, util_hours
 from tests.test_detectors_common import FakePrices, gpu
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
@@ -112,7 +112,7 @@ def test_unbilled_hours_are_estimated_only_in_the_provisional_period() -> None:
     utils = [s for h in range(8) for s in samples(h, 0.0)]
     prov = T0 + 4 * H
     got = gpu_hours(
-        billed, utils, 10.0, FakePrices(table={("H100 80GB", "on_demand"): D(11)}), T0 + 7 * H, prov
+        billed, util_hours(utils), 10.0, FakePrices(table={("H100 80GB", "on_demand"): D(11)}), T0 + 7 * H, prov
     )
     est = sorted((g.hour - T0) // H for g in got if g.estimated)
     assert est == [4, 6]  # 3 is settled (no invented cost), 5 is billed, 7 is not a whole hour yet
@@ -125,7 +125,7 @@ def test_a_billed_hour_is_never_estimated_again_whatever_identity_billing_used()
     billed = [hourly(0, iid=None)]  # the billing row has a name but no numeric id
     utils = samples(0, 0.0) + samples(1, 0.0)
     got = gpu_hours(
-        billed, utils, 10.0, FakePrices(table={("H100 80GB", "on_demand"): D(11)}), T0 + 2 * H, T0
+        billed, util_hours(utils), 10.0, FakePrices(table={("H100 80GB", "on_demand"): D(11)}), T0 + 2 * H, T0
     )
     assert [(g.hour - T0) // H for g in got if g.estimated] == [1]
     assert [g.monitored for g in got if not g.estimated] == [True]  # joined by (project, zone, name)
@@ -133,7 +133,7 @@ def test_a_billed_hour_is_never_estimated_again_whatever_identity_billing_used()
 
 def test_an_instance_billing_has_not_seen_is_priced_from_its_monitoring_model() -> None:
     utils = samples(0, 50.0, iid="999", name="new-vm", gpus=2)
-    (g,) = gpu_hours([], utils, 10.0, FakePrices(table={("H100 80GB", "on_demand"): D(11)}), T0 + H, T0)
+    (g,) = gpu_hours([], util_hours(utils), 10.0, FakePrices(table={("H100 80GB", "on_demand"): D(11)}), T0 + H, T0)
     assert (g.estimated, g.instance, g.gpu_model, g.gpus, g.gpu_cost, g.idle_cost) == (
         True,
         "new-vm",
@@ -142,7 +142,7 @@ def test_an_instance_billing_has_not_seen_is_priced_from_its_monitoring_model() 
         D(22),
         D(0),
     )
-    assert gpu_hours([], utils, 10.0, None, T0 + H, T0) == []  # no prices: no guess
+    assert gpu_hours([], util_hours(utils), 10.0, None, T0 + H, T0) == []  # no prices: no guess
 
 
 # ---------------------------------------------------------------------------- per-instance figures

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from monitor.gpus import GpuCostHour, join_gpu_hours
-from monitor.utilization import GpuSample
+from monitor.utilization import GpuSample, util_hours
 
 H0 = datetime(2026, 11, 3, 10, tzinfo=UTC)
 
@@ -84,7 +84,7 @@ def samples(
 
 def test_idle_dollars_are_the_cost_share_of_idle_gpus() -> None:
     utils = [0.0] * 3 + [90.0] * 5
-    (j,) = join_gpu_hours([cost(H0, "111")], samples("111", H0, utils), 10)
+    (j,) = join_gpu_hours([cost(H0, "111")], util_hours(samples("111", H0, utils)), 10)
     assert j.gpus == 8 and j.idle_gpus == 3
     assert j.idle_gpu_hours == Decimal(3)
     assert j.idle_cost_micros == 30_000_000
@@ -92,26 +92,26 @@ def test_idle_dollars_are_the_cost_share_of_idle_gpus() -> None:
 
 
 def test_unmonitored_hours_are_neither_busy_nor_idle() -> None:
-    (j,) = join_gpu_hours([cost(H0, "222")], samples("111", H0, [0.0] * 8), 10)
+    (j,) = join_gpu_hours([cost(H0, "222")], util_hours(samples("111", H0, [0.0] * 8)), 10)
     assert not j.monitored and j.mean_utilization_pct is None
     assert j.idle_cost_micros == 0 and j.gpus == 8
 
 
 def test_fallback_join_by_project_zone_and_name_when_no_instance_id() -> None:
     (j,) = join_gpu_hours(
-        [cost(H0, None, instance="trainer-0")], samples(None, H0, [5.0] * 8, name="trainer-0"), 10
+        [cost(H0, None, instance="trainer-0")], util_hours(samples(None, H0, [5.0] * 8, name="trainer-0")), 10
     )
     assert j.monitored and j.idle_gpus == 8 and j.idle_cost_micros == 80_000_000
 
 
 def test_other_hours_do_not_leak_into_the_join() -> None:
     next_hour = H0 + timedelta(hours=1)
-    got = join_gpu_hours([cost(H0, "111"), cost(next_hour, "111")], samples("111", H0, [0.0] * 8), 10)
+    got = join_gpu_hours([cost(H0, "111"), cost(next_hour, "111")], util_hours(samples("111", H0, [0.0] * 8)), 10)
     assert [x.monitored for x in got] == [True, False]
 
 
 def test_memory_held_while_idle_is_flagged() -> None:
-    (j,) = join_gpu_hours([cost(H0, "111")], samples("111", H0, [0.0] * 8, mem=40e9), 10)
+    (j,) = join_gpu_hours([cost(H0, "111")], util_hours(samples("111", H0, [0.0] * 8, mem=40e9)), 10)
     assert j.memory_held is True
 
 
@@ -124,17 +124,17 @@ def test_gke_node_joins_by_cluster_and_node_despite_the_billed_instance_id() -> 
         )
         for s in samples(None, H0, [0.0] * 8, name=node)
     ]
-    (j,) = join_gpu_hours([c], gke, 10)
+    (j,) = join_gpu_hours([c], util_hours(gke), 10)
     assert j.monitored and j.idle_gpus == 8
     other = [replace(s, cluster="other") for s in gke]
-    (k,) = join_gpu_hours([c], other, 10)
+    (k,) = join_gpu_hours([c], util_hours(other), 10)
     assert not k.monitored
 
 
 def test_idle_dollars_use_the_effective_price_after_cud_and_sud_credits() -> None:
     c = replace(cost(H0, "111"), cud_micros=-40_000_000, sud_micros=-8_000_000, credits_micros=-50_000_000)
-    (j,) = join_gpu_hours([c], samples("111", H0, [0.0] * 4 + [90.0] * 4), 10)
+    (j,) = join_gpu_hours([c], util_hours(samples("111", H0, [0.0] * 4 + [90.0] * 4)), 10)
     assert j.idle_cost_micros == 16_000_000  # (80 - 40 - 8) / 2; other credits do not count
     free = replace(cost(H0, "111"), cost_micros=0)  # a $0 reserved GPU: idle hours, no idle dollars
-    (z,) = join_gpu_hours([free], samples("111", H0, [0.0] * 8), 10)
+    (z,) = join_gpu_hours([free], util_hours(samples("111", H0, [0.0] * 8)), 10)
     assert z.idle_cost_micros == 0 and z.idle_gpu_hours == 8

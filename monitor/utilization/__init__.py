@@ -9,14 +9,16 @@ counted under a `SkipReason`.
 - `parse`: one TimeSeries validated into a `ParsedSeries` (`parse_series`, `to_rest_json`).
 - `assemble`: points averaged into alignment windows, one signal per GPU and window (`assemble`,
   `select_signals`, `resolve_duty_cycles`).
+- `hourly`: samples reduced per GPU and hour, what the GPU join reads (`UtilHour`, `util_hours`).
 - `state`: watermarks and stored samples in the state store (`migrate`, `read_watermark`,
-  `replace_window`, `load_samples`).
+  `replace_window`, `load_samples`, and `load_util_hours`, reduced in the store's engine).
 """
 
 from __future__ import annotations
 
 from monitor.sources.presets import Signal
 from monitor.utilization.assemble import assemble
+from monitor.utilization.hourly import UtilHour, util_hours
 from monitor.utilization.parse import parse_series, to_rest_json
 from monitor.utilization.records import (
     BUSY_EPSILON_PCT,
@@ -27,7 +29,14 @@ from monitor.utilization.records import (
     UtilizationSource,
 )
 from monitor.utilization.select import resolve_duty_cycles, select_signals
-from monitor.utilization.state import COMPONENT, load_samples, migrate, read_watermark, replace_window
+from monitor.utilization.state import (
+    COMPONENT,
+    load_samples,
+    load_util_hours,
+    migrate,
+    read_watermark,
+    replace_window,
+)
 
 __all__ = [
     "BUSY_EPSILON_PCT",
@@ -37,9 +46,11 @@ __all__ = [
     "ParsedSeries",
     "Signal",
     "SkipReason",
+    "UtilHour",
     "UtilizationSource",
     "assemble",
     "load_samples",
+    "load_util_hours",
     "migrate",
     "parse_series",
     "read_watermark",
@@ -47,4 +58,5 @@ __all__ = [
     "resolve_duty_cycles",
     "select_signals",
     "to_rest_json",
+    "util_hours",
 ]

@@ -17,6 +17,7 @@ store is a cache of the source), so the next poll reads its full initial window 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -26,10 +27,11 @@ from typing import Any
 from monitor.state.store import StateStore
 from monitor.timeutil import parse_timestamp
 from monitor.utilization.coverage import record_coverage
-from monitor.utilization.records import GpuSample, SampleDraft, freeze
-from monitor.utilization.select import host_keys, merge
+from monitor.utilization.hourly import UtilHour, container_hours, ident_of, order_key, reduce_samples
+from monitor.utilization.records import BUSY_EPSILON_PCT, GpuSample, SampleDraft, freeze
+from monitor.utilization.select import host_keys, merge, resolve_duty_cycles
 
-__all__ = ["COMPONENT", "load_samples", "migrate", "read_watermark", "replace_window"]
+__all__ = ["COMPONENT", "load_samples", "load_util_hours", "migrate", "read_watermark", "replace_window"]
 
 COMPONENT = "utilization"
 
@@ -184,6 +186,24 @@ def _drop_outside(conn: Any, scope: str, preset: str, keys: list[tuple[tuple, in
     conn.executemany(sql, [(t, scope, preset, *base) for base, t in keys])
 
 
+_LABELS = (
+    "SELECT id, project, zone, instance_id, instance_name, cluster, node_name, gpu, model, signal"
+    " FROM utilization_series ORDER BY id"
+)
+_POINTS = (
+    'SELECT start, "end", utilization_pct, memory_used_bytes FROM utilization_points'
+    " WHERE series = ? AND start >= ? AND start < ?"
+)
+# Per series and hour, what `monitor.utilization.hourly.UtilHour` holds: each series' points are one
+# primary-key range, so this reads the window's points and returns one row per series-hour.
+_HOURS = (
+    "SELECT p.series, p.start - p.start % 3600, COUNT(*), SUM(p.utilization_pct), MAX(p.memory_used_bytes),"
+    " MAX(CASE WHEN p.memory_used_bytes <> 0 AND p.utilization_pct < ? THEN 1 ELSE 0 END), MIN(p.start)"
+    " FROM utilization_series s JOIN utilization_points p ON p.series = s.id"
+    " WHERE p.start >= ? AND p.start < ? GROUP BY p.series, p.start - p.start % 3600"
+)
+
+
 def load_samples(store: StateStore, start: datetime, end: datetime) -> list[GpuSample]:
     """Stored samples starting in ``[start, end)``, one per GPU and window (best signal across presets).
 
@@ -192,17 +212,54 @@ def load_samples(store: StateStore, start: datetime, end: datetime) -> list[GpuS
     with store.transaction() as conn:
         cur = conn.cursor()
         cur.row_factory = None
-        labels = cur.execute(
-            "SELECT id, project, zone, instance_id, instance_name, cluster, node_name, gpu, model, signal"
-            " FROM utilization_series ORDER BY id"
-        ).fetchall()
-        sql = (
-            'SELECT start, "end", utilization_pct, memory_used_bytes FROM utilization_points'
-            " WHERE series = ? AND start >= ? AND start < ?"
-        )
+        labels = cur.execute(_LABELS).fetchall()
         lo, hi = _epoch(start), _epoch(end)
-        rows = {r[0]: got for r in labels if (got := cur.execute(sql, (r[0], lo, hi)).fetchall())}
+        rows = {r[0]: got for r in labels if (got := cur.execute(_POINTS, (r[0], lo, hi)).fetchall())}
     return _samples({r[0]: r[1:] for r in labels if r[0] in rows}, rows)
+
+
+def load_util_hours(store: StateStore, start: datetime, end: datetime) -> list[UtilHour]:
+    """Stored utilization per GPU and hour for hours starting in ``[start, end)``: what
+    `monitor.utilization.hourly.util_hours(load_samples(...))` gives, with the samples kept in the
+    store's engine wherever that is exact.
+
+    A GPU stored as one series (the usual case) is reduced by the store's GROUP BY. A GPU seen
+    through several (two presets, or a GKE node's node and container duty cycles) needs one sample
+    per window by signal precedence first, so its samples are read and reduced in Python.
+    """
+    lo, hi = _epoch(start), _epoch(end)
+    with store.transaction() as conn:
+        cur = conn.cursor()
+        cur.row_factory = None
+        labels = {r[0]: tuple(r[1:]) for r in cur.execute(_LABELS).fetchall()}
+        agg = cur.execute(_HOURS, (BUSY_EPSILON_PCT, lo, hi)).fetchall()
+        present = sorted({r[0] for r in agg})
+        key = host_keys(labels[sid][:8] for sid in present)
+        by_gpu: dict[tuple, list[int]] = {}
+        for sid in present:
+            by_gpu.setdefault(key(labels[sid][:8]), []).append(sid)
+        shared = sorted(sid for sids in by_gpu.values() if len(sids) > 1 for sid in sids)
+        rows = {sid: cur.execute(_POINTS, (sid, lo, hi)).fetchall() for sid in shared}
+    merged = _samples({sid: labels[sid] for sid in shared}, rows)
+    resolved, _ = resolve_duty_cycles(merged)
+    single = [r for r in agg if r[0] not in rows]
+    container = container_hours(
+        [(labels[r[0]][:8], labels[r[0]][8], _when(r[1])) for r in single]
+        + [(ident_of(s), s.signal, s.start) for s in merged],
+        key,
+    )
+    out = reduce_samples(resolved, container, key)
+    for sid, hour, n, total, mem, idle, first in single:
+        ident, signal, when = labels[sid][:8], labels[sid][8], _when(hour)
+        held = (*key(ident)[:2], when) in container
+        out.append((UtilHour(*ident, when, signal, n, total, mem, bool(idle), held), float(first)))  # type: ignore[arg-type]
+    out.sort(key=order_key(key))
+    return [h for h, _ in out]
+
+
+@functools.lru_cache(maxsize=65536)
+def _when(epoch: int) -> datetime:
+    return datetime.fromtimestamp(epoch, UTC)
 
 
 def _samples(labels: dict[int, tuple], rows: dict[int, list[tuple]]) -> list[GpuSample]:

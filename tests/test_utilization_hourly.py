@@ -1,0 +1,131 @@
+"""Utilization per GPU and hour: the store's GROUP BY path equals the reduction of the samples.
+
+`load_util_hours` keeps single-series GPUs in the store's engine and reads the samples of GPUs seen
+through several series; `util_hours(load_samples(...))` is the reference. Hand-computed figures pin
+the reference itself (mean, memory, idle-but-allocated, signal precedence, container duty cycles).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from monitor.state.store import SQLiteStore
+from monitor.utilization import GpuSample, load_samples, load_util_hours, migrate, replace_window, util_hours
+
+T0 = datetime(2026, 11, 1, 10, tzinfo=UTC)
+H = timedelta(hours=1)
+M5 = timedelta(minutes=5)
+
+
+def sample(host: str, start: datetime, pct: float, *, gpu: str = "0", signal: str = "gpu_utilization",
+           mem: float | None = None, node: str | None = None) -> GpuSample:  # fmt: skip
+    if node is not None:  # a GKE node: no instance id, identified by cluster and node name
+        return GpuSample("p1", "z1", None, None, "c1", node, gpu, "H100", start, start + M5, pct, signal, mem)
+    return GpuSample("p1", "z1", host, f"vm-{host}", None, None, gpu, "L4", start, start + M5, pct, signal, mem)
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = SQLiteStore(tmp_path / "state.sqlite")
+    migrate(s)
+    yield s
+    s.close()
+
+
+def put(store, samples, *, preset: str = "gce_gpu_agent") -> None:
+    replace_window(store, "p1", preset, T0 - H, T0 + 4 * H, samples, now=T0 + 4 * H)
+
+
+def both(store, start=T0 - H, end=T0 + 4 * H):
+    fast = load_util_hours(store, start, end)
+    assert fast == util_hours(load_samples(store, start, end))
+    return fast
+
+
+def test_one_series_is_reduced_per_hour_in_the_store(store) -> None:
+    put(store, [sample("1", T0 + i * M5, float(i)) for i in range(15)])  # 12 windows in hour 1, 3 in hour 2
+    first, second = both(store)
+    assert (first.hour, first.samples, first.pct_sum, first.mean_pct) == (T0, 12, 66.0, 5.5)
+    assert (second.hour, second.samples, second.mean_pct) == (T0 + H, 3, 13.0)
+    assert first.signal == "gpu_utilization" and not first.container and first.memory_max is None
+
+
+def test_memory_held_and_idle_but_allocated(store) -> None:
+    put(store, [sample("1", T0, 0.5, mem=4e9), sample("1", T0 + M5, 50.0, mem=8e9), sample("2", T0, 0.5, mem=0.0)])
+    one, two = both(store)
+    assert (one.memory_max, one.idle_allocated) == (8e9, True)  # memory held at 0.5% busy in one window
+    assert (two.memory_max, two.idle_allocated) == (0.0, False)  # 0 bytes is not memory held
+
+
+def test_a_gpu_seen_by_two_signals_takes_the_trusted_one_per_window(store) -> None:
+    put(store, [sample("1", T0 + i * M5, 80.0, signal="gpu_utilization") for i in range(12)])
+    put(store, [sample("1", T0 + i * M5, 10.0, signal="sm_active") for i in range(6)], preset="dcgm")
+    (h,) = both(store, T0, T0 + H)
+    # six windows from SM activity (trusted first), the other six filled from NVML utilization
+    assert (h.samples, h.mean_pct, h.signal) == (12, 45.0, "sm_active")
+
+
+def test_gke_node_with_container_duty_cycles_is_marked(store) -> None:
+    node = "gke-c1-pool-1a2b3c4d-x9k2"
+    put(store, [sample("", T0 + i * M5, 3.0, node=node, signal="node_duty_cycle") for i in range(12)]
+        + [sample("", T0 + i * M5, 2.0, node=node, signal="container_duty_cycle") for i in range(12)]
+        + [sample("", T0 + H, 3.0, node=node, signal="node_duty_cycle")])  # fmt: skip
+    first, second = both(store)
+    assert (first.signal, first.mean_pct, first.container) == ("node_duty_cycle", 3.0, True)
+    assert (second.hour, second.container) == (T0 + H, False)  # no container metrics that hour
+
+
+def test_a_node_seen_only_by_its_container_duty_cycle_is_marked_without_reading_samples(store) -> None:
+    node = "gke-c1-pool-1a2b3c4d-x9k2"
+    put(store, [sample("", T0 + i * M5, 7.0, node=node, signal="container_duty_cycle") for i in range(12)])
+    (h,) = both(store, T0, T0 + H)
+    assert (h.signal, h.container, h.samples) == ("container_duty_cycle", True, 12)
+
+
+def test_the_window_bounds_are_hours_of_sample_starts(store) -> None:
+    put(store, [sample("1", T0 + i * M5, 1.0) for i in range(36)])
+    assert [h.hour for h in both(store, T0 + H, T0 + 2 * H)] == [T0 + H]
+    assert both(store, T0 + 5 * H, T0 + 6 * H) == []
+
+
+_PCT = st.floats(min_value=0, max_value=100, allow_nan=False).map(lambda x: round(x, 1))
+_SAMPLE = st.tuples(
+    st.sampled_from(["1", "2"]),  # host
+    st.sampled_from(["0", "1"]),  # gpu
+    st.integers(0, 35),  # 5-minute window in three hours
+    _PCT,
+    st.sampled_from(["gpu_utilization", "sm_active", "node_duty_cycle", "container_duty_cycle"]),
+    st.sampled_from([None, 0.0, 1e9]),
+    st.booleans(),  # a GKE node rather than a VM
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_SAMPLE, max_size=40), st.integers(0, 2), st.integers(1, 3))
+def test_the_store_path_equals_the_reduction_of_its_samples(tmp_path_factory, drawn, lo, span) -> None:
+    """Any mix of hosts, GPUs, signals and presets: the same hours, figure for figure."""
+    s = SQLiteStore(tmp_path_factory.mktemp("u") / "state.sqlite")
+    try:
+        migrate(s)
+        by_preset: dict[str, list[GpuSample]] = {}
+        for host, gpu, k, pct, signal, mem, is_node in drawn:
+            node = f"gke-c1-pool-1a2b3c4d-{host}" if is_node else None
+            preset = "gke" if signal.endswith("duty_cycle") else signal
+            got = sample(host, T0 + k * M5, pct, gpu=gpu, signal=signal, mem=mem, node=node)
+            by_preset.setdefault(preset, []).append(got)
+        for preset, samples in by_preset.items():
+            replace_window(s, "p1", preset, T0, T0 + 3 * H, samples, now=T0 + 3 * H)
+        start, end = T0 + lo * H, T0 + (lo + span) * H
+        fast = load_util_hours(s, start, end)
+        ref = util_hours(load_samples(s, start, end))
+        assert [h.ident for h in fast] == [h.ident for h in ref]
+        for a, b in zip(fast, ref, strict=True):
+            assert (a.hour, a.signal, a.samples, a.memory_max, a.idle_allocated, a.container) == (
+                b.hour, b.signal, b.samples, b.memory_max, b.idle_allocated, b.container)  # fmt: skip
+            assert a.pct_sum == pytest.approx(b.pct_sum, rel=1e-12, abs=1e-9)
+    finally:
+        s.close()
