@@ -76,6 +76,11 @@ _KEYS = (
 _MONEY = ("gross_micros", "cud_micros", "sud_micros", "other_credit_micros", "credit_micros", "net_micros")
 #: Columns of `hourly.sql` kept in `billing_hourly`, in order.
 HOURLY_COLUMNS: tuple[str, ...] = (*_KEYS, "row_count", "usage_amount", *_MONEY)
+_KEY_NAMES = tuple(k for k in _KEYS if k not in ("usage_hour", "subcategory"))
+_READ = (
+    f"SELECT usage_hour, subcategory, {', '.join(_MONEY)}, row_count, usage_amount, {', '.join(_KEY_NAMES)}"
+    " FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ? ORDER BY usage_hour"
+)
 
 _MIGRATIONS = (
     """
@@ -328,12 +333,9 @@ def hourly_costs(
     migrate(store)
     with store.transaction() as conn:
         poll = conn.execute("SELECT polled_at, provisional_days FROM billing_poll WHERE id = 1").fetchone()
-        cur = conn.execute(
-            f"SELECT {', '.join(HOURLY_COLUMNS)} FROM billing_hourly"
-            " WHERE usage_hour >= ? AND usage_hour < ? ORDER BY usage_hour",
-            (_iso(start), _iso(end)),
-        )
-        raw = cur.fetchall()
+        cur = conn.cursor()
+        cur.row_factory = None  # plain tuples: a named row costs more than the HourlyCost built from it
+        raw = cur.execute(_READ, (_iso(start), _iso(end))).fetchall()
     if poll is None and now is None:
         return []
     ref = now if now is not None else _ts(poll["polled_at"])
@@ -370,21 +372,23 @@ def _changed_hours(
     return hours, scanned
 
 
-def _hourly(r: sqlite3.Row, since: datetime) -> HourlyCost:
-    hour = _ts(r["usage_hour"])
+def _hourly(r: tuple, since: datetime) -> HourlyCost:
+    """A row of `_READ`: hour, subcategory, the `_MONEY` columns, row count, usage, then the keys."""
+    hour = _ts(r[0])
+    gross, cud, sud, other, credit, net = r[2:8]
     return HourlyCost(
         usage_hour=hour,
-        subcategory=r["subcategory"],
-        gross_micros=r["gross_micros"],
-        cud_micros=r["cud_micros"],
-        sud_micros=r["sud_micros"],
-        other_credit_micros=r["other_credit_micros"],
-        credit_micros=r["credit_micros"],
-        net_micros=r["net_micros"],
-        row_count=r["row_count"],
+        subcategory=r[1],
+        gross_micros=gross,
+        cud_micros=cud,
+        sud_micros=sud,
+        other_credit_micros=other,
+        credit_micros=credit,
+        net_micros=net,
+        row_count=r[8],
         provisional=hour >= since,
-        keys={k: r[k] for k in _KEYS if k not in ("usage_hour", "subcategory")},
-        usage_amount=r["usage_amount"],
+        keys=dict(zip(_KEY_NAMES, r[10:], strict=True)),
+        usage_amount=r[9],
     )
 
 

@@ -40,7 +40,14 @@ from monitor.sources.duckdb_conn import open_billing_db
 from monitor.state.dialect import UntranslatableSQL, translate
 from monitor.state.findings import open_findings, record_findings
 from monitor.state.store import SQLiteStore, open_store, redact_url
-from monitor.utilization import load_samples, migrate, read_watermark, replace_window
+from monitor.utilization import (
+    load_samples,
+    load_util_hours,
+    migrate,
+    read_watermark,
+    replace_window,
+    util_hours,
+)
 from monitor.utilization.state import _V1
 from tests.emulators.postgres import PostgresServer, postgres_missing_reason
 from tests.fakes.catalog_server import FakeCatalog
@@ -67,6 +74,8 @@ from tests.test_utilization_state import (
 from tests.test_utilization_state import (
     test_same_identity_twice_keeps_the_last_and_outside_the_window_replaces as same_id,
 )
+
+HOUR = timedelta(hours=1)
 
 # --- the translation, table-driven (no server) ---------------------------------------------------
 
@@ -360,6 +369,19 @@ def test_utilization_windows_on_both_stores(store) -> None:
 def test_utilization_signal_selection(store) -> None:
     migrate(store)
     signals(store)
+
+
+def test_utilization_hours_are_reduced_in_either_engine(store) -> None:
+    """The GROUP BY of `load_util_hours` (hour buckets by `%`, a CASE for memory held) on both stores."""
+    migrate(store)
+    samples = [gce("a", UTIL_T0 + i * M5, float(i), memory_used_bytes=1e9 if i == 0 else None) for i in range(14)]
+    replace_window(store, "p1", "x", UTIL_T0, UTIL_T0 + 2 * HOUR, samples, now=UTIL_T0)
+    got = load_util_hours(store, UTIL_T0, UTIL_T0 + 2 * HOUR)
+    assert got == util_hours(load_samples(store, UTIL_T0, UTIL_T0 + 2 * HOUR))
+    assert [(h.hour, h.samples, h.pct_sum, h.memory_max, h.idle_allocated) for h in got] == [
+        (UTIL_T0, 12, 66.0, 1e9, True),
+        (UTIL_T0 + HOUR, 2, 25.0, None, False),
+    ]
 
 
 def test_utilization_v1_store_migrates_to_v2(store) -> None:

@@ -95,7 +95,16 @@ def container_hours(signals: Iterable[tuple[Ident, str, datetime]], key: Callabl
 
 def order_key(key: Callable[[Ident], tuple]) -> Callable[[tuple[UtilHour, float]], tuple]:
     """The order samples have had since `load_samples`: by GPU (project, host, gpu), then time."""
-    return lambda item: (key(item[0].ident), item[0].hour, item[1])
+    keys: dict[Ident, tuple] = {}  # a GPU has one identity over many hours: key it once
+
+    def order(item: tuple[UtilHour, float]) -> tuple:
+        ident = item[0].ident
+        k = keys.get(ident)
+        if k is None:
+            k = keys[ident] = key(ident)
+        return (k, item[0].hour, item[1])
+
+    return order
 
 
 def reduce_samples(
