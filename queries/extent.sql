@@ -3,6 +3,7 @@
 --
 -- Params: @usage_start, @usage_end (TIMESTAMP, the range to look in), @partition_end (TIMESTAMP,
 -- upper bound of load days; widened to at least 2 days past usage).
+-- The usage and load-day filter is the GPUCOST_USAGE_WINDOW() slot (monitor/attribution/compile.py).
 SELECT
   MIN(usage_start_time) AS min_usage_start,
   MAX(usage_end_time) AS max_usage_end,
@@ -10,9 +11,4 @@ SELECT
   COUNT(*) AS row_count
 FROM billing_export
 WHERE
-  _PARTITIONTIME >= TIMESTAMP_SUB(TIMESTAMP_TRUNC(@usage_start, DAY), INTERVAL 1 DAY)
-  AND _PARTITIONTIME < GREATEST(
-    @partition_end, TIMESTAMP_ADD(TIMESTAMP_TRUNC(@usage_end, DAY), INTERVAL 3 DAY)
-  )
-  AND usage_start_time >= @usage_start
-  AND usage_start_time < @usage_end
+  GPUCOST_USAGE_WINDOW()

@@ -4,8 +4,11 @@
 -- label set, with list / gross / credit / net micros, so monitor/focus.py can write FOCUS columns
 -- (ListCost, ContractedCost, BilledCost, EffectiveCost, ...) without reading raw export rows.
 --
+-- Money is integer micros in the export's own currency (GPUCOST_MICROS), as the invoice shows it.
+--
 -- Params: @usage_start, @usage_end (TIMESTAMP), @partition_end (TIMESTAMP, upper bound of load
 -- days; widened to at least 2 days past usage).
+-- The usage and load-day filter is the GPUCOST_USAGE_WINDOW() slot (monitor/attribution/compile.py).
 WITH export_rows AS (
   SELECT
     TIMESTAMP_TRUNC(usage_start_time, DAY) AS usage_day,
@@ -32,24 +35,19 @@ WITH export_rows AS (
     usage.unit AS usage_unit,
     usage.amount_in_pricing_units AS pricing_amount,
     usage.pricing_unit AS pricing_unit,
-    CAST(ROUND(IFNULL(cost, 0) * 1000000) AS INT64) AS gross_micros,
-    CAST(ROUND(IFNULL(cost_at_list, IFNULL(cost, 0)) * 1000000) AS INT64) AS list_micros,
+    GPUCOST_MICROS(IFNULL(cost, 0)) AS gross_micros,
+    GPUCOST_MICROS(IFNULL(cost_at_list, IFNULL(cost, 0))) AS list_micros,
     IFNULL((
-      SELECT SUM(CAST(ROUND(c.amount * 1000000) AS INT64)) FROM UNNEST(credits) AS c
+      SELECT SUM(GPUCOST_MICROS(c.amount)) FROM UNNEST(credits) AS c
     ), 0) AS credit_micros,
     IFNULL((
-      SELECT SUM(CAST(ROUND(c.amount * 1000000) AS INT64))
+      SELECT SUM(GPUCOST_MICROS(c.amount))
       FROM UNNEST(credits) AS c
       WHERE GPUCOST_CUD_CREDIT(c)
     ), 0) AS cud_micros
   FROM billing_export
   WHERE
-    _PARTITIONTIME >= TIMESTAMP_SUB(TIMESTAMP_TRUNC(@usage_start, DAY), INTERVAL 1 DAY)
-    AND _PARTITIONTIME < GREATEST(
-      @partition_end, TIMESTAMP_ADD(TIMESTAMP_TRUNC(@usage_end, DAY), INTERVAL 3 DAY)
-    )
-    AND usage_start_time >= @usage_start
-    AND usage_start_time < @usage_end
+    GPUCOST_USAGE_WINDOW()
 ),
 ruled AS (
   SELECT e.*, GPUCOST_RULE() AS rule FROM export_rows AS e
@@ -58,10 +56,7 @@ attributed AS (
   SELECT
     r.*,
     GPUCOST_SUBCATEGORY(r.rule) AS subcategory,
-    CASE
-      WHEN STARTS_WITH(GPUCOST_SUBCATEGORY(r.rule), 'compute.')
-        THEN IFNULL(GPUCOST_SKU_PRICING_MODEL(r.rule), IF(r.cud_micros <> 0, 'committed', 'on_demand'))
-    END AS pricing_model
+    GPUCOST_PRICING_MODEL(r.rule, r.cud_micros) AS pricing_model
   FROM ruled AS r
 )
 SELECT

@@ -1,8 +1,8 @@
 -- hourly.sql: attributed cost per usage hour, at the grain the state store keeps.
 --
 -- Gross cost, credits by type (CUD, SUD, other) and net, as integer micros of USD summed in the
--- engine: amounts are divided by `currency_conversion_rate` (the export's cost / rate = USD), so a
--- billing account in another currency yields the same USD figures the detectors and alerts speak in.
+-- engine: GPUCOST_USD_MICROS divides amounts by `currency_conversion_rate` (the export's cost / rate =
+-- USD), so a billing account in another currency yields the USD figures the detectors speak in.
 -- Every row is attributed by the compiled rules (GPUCOST_RULE() and friends are slots filled with
 -- SQL CASE expressions built from the rules, see monitor/attribution/compile.py) and keyed by
 -- project, region, zone, resource (instance) name and numeric id, GKE cluster / node pool /
@@ -10,6 +10,7 @@
 --
 -- Params: @usage_start, @usage_end (TIMESTAMP, usage hours to aggregate), @partition_end (TIMESTAMP,
 -- upper bound of load days; widened to at least 2 days past usage), @label_keys (ARRAY<STRING>).
+-- The usage and load-day filter is the GPUCOST_USAGE_WINDOW() slot (monitor/attribution/compile.py).
 WITH export_rows AS (
   SELECT
     TIMESTAMP_TRUNC(usage_start_time, HOUR) AS usage_hour,
@@ -40,30 +41,24 @@ WITH export_rows AS (
     currency,
     usage.amount_in_pricing_units AS usage_amount,
     usage.pricing_unit AS pricing_unit,
-    CAST(ROUND(IFNULL(cost, 0) / IFNULL(NULLIF(currency_conversion_rate, 0), 1) * 1000000) AS INT64)
-      AS gross_micros,
+    GPUCOST_USD_MICROS(IFNULL(cost, 0)) AS gross_micros,
     IFNULL((
-      SELECT SUM(CAST(ROUND(c.amount / IFNULL(NULLIF(currency_conversion_rate, 0), 1) * 1000000) AS INT64))
+      SELECT SUM(GPUCOST_USD_MICROS(c.amount))
       FROM UNNEST(credits) AS c
     ), 0) AS credit_micros,
     IFNULL((
-      SELECT SUM(CAST(ROUND(c.amount / IFNULL(NULLIF(currency_conversion_rate, 0), 1) * 1000000) AS INT64))
+      SELECT SUM(GPUCOST_USD_MICROS(c.amount))
       FROM UNNEST(credits) AS c
       WHERE GPUCOST_CUD_CREDIT(c)
     ), 0) AS cud_micros,
     IFNULL((
-      SELECT SUM(CAST(ROUND(c.amount / IFNULL(NULLIF(currency_conversion_rate, 0), 1) * 1000000) AS INT64))
+      SELECT SUM(GPUCOST_USD_MICROS(c.amount))
       FROM UNNEST(credits) AS c
       WHERE GPUCOST_SUD_CREDIT(c)
     ), 0) AS sud_micros
   FROM billing_export
   WHERE
-    _PARTITIONTIME >= TIMESTAMP_SUB(TIMESTAMP_TRUNC(@usage_start, DAY), INTERVAL 1 DAY)
-    AND _PARTITIONTIME < GREATEST(
-      @partition_end, TIMESTAMP_ADD(TIMESTAMP_TRUNC(@usage_end, DAY), INTERVAL 3 DAY)
-    )
-    AND usage_start_time >= @usage_start
-    AND usage_start_time < @usage_end
+    GPUCOST_USAGE_WINDOW()
 ),
 ruled AS (
   SELECT e.*, GPUCOST_RULE() AS rule FROM export_rows AS e
@@ -72,10 +67,7 @@ attributed AS (
   SELECT
     r.*,
     GPUCOST_SUBCATEGORY(r.rule) AS subcategory,
-    CASE
-      WHEN STARTS_WITH(GPUCOST_SUBCATEGORY(r.rule), 'compute.')
-        THEN IFNULL(GPUCOST_SKU_PRICING_MODEL(r.rule), IF(r.cud_micros <> 0, 'committed', 'on_demand'))
-    END AS pricing_model,
+    GPUCOST_PRICING_MODEL(r.rule, r.cud_micros) AS pricing_model,
     -- The grain detectors need: per resource (VM / GKE node, its pool and namespace) only for GPU
     -- time, traffic and cluster / Vertex AI fees; CPU, RAM, disks, buckets and the rest sum per
     -- project, zone, machine type, cluster, labels and SKU, so fewer rows leave the engine.

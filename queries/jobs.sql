@@ -10,7 +10,7 @@
 -- "If not specified, the default is to use the name of the instance"). This only fills in for
 -- disks nobody labelled; a disk named otherwise stays with `job: null`.
 --
--- Money is integer micros of USD (cost / currency_conversion_rate), credits split like hourly.sql,
+-- Money is integer micros of USD (GPUCOST_USD_MICROS), credits split like hourly.sql,
 -- and every row is attributed by the same compiled rules (GPUCOST_* slots, see
 -- monitor/attribution/compile.py), so a job's subcategories are the ones `gpucost analyze` shows.
 -- Resource, instance id, node pool and SKU are kept for compute, network and orchestration rows
@@ -19,6 +19,7 @@
 --
 -- Params: @usage_start, @usage_end (TIMESTAMP), @partition_end (TIMESTAMP, upper bound of load
 -- days; widened to at least 2 days past usage), @job_label_keys (ARRAY<STRING>).
+-- The usage and load-day filter is the GPUCOST_USAGE_WINDOW() slot (monitor/attribution/compile.py).
 WITH export_rows AS (
   SELECT
     TIMESTAMP_TRUNC(usage_start_time, HOUR) AS usage_hour,
@@ -45,30 +46,24 @@ WITH export_rows AS (
     IFNULL(cost_type, 'regular') AS cost_type,
     transaction_type,
     usage.amount_in_pricing_units AS usage_amount,
-    CAST(ROUND(IFNULL(cost, 0) / IFNULL(NULLIF(currency_conversion_rate, 0), 1) * 1000000) AS INT64)
-      AS gross_micros,
+    GPUCOST_USD_MICROS(IFNULL(cost, 0)) AS gross_micros,
     IFNULL((
-      SELECT SUM(CAST(ROUND(c.amount / IFNULL(NULLIF(currency_conversion_rate, 0), 1) * 1000000) AS INT64))
+      SELECT SUM(GPUCOST_USD_MICROS(c.amount))
       FROM UNNEST(credits) AS c
     ), 0) AS credit_micros,
     IFNULL((
-      SELECT SUM(CAST(ROUND(c.amount / IFNULL(NULLIF(currency_conversion_rate, 0), 1) * 1000000) AS INT64))
+      SELECT SUM(GPUCOST_USD_MICROS(c.amount))
       FROM UNNEST(credits) AS c
       WHERE GPUCOST_CUD_CREDIT(c)
     ), 0) AS cud_micros,
     IFNULL((
-      SELECT SUM(CAST(ROUND(c.amount / IFNULL(NULLIF(currency_conversion_rate, 0), 1) * 1000000) AS INT64))
+      SELECT SUM(GPUCOST_USD_MICROS(c.amount))
       FROM UNNEST(credits) AS c
       WHERE GPUCOST_SUD_CREDIT(c)
     ), 0) AS sud_micros
   FROM billing_export
   WHERE
-    _PARTITIONTIME >= TIMESTAMP_SUB(TIMESTAMP_TRUNC(@usage_start, DAY), INTERVAL 1 DAY)
-    AND _PARTITIONTIME < GREATEST(
-      @partition_end, TIMESTAMP_ADD(TIMESTAMP_TRUNC(@usage_end, DAY), INTERVAL 3 DAY)
-    )
-    AND usage_start_time >= @usage_start
-    AND usage_start_time < @usage_end
+    GPUCOST_USAGE_WINDOW()
 ),
 ruled AS (
   SELECT e.*, GPUCOST_RULE() AS rule FROM export_rows AS e
@@ -77,10 +72,7 @@ attributed AS (
   SELECT
     r.*,
     GPUCOST_SUBCATEGORY(r.rule) AS subcategory,
-    CASE
-      WHEN STARTS_WITH(GPUCOST_SUBCATEGORY(r.rule), 'compute.')
-        THEN IFNULL(GPUCOST_SKU_PRICING_MODEL(r.rule), IF(r.cud_micros <> 0, 'committed', 'on_demand'))
-    END AS pricing_model
+    GPUCOST_PRICING_MODEL(r.rule, r.cud_micros) AS pricing_model
   FROM ruled AS r
 ),
 joined AS (

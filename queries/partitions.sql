@@ -6,6 +6,7 @@
 --
 -- Params: @usage_start, @usage_end (TIMESTAMP, the usage range in scope), @partition_end
 -- (TIMESTAMP, upper bound of the load days to look at; widened to at least 2 days past usage).
+-- The usage and load-day filter is the GPUCOST_USAGE_WINDOW() slot (monitor/attribution/compile.py).
 SELECT
   _PARTITIONTIME AS partition_time,
   MAX(export_time) AS max_export_time,
@@ -14,11 +15,6 @@ SELECT
   MAX(TIMESTAMP_TRUNC(usage_start_time, HOUR)) AS max_usage_hour
 FROM billing_export
 WHERE
-  _PARTITIONTIME >= TIMESTAMP_SUB(TIMESTAMP_TRUNC(@usage_start, DAY), INTERVAL 1 DAY)
-  AND _PARTITIONTIME < GREATEST(
-    @partition_end, TIMESTAMP_ADD(TIMESTAMP_TRUNC(@usage_end, DAY), INTERVAL 3 DAY)
-  )
-  AND usage_start_time >= @usage_start
-  AND usage_start_time < @usage_end
+  GPUCOST_USAGE_WINDOW()
 GROUP BY partition_time
 ORDER BY partition_time

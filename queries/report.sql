@@ -4,8 +4,11 @@
 -- project, region, zone, instance (resource.name), service, sku, cluster, or label (the value of
 -- user label @label_key). Days let the caller mark the provisional ones.
 --
+-- Money is integer micros in the export's own currency (GPUCOST_MICROS), as the invoice shows it.
+--
 -- Params: @usage_start, @usage_end (TIMESTAMP), @partition_end (TIMESTAMP, upper bound of load
 -- days; widened to at least 2 days past usage), @group_by (STRING), @label_key (STRING).
+-- The usage and load-day filter is the GPUCOST_USAGE_WINDOW() slot (monitor/attribution/compile.py).
 WITH export_rows AS (
   SELECT
     TIMESTAMP_TRUNC(usage_start_time, DAY) AS usage_day,
@@ -21,28 +24,23 @@ WITH export_rows AS (
     sku.description AS sku_description,
     IFNULL(cost_type, 'regular') AS cost_type,
     transaction_type,
-    CAST(ROUND(IFNULL(cost, 0) * 1000000) AS INT64) AS gross_micros,
+    GPUCOST_MICROS(IFNULL(cost, 0)) AS gross_micros,
     IFNULL((
-      SELECT SUM(CAST(ROUND(c.amount * 1000000) AS INT64)) FROM UNNEST(credits) AS c
+      SELECT SUM(GPUCOST_MICROS(c.amount)) FROM UNNEST(credits) AS c
     ), 0) AS credit_micros,
     IFNULL((
-      SELECT SUM(CAST(ROUND(c.amount * 1000000) AS INT64))
+      SELECT SUM(GPUCOST_MICROS(c.amount))
       FROM UNNEST(credits) AS c
       WHERE GPUCOST_CUD_CREDIT(c)
     ), 0) AS cud_micros,
     IFNULL((
-      SELECT SUM(CAST(ROUND(c.amount * 1000000) AS INT64))
+      SELECT SUM(GPUCOST_MICROS(c.amount))
       FROM UNNEST(credits) AS c
       WHERE GPUCOST_SUD_CREDIT(c)
     ), 0) AS sud_micros
   FROM billing_export
   WHERE
-    _PARTITIONTIME >= TIMESTAMP_SUB(TIMESTAMP_TRUNC(@usage_start, DAY), INTERVAL 1 DAY)
-    AND _PARTITIONTIME < GREATEST(
-      @partition_end, TIMESTAMP_ADD(TIMESTAMP_TRUNC(@usage_end, DAY), INTERVAL 3 DAY)
-    )
-    AND usage_start_time >= @usage_start
-    AND usage_start_time < @usage_end
+    GPUCOST_USAGE_WINDOW()
 ),
 ruled AS (
   SELECT e.*, GPUCOST_RULE() AS rule FROM export_rows AS e
@@ -51,10 +49,7 @@ attributed AS (
   SELECT
     r.*,
     GPUCOST_SUBCATEGORY(r.rule) AS subcategory,
-    CASE
-      WHEN STARTS_WITH(GPUCOST_SUBCATEGORY(r.rule), 'compute.')
-        THEN IFNULL(GPUCOST_SKU_PRICING_MODEL(r.rule), IF(r.cud_micros <> 0, 'committed', 'on_demand'))
-    END AS pricing_model
+    GPUCOST_PRICING_MODEL(r.rule, r.cud_micros) AS pricing_model
   FROM ruled AS r
 ),
 keyed AS (

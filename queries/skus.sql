@@ -4,8 +4,11 @@
 -- subcategory, the pricing model the SKU implies (rows whose CUD credits make them committed are
 -- counted in `committed_rows`), how many export rows and how much gross / net cost it carries.
 --
+-- Money is integer micros in the export's own currency (GPUCOST_MICROS), as the invoice shows it.
+--
 -- Params: @usage_start, @usage_end (TIMESTAMP), @partition_end (TIMESTAMP, upper bound of load
 -- days; widened to at least 2 days past usage).
+-- The usage and load-day filter is the GPUCOST_USAGE_WINDOW() slot (monitor/attribution/compile.py).
 WITH export_rows AS (
   SELECT
     service.id AS service_id,
@@ -14,23 +17,18 @@ WITH export_rows AS (
     sku.description AS sku_description,
     IFNULL(cost_type, 'regular') AS cost_type,
     transaction_type,
-    CAST(ROUND(IFNULL(cost, 0) * 1000000) AS INT64) AS gross_micros,
+    GPUCOST_MICROS(IFNULL(cost, 0)) AS gross_micros,
     IFNULL((
-      SELECT SUM(CAST(ROUND(c.amount * 1000000) AS INT64)) FROM UNNEST(credits) AS c
+      SELECT SUM(GPUCOST_MICROS(c.amount)) FROM UNNEST(credits) AS c
     ), 0) AS credit_micros,
     IFNULL((
-      SELECT SUM(CAST(ROUND(c.amount * 1000000) AS INT64))
+      SELECT SUM(GPUCOST_MICROS(c.amount))
       FROM UNNEST(credits) AS c
       WHERE GPUCOST_CUD_CREDIT(c)
     ), 0) AS cud_micros
   FROM billing_export
   WHERE
-    _PARTITIONTIME >= TIMESTAMP_SUB(TIMESTAMP_TRUNC(@usage_start, DAY), INTERVAL 1 DAY)
-    AND _PARTITIONTIME < GREATEST(
-      @partition_end, TIMESTAMP_ADD(TIMESTAMP_TRUNC(@usage_end, DAY), INTERVAL 3 DAY)
-    )
-    AND usage_start_time >= @usage_start
-    AND usage_start_time < @usage_end
+    GPUCOST_USAGE_WINDOW()
 ),
 ruled AS (
   SELECT e.*, GPUCOST_RULE() AS rule FROM export_rows AS e

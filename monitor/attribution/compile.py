@@ -10,7 +10,12 @@ still parses as BigQuery SQL:
 - `GPUCOST_SKU_PRICING_MODEL(rule)`: the pricing model the rule implies, or NULL;
 - `GPUCOST_CUD_CREDIT(c)` / `GPUCOST_SUD_CREDIT(c)`: whether the credit `c` (an element of the
   export's `credits`, as `UNNEST(credits) AS c` names it) is a committed-use or a sustained-use
-  discount: one definition (`CREDIT_KINDS`) for every query that splits credits.
+  discount: one definition (`CREDIT_KINDS`) for every query that splits credits;
+- the fragments of `FRAGMENTS`, one reviewed definition each of what several queries must compute
+  alike: `GPUCOST_USD_MICROS(amount)` / `GPUCOST_MICROS(amount)` (an amount as integer micros of
+  USD / of the export's currency), `GPUCOST_PRICING_MODEL(rule, cud_micros)` (a row's pricing
+  model) and `GPUCOST_USAGE_WINDOW()` (the partition and usage-time filter, `GPUCOST_LOAD_DAYS()`
+  its partition part).
 
 `render_query` replaces them with `CASE` expressions built as sqlglot nodes. Rule patterns and
 names only ever enter the SQL as string literals (`exp.Literal.string`), which sqlglot escapes for
@@ -41,6 +46,7 @@ __all__ = [
     "config_rules",
     "query_params",
     "render_query",
+    "render_sql",
     "rule_case",
 ]
 
@@ -58,7 +64,46 @@ CREDIT_KINDS = {
         "c.type = 'SUSTAINED_USAGE_DISCOUNT' OR (c.type IS NULL AND STARTS_WITH(LOWER(IFNULL(c.name, '')), 'sustained'))"
     ),
 }
-SLOTS = ("GPUCOST_RULE", "GPUCOST_SUBCATEGORY", "GPUCOST_SKU_PRICING_MODEL", *CREDIT_KINDS)
+#: SQL fragments several queries share, as `slot: (parameters, BigQuery SQL)`: a parameter is written
+#: as a bare column in the text and the slot's argument takes its place, so `GPUCOST_USD_MICROS(c.amount)`
+#: is the first fragment with `amount` replaced by `c.amount`. A fragment may use other slots.
+#: - `GPUCOST_USD_MICROS(amount)`: integer micros of USD; the export's amounts are in the billing
+#:   account's currency `currency` and `currency_conversion_rate` is that currency per USD (the
+#:   export schema, ../shared/reference/gcp.md: "cost / rate = USD"); a NULL or 0 rate (no rate
+#:   recorded) counts as 1, so such a row's amount is taken as USD.
+#:   Reads `currency_conversion_rate` of the surrounding SELECT.
+#: - `GPUCOST_MICROS(amount)`: integer micros in the export's own currency, unconverted (FOCUS
+#:   BilledCost is in the billing currency; `report` and `skus` show what the invoice shows).
+#: - `GPUCOST_PRICING_MODEL(rule, cud_micros)`: NULL outside `compute.*`; else the model the rule
+#:   implies, or `committed` when the row carries CUD credits, else `on_demand`.
+#: - `GPUCOST_USAGE_WINDOW()`: rows whose usage starts in [@usage_start, @usage_end), read only from
+#:   `GPUCOST_LOAD_DAYS()`, the load days (ingestion-time partitions) that can hold them: from the
+#:   day before @usage_start's day up to @partition_end, widened to at least 2 days past @usage_end
+#:   (rows load hours to days after their usage), so BigQuery prunes partitions alike for every
+#:   query; `GPUCOST_LOAD_DAYS()` alone is what a benchmark counts as the rows a query scans.
+FRAGMENTS: dict[str, tuple[tuple[str, ...], str]] = {
+    "GPUCOST_USD_MICROS": (
+        ("amount",),
+        "CAST(ROUND(amount / IFNULL(NULLIF(currency_conversion_rate, 0), 1) * 1000000) AS INT64)",
+    ),
+    "GPUCOST_MICROS": (("amount",), "CAST(ROUND(amount * 1000000) AS INT64)"),
+    "GPUCOST_PRICING_MODEL": (
+        ("rule", "cud_micros"),
+        "CASE WHEN STARTS_WITH(GPUCOST_SUBCATEGORY(rule), 'compute.')"
+        " THEN IFNULL(GPUCOST_SKU_PRICING_MODEL(rule), IF(cud_micros <> 0, 'committed', 'on_demand')) END",
+    ),
+    "GPUCOST_LOAD_DAYS": (
+        (),
+        "_PARTITIONTIME >= TIMESTAMP_SUB(TIMESTAMP_TRUNC(@usage_start, DAY), INTERVAL 1 DAY)"
+        " AND _PARTITIONTIME < GREATEST("
+        "@partition_end, TIMESTAMP_ADD(TIMESTAMP_TRUNC(@usage_end, DAY), INTERVAL 3 DAY))",
+    ),
+    "GPUCOST_USAGE_WINDOW": (
+        (),
+        "GPUCOST_LOAD_DAYS() AND usage_start_time >= @usage_start AND usage_start_time < @usage_end",
+    ),
+}
+SLOTS = ("GPUCOST_RULE", "GPUCOST_SUBCATEGORY", "GPUCOST_SKU_PRICING_MODEL", *CREDIT_KINDS, *FRAGMENTS)
 _DIALECTS = {"bigquery", "duckdb"}
 
 
@@ -182,6 +227,9 @@ def _fill_slots(tree: exp.Expression, rules: tuple[Rule, ...]) -> exp.Expression
         if not isinstance(node, exp.Anonymous) or node.name.upper() not in SLOTS:
             return node
         slot, args = node.name.upper(), node.expressions
+        if slot in FRAGMENTS:
+            # `transform` does not descend into a replacement: fill the fragment's own slots here.
+            return _fragment(slot, args, node.parent).transform(swap)
         if slot in CREDIT_KINDS:
             if len(args) != 1 or not isinstance(args[0], exp.Column | exp.Identifier):  # in a lambda
                 raise ConfigError(f"query slot {slot}(credit) takes the UNNEST alias of a credit")
@@ -197,6 +245,46 @@ def _fill_slots(tree: exp.Expression, rules: tuple[Rule, ...]) -> exp.Expression
         return _lookup(args[0], models, None)
 
     return tree.transform(swap)
+
+
+#: Nodes that bind tighter than any operator: spliced in as they are, anything else in parentheses.
+#: (sqlglot makes AND / OR `Func`s and `a.b` a `Binary`, hence names first, then no operators.)
+_NAMES = (exp.Column, exp.Dot, exp.Identifier)
+_ATOMIC = (exp.Func, exp.Literal, exp.Paren, exp.Parameter, exp.Null)
+
+
+def _atomic(node: exp.Expression) -> exp.Expression:
+    if isinstance(node, _NAMES) or (
+        isinstance(node, _ATOMIC) and not isinstance(node, exp.Binary | exp.Unary)
+    ):
+        return node
+    return exp.Paren(this=node)
+
+
+@functools.cache
+def _fragment_tree(slot: str) -> exp.Expression:
+    return sqlglot.parse_one(FRAGMENTS[slot][1], read="bigquery")
+
+
+def _fragment(slot: str, args: Sequence[exp.Expression], parent: exp.Expression | None) -> exp.Expression:
+    """`FRAGMENTS[slot]` with each parameter replaced by its argument, parenthesized where the
+    surroundings could otherwise re-associate it (`WHERE` and `AND` keep a conjunction as it is)."""
+    params = FRAGMENTS[slot][0]
+    if len(args) != len(params):
+        raise ConfigError(
+            f"query slot {slot}({', '.join(params)}) takes {len(params)} argument(s), got {len(args)}"
+        )
+    by_name = dict(zip(params, args, strict=True))
+
+    def bind(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and not node.table and node.name in by_name:
+            return _atomic(by_name[node.name].copy())
+        return node
+
+    body = _fragment_tree(slot).copy().transform(bind)
+    if isinstance(parent, exp.Where) or (isinstance(parent, exp.And) and isinstance(body, exp.And)):
+        return body
+    return _atomic(body)
 
 
 @functools.cache
@@ -217,9 +305,25 @@ def _credit_kind(slot: str, alias: str) -> exp.Expression:
 
 @functools.lru_cache(maxsize=64)
 def _render(name: str, dialect: str, table: str, rules: tuple[Rule, ...], vectorize: bool = True) -> str:
-    base = for_bigquery(name, table) if dialect == "bigquery" else for_duckdb(name, table, vectorize=vectorize)
-    tree = sqlglot.parse_one(base, read=dialect)
-    return _fill_slots(tree, rules).sql(dialect=dialect, pretty=True)
+    base = (
+        for_bigquery(name, table) if dialect == "bigquery" else for_duckdb(name, table, vectorize=vectorize)
+    )
+    return _filled(base, dialect, rules)
+
+
+def _filled(sql: str, dialect: str, rules: tuple[Rule, ...]) -> str:
+    """`sql`, already in `dialect`, with every slot filled: the last step of every rendering."""
+    return _fill_slots(sqlglot.parse_one(sql, read=dialect), rules).sql(dialect=dialect, pretty=True)
+
+
+def render_sql(sql: str, dialect: str, *, rules: Sequence[Rule] | None = None) -> str:
+    """Any BigQuery SQL with slots, for `dialect`, the way `render_query` renders a shipped query
+    (minus the table swap and DuckDB's UNNEST rewrite): for tests and benchmarks that must compute
+    exactly what the queries compute."""
+    if dialect not in _DIALECTS:
+        raise ValueError(f"dialect must be one of {sorted(_DIALECTS)}, got {dialect!r}")
+    base = sqlglot.transpile(sql, read="bigquery", write=dialect, pretty=True)[0]
+    return _filled(base, dialect, tuple(BUILTIN_RULES if rules is None else rules))
 
 
 def render_query(
@@ -245,8 +349,17 @@ def render_query(
 def query_params(name: str) -> frozenset[str]:
     """The `@parameters` a query uses, so a source passes exactly those (BigQuery and DuckDB both
     reject or mis-bind surplus parameters)."""
-    tree = sqlglot.parse_one(for_bigquery(name, "p.d.t"), read="bigquery")
-    return frozenset(p.name for p in tree.find_all(exp.Parameter))
+    return _parameters(sqlglot.parse_one(for_bigquery(name, "p.d.t"), read="bigquery"))
+
+
+def _parameters(tree: exp.Expression) -> frozenset[str]:
+    """The `@parameters` in `tree` and in the fragments its slots expand to (the rule CASEs have
+    none); cheaper than rendering the whole query with its rules."""
+    names = {p.name for p in tree.find_all(exp.Parameter)}
+    for slot in tree.find_all(exp.Anonymous):
+        if slot.name.upper() in FRAGMENTS:
+            names |= _parameters(_fragment_tree(slot.name.upper()))
+    return frozenset(names)
 
 
 def classify(
