@@ -15,6 +15,7 @@ next two read; not a measured figure), `detection`, `poll`.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import resource
@@ -294,11 +295,12 @@ def poll(a: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-_PARTITION_RANGE = (
-    "SELECT COUNT(*) FROM billing_export WHERE _PARTITIONTIME >= date_trunc('day', $usage_start)"
-    " - INTERVAL 1 DAY AND _PARTITIONTIME < greatest($partition_end, date_trunc('day', $usage_end)"
-    " + INTERVAL 3 DAY)"
-)
+@functools.cache
+def _partition_range() -> str:
+    """The load days a query's `GPUCOST_LOAD_DAYS()` filter selects, counted: the queries' own SQL."""
+    from monitor.attribution.compile import render_sql
+
+    return render_sql("SELECT COUNT(*) FROM billing_export WHERE GPUCOST_LOAD_DAYS()", "duckdb")
 
 
 def rows_scanned(conn: Any, name: str, params: dict[str, Any], result: Any) -> tuple[int, str]:
@@ -315,7 +317,7 @@ def rows_scanned(conn: Any, name: str, params: dict[str, Any], result: Any) -> t
     if {"usage_start", "usage_end"} <= params.keys():
         bound = {k: params.get(k) for k in ("usage_start", "usage_end", "partition_end")}
         bound["partition_end"] = bound["partition_end"] or bound["usage_end"]
-        return conn.execute(_PARTITION_RANGE, bound).fetchone()[0], "partitions"
+        return conn.execute(_partition_range(), bound).fetchone()[0], "partitions"
     return conn.execute("SELECT COUNT(*) FROM billing_export").fetchone()[0], "table"
 
 
