@@ -23,14 +23,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 import duckdb
-import pandas as pd
 
 from monitor.gpu_identity import billed_identities, sample_identities
 from monitor.gpu_models import gpus_for_machine_type
 from monitor.sources.presets import Signal
 from monitor.utilization.hourly import UtilHour, precedence
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["GpuCostHour", "JoinedHour", "join_gpu_hours"]
 
@@ -148,7 +151,11 @@ def _gpus_from_usage(c: GpuCostHour) -> int:
 
 
 def _frames(costs: Sequence[GpuCostHour], hours: Sequence[UtilHour]) -> tuple[pd.DataFrame, ...]:
-    """costs (idx, pos, key, hour), hosts (sid, pos, key) and GPU-hours (sid, gpu, hour, ...)."""
+    """costs (idx, pos, key, hour), hosts (sid, pos, key) and GPU-hours (sid, gpu, hour, ...).
+
+    pandas is imported here: it costs half a second of start-up to every command that joins nothing."""
+    import pandas as pd
+
     cost_rows: list[tuple[int, int, str | None, datetime]] = []
     for i, c in enumerate(costs):
         ids = billed_identities(c.project, c.zone, c.instance, c.instance_id, c.cluster)
