@@ -85,6 +85,11 @@ class BillingConfig(_Strict):
     location: str = "US"
     api_endpoint: Endpoint = None
     maximum_bytes_billed: int = Field(default=50 * 2**30, gt=0)
+    # How long one BigQuery query job may run before the poll gives up on it (the client then asks
+    # BigQuery to cancel it; monitor/sources/billing_bigquery.py): 15 minutes by default, at least
+    # 30 s (a busy reservation queues jobs), at most 6 hours, where BigQuery fails the job itself
+    # ("Query execution-time limit", https://cloud.google.com/bigquery/quotas).
+    job_timeout_seconds: float = Field(default=900, ge=30, le=6 * 3600)
     lookback_days: int = Field(default=10, ge=1, le=62)
     provisional_days: int = Field(default=3, ge=0, le=31)
     db: Path = Path("out/gpucost.duckdb")

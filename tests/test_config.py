@@ -119,6 +119,19 @@ CASES = [
         {"google": {"credentials": "json"}},
         "gpucost.toml: google.credentials: Input should be 'default' or 'anonymous', got 'json'",
     ),
+    (
+        {"billing": {"job_timeout_seconds": 5}},
+        "gpucost.toml: billing.job_timeout_seconds: Input should be greater than or equal to 30",
+    ),
+    (
+        {"billing": {"job_timeout_seconds": 86400}},  # past BigQuery's own 6-hour limit
+        "gpucost.toml: billing.job_timeout_seconds: Input should be less than or equal to 21600",
+    ),
+    (
+        {"billing": {"job_timeout_seconds": "15m"}},
+        "gpucost.toml: billing.job_timeout_seconds: Input should be a valid number, unable to parse "
+        "string as a number",
+    ),
 ]
 
 
@@ -169,3 +182,18 @@ def test_duckdb_gets_the_configured_memory_limit() -> None:
     limit = src.conn.execute("SELECT current_setting('memory_limit')").fetchone()[0]
     assert limit == "286.1 MiB"  # DuckDB's own rendering of 300 MB
     assert parse_config({}).billing.duckdb_memory_limit == "1GB"
+
+
+@pytest.mark.parametrize(("billing", "seconds"), [({}, 900.0), ({"job_timeout_seconds": 45}, 45.0)])
+def test_bigquery_job_timeout_comes_from_the_config(billing: dict, seconds: float) -> None:
+    """The source every command builds from `[billing]` waits `billing.job_timeout_seconds` for a job."""
+    from monitor.sources.factory import billing_source_from_config
+
+    cfg = parse_config(
+        {
+            "google": {"credentials": "anonymous"},
+            "billing": {"source": "bigquery", "table": "p.d.t", "api_endpoint": "127.0.0.1:9", **billing},
+        }
+    )
+    src = billing_source_from_config(cfg.billing, google=cfg.google)
+    assert src.job_timeout == seconds  # type: ignore[attr-defined]

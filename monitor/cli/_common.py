@@ -1,8 +1,12 @@
-"""Parameter types and options shared by several commands."""
+"""Parameter types, options and set-up shared by several commands (each declared once here, so
+the commands that read the same data take the same flags with the same help)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -10,6 +14,7 @@ from typing import Any
 import click
 
 from monitor.config import Config, load_config
+from monitor.logs import configure_logging
 from monitor.timeutil import parse_timestamp
 
 __all__ = [
@@ -18,6 +23,10 @@ __all__ = [
     "config_option",
     "format_option",
     "load_optional_config",
+    "require_source",
+    "source_options",
+    "stderr_logging",
+    "utilization_option",
     "window_options",
 ]
 
@@ -78,6 +87,24 @@ def window_options(f: Callable) -> Callable:
     return f
 
 
+def source_options(f: Callable) -> Callable:
+    """`--billing`, `--utilization`, `--config`, `--start`, `--end`, in that order: where the
+    billing and GPU data come from and which window to read, the same for every command that
+    analyses them (`analyze`, `jobs`); check them with `require_source`."""
+    for option in (window_options, config_option(), utilization_option(), billing_option()):
+        f = option(f)  # innermost first, as stacked decorators apply: --billing ends up listed first
+    return f
+
+
+def require_source(billing_paths: tuple[Path, ...], config_path: Path | None) -> None:
+    """Billing data must come from somewhere: export files, or the sources a config names."""
+    if not billing_paths and config_path is None:
+        raise click.UsageError(
+            "give the billing data: --billing FILE (export NDJSON/Parquet/CSV, repeatable) "
+            "or --config PATH (reads the configured sources)"
+        )
+
+
 def format_option(*choices: str, default: str = "table") -> Callable:
     return click.option(
         "--format",
@@ -91,3 +118,30 @@ def format_option(*choices: str, default: str = "table") -> Callable:
 
 def load_optional_config(path: Path | None) -> Config:
     return load_config(path) if path is not None else Config()
+
+
+class _CurrentStderr:
+    """Whatever `sys.stderr` is when a record is written (not when logging was set up)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+
+@contextmanager
+def stderr_logging(fmt: str, level: str) -> Iterator[None]:
+    """Logs to stderr (stdout carries the report) for the length of one command, then the root
+    logger as it was: the command may run in-process (tests, a notebook), not only as a program."""
+    root = logging.getLogger()
+    handlers, saved_level = root.handlers[:], root.level
+    configure_logging(fmt, level, stream=_CurrentStderr())  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(saved_level)

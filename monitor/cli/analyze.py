@@ -6,10 +6,6 @@ stdout carries the report only (JSON, a table or Markdown); logs go to stderr.
 from __future__ import annotations
 
 import json
-import logging
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -20,16 +16,14 @@ from rich.table import Table
 from monitor.analysis import Analysis, analyze_once
 from monitor.cli import cli
 from monitor.cli._common import (
-    billing_option,
-    config_option,
     format_option,
     load_optional_config,
-    utilization_option,
-    window_options,
+    require_source,
+    source_options,
+    stderr_logging,
 )
 from monitor.clock import SystemClock
 from monitor.config import Config
-from monitor.logs import configure_logging
 from monitor.render import findings_markdown, findings_table
 
 __all__ = ["analyze_cmd", "cli_analysis", "render_analysis_table"]
@@ -44,11 +38,7 @@ def cli_analysis(
     **kw: object,
 ) -> tuple[Config, Analysis]:
     """Shared by `analyze` and `gpus`: check the source flags, set up stderr logging, run once."""
-    if not billing_paths and config_path is None:
-        raise click.UsageError(
-            "give the billing data: --billing FILE (export NDJSON/Parquet/CSV, repeatable) "
-            "or --config PATH (reads the configured sources)"
-        )
+    require_source(billing_paths, config_path)
     cfg = load_optional_config(config_path)
     with stderr_logging(cfg.logging.format, cfg.logging.level if config_path else "WARNING"):
         result = analyze_once(
@@ -62,33 +52,6 @@ def cli_analysis(
             **kw,  # type: ignore[arg-type]
         )
     return cfg, result
-
-
-class _CurrentStderr:
-    """Whatever `sys.stderr` is when a record is written (not when logging was set up)."""
-
-    def write(self, text: str) -> int:
-        return sys.stderr.write(text)
-
-    def flush(self) -> None:
-        sys.stderr.flush()
-
-    def isatty(self) -> bool:
-        return sys.stderr.isatty()
-
-
-@contextmanager
-def stderr_logging(fmt: str, level: str) -> Iterator[None]:
-    """Logs to stderr (stdout carries the report) for the length of one command, then the root
-    logger as it was: the command may run in-process (tests, a notebook), not only as a program."""
-    root = logging.getLogger()
-    handlers, saved_level = root.handlers[:], root.level
-    configure_logging(fmt, level, stream=_CurrentStderr())  # type: ignore[arg-type]
-    try:
-        yield
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(saved_level)
 
 
 def _usd(v: float) -> str:
@@ -124,10 +87,7 @@ def render_analysis_table(result: Analysis, console: Console) -> None:
 
 
 @cli.command("analyze")
-@billing_option()
-@utilization_option()
-@config_option()
-@window_options
+@source_options
 @format_option("json", "table", "markdown")
 def analyze_cmd(billing_paths, utilization_paths, config_path, start, end, fmt) -> None:
     """Attribute spend and flag hidden costs with their dollar impact.

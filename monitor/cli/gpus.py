@@ -11,13 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from monitor.cli import cli
-from monitor.cli._common import (
-    billing_option,
-    config_option,
-    format_option,
-    utilization_option,
-    window_options,
-)
+from monitor.cli._common import format_option, source_options
 from monitor.cli.analyze import cli_analysis
 from monitor.gpu_rollups import GpuRollup, InstanceGpus, RollupBy, rollups, summarize_instances
 
@@ -66,10 +60,7 @@ def _table(title: str, first: list[str], rows: list[dict[str, Any]], keys: list[
 
 
 @cli.command("gpus")
-@billing_option()
-@utilization_option()
-@config_option()
-@window_options
+@source_options
 @format_option("table", "json")
 @click.option(
     "--by",

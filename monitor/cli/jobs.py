@@ -14,14 +14,12 @@ from rich.table import Table
 
 from monitor.cli import cli
 from monitor.cli._common import (
-    billing_option,
-    config_option,
     format_option,
     load_optional_config,
-    utilization_option,
-    window_options,
+    require_source,
+    source_options,
+    stderr_logging,
 )
-from monitor.cli.analyze import stderr_logging
 from monitor.clock import SystemClock
 from monitor.jobs.run import jobs_config, jobs_once
 
@@ -128,10 +126,7 @@ def _print_table(doc: dict[str, Any]) -> None:
 
 
 @cli.command("jobs")
-@billing_option()
-@utilization_option()
-@config_option()
-@window_options
+@source_options
 @format_option("table", "json", "markdown")
 @click.option("--job", "job", metavar="NAME", help="Only this job, with an hourly breakdown.")
 def jobs_cmd(billing_paths, utilization_paths, config_path, start, end, fmt, job) -> None:
@@ -142,11 +137,7 @@ def jobs_cmd(billing_paths, utilization_paths, config_path, start, end, fmt, job
     the `job: null` row, so jobs add up to the total. Per job: GPU-hours, utilization, idle dollars,
     cost by subcategory (cluster fees shared by node-hours), and what one zone or Spot would save.
     """
-    if not billing_paths and config_path is None:
-        raise click.UsageError(
-            "give the billing data: --billing FILE (export NDJSON/Parquet/CSV, repeatable) "
-            "or --config PATH (reads the configured sources)"
-        )
+    require_source(billing_paths, config_path)
     cfg = load_optional_config(config_path)
     with stderr_logging(cfg.logging.format, cfg.logging.level if config_path else "WARNING"):
         report = jobs_once(

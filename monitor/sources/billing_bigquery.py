@@ -9,10 +9,10 @@ labels `{app: gpucost, query: <name>}`, so its cost shows up per query in the bi
 
 Retries are the library's own (`DEFAULT_RETRY` for API calls, `DEFAULT_JOB_RETRY` to re-run jobs
 that failed with `backendError` / `rateLimitExceeded`); they are injectable only so tests can bound
-them. A job still RUNNING after `job_timeout` seconds (`JOB_TIMEOUT_S` by default; the client's
-`wait_timeout`, after which it asks BigQuery to cancel the job) is a retryable failure: without
-it a stuck job would hold the billing poll, and with it every later poll, forever. Whatever is
-still failing afterwards is classified once, here:
+them. A job still RUNNING after `billing.job_timeout_seconds` (the client's `wait_timeout`, after
+which it asks BigQuery to cancel the job) is a retryable failure: without it a stuck job would
+hold the billing poll, and with it every later poll, forever. Whatever is still failing afterwards
+is classified once, here:
 
 - transient (5xx, `backendError`, `rateLimitExceeded`, `quotaExceeded`, connection failures, retry
   deadline exceeded) -> `RetryableSourceError`: the poller keeps its window and tries again later;
@@ -45,10 +45,7 @@ from monitor.config import BillingConfig, GoogleConfig
 from monitor.errors import ConfigError, PermanentSourceError, RetryableSourceError, SourceError
 from monitor.sources.base import QueryResult
 
-__all__ = ["JOB_TIMEOUT_S", "BigQueryBillingSource", "classify_error", "make_client", "to_bigquery_params"]
-
-#: How long one query job may run before the poll gives up on it (and the client cancels it).
-JOB_TIMEOUT_S = 900.0
+__all__ = ["BigQueryBillingSource", "classify_error", "make_client", "to_bigquery_params"]
 
 QueryParameter = bigquery.ScalarQueryParameter | bigquery.ArrayQueryParameter
 
@@ -222,7 +219,8 @@ class BigQueryBillingSource:
     `client` defaults to `make_client(cfg, google)`; `rules` is the ordered attribution (None: the
     built-in rules, as `DuckDBBillingSource`); `retry`/`job_retry` default to the library's
     `DEFAULT_RETRY`/`DEFAULT_JOB_RETRY` (tests pass shorter ones); `timer` measures `seconds`;
-    `job_timeout` bounds the wait for one job (module docstring).
+    `job_timeout` bounds the wait for one job in seconds (module docstring); None reads
+    `billing.job_timeout_seconds` (tests pass a shorter one than the config allows).
     Parameters a query does not use are dropped (BigQuery rejects surplus ones); missing ones are a
     `ConfigError`.
     """
@@ -240,7 +238,7 @@ class BigQueryBillingSource:
         job_retry: Retry = DEFAULT_JOB_RETRY,
         use_query_cache: bool = True,
         timer: Callable[[], float] = time.perf_counter,
-        job_timeout: float = JOB_TIMEOUT_S,
+        job_timeout: float | None = None,
     ) -> None:
         if cfg.table is None:
             raise ConfigError('billing.table: required for the BigQuery source ("project.dataset.table")')
@@ -249,7 +247,7 @@ class BigQueryBillingSource:
         self.rules = None if rules is None else tuple(rules)
         self._retry, self._job_retry = retry, job_retry
         self._use_query_cache, self._timer = use_query_cache, timer
-        self._job_timeout = job_timeout
+        self.job_timeout = cfg.job_timeout_seconds if job_timeout is None else job_timeout
 
     def _job_config(self, name: str, params: Mapping[str, Any], *, dry_run: bool) -> bigquery.QueryJobConfig:
         return bigquery.QueryJobConfig(
@@ -293,7 +291,7 @@ class BigQueryBillingSource:
                 location=self.cfg.location,
                 retry=self._retry,
                 job_retry=self._job_retry,
-                wait_timeout=self._job_timeout,
+                wait_timeout=self.job_timeout,
             )
             rows = [dict(row.items()) for row in it]
         except _CLIENT_ERRORS as e:
