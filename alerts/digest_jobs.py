@@ -2,8 +2,11 @@
 the daily spend per job (a stacked chart), from the jobs engine (`monitor.jobs.build_jobs`).
 
 Pure, like `alerts.digest`: the caller (`monitor.digest_data`) hands in the stored aggregates it
-already read (cost hours and the GPU hours joined with utilization); `job_records` turns them into
-the engine's per-job records, the one place this module calls the engine (re-point it there). The
+already read (cost hours and the GPU hours joined with utilization). `stored_rows` converts them,
+once, into the engine's input rows; yesterday goes through the engine (`_build`, the one place this
+module builds records: re-point it there), the chart's days through `monitor.jobs.build.job_spend`
+(each job's spend by hour, the same to the micro: all the chart reads, at a fraction of the cost;
+the digest runs every day over two weeks of rows). The
 figures add up: the top `n` jobs, the other jobs summed, and the spend without a job label make
 yesterday's total to the micro (the engine assigns every row to one job, cluster fees shared by
 node-hours), so the section never disagrees with "Yesterday" above it. Money is net (after
@@ -17,16 +20,13 @@ keys, so `[jobs]` keys must be among them to be seen here (`job` is by default).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
-
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from alerts.escape import escape_mrkdwn as esc
 from alerts.escape import truncate
@@ -36,10 +36,12 @@ __all__ = [
     "DigestJob",
     "DigestJobs",
     "digest_jobs",
+    "engine_rows",
     "job_records",
     "jobs_blocks",
     "jobs_markdown",
     "render_jobs_chart",
+    "stored_rows",
     "top_jobs",
 ]
 
@@ -50,41 +52,104 @@ NO_JOB = "(no job label)"
 _COLORS = ["#4C72B0", "#55A868", "#C44E52", "#8172B2", "#CCB974", "#64B5CD", "#DD8452", "#937860"]
 
 
-def job_records(
-    hourly: Iterable[Any], gpu_hours: Sequence[Any], jobs: Any, window_end: datetime, prices: Any = None
+def engine_rows(hourly: Iterable[Any], keys: Sequence[str]) -> list[dict[str, Any]]:
+    """`CostHour`s (stored aggregates, `monitor.assemble.cost_hours`) as `queries/jobs.sql`-shaped
+    rows: a row's job labels are its labels under the job label `keys` (`JobsConfig.label_keys`).
+    Label sets repeat across rows: each distinct one is formatted once."""
+    wanted = set(keys)
+    formatted: dict[tuple, str | None] = {}
+    out = []
+    for h in hourly:
+        items = tuple(h.labels.items())
+        if items not in formatted:
+            formatted[items] = ",".join(f"{k}={v}" for k, v in sorted(items) if k in wanted and v) or None
+        out.append(
+            {
+                "usage_hour": h.hour,
+                "job_labels": formatted[items],
+                "project_id": h.project,
+                "zone": h.zone,
+                "cluster": h.cluster,
+                "resource_name": h.instance,
+                "instance_id": h.instance_id,
+                "subcategory": h.subcategory,
+                "gross_micros": int(h.cost * _MICROS),
+                "net_micros": int(h.net * _MICROS),
+                "usage_amount": h.usage_pricing_units,
+            }
+        )
+    return out
+
+
+def stored_rows(rows: Iterable[Any], keys: Sequence[str]) -> list[dict[str, Any]]:
+    """`engine_rows(cost_hours(rows), keys)` straight from the stored aggregates (`HourlyCost`s,
+    money in integer micros): the same rows, without a `CostHour` and a parsed label dict per row
+    (the digest's chart reads two weeks of rows every day). Money as `CostHour` has it: gross, and
+    net = gross + credits."""
+    wanted = set(keys)
+    formatted: dict[str, str | None] = {}
+    out = []
+    for r in rows:
+        k = r.keys
+        raw = k.get("user_labels") or ""
+        if raw not in formatted:
+            labels = r.labels  # parsed from `raw`: once per distinct string
+            formatted[raw] = (
+                ",".join(f"{n}={v}" for n, v in sorted(labels.items()) if n in wanted and v) or None
+            )
+        gross = int(r.gross_micros)
+        out.append(
+            {
+                "usage_hour": r.usage_hour,
+                "job_labels": formatted[raw],
+                "project_id": k.get("project_id"),
+                "zone": k.get("zone"),
+                "cluster": k.get("cluster"),
+                "resource_name": k.get("resource_name"),
+                "instance_id": k.get("instance_id"),
+                "subcategory": r.subcategory,
+                "gross_micros": gross,
+                "net_micros": gross + int(r.credit_micros),
+                "usage_amount": Decimal(str(r.usage_amount)) if r.usage_amount is not None else ZERO,
+            }
+        )
+    return out
+
+
+def _build(
+    rows: Sequence[dict[str, Any]],
+    gpu_hours: Sequence[Any],
+    jobs: Any,
+    window_end: datetime,
+    prices: Any = None,
+    only: Collection[str] | None = None,
 ) -> list[Any]:
-    """The adapter to the jobs engine: `CostHour`s (stored aggregates, `monitor.assemble.cost_hours`)
-    and `GpuHour`s as `queries/jobs.sql`-shaped rows, through `monitor.jobs.build_jobs`. A row's job
-    labels are its labels under the `[jobs]` keys (`JobsConfig.label_keys`)."""
+    """`monitor.jobs.build_jobs` on engine rows, with the `[jobs]` settings (`jobs`)."""
     from monitor.jobs.build import build_jobs  # lazily: monitor.jobs imports the analysis
 
-    keys = jobs.label_keys()
-    wanted = set(keys)
-    rows = [
-        {
-            "usage_hour": h.hour,
-            "job_labels": ",".join(f"{k}={v}" for k, v in sorted(h.labels.items()) if k in wanted and v)
-            or None,
-            "project_id": h.project,
-            "zone": h.zone,
-            "cluster": h.cluster,
-            "resource_name": h.instance,
-            "instance_id": h.instance_id,
-            "subcategory": h.subcategory,
-            "gross_micros": int(h.cost * _MICROS),
-            "net_micros": int(h.net * _MICROS),
-            "usage_amount": h.usage_pricing_units,
-        }
-        for h in hourly
-    ]
     return build_jobs(
         rows,
         list(gpu_hours),
-        keys=keys,
+        keys=jobs.label_keys(),
         window_end=window_end,
         running_within=timedelta(hours=jobs.running_within_hours),
         prices=prices,
+        only=only,
     )
+
+
+def job_records(
+    hourly: Iterable[Any],
+    gpu_hours: Sequence[Any],
+    jobs: Any,
+    window_end: datetime,
+    prices: Any = None,
+    *,
+    only: Collection[str] | None = None,
+) -> list[Any]:
+    """The adapter to the jobs engine: `CostHour`s and `GpuHour`s through `monitor.jobs.build_jobs`
+    (`engine_rows`). `only`: just these jobs' records (the same as in the full list)."""
+    return _build(engine_rows(hourly, jobs.label_keys()), gpu_hours, jobs, window_end, prices, only)
 
 
 @dataclass(frozen=True)
@@ -145,7 +210,8 @@ def _other_name(count: int) -> str:
 
 def top_jobs(day_records: Sequence[Any], chart_records: Sequence[Any], tz: str, n: int = 5) -> DigestJobs:
     """Yesterday's lines from the engine's records of yesterday (`day_records`), and the daily
-    series from its records of the chart's days (`chart_records`, hours by day in `tz`)."""
+    series from its records of the chart's days (`chart_records`: `JobRecord`s or `JobSpend`s, only
+    their jobs and hours are read; hours by day in `tz`)."""
     named = sorted((r for r in day_records if r.job is not None), key=lambda r: (-r.net_cost, r.job))
     if not named and all(r.job is None for r in chart_records):
         return DigestJobs(())  # no job labels at all: no section, no chart
@@ -173,8 +239,6 @@ def digest_jobs(
     """The "Top jobs" of `day` and the daily series, from the digest's stored aggregates of the chart's
     days (`HourlyCost`s) and their GPU hours joined with utilization. `jobs`: `[jobs]` (None: its
     defaults)."""
-    from monitor.assemble import cost_hours  # lazily, like `job_records`
-
     if jobs is None:
         from monitor.jobs.config import JobsConfig
 
@@ -182,10 +246,12 @@ def digest_jobs(
     zone = ZoneInfo(tz)
     lo = datetime.combine(day, time(), zone)
     hi = datetime.combine(day + timedelta(days=1), time(), zone)
-    hours = cost_hours(rows)
-    chart = job_records(hours, gpu, jobs, hi)
-    yesterday = job_records(
-        [h for h in hours if lo <= h.hour < hi], [g for g in gpu if lo <= g.hour < hi], jobs, hi
+    from monitor.jobs.build import job_spend
+
+    converted = stored_rows(rows, jobs.label_keys())  # once, for both
+    chart = job_spend(converted, gpu, keys=jobs.label_keys())  # the chart reads each job's hours only
+    yesterday = _build(
+        [r for r in converted if lo <= r["usage_hour"] < hi], [g for g in gpu if lo <= g.hour < hi], jobs, hi
     )
     return top_jobs(yesterday, chart, tz, n)
 
@@ -233,14 +299,13 @@ def render_jobs_chart(
 ) -> Path:
     """Daily spend stacked by job (the top jobs, the others, the unlabelled), the digest chart's
     size and style (`alerts.charts`); provisional days drawn faint. Writes the PNG, returns it."""
-    from alerts.charts import CHART_DPI, CHART_SIZE_PX, finish_daily_chart
+    from alerts.charts import finish_daily_chart, new_figure
 
     days = sorted(d.daily)
     names = d.series or sorted({s for v in d.daily.values() for s in v})
     names += [s for s in sorted({s for v in d.daily.values() for s in v}) if s not in names]
     faint = set(provisional)
-    fig = Figure(figsize=(CHART_SIZE_PX[0] / CHART_DPI, CHART_SIZE_PX[1] / CHART_DPI), dpi=CHART_DPI)
-    FigureCanvasAgg(fig)
+    fig = new_figure()
     ax = fig.add_subplot(1, 1, 1)
     x = list(range(len(days)))
     bottom = [0.0] * len(days)

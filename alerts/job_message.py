@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -209,23 +210,29 @@ def announce_finished(
     """Queue one message per newly finished job (outbox) and record it, in one transaction;
     returns the keys queued. `hourly` / `gpu_hours`: the detection inputs (`CostHour`, `GpuHour`)
     of [window_start, window_end). `receiver`: the channel, or a function of the job's record
-    (routing). A job is told once, whichever channel it went to. Cheap when nothing finished: the
-    engine runs only when a job's last billed hour is old enough and the job was not told."""
+    (routing). A job is told once, whichever channel it went to. Cheap: the engine runs only when a
+    job's last billed hour is old enough and the job was not told, and then only on the jobs that
+    can have finished (`build_jobs(only=...)`, over `_rows_for`)."""
     keys_of = jobs.label_keys()
     within = timedelta(hours=jobs.running_within_hours)
     ensure_schema(store)
     migrate(store)
     with store.transaction() as conn:
         told = _announced(conn)
-    last = _last_hours(hourly, keys_of)
+    jobs_of = _jobs_of(hourly, keys_of)
     stale = {
-        j: h
-        for j, h in last.items()
-        if h + _HOUR < window_end - within and (history_cut is None or h + _HOUR >= history_cut)
+        j: span for j, span in _billed_spans(hourly, jobs_of).items() if span[1] + _HOUR < window_end - within
     }
-    if not finished_jobs(_Candidate.of(stale), told):
+    if not finished_jobs(_Candidate.latest(stale), told, history_cut):
         return []
-    records = job_records(hourly, gpu_hours, jobs, window_end, prices)
+    # Every job that can have finished and was not told (a finished job's billing is stale, and the
+    # engine's first hour is the billed one): only these are built (their records are the engine's
+    # to the micro, from the rows that can decide them). The history cut is the records' own (their
+    # last hour may grow by estimated hours), applied below as before.
+    names = {c.job for c in finished_jobs(_Candidate.spans(stale), told)}
+    if not names:
+        return []
+    records = job_records(_rows_for(hourly, jobs_of, names), gpu_hours, jobs, window_end, prices, only=names)
     queued: list[str] = []
     with store.transaction() as conn:  # what was told is read again here: a concurrent run told it
         for r in finished_jobs(records, _announced(conn), history_cut):
@@ -261,8 +268,8 @@ def announce_finished(
 
 @dataclass(frozen=True)
 class _Candidate:
-    """What the cheap pre-check knows of a job: its name and last billed hour (first hour unknown:
-    the latest, so only a told run ending at or after it rules it out)."""
+    """What the cheap pre-check knows of a job: its name and billed hours as the engine counts them
+    (its last hour may still grow by estimated hours: not `running` here)."""
 
     job: str
     first_hour: datetime
@@ -270,25 +277,76 @@ class _Candidate:
     running: bool = False
 
     @classmethod
-    def of(cls, last: Mapping[str, datetime]) -> list[_Candidate]:
-        return [cls(j, h, h) for j, h in last.items()]
+    def latest(cls, spans: Mapping[str, tuple[datetime, datetime]]) -> list[_Candidate]:
+        """The check that decides whether the engine runs at all: first hour taken as the last (only
+        a told run ending at or after it rules the job out)."""
+        return [cls(j, last, last) for j, (_first, last) in spans.items()]
+
+    @classmethod
+    def spans(cls, spans: Mapping[str, tuple[datetime, datetime]]) -> list[_Candidate]:
+        """With the first billed hour: ruled out exactly as the engine's record would be."""
+        return [cls(j, first, last) for j, (first, last) in spans.items()]
 
 
-def _last_hours(hourly: Iterable[Any], keys: Sequence[str]) -> dict[str, datetime]:
-    """Each job's last billed hour as the engine counts it (`monitor.jobs.build`): of its compute
-    rows when it has any (its checkpoint bucket bills every hour after the job ended), else of all
-    its rows; jobs by the engine's identity (first job label key present)."""
+def _jobs_of(hourly: Iterable[Any], keys: Sequence[str]) -> list[str | None]:
+    """Each row's job by the engine's identity (first job label key present)."""
     from monitor.jobs.identity import job_of  # lazily, like `job_records`
 
-    compute: dict[str, datetime] = {}
-    other: dict[str, datetime] = {}
-    for h in hourly:
-        if (job := job_of(h.labels, keys)) is None:
+    return [job_of(h.labels, keys) for h in hourly]
+
+
+def _billed_spans(
+    hourly: Iterable[Any], jobs_of: Sequence[str | None]
+) -> dict[str, tuple[datetime, datetime]]:
+    """Each job's first and last billed hour as the engine counts them (`monitor.jobs.build`): of
+    its compute rows when it has any (its checkpoint bucket bills every hour after the job ended),
+    else of all its rows (`jobs_of`: each row's job, `_jobs_of`). Exact, so a job whose run was told
+    (a told run ending at or after its first hour) is not built."""
+    compute: dict[str, tuple[datetime, datetime]] = {}
+    other: dict[str, tuple[datetime, datetime]] = {}
+    for h, job in zip(hourly, jobs_of, strict=True):
+        if job is None:
             continue
-        last = compute if h.subcategory.startswith("compute.") else other
-        if job not in last or h.hour > last[job]:
-            last[job] = h.hour
+        spans = compute if h.subcategory.startswith("compute.") else other
+        cur = spans.get(job)
+        if cur is None:
+            spans[job] = (h.hour, h.hour)
+        elif h.hour < cur[0] or h.hour > cur[1]:
+            spans[job] = (min(cur[0], h.hour), max(cur[1], h.hour))
     return other | compute
+
+
+def _rows_for(hourly: Sequence[Any], jobs_of: Sequence[str | None], names: AbstractSet[str]) -> list[Any]:
+    """The rows that can decide the records of the jobs `names` (a superset of what the engine
+    keeps for `build_jobs(only=...)`, in order): their own rows; at each (project, cluster, hour)
+    where they had a cluster node, every cluster node's compute row and the cluster fee (fees are
+    shared by node-hours); and every GPU row of a node they used (by name or instance id: a superset
+    of the node identity), at any hour (GPU-hours are split by usage on a node, and a node's
+    estimated hours go to its latest billed job). Converting only these makes the check cheap."""
+    from monitor.jobs.build import CLUSTER_FEE  # lazily, like `job_records`
+
+    fee_keys: set[tuple] = set()
+    instances: set[str | None] = set()
+    ids: set[str] = set()
+    for h, job in zip(hourly, jobs_of, strict=True):
+        if job not in names or not h.subcategory.startswith("compute."):
+            continue
+        if h.cluster and h.instance:
+            fee_keys.add((h.project, h.cluster, h.hour))
+        if h.subcategory == "compute.gpu":
+            instances.add(h.instance)
+            if h.instance_id:
+                ids.add(h.instance_id)
+    return [
+        h
+        for h, job in zip(hourly, jobs_of, strict=True)
+        if job in names
+        or (h.subcategory == "compute.gpu" and (h.instance in instances or h.instance_id in ids))
+        or (
+            (h.project, h.cluster, h.hour) in fee_keys
+            and (h.subcategory == CLUSTER_FEE or (h.subcategory.startswith("compute.") and h.instance))
+        )
+    ]
 
 
 def announce_jobs(deps: Any, inputs: Any, now: datetime) -> list[str]:

@@ -31,7 +31,8 @@ What is decided here, with why:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -45,7 +46,7 @@ from monitor.jobs.identity import job_of, parse_labels
 from monitor.model import micros_to_decimal
 from monitor.timeutil import to_iso
 
-__all__ = ["JobHour", "JobRecord", "build_jobs", "cents_summing_to"]
+__all__ = ["JobHour", "JobRecord", "JobSpend", "build_jobs", "cents_summing_to", "job_spend"]
 
 _HOUR = timedelta(hours=1)
 _ONE = Decimal(1)
@@ -164,9 +165,11 @@ class JobRecord:
 
 @dataclass
 class _Acc:
-    """What one job gathers while the rows stream past (mutable; `_record` freezes it)."""
+    """What one job gathers while the rows stream past (mutable; `_record` freezes it). Money per
+    hour is summed in integer micros (`hour_gross`, `hour_net`) and turned into the `JobHour`s'
+    Decimals once, at `_record`: exact either way, and a Decimal per row is what made this slow."""
 
-    labels: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    raw_labels: set[str | None] = field(default_factory=set)
     projects: set[str] = field(default_factory=set)
     zones: set[str] = field(default_factory=set)
     instances: set[str] = field(default_factory=set)
@@ -175,6 +178,8 @@ class _Acc:
     compute_hours: set[datetime] = field(default_factory=set)
     any_hours: set[datetime] = field(default_factory=set)
     hours: dict[datetime, JobHour] = field(default_factory=dict)
+    hour_gross: dict[datetime, int] = field(default_factory=lambda: defaultdict(int))
+    hour_net: dict[datetime, int] = field(default_factory=lambda: defaultdict(int))
     gpu: GpuUsage = field(default_factory=GpuUsage)
     estimated: GpuUsage = field(default_factory=GpuUsage)
     estimated_hours: set[datetime] = field(default_factory=set)
@@ -190,13 +195,78 @@ class _Acc:
     def money(self, hour: datetime, sub: str, gross: int, net: int) -> None:
         self.gross[sub] += gross
         self.net[sub] += net
-        jh = self.hour(hour)
-        jh.cost += micros_to_decimal(gross)
-        jh.net_cost += micros_to_decimal(net)
+        if hour not in self.hours:
+            self.hours[hour] = JobHour(hour)
+        self.hour_gross[hour] += gross
+        self.hour_net[hour] += net
+
+    def job_hours(self) -> tuple[JobHour, ...]:
+        """The hours, in order, their money set from the micros summed."""
+        for h, jh in self.hours.items():
+            if h in self.hour_gross:
+                jh.cost = micros_to_decimal(self.hour_gross[h])
+                jh.net_cost = micros_to_decimal(self.hour_net[h])
+        return tuple(self.hours[h] for h in sorted(self.hours))
+
+    def job_labels(self, keys: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """The values of the job label keys seen on the job's own rows (each distinct string parsed once)."""
+        found: dict[str, set[str]] = defaultdict(set)
+        for raw in self.raw_labels:
+            lab = parse_labels(raw)
+            for k in keys:
+                if k in lab:
+                    found[k].add(lab[k])
+        return {k: tuple(sorted(v)) for k, v in sorted(found.items())}
 
 
-def _node_key(r: Mapping[str, Any]) -> str:
-    return billed_identity(r["project_id"], r["zone"], r["resource_name"], r["instance_id"], r["cluster"]).key
+def _acc(acc: dict[str | None, _Acc], job: str | None) -> _Acc:
+    a = acc.get(job)
+    if a is None:
+        a = acc[job] = _Acc()
+    return a
+
+
+def _jobs_of(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> list[str | None]:
+    """Each row's job (`job_of` of its job labels), each distinct label string looked at once."""
+    seen: dict[str | None, str | None] = {}
+    out = []
+    for r in rows:
+        raw = r["job_labels"]
+        if raw not in seen:
+            seen[raw] = job_of(parse_labels(raw), keys)
+        out.append(seen[raw])
+    return out
+
+
+def _node_keys(rows: Sequence[Mapping[str, Any]]) -> list[str | None]:
+    """Each `compute.gpu` row's node (`billed_identity`), None for other rows."""
+    seen: dict[tuple, str] = {}
+    out: list[str | None] = []
+    for r in rows:
+        if r["subcategory"] != "compute.gpu":
+            out.append(None)
+            continue
+        ident = (r["project_id"], r["zone"], r["resource_name"], r["instance_id"], r["cluster"])
+        if ident not in seen:
+            seen[ident] = billed_identity(*ident).key
+        out.append(seen[ident])
+    return out
+
+
+def _gpu_key(h: GpuHour, seen: dict[tuple, str]) -> str:
+    """`row_identity(h).key`, each node computed once."""
+    ident = (h.project, h.zone, h.instance, h.instance_id, h.cluster)
+    if ident not in seen:
+        seen[ident] = row_identity(h).key
+    return seen[ident]
+
+
+def _fee_key(r: Mapping[str, Any]) -> tuple | None:
+    """(project, cluster, hour) of a compute row on a named cluster node: a node-hour that shares
+    the cluster's fee of that hour."""
+    if r["cluster"] and r["resource_name"] and r["subcategory"].startswith("compute."):
+        return (r["project_id"], r["cluster"], r["usage_hour"])
+    return None
 
 
 def _fee_shares(rows: Sequence[Mapping[str, Any]], jobs: Sequence[str | None]) -> dict[tuple, dict]:
@@ -226,60 +296,71 @@ def _split_money(
     return [(k, int(g), int(n)) for k, g, n in zip(keys, gross, net, strict=True)]
 
 
-def _add_rows(acc: dict[str | None, _Acc], rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> list:
-    """Money, labels and places of every row into its job; cluster fees shared by node-hours.
-    Returns each row's job (the GPU split needs it)."""
-    labels = [parse_labels(r["job_labels"]) for r in rows]
-    jobs = [job_of(lab, keys) for lab in labels]
+def _add_rows(
+    acc: dict[str | None, _Acc], rows: Sequence[Mapping[str, Any]], jobs: Sequence[str | None]
+) -> None:
+    """Money, labels and places of every row into its job (`jobs`: each row's); cluster fees
+    shared by node-hours."""
     shares = _fee_shares(rows, jobs)
-    for r, lab, job in zip(rows, labels, jobs, strict=True):
-        sub, hour = r["subcategory"], r["usage_hour"]
-        weights = (
-            shares.get((r["project_id"], r["cluster"], hour)) if job is None and sub == CLUSTER_FEE else None
-        )
+    for r, job in zip(rows, jobs, strict=True):
+        sub, hour, project = r["subcategory"], r["usage_hour"], r["project_id"]
+        weights = shares.get((project, r["cluster"], hour)) if job is None and sub == CLUSTER_FEE else None
         parts = _split_money(r, weights) if weights else [(job, int(r["gross_micros"]), int(r["net_micros"]))]
         for part_job, gross, net in parts:
-            a = acc.setdefault(part_job, _Acc())
+            a = _acc(acc, part_job)
             a.money(hour, sub, gross, net)
             a.any_hours.add(hour)
-            if r["project_id"]:
-                a.projects.add(r["project_id"])
-        a = acc.setdefault(job, _Acc())
-        for k in keys:
-            if k in lab:
-                a.labels[k].add(lab[k])
+            if project:
+                a.projects.add(project)
+        a = _acc(acc, job)
+        a.raw_labels.add(r["job_labels"])
         if r["zone"]:
             a.zones.add(r["zone"])
         if sub.startswith("compute."):
             a.compute_hours.add(hour)
             if r["resource_name"]:
                 a.instances.add(r["resource_name"])
-    return jobs
+
+
+_Usage = dict[tuple[str, datetime], dict[str | None, Decimal]]
+_Latest = dict[str, tuple[datetime, Decimal, str | None]]
+
+
+def _gpu_usage(
+    rows: Sequence[Mapping[str, Any]], jobs: Sequence[str | None], nodes: Sequence[str | None]
+) -> tuple[_Usage, _Latest]:
+    """Each job's GPU usage per (node, hour), which splits that node-hour, and each node's latest
+    billed GPU row (hour, usage, job): the job its estimated hours belong to."""
+    usage: _Usage = defaultdict(lambda: defaultdict(Decimal))
+    latest: _Latest = {}
+    for r, job, key in zip(rows, jobs, nodes, strict=True):
+        if key is None:
+            continue
+        hour = r["usage_hour"]
+        amount = Decimal(str(r["usage_amount"] or 0))
+        usage[(key, hour)][job] += amount
+        cur = latest.get(key)
+        if cur is None or (hour, amount) > cur[:2]:
+            latest[key] = (hour, amount, job)
+    return usage, latest
 
 
 def _add_gpu(
     acc: dict[str | None, _Acc],
     rows: Sequence[Mapping[str, Any]],
     jobs: Sequence[str | None],
+    nodes: Sequence[str | None],
     gpu_hours: Sequence[GpuHour],
 ) -> None:
-    """Each joined GPU node-hour into its jobs, split by their GPU usage on the node that hour."""
-    usage: dict[tuple[str, datetime], dict[str | None, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
-    latest: dict[str, tuple[datetime, Decimal, str | None]] = {}
-    for r, job in zip(rows, jobs, strict=True):
-        if r["subcategory"] != "compute.gpu":
-            continue
-        key, hour = _node_key(r), r["usage_hour"]
-        amount = Decimal(str(r["usage_amount"] or 0))
-        usage[(key, hour)][job] += amount
-        cur = latest.get(key)
-        if cur is None or (hour, amount) > cur[:2]:
-            latest[key] = (hour, amount, job)
+    """Each joined GPU node-hour into its jobs, split by their GPU usage on the node that hour
+    (`nodes`: each row's node, `_node_keys`)."""
+    usage, latest = _gpu_usage(rows, jobs, nodes)
+    seen: dict[tuple, str] = {}
     for h in gpu_hours:
-        key = row_identity(h).key
+        key = _gpu_key(h, seen)
         if h.estimated:
             job = latest[key][2] if key in latest else None
-            a = acc.setdefault(job, _Acc())
+            a = _acc(acc, job)
             a.estimated.add(h)
             a.estimated_hours.add(h.hour)
             a.hour(h.hour).estimated_cost += h.gpu_cost
@@ -295,7 +376,7 @@ def _add_gpu(
         )
         total_w = sum(w, Decimal(0))
         for job, (gh, gc, igh, ic) in zip(names, parts, strict=True):
-            a = acc.setdefault(job, _Acc())
+            a = _acc(acc, job)
             a.gpu.add_part(h, gh, gc, igh, ic)
             frac = weights[job] / total_w if total_w > 0 else _ONE / len(names)
             a.gpus_by_hour[h.hour] += h.gpus * frac
@@ -310,41 +391,64 @@ def _add_gpu(
                 a.on_demand.append((h, frac))
 
 
+#: A price quote for `_spot`: (per whole machine?, on-demand, Spot, where the prices came from).
+_Quote = tuple[bool, Decimal | None, Decimal | None, str]
+
+
+def _quote(h: GpuHour, prices: PriceLookup) -> _Quote:
+    kinds = ("on_demand", "spot")
+    whole = machine_prices(prices, h.machine_type, h.region, kinds)
+    if whole is not None and h.gpus > 0 and h.machine_type:
+        return (
+            True,
+            whole["on_demand"],
+            whole["spot"],
+            machine_price_source(prices, h.machine_type, h.region, kinds),
+        )
+    od = prices.gpu_hourly(h.gpu_model or "", h.region, "on_demand")
+    spot = prices.gpu_hourly(h.gpu_model or "", h.region, "spot")
+    return False, od, spot, price_source(prices, h.gpu_model or "", h.region, kinds)
+
+
 def _spot(
-    parts: Sequence[tuple[GpuHour, Decimal]], prices: PriceLookup | None
+    parts: Sequence[tuple[GpuHour, Decimal]], prices: PriceLookup | None, quotes: dict[tuple, _Quote]
 ) -> tuple[Decimal | None, str | None]:
-    """On-demand minus Spot list price over the job's on-demand GPU hours (see the module docstring)."""
+    """On-demand minus Spot list price over the job's on-demand GPU hours (see the module docstring).
+    `quotes`: the prices of each (machine type, region, GPU model) looked up once per build (a
+    price book is fixed for the call)."""
     if prices is None:
         return None, None
     total, sources = Decimal(0), []
-    kinds = ("on_demand", "spot")
     for h, frac in parts:
-        whole = machine_prices(prices, h.machine_type, h.region, kinds)
-        if whole is not None and h.gpus > 0 and h.machine_type:
-            od, spot, hours = whole["on_demand"], whole["spot"], machine_hours(h) * frac
-            src = machine_price_source(prices, h.machine_type, h.region, kinds)
-        else:
-            od = prices.gpu_hourly(h.gpu_model or "", h.region, "on_demand")
-            spot = prices.gpu_hourly(h.gpu_model or "", h.region, "spot")
-            hours, src = h.gpu_hours * frac, price_source(prices, h.gpu_model or "", h.region, kinds)
+        q = (h.machine_type, h.region, h.gpu_model, h.gpus > 0)
+        if q not in quotes:
+            quotes[q] = _quote(h, prices)
+        per_machine, od, spot, src = quotes[q]
         if od is None or spot is None or spot >= od:
             continue
+        hours = machine_hours(h) * frac if per_machine else h.gpu_hours * frac
         total += hours * (od - spot)
         sources.append(src)
     return total, ("; ".join(dict.fromkeys(sources)) or None)
 
 
 def _record(
-    job: str | None, a: _Acc, window_end: datetime, within: timedelta, prices: PriceLookup | None
+    job: str | None,
+    a: _Acc,
+    keys: Sequence[str],
+    window_end: datetime,
+    within: timedelta,
+    prices: PriceLookup | None,
+    quotes: dict[tuple, _Quote],
 ) -> JobRecord:
     hours = sorted(a.compute_hours or a.any_hours)
     last = max([*hours[-1:], *a.estimated_hours], default=None)
-    spot, source = _spot(a.on_demand, prices)
+    spot, source = _spot(a.on_demand, prices, quotes)
     model = max(a.models, key=lambda m: (a.models[m], m)) if a.models else None
     gpus = max((int(v.to_integral_value(ROUND_HALF_EVEN)) for v in a.gpus_by_hour.values()), default=0)
     return JobRecord(
         job=job,
-        labels={k: tuple(sorted(v)) for k, v in sorted(a.labels.items())},
+        labels=a.job_labels(keys),
         projects=tuple(sorted(a.projects)),
         zones=tuple(sorted(a.zones)),
         instances=tuple(sorted(a.instances)),
@@ -362,8 +466,37 @@ def _record(
         spot_savings=spot,
         spot_price_source=source,
         estimated_gpu=a.estimated,
-        hours=tuple(a.hours[h] for h in sorted(a.hours)),
+        hours=a.job_hours(),
     )
+
+
+def _only(
+    rows: Sequence[Mapping[str, Any]],
+    jobs: Sequence[str | None],
+    nodes: Sequence[str | None],
+    gpu_hours: Sequence[GpuHour],
+    only: AbstractSet[str],
+) -> tuple[list[int], list[GpuHour]]:
+    """The rows (indices, in order) and GPU hours that decide the records of the jobs `only`: their
+    own rows; at the (project, cluster, hour)s of their cluster nodes, every cluster node's compute
+    row and the cluster fees (the node-hour shares); on their GPU nodes, every GPU row (the usage
+    split of each node-hour, and whose job the node's estimated hours are) and every GPU hour.
+    Complete for those keys and in the original order, so their splits come out to the micro."""
+    fee_keys = {k for r, j in zip(rows, jobs, strict=True) if j in only and (k := _fee_key(r)) is not None}
+    gpu_nodes = {n for j, n in zip(jobs, nodes, strict=True) if j in only and n is not None}
+    keep = [
+        i
+        for i, (r, j, n) in enumerate(zip(rows, jobs, nodes, strict=True))
+        if j in only
+        or (n is not None and n in gpu_nodes)
+        or (
+            fee_keys
+            and (r["project_id"], r["cluster"], r["usage_hour"]) in fee_keys
+            and (r["subcategory"] == CLUSTER_FEE or _fee_key(r) is not None)
+        )
+    ]
+    seen: dict[tuple, str] = {}
+    return keep, [h for h in gpu_hours if _gpu_key(h, seen) in gpu_nodes]
 
 
 def build_jobs(
@@ -374,16 +507,66 @@ def build_jobs(
     window_end: datetime,
     running_within: timedelta = timedelta(hours=6),
     prices: PriceLookup | None = None,
+    only: Collection[str] | None = None,
 ) -> list[JobRecord]:
     """Every job of the window, largest cost first, `job: None` (the unlabelled rest) last.
 
     `rows`: `queries/jobs.sql` output for the window; `gpu_hours`: the window's joined GPU hours
-    (`Analysis.gpu_hours`, billed and estimated); `keys`: `JobsConfig.label_keys()`.
+    (`Analysis.gpu_hours`, billed and estimated); `keys`: `JobsConfig.label_keys()`. `only`: just
+    the records of these jobs (named), the same to the micro as in the full list, computed from the
+    rows that decide them (`_only`): what the finished-job check needs, at a fraction of the cost.
     """
+    jobs = _jobs_of(rows, keys)
+    nodes = _node_keys(rows)
+    wanted = set(only) if only is not None else None
+    if wanted is not None:
+        keep, gpu_hours = _only(rows, jobs, nodes, gpu_hours, wanted)
+        rows = [rows[i] for i in keep]
+        jobs = [jobs[i] for i in keep]
+        nodes = [nodes[i] for i in keep]
     acc: dict[str | None, _Acc] = {}
-    jobs = _add_rows(acc, rows, keys)
-    _add_gpu(acc, rows, jobs, gpu_hours)
-    out = [_record(job, a, window_end, running_within, prices) for job, a in acc.items()]
+    _add_rows(acc, rows, jobs)
+    _add_gpu(acc, rows, jobs, nodes, gpu_hours)
+    quotes: dict[tuple, _Quote] = {}
+    out = [
+        _record(job, a, keys, window_end, running_within, prices, quotes)
+        for job, a in acc.items()
+        if wanted is None or job in wanted
+    ]
+    return sorted(out, key=lambda j: (j.job is None, -j.gross_micros, j.job or ""))
+
+
+@dataclass(frozen=True)
+class JobSpend:
+    """One job's spend by hour (`job_spend`): its `JobHour`s carry `cost` and `net_cost` only (the
+    GPU fields stay zero); `gross_micros` orders the jobs as `build_jobs` does."""
+
+    job: str | None
+    gross_micros: int
+    hours: tuple[JobHour, ...]
+
+
+def job_spend(
+    rows: Sequence[Mapping[str, Any]], gpu_hours: Sequence[GpuHour], *, keys: Sequence[str]
+) -> list[JobSpend]:
+    """What a chart of spend per job and hour needs of `build_jobs`, at a fraction of its cost:
+    the same jobs in the same order, each with the same hours (GPU and estimated hours included,
+    with no money) and the same money per hour to the micro (cluster fees shared alike), without
+    the GPU figures, the counterfactuals and the rest of a `JobRecord`."""
+    jobs = _jobs_of(rows, keys)
+    nodes = _node_keys(rows)
+    acc: dict[str | None, _Acc] = {}
+    _add_rows(acc, rows, jobs)
+    usage, latest = _gpu_usage(rows, jobs, nodes)
+    seen: dict[tuple, str] = {}
+    for h in gpu_hours:  # the hours `_add_gpu` gives a job
+        key = _gpu_key(h, seen)
+        if h.estimated:
+            _acc(acc, latest[key][2] if key in latest else None).hour(h.hour)
+            continue
+        for job in usage.get((key, h.hour)) or (None,):
+            _acc(acc, job).hour(h.hour)
+    out = [JobSpend(job, sum(a.gross.values()), a.job_hours()) for job, a in acc.items()]
     return sorted(out, key=lambda j: (j.job is None, -j.gross_micros, j.job or ""))
 
 

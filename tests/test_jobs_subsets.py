@@ -1,0 +1,248 @@
+"""The cheap paths to the jobs engine give the engine's own figures, to the micro.
+
+The finished-job check builds only the jobs that may have finished (`build_jobs(only=...)`, over
+the rows `alerts.job_message._rows_for` keeps), the digest's chart reads each job's spend by hour
+only (`job_spend`) and converts the stored aggregates once, straight from `HourlyCost`
+(`stored_rows`). Each is pinned here against the full engine (`build_jobs` over every row), on a
+hand-made fleet built to hit every split the engine does (a cluster fee shared by node-hours, a GPU
+node-hour shared three ways, estimated hours after billing, a nameless GPU node, credits), and on
+the simulated fleet through the daemon's own stored aggregates.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from alerts.digest_jobs import _build, digest_jobs, engine_rows, job_records, stored_rows, top_jobs
+from alerts.job_message import (
+    Announced,
+    _billed_spans,
+    _Candidate,
+    _jobs_of,
+    _rows_for,
+    announce_finished,
+    finished_jobs,
+)
+from monitor.detectors.inputs import CostHour, GpuHour
+from monitor.jobs.build import build_jobs, job_spend
+from monitor.jobs.config import JobsConfig
+from monitor.state.store import open_store
+
+D = Decimal
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+H = timedelta(hours=1)
+JOBS = JobsConfig()
+KEYS = JOBS.label_keys()
+END = T0 + 10 * H
+
+
+class _Prices:
+    """Per-GPU list prices only (no whole-machine table)."""
+
+    def gpu_hourly(self, gpu_model: str, region: str | None, pricing_model: str) -> Decimal | None:
+        return {"on_demand": D(10), "spot": D(4)}.get(pricing_model)
+
+    def gpu_price_source(self, gpu_model: str, region: str | None, pricing_model: str) -> str | None:
+        return "test book"
+
+
+def _cost(hour: int, usd: str, job: str | None, sub: str = "compute.gpu", **kw: Any) -> CostHour:
+    labels = {"job": job, "team": "ml"} if job else {"team": "ml"}
+    return CostHour(hour=T0 + hour * H, project="ml", subcategory=sub, cost=D(usd), labels=labels, **kw)
+
+
+def _gpu(hour: int, instance: str | None, cost: str, idle: str = "0", **kw: Any) -> GpuHour:
+    base: dict[str, Any] = dict(
+        hour=T0 + hour * H, project="ml", instance=instance, gpu_model="H100", gpus=8, gpu_hours=D(8),
+        gpu_cost=D(cost), mean_utilization_pct=50.0, idle_gpu_hours=D(idle), idle_cost=D(idle) * D(cost) / 8,
+        zone="z1", region="r1", pricing_model="on_demand",
+    )  # fmt: skip
+    return GpuHour(**(base | kw))
+
+
+def _fleet() -> tuple[list[CostHour], list[GpuHour]]:
+    """Jobs a, b, c share GKE node n1 (5:2:1 GPU usage, odd cents) in hours 0-1; c and an
+    unlabelled pod run on n2; the unlabelled cluster fee is shared by those node-hours; a also runs
+    alone on vm-a (credits, idle hours) and is estimated after billing; d and the unlabelled rest
+    share a nameless GPU node (its latest billed job takes the estimated hour); b's bucket bills
+    after its compute ended; e pays inter-zone traffic; f runs later, on CPUs."""
+    n1 = {"instance": "n1", "instance_id": "101", "cluster": "c1", "zone": "z1"}
+    n2 = {"instance": "n2", "instance_id": "102", "cluster": "c1", "zone": "z1"}
+    va = {"instance": "vm-a", "instance_id": "201", "zone": "z1"}
+    hours = []
+    for h in (0, 1):
+        hours += [
+            _cost(h, "50.000001", "a", usage_pricing_units=D(5), **n1),
+            _cost(h, "20.000001", "b", usage_pricing_units=D(2), **n1),
+            _cost(h, "10.000001", "c", usage_pricing_units=D(1), **n1),
+            _cost(h, "3.333333", "c", "compute.cpu", **n2),
+            _cost(h, "1.111111", None, "compute.cpu", **n2),
+            _cost(h, "0.100001", None, "orchestration.gke", cluster="c1", zone="z1"),
+        ]
+    hours.append(_cost(2, "0.1", None, "orchestration.gke", cluster="c1", zone="z1"))  # no node that hour
+    for h in range(4):
+        hours.append(_cost(h, "80", "a", credits=D("-8.5"), usage_pricing_units=D(8), **va))
+    hours += [
+        _cost(2, "7", "d", usage_pricing_units=D(1), zone="z1"),
+        _cost(3, "9", None, usage_pricing_units=D(3), zone="z1"),  # the nameless node's latest job
+        *(_cost(h, "0.25", "b", "storage.gcs") for h in range(9)),
+        _cost(3, "4.5", "e", "network.inter_zone", zone="z1"),
+        _cost(3, "12", "e", "compute.cpu", instance="vm-e", zone="z1"),
+        *(_cost(h, "2", "f", "compute.cpu", instance="vm-f", zone="z1") for h in (5, 6)),
+    ]
+    gpu = [
+        *(_gpu(h, "n1", "80.000003", idle="3", cluster="c1", instance_id="101") for h in (0, 1)),
+        *(_gpu(h, "vm-a", "80", idle="2", instance_id="201") for h in range(4)),
+        _gpu(4, "vm-a", "80", instance_id="201"),  # billed by utilization only: no usage row that hour
+        *(_gpu(h, "vm-a", "80", instance_id="201", estimated=True) for h in (5, 6)),
+        _gpu(2, None, "7"),
+        _gpu(3, None, "9", mean_utilization_pct=None, idle="0"),
+        _gpu(4, None, "9", estimated=True),
+    ]
+    return hours, gpu
+
+
+def _full(hours: list[CostHour], gpu: list[GpuHour]) -> list:
+    return job_records(hours, gpu, JOBS, END, _Prices())
+
+
+def test_the_fleet_exercises_every_split() -> None:
+    """What makes the comparisons below meaningful: fees shared, a 3-way GPU split, estimates."""
+    full = {r.job: r for r in _full(*_fleet())}
+    assert all(full[j].by_subcategory.get("orchestration.gke", 0) > 0 for j in ("a", "b", "c", None))
+    assert [full[j].gpu.gpu_hours for j in "abc"] == [D(42), D(4), D(2)]  # vm-a 4 h, n1 5:2:1 of 2 h
+    assert full["a"].estimated and full["a"].running and full[None].estimated and full["a"].spot_savings
+    assert full["b"].last_hour == T0 + H and not full["b"].running  # its bucket does not keep it running
+
+
+@pytest.mark.parametrize("size", [1, 2, 6])
+def test_only_gives_each_jobs_own_full_record(size: int) -> None:
+    hours, gpu = _fleet()
+    full = _full(hours, gpu)
+    jobs_of = _jobs_of(hours, KEYS)
+    for names in map(set, combinations(["a", "b", "c", "d", "e", "x"], size)):
+        want = [r for r in full if r.job in names]
+        assert job_records(hours, gpu, JOBS, END, _Prices(), only=names) == want, names
+        kept = _rows_for(hours, jobs_of, names)  # what the finished-job check converts
+        assert job_records(kept, gpu, JOBS, END, _Prices(), only=names) == want, names
+
+
+def test_job_spend_has_build_jobs_jobs_hours_and_money() -> None:
+    hours, gpu = _fleet()
+    rows = engine_rows(hours, KEYS)
+    full = build_jobs(rows, gpu, keys=KEYS, window_end=END)
+    spend = job_spend(rows, gpu, keys=KEYS)
+    assert [(s.job, s.gross_micros) for s in spend] == [(r.job, r.gross_micros) for r in full]
+    assert [[(h.hour, h.cost, h.net_cost) for h in s.hours] for s in spend] == [
+        [(h.hour, h.cost, h.net_cost) for h in r.hours] for r in full
+    ]
+    est = next(s for s in spend if s.job == "a").hours[-1]  # an estimated hour: there, with no money
+    assert est.hour == T0 + 6 * H and est.net_cost == 0
+
+
+@pytest.mark.parametrize("cut", [None, 2, 5])
+def test_the_finished_job_check_tells_what_the_full_engine_would(tmp_path: Path, cut: int | None) -> None:
+    """`announce_finished` builds only the jobs that can have finished; what it tells is what the
+    full engine's records give (`finished_jobs` over every record), whenever the cheap check lets
+    the engine run: at every window end, with and without a history cut, told runs kept. With the
+    cut at hour 5, a's billing ends before it and its estimated hours after: a is told once f's
+    end lets the engine run (the cut is the record's, estimated hours included)."""
+    hours, gpu = _fleet()
+    history = T0 + cut * H if cut is not None else None
+    store = open_store(f"sqlite:///{tmp_path / 'state.sqlite'}")
+    told: list[Announced] = []
+    seen: set[str] = set()
+    try:
+        for end in (T0 + e * H for e in range(6, 16)):
+            inside = [h for h in hours if h.hour < end]
+            full = job_records(inside, [g for g in gpu if g.hour < end], JOBS, end, _Prices())
+            spans = _billed_spans(inside, _jobs_of(inside, KEYS))
+            stale = {j: s for j, s in spans.items() if s[1] + H < end - 6 * H}
+            runs = finished_jobs(_Candidate.latest(stale), told, history)  # does the engine run at all
+            want = [r.job for r in finished_jobs(full, told, history)] if runs else []
+            keys = announce_finished(
+                store, inside, [g for g in gpu if g.hour < end], JOBS, now=end, window_start=T0,
+                window_end=end, receiver="#c", prices=_Prices(), history_cut=history,
+            )  # fmt: skip
+            told += [Announced(r.job, r.first_hour, r.last_hour) for r in full if r.job in want]
+            assert len(keys) == len(want), (end, want)
+            seen.update(want)
+    finally:
+        store.close()
+    assert seen == ({"a", "f"} if cut == 5 else {"a", "b", "c", "d", "e", "f"})
+
+
+# -- the simulated fleet, through the daemon's stored aggregates --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The daemon's billing and utilization polls on the simulated fleet; its stored rows of the
+    two days and its detection inputs."""
+    from monitor.billing_poll import hourly_costs
+    from monitor.cycle import detection_inputs, run_billing_poll, run_utilization_poll
+    from monitor.simulate import write_fleet
+    from tests.test_digest_jobs import daemon_on_fleet
+
+    tmp = tmp_path_factory.mktemp("jobs-subsets")
+    write_fleet(tmp / "fleet", seed=7, days=2)
+    now = datetime(2026, 11, 3, 9, tzinfo=UTC)
+    deps = daemon_on_fleet(tmp, tmp / "fleet")
+    run_billing_poll(deps, now)
+    run_utilization_poll(deps, now)
+    try:
+        inputs = detection_inputs(deps, now)
+        rows = hourly_costs(deps.store, T0, T0 + 48 * H, now=now, provisional_days=3)
+    finally:
+        deps.store.close()
+    return {"rows": rows, "inputs": inputs}
+
+
+@pytest.mark.slow
+def test_stored_rows_are_the_cost_hours_rows(stored: dict[str, Any]) -> None:
+    from monitor.assemble import cost_hours
+
+    rows = stored["rows"]
+    assert len(rows) > 1000 and any(r.labels for r in rows)
+    assert stored_rows(rows, KEYS) == engine_rows(cost_hours(rows), KEYS)
+
+
+@pytest.mark.slow
+def test_the_digest_sections_figures_are_the_full_engines(stored: dict[str, Any]) -> None:
+    """`digest_jobs` (one conversion, `job_spend` for the chart) against what it computed before:
+    the full engine over the chart's days and over the day, through `cost_hours`."""
+    from monitor.assemble import cost_hours
+
+    inputs = stored["inputs"]
+    gpu = [g for g in inputs.gpu_hours if T0 <= g.hour < T0 + 48 * H]
+    day, hi = date(2026, 11, 2), T0 + 48 * H
+    hours = cost_hours(stored["rows"])
+    chart = job_records(hours, gpu, JOBS, hi)
+    yesterday = job_records(
+        [h for h in hours if h.hour >= T0 + 24 * H], [g for g in gpu if g.hour >= T0 + 24 * H], JOBS, hi
+    )
+    got = digest_jobs(stored["rows"], gpu, day, "UTC", JOBS)
+    assert got == top_jobs(yesterday, chart, "UTC") and len(got.lines) > 3
+
+
+@pytest.mark.slow
+def test_only_on_the_detection_inputs_gives_every_jobs_full_record(stored: dict[str, Any]) -> None:
+    inputs = stored["inputs"]
+    hourly, gpu, end = inputs.hourly, inputs.gpu_hours, inputs.window_end
+    full = {r.job: r for r in job_records(hourly, gpu, JOBS, end, inputs.prices)}
+    assert len(full) > 5
+    jobs_of = _jobs_of(hourly, KEYS)
+    rows = engine_rows(hourly, KEYS)
+    for job in (j for j in full if j is not None):
+        kept = _rows_for(hourly, jobs_of, {job})
+        assert len(kept) < len(hourly)
+        assert _build(engine_rows(kept, KEYS), gpu, JOBS, end, inputs.prices, {job}) == [full[job]], job
+    assert [(s.job, [(h.hour, h.net_cost) for h in s.hours]) for s in job_spend(rows, gpu, keys=KEYS)] == [
+        (r.job, [(h.hour, h.net_cost) for h in r.hours]) for r in full.values()
+    ]
