@@ -11,7 +11,8 @@ Throughput stages, each on the previous one's output (a temporary directory, rem
 3. billing poll: a first incremental poll of the loaded table, then a second one with nothing new
    loaded; their ratio shows that a poll's cost follows what changed, not the table's age.
 4. utilization: the day files through `FileUtilizationSource` (parse + align; then again from its
-   cache), into the state store (`replace_window`) and back (`load_samples`), in samples/s.
+   cache), into the state store (`replace_window`) and back (`load_samples`; `load_util_hours`, the
+   per GPU and hour reduction the join reads), in samples/s.
 5. analysis: `gpucost analyze`'s pipeline once over the files (`monitor.analysis.analyze_once`);
    skipped above scale 10 unless --analysis is given (at scale 50 it held over 12 GB of memory).
 
@@ -59,7 +60,7 @@ from monitor.sources.duckdb_conn import open_billing_db  # noqa: E402
 from monitor.sources.loader import load_billing  # noqa: E402
 from monitor.sources.utilization_files import FileUtilizationSource  # noqa: E402
 from monitor.state.store import SQLiteStore  # noqa: E402
-from monitor.utilization import load_samples, migrate, replace_window  # noqa: E402
+from monitor.utilization import load_samples, load_util_hours, migrate, replace_window  # noqa: E402
 
 __all__ = ["main"]
 
@@ -176,6 +177,9 @@ def utilization(util_dir: Path, start: datetime, end: datetime, out: Path) -> No
         loaded = load_samples(store, start, end)
     assert len(loaded) == len(samples)
     _line("store: load_samples", t[0], len(loaded), "samples")
+    with _timer() as t:
+        hours = load_util_hours(store, start, end)
+    _line("store: load_util_hours", t[0], len(loaded), "samples", f"{len(hours):,} GPU-hours reach Python")
     store.close()
 
 

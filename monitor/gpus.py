@@ -208,6 +208,10 @@ def join_gpu_hours(
     con = duckdb.connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
+        # One thread: the per-GPU means are float sums, and a parallel aggregate adds them in a
+        # different order each run, so a finding's evidence changed in its last digits between
+        # identical runs. The inputs are per GPU-hour, a few thousand rows: one thread is enough.
+        con.execute("SET threads = 1")
         con.register("costs", cost_df)
         con.register("hosts", host_df)
         con.register("hours", hour_df)

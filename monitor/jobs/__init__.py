@@ -3,7 +3,7 @@
 - `config`: `[jobs]` (`JobsConfig`): which labels name a job.
 - `identity`: a row's job from its labels (`job_of`, `parse_labels`).
 - `build`: per-job records from `queries/jobs.sql` rows and the joined GPU hours (`build_jobs`,
-  `JobRecord`, `JobHour`, `cents_summing_to`): pure.
+  `JobRecord`, `JobHour`, `JobSpend`, `job_spend`, `cents_summing_to`): pure.
 - `run`: the window's analysis and `jobs.sql` on one billing source (`jobs_once`, `run_jobs`,
   `jobs_report`, `jobs_params`, `JobsReport`).
 
