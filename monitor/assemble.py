@@ -23,7 +23,7 @@ from monitor.model import micros_to_decimal
 from monitor.sources.presets import Signal
 from monitor.state.store import StateStore
 from monitor.utilization.coverage import Coverage
-from monitor.utilization.hourly import UtilHour, precedence
+from monitor.utilization.hourly import UtilHour
 from monitor.utilization.state import load_util_hours
 
 __all__ = ["assemble_inputs", "cost_hours", "gpu_cost_hours", "gpu_hours"]
@@ -241,7 +241,7 @@ def _estimate_hour(
     if unit is None:
         return []
     per_gpu: dict[str, list[float]] = {}
-    signal = min((h.signal for h in group), key=precedence)
+    signal = min((h.signal for h in group), key=Signal.rank)
     for h in group:
         n_sum = per_gpu.setdefault(h.gpu, [0, 0.0])
         n_sum[0] += h.samples

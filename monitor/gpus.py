@@ -30,7 +30,7 @@ import duckdb
 from monitor.gpu_identity import billed_identities, sample_identities
 from monitor.gpu_models import gpus_for_machine_type
 from monitor.sources.presets import Signal
-from monitor.utilization.hourly import UtilHour, precedence
+from monitor.utilization.hourly import UtilHour
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -187,7 +187,7 @@ def _frames(costs: Sequence[GpuCostHour], hours: Sequence[UtilHour]) -> tuple[pd
             "samples": pd.Series([h.samples for h in hours], dtype="int64"),
             "pct_sum": pd.Series([h.pct_sum for h in hours], dtype="float64"),
             "memory_max": pd.Series([h.memory_max for h in hours], dtype="float64"),
-            "rank": pd.Series([precedence(h.signal) for h in hours], dtype="int64"),
+            "rank": pd.Series([Signal.rank(h.signal) for h in hours], dtype="int64"),
             "container": pd.Series([h.container for h in hours], dtype="bool"),
         }
     )

@@ -69,6 +69,14 @@ class Signal(StrEnum):
         """Lower wins when several signals cover the same GPU and window."""
         return list(Signal).index(self)
 
+    @classmethod
+    def rank(cls, signal: str) -> int:
+        """`precedence` of a signal as stored (its value); one this release does not know ranks last."""
+        try:
+            return cls(signal).precedence
+        except ValueError:
+            return len(cls)
+
 
 class Role(StrEnum):
     UTILIZATION = "utilization"  # percent busy, once converted by its unit

@@ -23,17 +23,9 @@ from monitor.sources.presets import Signal
 from monitor.utilization.records import GpuSample
 from monitor.utilization.select import HostHour, Ident, host_keys, resolve_duty_cycles
 
-__all__ = ["UtilHour", "container_hours", "ident_of", "order_key", "precedence", "reduce_samples", "util_hours"]
+__all__ = ["UtilHour", "container_hours", "ident_of", "order_key", "reduce_samples", "util_hours"]
 
 _CONTAINER = Signal.CONTAINER_DUTY_CYCLE.value
-_SIGNALS = {s.value: s.precedence for s in Signal}
-
-
-def precedence(signal: str) -> int:
-    """`Signal.precedence`, with unknown signals last (lower wins)."""
-    return _SIGNALS.get(signal, len(_SIGNALS))
-
-
 @dataclass(frozen=True, slots=True)
 class UtilHour:
     """One GPU (its identity labels, as `GpuSample`'s first eight fields) over one usage hour.
@@ -120,7 +112,7 @@ def reduce_samples(
             acc[(ident, hour)] = [s.signal, 1, s.utilization_pct, s.memory_used_bytes, s.idle_but_allocated,
                                   s.start.timestamp()]  # fmt: skip
             continue
-        if precedence(s.signal) < precedence(a[0]):
+        if Signal.rank(s.signal) < Signal.rank(a[0]):
             a[0] = s.signal
         a[1] += 1
         a[2] += s.utilization_pct

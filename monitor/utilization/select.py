@@ -110,7 +110,7 @@ def select_signals(samples: Iterable[GpuSample]) -> list[GpuSample]:
 def _best(group: list[GpuSample]) -> list[GpuSample]:
     """The most trusted sample, its empty fields filled from the others; plus the best container
     duty cycle when the node duty cycle won over it (see the module docstring)."""
-    group.sort(key=lambda s: _precedence(s.signal))
+    group.sort(key=lambda s: Signal.rank(s.signal))
     best = group[0]
     fill = {
         f.name: next((getattr(g, f.name) for g in group if getattr(g, f.name) is not None), None)
@@ -121,13 +121,6 @@ def _best(group: list[GpuSample]) -> list[GpuSample]:
     if best.signal == _NODE:
         out += [g for g in group if g.signal == _CONTAINER][:1]
     return out
-
-
-def _precedence(signal: str) -> int:
-    try:
-        return Signal(signal).precedence
-    except ValueError:
-        return len(Signal)
 
 
 def merge(entries: list[tuple[float, int, GpuSample]]) -> list[GpuSample]:
@@ -166,6 +159,6 @@ def resolve_duty_cycles(samples: Iterable[GpuSample]) -> tuple[list[GpuSample], 
             container.add((project, host, s.start.replace(minute=0, second=0, microsecond=0)))
         k = (project, host, gpu, s.start)
         cur = best.get(k)
-        if cur is None or _precedence(s.signal) < _precedence(cur.signal):
+        if cur is None or Signal.rank(s.signal) < Signal.rank(cur.signal):
             best[k] = s
     return list(best.values()), container
