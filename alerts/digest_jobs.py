@@ -62,7 +62,7 @@ def engine_rows(hourly: Iterable[Any], keys: Sequence[str]) -> list[dict[str, An
     for h in hourly:
         items = tuple(h.labels.items())
         if items not in formatted:
-            formatted[items] = ",".join(f"{k}={v}" for k, v in sorted(items) if k in wanted and v) or None
+            formatted[items] = _job_labels(items, wanted)
         out.append(
             {
                 "usage_hour": h.hour,
@@ -81,6 +81,11 @@ def engine_rows(hourly: Iterable[Any], keys: Sequence[str]) -> list[dict[str, An
     return out
 
 
+def _job_labels(labels: Iterable[tuple[str, str]], wanted: set[str]) -> str | None:
+    """`queries/jobs.sql`'s `job_labels`: the job label keys present, sorted, as `k=v,k=v`."""
+    return ",".join(f"{k}={v}" for k, v in sorted(labels) if k in wanted and v) or None
+
+
 def stored_rows(rows: Iterable[Any], keys: Sequence[str]) -> list[dict[str, Any]]:
     """`engine_rows(cost_hours(rows), keys)` straight from the stored aggregates (`HourlyCost`s,
     money in integer micros): the same rows, without a `CostHour` and a parsed label dict per row
@@ -93,10 +98,7 @@ def stored_rows(rows: Iterable[Any], keys: Sequence[str]) -> list[dict[str, Any]
         k = r.keys
         raw = k.get("user_labels") or ""
         if raw not in formatted:
-            labels = r.labels  # parsed from `raw`: once per distinct string
-            formatted[raw] = (
-                ",".join(f"{n}={v}" for n, v in sorted(labels.items()) if n in wanted and v) or None
-            )
+            formatted[raw] = _job_labels(r.labels.items(), wanted)  # parsed from `raw` once
         gross = int(r.gross_micros)
         out.append(
             {
