@@ -59,6 +59,7 @@ from monitor.sources.billing_duckdb import DuckDBBillingSource  # noqa: E402
 from monitor.sources.duckdb_conn import open_billing_db  # noqa: E402
 from monitor.sources.loader import load_billing  # noqa: E402
 from monitor.sources.utilization_files import FileUtilizationSource  # noqa: E402
+from monitor.state.analytics import AggregateStore  # noqa: E402
 from monitor.state.store import SQLiteStore  # noqa: E402
 from monitor.utilization import load_samples, load_util_hours, migrate, replace_window  # noqa: E402
 
@@ -142,7 +143,7 @@ def load(paths: dict[str, Path], out: Path, rows: int) -> dict[str, float]:
 def billing_poll(db: Path, cfg: Config, now: datetime, out: Path) -> None:
     conn = open_billing_db(db)
     source = DuckDBBillingSource(conn, rules=compile_rules(cfg.attribution.rules))
-    store = SQLiteStore(out / "poll-state.sqlite")
+    store = AggregateStore(out / "poll-aggregates.duckdb")
     seconds = []
     for label in ("first poll", "second poll (nothing new)"):
         with _timer() as t:

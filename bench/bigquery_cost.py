@@ -50,7 +50,7 @@ from monitor.schema import EXPORT_SCHEMA, Column
 from monitor.sources.base import QueryResult
 from monitor.sources.billing_duckdb import DuckDBBillingSource
 from monitor.sources.duckdb_conn import insert_parquet, open_billing_db
-from monitor.state.store import SQLiteStore
+from monitor.state.analytics import AggregateStore
 from monitor.timeutil import floor_day
 
 __all__ = [
@@ -192,7 +192,7 @@ class _Recorder:
     calls: list[tuple[str, datetime, datetime, datetime]]
     engine: str = "bigquery"  # replay what the daemon does on BigQuery (one hourly range a poll)
 
-    def run(self, name: str, params: dict[str, Any]) -> QueryResult:
+    def run(self, name: str, params: dict[str, Any], *, arrow: bool = False) -> QueryResult:
         if name == "changed_hours":
             lo = tight = params["partition_time"]
             hi = lo + _DAY
@@ -201,7 +201,7 @@ class _Recorder:
             lo = tight - _DAY
             hi = max(params["partition_end"], floor_day(params["usage_end"]) + 3 * _DAY)
         self.calls.append((name, lo, hi, tight))
-        return self.inner.run(name, params)
+        return self.inner.run(name, params, arrow=arrow)
 
     def dry_run(self, name: str, params: dict[str, Any]) -> int | None:
         return None
@@ -224,7 +224,7 @@ def replay(parquet: Path, first: datetime, last: datetime) -> list[list[Scan]]:
     src = _Recorder(DuckDBBillingSource(conn, table="billing_asof"), calls)
     polls: list[list[Scan]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        store = SQLiteStore(Path(tmp) / "s.sqlite")
+        store = AggregateStore(Path(tmp) / "aggregates.duckdb")
         now = first - timedelta(minutes=30)  # a first poll to fill the state; not counted
         while now <= last:
             conn.execute(

@@ -84,8 +84,8 @@ class _Metered:
         self.engine = inner.engine
         self.runs: list[tuple[str, dict[str, Any], Any]] = []
 
-    def run(self, name: str, params: dict[str, Any]) -> Any:
-        result = self.inner.run(name, params)
+    def run(self, name: str, params: dict[str, Any], *, arrow: bool = False) -> Any:
+        result = self.inner.run(name, params, arrow=arrow)
         self.runs.append((name, dict(params), result))
         return result
 
@@ -218,7 +218,7 @@ def setup(a: dict[str, Any]) -> dict[str, Any]:
         "load_rows": _count(root / "load.parquet"),
         "load_export_time": split.isoformat(),
         "poll_now": split_now.isoformat(),
-    } | aggregate_size(root / "detect-state" / "state.sqlite")
+    } | aggregate_size(root / "detect-state" / "aggregates.duckdb")
 
 
 def _count(parquet: Path) -> int:
@@ -227,29 +227,22 @@ def _count(parquet: Path) -> int:
     return duckdb.connect().execute("SELECT COUNT(*) FROM read_parquet(?)", [str(parquet)]).fetchone()[0]
 
 
-def aggregate_size(state: Path) -> dict[str, Any]:
-    """Bytes per stored aggregate row: the pages of the state store's `billing_hourly` table (its
-    indexes apart) from SQLite's `dbstat`, over its row count."""
-    import sqlite3
+def aggregate_size(db: Path) -> dict[str, Any]:
+    """Bytes per stored aggregate row: the aggregate store's blocks in use (DuckDB's
+    `pragma_database_size`, after a checkpoint) over `billing_hourly`'s rows. The other tables
+    (watermarks, the last poll) hold a few rows; DuckDB keeps no index on `billing_hourly`."""
+    import duckdb
 
-    conn = sqlite3.connect(state)
+    conn = duckdb.connect(str(db))
     try:
+        conn.execute("CHECKPOINT")
         rows = conn.execute("SELECT COUNT(*) FROM billing_hourly").fetchone()[0]
-        index_names = [
-            r[0]
-            for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'billing_hourly'"
-            )
-        ]
-        table = conn.execute("SELECT SUM(pgsize) FROM dbstat WHERE name = 'billing_hourly'").fetchone()[0]
-        marks = ",".join("?" * len(index_names)) or "NULL"
-        sql = f"SELECT SUM(pgsize) FROM dbstat WHERE name IN ({marks})"
-        index = conn.execute(sql, index_names).fetchone()[0] or 0
-    except sqlite3.Error as e:  # the aggregates moved elsewhere, or no dbstat: say so, do not guess
+        used = conn.execute("SELECT used_blocks * block_size FROM pragma_database_size()").fetchone()[0]
+    except duckdb.Error as e:  # no aggregates there: say so, do not guess
         return {"agg_rows": None, "agg_bytes": None, "agg_note": str(e)}
     finally:
         conn.close()
-    return {"agg_rows": rows, "agg_bytes": table, "agg_index_bytes": index}
+    return {"agg_rows": rows, "agg_bytes": used, "agg_index_bytes": 0}
 
 
 def detection(a: dict[str, Any]) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from monitor.progress import Progress
 from monitor.report import data_extent
 from monitor.sources.base import BillingSource, QueryResult
 from monitor.sources.factory import billing_source_from_config, billing_source_from_files, search_range
+from monitor.state.analytics import AggregateStore
 from monitor.state.store import SQLiteStore
 from monitor.timeutil import floor_day, floor_hour, to_iso
 from monitor.utilization import UtilizationSource, replace_window
@@ -267,8 +268,8 @@ class _Metered:
         self.engine = inner.engine
         self.results: list[QueryResult] = []
 
-    def run(self, name: str, params: dict[str, Any]) -> QueryResult:
-        result = self.inner.run(name, params)
+    def run(self, name: str, params: dict[str, Any], *, arrow: bool = False) -> QueryResult:
+        result = self.inner.run(name, params, arrow=arrow)
         self.results.append(result)
         return result
 
@@ -309,13 +310,15 @@ def detection_start(window: Window, history: timedelta = timedelta(0)) -> dateti
 
 
 @contextmanager
-def _scratch_store() -> Iterator[SQLiteStore]:
+def _scratch_stores() -> Iterator[tuple[SQLiteStore, AggregateStore]]:
+    """A throwaway state store (a temp dir) and aggregate store (in memory)."""
     with tempfile.TemporaryDirectory(prefix="gpucost-analyze-") as tmp:
-        store = SQLiteStore(Path(tmp) / "state.sqlite")
+        store, aggregates = SQLiteStore(Path(tmp) / "state.sqlite"), AggregateStore(None)
         try:
-            yield store
+            yield store, aggregates
         finally:
             store.close()
+            aggregates.close()
 
 
 def run_analysis(
@@ -344,15 +347,15 @@ def run_analysis(
     data_start = detection_start(window, history) if month_to_date else window.start - history
     days = cfg.billing.provisional_days
     stage = progress.describe if progress is not None else (lambda _label: None)
-    with _scratch_store() as store:
+    with _scratch_stores() as (store, aggregates):
         stage("reading billing")
-        _poll(metered, store, cfg, window, data_start)
+        _poll(metered, aggregates, cfg, window, data_start)
         # utilization is joined to the window's GPU hours only: the history is billing alone
         stage("reading utilization")
         _load_utilization(sources.utilization, store, window.start, window)
         prices = sources.prices.price_book(window.as_of) if sources.prices is not None else None
         stage("assembling")
-        all_rows = hourly_costs(store, data_start, window.end, now=window.as_of, provisional_days=days)
+        all_rows = hourly_costs(aggregates, data_start, window.end, now=window.as_of, provisional_days=days)
         inputs = assemble_inputs(
             store,
             data_start,
@@ -369,6 +372,7 @@ def run_analysis(
     findings = run_in_window(inputs, built, window.as_of, window.start)
     gpu = tuple(g for g in inputs.gpu_hours if window.start <= g.hour < window.end)
     stats = _stats(metered, sources.billing.engine, data_start, window.end)
+    stats.rows_fetched += len(all_rows)  # the aggregates read back into Python from the aggregate store
     stats.seconds = time.monotonic() - began
     return Analysis(
         window=window,
@@ -382,7 +386,7 @@ def run_analysis(
 
 
 def _poll(
-    source: BillingSource, store: SQLiteStore, cfg: Config, window: Window, data_start: datetime
+    source: BillingSource, store: AggregateStore, cfg: Config, window: Window, data_start: datetime
 ) -> None:
     """`poll_billing` as of the latest load, with a lookback reaching back to `data_start`.
 

@@ -21,6 +21,7 @@ from monitor.gpu_models import normalize_gpu_model, parse_sku_description, regio
 from monitor.gpus import GpuCostHour, JoinedHour, join_gpu_hours
 from monitor.model import micros_to_decimal
 from monitor.sources.presets import Signal
+from monitor.state.analytics import AggregateStore
 from monitor.state.store import StateStore
 from monitor.utilization.coverage import Coverage
 from monitor.utilization.hourly import UtilHour
@@ -318,13 +319,17 @@ def assemble_inputs(
     prices: PriceLookup | None,
     budgets: Sequence[BudgetSpec] = (),
     rows: Sequence[HourlyCost] | None = None,
+    aggregates: AggregateStore | None = None,
     coverage: Coverage = None,
 ) -> DetectorInputs:
-    """Detector inputs for [start, end) from the store. `rows`: the hourly aggregates of that range
-    when the caller already read them (`hourly_costs` with the same `now` / `provisional_days`).
+    """Detector inputs for [start, end): utilization from the state `store`, billing from `rows`
+    (the hourly aggregates of that range, when the caller already read them: `hourly_costs` with
+    the same `now` / `provisional_days`) or else from the `aggregates` store.
     `coverage`: which utilization was read (`monitor.utilization.coverage`); None: all of it."""
     if rows is None:
-        rows = hourly_costs(store, start, end, now=now, provisional_days=provisional_days)
+        if aggregates is None:
+            raise TypeError("assemble_inputs needs rows or an aggregate store")
+        rows = hourly_costs(aggregates, start, end, now=now, provisional_days=provisional_days)
     util = load_util_hours(store, start, end)
     since = provisional_since(now, provisional_days)
     return DetectorInputs(

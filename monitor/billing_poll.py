@@ -5,7 +5,9 @@ Each poll (`poll_billing`) reads only the load watermark of every partition in s
 compares it with the watermarks stored by the previous poll, lists the usage hours the new rows of
 each changed partition touch (`queries/changed_hours.sql`, `monitor.billing_changes`), and
 re-aggregates (`queries/hourly.sql`) just those hours: a late correction for an old hour costs that
-hour. The stored hourly aggregates for those hours are deleted and rewritten, and the new watermarks recorded, in one transaction: a crash leaves the
+hour. The results travel as Arrow tables into the aggregate store (`monitor.state.analytics`,
+DuckDB), never as Python rows. The stored hourly aggregates for those hours are deleted and
+rewritten, and the new watermarks recorded, in one transaction of that store: a crash leaves the
 old aggregates and old watermarks, so the next poll simply redoes the work. A poll with no new
 loads runs the watermark query and nothing else, so its cost does not grow with the table's age.
 
@@ -17,9 +19,8 @@ Usage days within the last `billing.provisional_days` are provisional: their cos
 from __future__ import annotations
 
 import functools
-import sqlite3
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -29,6 +30,7 @@ from monitor.billing_changes import MAX_PARTITION_QUERIES, MAX_RANGES, appended,
 from monitor.config import BillingConfig
 from monitor.model import Scope, micros_to_decimal
 from monitor.sources.base import BillingSource
+from monitor.state.analytics import AggregateStore
 from monitor.state.store import StateStore
 from monitor.timeutil import floor_day, floor_hour, to_iso
 
@@ -38,11 +40,14 @@ __all__ = [
     "HourlyCost",
     "PollReport",
     "hourly_costs",
+    "last_poll",
     "migrate",
     "poll_billing",
     "poll_scope",
     "provisional_since",
-    "stored_time",
+    "prune",
+    "retire_state_tables",
+    "write_rows",
 ]
 
 COMPONENT = "billing"
@@ -77,50 +82,54 @@ _MONEY = ("gross_micros", "cud_micros", "sud_micros", "other_credit_micros", "cr
 #: Columns of `hourly.sql` kept in `billing_hourly`, in order.
 HOURLY_COLUMNS: tuple[str, ...] = (*_KEYS, "row_count", "usage_amount", *_MONEY)
 _KEY_NAMES = tuple(k for k in _KEYS if k not in ("usage_hour", "subcategory"))
+# Hours read as fixed-width text (parsed once per distinct hour: `_parse_ts`), ordered by every key so
+# the rows of an hour come in the same order in every run.
 _READ = (
-    f"SELECT usage_hour, subcategory, {', '.join(_MONEY)}, row_count, usage_amount, {', '.join(_KEY_NAMES)}"
-    " FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ? ORDER BY usage_hour"
+    f"SELECT strftime(usage_hour, '%Y-%m-%dT%H:%M:%S.%fZ'), subcategory, {', '.join(_MONEY)}, row_count,"
+    f" usage_amount, {', '.join(_KEY_NAMES)} FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ?"
+    f" ORDER BY usage_hour, subcategory, {', '.join(_KEY_NAMES)}"
 )
 
+_MONEY_TYPES = {m: "BIGINT NOT NULL" for m in _MONEY}
+#: The stored type of each `HOURLY_COLUMNS` column (`hourly.sql`'s output, money as integer micros).
+_TYPES: dict[str, str] = (
+    {k: "VARCHAR" for k in _KEYS}
+    | {"usage_hour": "TIMESTAMP NOT NULL", "subcategory": "VARCHAR NOT NULL"}
+    | {"row_count": "BIGINT NOT NULL", "usage_amount": "DOUBLE"}
+    | _MONEY_TYPES
+)
+
+# In the aggregate store (`monitor.state.analytics`): usage hours as UTC TIMESTAMPs, money as BIGINT
+# micros; the partition watermarks and the last poll in the same database, so one transaction
+# replaces aggregates and moves watermarks together.
 _MIGRATIONS = (
     """
     CREATE TABLE billing_partitions (
-      partition_time TEXT PRIMARY KEY,
-      max_export_time TEXT NOT NULL,
-      row_count INTEGER NOT NULL,
-      min_usage_hour TEXT,
-      max_usage_hour TEXT,
-      polled_at TEXT NOT NULL
+      partition_time VARCHAR PRIMARY KEY,
+      max_export_time VARCHAR NOT NULL,
+      row_count BIGINT NOT NULL,
+      min_usage_hour VARCHAR,
+      max_usage_hour VARCHAR,
+      polled_at VARCHAR NOT NULL
     );
     CREATE TABLE billing_hourly (
       """
-    + ",\n      ".join(
-        [
-            f"{k} TEXT" + (" NOT NULL" if k in ("usage_hour", "subcategory") else "")
-            for k in _KEYS
-            if k != "machine_type"  # added by migration 2
-        ]
-        + ["row_count INTEGER NOT NULL", "usage_amount REAL"]
-        + [f"{m} INTEGER NOT NULL" for m in _MONEY]
-        + ["polled_at TEXT NOT NULL"]
-    )
+    + ",\n      ".join([f"{c} {_TYPES[c]}" for c in HOURLY_COLUMNS] + ["polled_at TIMESTAMP NOT NULL"])
     + """
     );
-    CREATE INDEX billing_hourly_by_hour ON billing_hourly (usage_hour);
     CREATE TABLE billing_poll (
       id INTEGER PRIMARY KEY CHECK (id = 1),
-      polled_at TEXT NOT NULL,
+      polled_at VARCHAR NOT NULL,
       provisional_days INTEGER NOT NULL,
-      scope_start TEXT NOT NULL
+      scope_start VARCHAR NOT NULL
     )
     """,
-    # 2: the machine type key (GPU count per VM) and money in USD (cost / currency_conversion_rate).
-    # Aggregates are a cache of the export: drop them and the watermarks so the next poll rebuilds.
-    """
-    ALTER TABLE billing_hourly ADD COLUMN machine_type TEXT;
-    DELETE FROM billing_hourly;
-    DELETE FROM billing_partitions
-    """,
+)
+
+# Before the aggregate store, these tables lived in the state store: they are a cache of the export,
+# so they are dropped there and the first poll rebuilds them in the aggregate store.
+_RETIRED = (
+    "DROP TABLE IF EXISTS billing_hourly; DROP TABLE IF EXISTS billing_partitions; DROP TABLE IF EXISTS billing_poll",
 )
 
 
@@ -232,19 +241,38 @@ def poll_scope(now: datetime, lookback_days: int) -> tuple[datetime, datetime]:
     return start, today + _DAY
 
 
-def migrate(store: StateStore) -> None:
-    """Create or upgrade the billing tables (also what `monitor.state.retention` prunes)."""
+def migrate(store: AggregateStore) -> None:
+    """Create or upgrade the billing tables in the aggregate store."""
     store.migrate(COMPONENT, list(_MIGRATIONS))
 
 
-def stored_time(dt: datetime) -> str:
-    """A time as the billing tables store it (fixed-width text that sorts like time)."""
-    return _iso(dt)
+def retire_state_tables(store: StateStore) -> None:
+    """Drop the billing tables a state store kept before the aggregate store existed (once)."""
+    store.migrate("billing_retired", list(_RETIRED))
+
+
+def last_poll(store: AggregateStore) -> datetime | None:
+    """When billing was last polled (None before the first poll)."""
+    migrate(store)
+    with store.read() as conn:
+        row = conn.execute("SELECT polled_at FROM billing_poll WHERE id = 1").fetchone()
+    return None if row is None else _ts(row[0])
+
+
+def prune(store: AggregateStore, cut: datetime) -> dict[str, int]:
+    """Delete aggregates of usage hours, and watermarks of partitions, before `cut` (retention)."""
+    migrate(store)
+    with store.transaction() as conn:
+        hourly = conn.execute("DELETE FROM billing_hourly WHERE usage_hour < ?", (_naive(cut),)).fetchone()
+        marks = conn.execute(
+            "DELETE FROM billing_partitions WHERE partition_time < ?", (_iso(cut),)
+        ).fetchone()
+    return {"billing_hourly": int(hourly[0]), "billing_partitions": int(marks[0])}
 
 
 def poll_billing(
     source: BillingSource,
-    store: StateStore,
+    store: AggregateStore,
     cfg: BillingConfig,
     now: datetime,
     *,
@@ -267,7 +295,7 @@ def poll_billing(
     changed = sorted(p for p in seen.keys() | stored.keys() if _mark(seen.get(p)) != _mark(stored.get(p)))
 
     windows: tuple[tuple[datetime, datetime], ...] = ()
-    rows: list[dict[str, Any]] = []
+    tables: list[Any] = []  # pyarrow Tables: the aggregates never become Python rows
     if changed:
         hours, bytes_hours = _changed_hours(source, changed, seen, stored, window)
         queries += ["changed_hours"] * (len(changed) if hours is not None else 0)
@@ -278,23 +306,25 @@ def poll_billing(
         else:  # BigQuery bills the partitions each range scans (its day - 1 to now): one range there
             windows = hour_ranges(hours, 1 if source.engine == "bigquery" else MAX_RANGES)
         windows = tuple(
-            (max(lo, scope_start), min(hi, scope_end)) for lo, hi in windows if lo < scope_end and hi > scope_start
+            (max(lo, scope_start), min(hi, scope_end))
+            for lo, hi in windows
+            if lo < scope_end and hi > scope_start
         )
         for lo, hi in windows:
             params = {"usage_start": lo, "usage_end": hi, "partition_end": partition_end}
             keys = list(cfg.labels if label_keys is None else label_keys)
-            result = source.run("hourly", params | {"label_keys": keys})
+            result = source.run("hourly", params | {"label_keys": keys}, arrow=True)
             queries.append("hourly")
             bytes_total = _add(bytes_total, result.bytes_processed)
-            rows += result.rows
+            tables.append(result.table)
 
     with store.transaction() as conn:
         for lo, hi in windows:
             conn.execute(
                 "DELETE FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ?",
-                (_iso(lo), _iso(hi)),
+                (_naive(lo), _naive(hi)),
             )
-        _insert_hourly(conn, rows, now)
+        written = _insert_hourly(conn, tables, now)
         _write_marks(conn, changed, seen, now)
         conn.execute(
             "INSERT INTO billing_poll (id, polled_at, provisional_days, scope_start) VALUES (1, ?, ?, ?)"
@@ -309,7 +339,7 @@ def poll_billing(
         partitions_seen=len(seen),
         partitions_changed=tuple(changed),
         windows=windows,
-        hourly_rows_written=len(rows),
+        hourly_rows_written=written,
         queries=tuple(queries),
         bytes_processed=bytes_total if _reports_bytes(marks.bytes_processed) else None,
         provisional_since=provisional_since(now, cfg.provisional_days),
@@ -318,7 +348,7 @@ def poll_billing(
 
 
 def hourly_costs(
-    store: StateStore,
+    store: AggregateStore,
     start: datetime,
     end: datetime,
     *,
@@ -331,15 +361,13 @@ def hourly_costs(
     poll's; before any poll nothing is stored and the list is empty.
     """
     migrate(store)
-    with store.transaction() as conn:
+    with store.read() as conn:
         poll = conn.execute("SELECT polled_at, provisional_days FROM billing_poll WHERE id = 1").fetchone()
-        cur = conn.cursor()
-        cur.row_factory = None  # plain tuples: a named row costs more than the HourlyCost built from it
-        raw = cur.execute(_READ, (_iso(start), _iso(end))).fetchall()
+        raw = conn.execute(_READ, (_naive(start), _naive(end))).fetchall()
     if poll is None and now is None:
         return []
-    ref = now if now is not None else _ts(poll["polled_at"])
-    days = provisional_days if provisional_days is not None else (poll["provisional_days"] if poll else 3)
+    ref = now if now is not None else _ts(poll[0])
+    days = provisional_days if provisional_days is not None else (poll[1] if poll else 3)
     since = provisional_since(ref, days)
     return [_hourly(r, since) for r in raw]
 
@@ -392,16 +420,46 @@ def _hourly(r: tuple, since: datetime) -> HourlyCost:
     )
 
 
-def _insert_hourly(conn: sqlite3.Connection, rows: Iterable[Mapping[str, Any]], now: datetime) -> None:
-    cols = (*HOURLY_COLUMNS, "polled_at")
-    sql = f"INSERT INTO billing_hourly ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
-    polled = _iso(now)
-    conn.executemany(sql, ([_cell(r[c]) for c in HOURLY_COLUMNS] + [polled] for r in rows))
+def write_rows(store: AggregateStore, rows: Sequence[Mapping[str, Any]], now: datetime) -> int:
+    """Store `hourly.sql`-shaped dict rows (tests and tools that build aggregates by hand; the poll
+    itself moves Arrow tables). `usage_hour` may be an aware datetime or ISO text."""
+    import pyarrow as pa
+
+    types = {
+        "VARCHAR": pa.string(),
+        "TIMESTAMP": pa.timestamp("us", tz="UTC"),
+        "BIGINT": pa.int64(),
+        "DOUBLE": pa.float64(),
+    }
+    schema = pa.schema([(c, types[_TYPES[c].split()[0]]) for c in HOURLY_COLUMNS])
+    cells = [{c: _ts(r[c]) if c == "usage_hour" else r.get(c) for c in HOURLY_COLUMNS} for r in rows]
+    migrate(store)
+    with store.transaction() as conn:
+        return _insert_hourly(conn, [pa.Table.from_pylist(cells, schema=schema)], now)
 
 
-def _write_marks(
-    conn: sqlite3.Connection, changed: list[datetime], seen: dict[datetime, dict], now: datetime
-) -> None:
+def _insert_hourly(conn: Any, tables: Sequence[Any], now: datetime) -> int:
+    """Append `hourly.sql` results (Arrow tables, as the engine returned them) inside the engine:
+    each column cast to its stored type (BigQuery's INT64 / DuckDB's DECIMAL sums to BIGINT, the
+    UTC TIMESTAMP to a plain one). Returns the rows written."""
+    cols = ", ".join((*HOURLY_COLUMNS, "polled_at"))
+    select = ", ".join(f"CAST({c} AS {_TYPES[c].removesuffix(' NOT NULL')})" for c in HOURLY_COLUMNS)
+    written = 0
+    for table in tables:
+        if table is None or table.num_rows == 0:
+            continue
+        conn.register("hourly_result", table)
+        try:
+            conn.execute(
+                f"INSERT INTO billing_hourly ({cols}) SELECT {select}, ? FROM hourly_result", (_naive(now),)
+            )
+        finally:
+            conn.unregister("hourly_result")
+        written += table.num_rows
+    return written
+
+
+def _write_marks(conn: Any, changed: list[datetime], seen: dict[datetime, dict], now: datetime) -> None:
     for p in changed:
         row = seen.get(p)
         if row is None:  # the partition vanished (table rewritten): forget it
@@ -417,14 +475,16 @@ def _write_marks(
         )
 
 
-def _stored_marks(store: StateStore, since: datetime) -> dict[datetime, dict[str, Any]]:
-    with store.transaction() as conn:
-        cur = conn.execute(
-            "SELECT partition_time, max_export_time, row_count, min_usage_hour, max_usage_hour"
-            " FROM billing_partitions WHERE partition_time >= ?",
+_MARK_COLUMNS = ("partition_time", "max_export_time", "row_count", "min_usage_hour", "max_usage_hour")
+
+
+def _stored_marks(store: AggregateStore, since: datetime) -> dict[datetime, dict[str, Any]]:
+    with store.read() as conn:
+        rows = conn.execute(
+            f"SELECT {', '.join(_MARK_COLUMNS)} FROM billing_partitions WHERE partition_time >= ?",
             (_iso(since),),
-        )
-        return {_ts(r["partition_time"]): dict(r) for r in cur.fetchall()}
+        ).fetchall()
+    return {_ts(r[0]): dict(zip(_MARK_COLUMNS, r, strict=True)) for r in rows}
 
 
 def _mark(row: Mapping[str, Any] | None) -> tuple | None:
@@ -467,17 +527,9 @@ def _iso(dt: datetime) -> str:
     return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-_AS_IS = frozenset({str, int, float, bool, type(None)})
-
-
-def _cell(v: Any) -> Any:
-    if type(v) in _AS_IS:
-        return v
-    if isinstance(v, datetime):
-        return _iso(v)
-    if isinstance(v, Decimal):
-        return int(v)
-    return v
+def _naive(dt: datetime) -> datetime:
+    """A time as the aggregate store's TIMESTAMP columns hold it: UTC, without a zone."""
+    return dt.astimezone(UTC).replace(tzinfo=None)
 
 
 def _add(total: int, part: int | None) -> int:

@@ -286,6 +286,10 @@ class StateConfig(_Strict):
     # Pruned once a day past this many days (never less than the detectors read: see
     # monitor/state/retention.py); 62 keeps two invoice months for month-to-date figures.
     retention_days: int = Field(default=90, ge=62)
+    # The billing aggregates' DuckDB file (monitor/state/analytics.py); default: aggregates.duckdb
+    # beside a SQLite state file, in the working directory beside PostgreSQL. A cache of the export:
+    # keep it on a local disk; lost, the next poll rebuilds it.
+    aggregates_path: str | None = None
 
     @field_validator("url")
     @classmethod

@@ -29,7 +29,8 @@ from alerts.outbox import status as outbox_status
 from alerts.outbox_admin import requeue_failed
 from monitor import month
 from monitor.assemble import assemble_inputs
-from monitor.billing_poll import poll_billing
+from monitor.billing_poll import poll_billing, retire_state_tables
+from monitor.billing_poll import prune as prune_billing
 from monitor.clock import Clock
 from monitor.config import Config
 from monitor.detectors import Detector, build_detectors, history_needed, run_in_window
@@ -40,6 +41,7 @@ from monitor.model import Finding
 from monitor.sources.base import BillingSource
 from monitor.sources.budgets import Budget, budget_source_from_config
 from monitor.sources.pricing import price_source_from_config
+from monitor.state.analytics import AggregateStore, aggregates_path
 from monitor.state.findings import record_findings
 from monitor.state.retention import horizon, prune
 from monitor.state.store import SQLiteStore, open_store
@@ -79,6 +81,7 @@ class Deps:
     cfg: Config
     clock: Clock
     store: SQLiteStore
+    aggregates: AggregateStore
     billing: BillingSource
     utilization: Any  # CloudMonitoringSource | FileUtilizationSource
     prices: Any  # PriceSource
@@ -117,10 +120,12 @@ def build_deps(
 ) -> Deps:
     """Wire every source from config; nothing is read from the network here."""
     store = open_store(cfg.state.url)
+    retire_state_tables(store)
     return Deps(
         cfg=cfg,
         clock=clock,
         store=store,
+        aggregates=AggregateStore(aggregates_path(cfg.state.url, cfg.state.aggregates_path)),
         billing=billing,
         utilization=_utilization_source(cfg),
         prices=price_source_from_config(cfg.pricing, cfg.google, store),
@@ -143,7 +148,7 @@ def _ok(deps: Deps, step: str, now: datetime) -> None:
 
 
 def run_billing_poll(deps: Deps, now: datetime) -> dict[str, Any]:
-    report = poll_billing(deps.billing, deps.store, deps.cfg.billing, now, label_keys=deps.cfg.stored_label_keys())
+    report = poll_billing(deps.billing, deps.aggregates, deps.cfg.billing, now, label_keys=deps.cfg.stored_label_keys())
     for q in report.queries:
         deps.metrics.billing_queries.labels(q).inc()
     if report.bytes_processed:
@@ -272,6 +277,7 @@ def detection_inputs(
         idle_threshold_pct=deps.cfg.utilization.idle_threshold_pct,
         prices=deps.prices.price_book(now),
         budgets=budget_specs(deps.budgets.budgets()),
+        aggregates=deps.aggregates,
         coverage=utilization_coverage(deps),
     )
 
@@ -346,9 +352,9 @@ def run_detection(deps: Deps, now: datetime, cancelled: Callable[[], bool] | Non
 
 
 def run_retention(deps: Deps, now: datetime) -> dict[str, int]:
-    """Prune the state store past `state.retention_days` (the daemon's daily job)."""
+    """Prune the state and aggregate stores past `state.retention_days` (the daemon's daily job)."""
     cut = horizon(now, deps.cfg.state.retention_days, history_needed(deps.detectors).days)
-    return prune(deps.store, cut)
+    return prune_billing(deps.aggregates, cut) | prune(deps.store, cut)
 
 
 def run_delivery(deps: Deps, now: datetime) -> dict[str, Any]:
@@ -444,6 +450,7 @@ def run_digest(
         deps.cfg.billing.provisional_days,
         deps.cfg.utilization.idle_threshold_pct,
         jobs=_jobs_config(deps.cfg),
+        aggregates=deps.aggregates,
     )
     md, png = write_digest(data, deps.cfg.digest.out_dir)
     result: dict[str, Any] = {"day": str(day), "markdown": str(md), "png": str(png)}

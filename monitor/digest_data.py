@@ -37,6 +37,7 @@ from alerts.digest_jobs import digest_jobs
 from monitor import month
 from monitor.assemble import gpu_hours
 from monitor.billing_poll import HourlyCost, hourly_costs, provisional_since
+from monitor.state.analytics import AggregateStore
 from monitor.state.findings import open_findings
 from monitor.state.store import StateStore
 from monitor.utilization.state import load_util_hours
@@ -54,14 +55,17 @@ def digest_data(
     provisional_days: int,
     idle_threshold_pct: float = 10.0,
     jobs: Any = None,
+    *,
+    aggregates: AggregateStore,
 ) -> DigestData:
-    """`jobs`: the `[jobs]` config naming jobs in "Top jobs" (None: its defaults)."""
+    """Billing from the `aggregates` store, utilization and findings from the state `store`.
+    `jobs`: the `[jobs]` config naming jobs in "Top jobs" (None: its defaults)."""
     tz = ZoneInfo(timezone)
     end = datetime.combine(day + timedelta(days=1), time(), tz)
     invoice = month.current_month(end)
     chart_start = datetime.combine(day - timedelta(days=_CHART_DAYS - 1), time(), tz)
     start = min(chart_start, month.read_start(invoice))
-    rows = hourly_costs(store, start, end, now=now, provisional_days=provisional_days)
+    rows = hourly_costs(aggregates, start, end, now=now, provisional_days=provisional_days)
 
     by_day_cat: dict[date, dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
     by_day_proj: dict[date, dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))

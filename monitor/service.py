@@ -334,5 +334,6 @@ class Service:
 
     def close(self) -> None:
         self.deps.store.close()
+        self.deps.aggregates.close()
         if self.feeder is not None:
             self.feeder.close()

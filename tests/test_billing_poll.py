@@ -15,7 +15,7 @@ from monitor.errors import RetryableSourceError
 from monitor.sources.base import QueryResult
 from monitor.sources.billing_duckdb import DuckDBBillingSource
 from monitor.sources.duckdb_conn import open_billing_db
-from monitor.state.store import SQLiteStore
+from monitor.state.analytics import AggregateStore
 from tests.test_queries import export_row, fleet_rows, input_totals, load_rows
 
 D = datetime(2026, 11, 10, tzinfo=UTC)
@@ -32,11 +32,11 @@ class CountingSource:
     def __init__(self, inner: DuckDBBillingSource, fail: str | None = None, engine: str = "duckdb"):
         self.inner, self.fail, self.runs, self.engine = inner, fail, [], engine
 
-    def run(self, name: str, params: dict[str, Any]) -> QueryResult:
+    def run(self, name: str, params: dict[str, Any], *, arrow: bool = False) -> QueryResult:
         self.runs.append(name)
         if name == self.fail:
             raise RetryableSourceError(f"{name}: 503 backendError")
-        return self.inner.run(name, params)
+        return self.inner.run(name, params, arrow=arrow)
 
     def dry_run(self, name: str, params: dict[str, Any]) -> int | None:
         return None
@@ -50,8 +50,8 @@ def conn() -> duckdb.DuckDBPyConnection:
 
 
 @pytest.fixture
-def store(tmp_path) -> SQLiteStore:
-    s = SQLiteStore(tmp_path / "state.sqlite")
+def store(tmp_path) -> AggregateStore:
+    s = AggregateStore(tmp_path / "aggregates.duckdb")
     yield s
     s.close()
 
@@ -66,7 +66,7 @@ def _day(day: datetime, hours: range = range(24)) -> list[dict[str, Any]]:
     return rows
 
 
-def _stored_net(store: SQLiteStore, start: datetime, end: datetime) -> Decimal:
+def _stored_net(store: AggregateStore, start: datetime, end: datetime) -> Decimal:
     return sum((h.net for h in hourly_costs(store, start, end)), Decimal(0))
 
 

@@ -16,6 +16,7 @@ from monitor.errors import ConfigError
 from monitor.metrics import Metrics
 from monitor.sources.monitoring import CloudMonitoringSource
 from monitor.sources.utilization_files import FileUtilizationSource
+from monitor.state.analytics import AggregateStore
 from monitor.state.store import SQLiteStore
 from monitor.utilization import migrate, read_watermark, replace_window
 from monitor.utilization.coverage import (
@@ -174,6 +175,7 @@ def _deps(cfg: Any, utilization: Any, state: Any) -> Deps:
         cfg=cfg,
         clock=None,  # type: ignore[arg-type]  (steps get `now` injected)
         store=state,
+        aggregates=AggregateStore(None),
         billing=None,  # type: ignore[arg-type]
         utilization=utilization,
         prices=_NoPrices(),

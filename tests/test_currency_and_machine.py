@@ -47,13 +47,12 @@ def test_machine_type_comes_from_the_machine_spec_system_label(conn: duckdb.Duck
     )
 
 
-def test_a_state_store_from_before_migration_2_is_rebuilt(conn: duckdb.DuckDBPyConnection, tmp_path) -> None:  # noqa: F811
-    from monitor.billing_poll import _MIGRATIONS, hourly_costs, poll_billing
+def test_the_machine_type_is_stored_with_the_aggregates(conn: duckdb.DuckDBPyConnection, tmp_path) -> None:  # noqa: F811
+    from monitor.billing_poll import hourly_costs, poll_billing
     from monitor.config import BillingConfig
-    from monitor.state import SQLiteStore
+    from monitor.state.analytics import AggregateStore
 
-    store = SQLiteStore(tmp_path / "state.sqlite")
-    store.migrate("billing", [_MIGRATIONS[0]])  # an older gpucost's schema, without machine_type
+    store = AggregateStore(tmp_path / "aggregates.duckdb")
     row = export_row("Nvidia H100 80GB GPU running in Americas", 78.4, instance="t", instance_id="42")
     row["system_labels"] = [{"key": "compute.googleapis.com/machine_spec", "value": "a3-highgpu-8g"}]
     load_rows(conn, [row])

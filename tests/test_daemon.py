@@ -120,7 +120,7 @@ def test_the_outbox_job_flushes_a_group_whose_wait_ended(tmp_path) -> None:
     cfg = Config.model_validate({})
     notifier = ConsoleNotifier(tmp_path / "alerts", io.StringIO())
     store = SQLiteStore(tmp_path / "state.sqlite")
-    deps = Deps(cfg, None, store, None, None, None, None, [], notifier, Metrics.create())  # type: ignore[arg-type]
+    deps = Deps(cfg, None, store, None, None, None, None, None, [], notifier, Metrics.create())  # type: ignore[arg-type]
     t0 = datetime(2026, 11, 18, 14, 0, 8, tzinfo=UTC)
     process([finding()], t0, deps.alert_deps)
     wait = timedelta(seconds=cfg.alerts.group_wait_seconds)

@@ -149,7 +149,7 @@ def test_requeue_failed_after_fixing_the_channel_delivers_the_digest_once(
     config_file = tmp_path / "gpucost.toml"
     config_file.write_text(f'[state]\nurl = "{cfg.state.url}"\n')
     deps = start(cfg)
-    _stored(deps.store, [(T0 - timedelta(hours=h), "202611", "10", "a3-1") for h in range(10, 40)])
+    _stored(deps.aggregates, [(T0 - timedelta(hours=h), "202611", "10", "a3-1") for h in range(10, 40)])
     run_digest(deps, T0, send=True)
     for minutes in (0, 1, 60):
         run_delivery(deps, T0 + timedelta(minutes=minutes))

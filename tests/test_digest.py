@@ -197,29 +197,26 @@ def test_the_outbox_delivers_the_digest_to_the_console(tmp_path: Path) -> None:
 
 def _stored(store, rows: list[tuple]) -> None:
     """Hourly aggregates as the billing poll stores them: (usage hour, invoice month, net USD[, VM])."""
-    from monitor.billing_poll import HOURLY_COLUMNS, _insert_hourly, migrate
+    from monitor.billing_poll import write_rows
 
-    migrate(store)
-    with store.transaction() as conn:
-        _insert_hourly(
-            conn,
-            [
-                {c: None for c in HOURLY_COLUMNS}
-                | {
-                    "usage_hour": hour.isoformat().replace("+00:00", "Z"),
-                    "invoice_month": invoice_month,
-                    "project_id": "ml-prod",
-                    "resource_name": vm[0] if vm else None,
-                    "subcategory": "compute.gpu",
-                    "row_count": 1,
-                    "gross_micros": int(D(usd) * 1_000_000),
-                    "net_micros": int(D(usd) * 1_000_000),
-                    **dict.fromkeys(("cud_micros", "sud_micros", "other_credit_micros", "credit_micros"), 0),
-                }
-                for hour, invoice_month, usd, *vm in rows
-            ],
-            datetime(2026, 12, 3, tzinfo=UTC),
-        )
+    write_rows(
+        store,
+        [
+            {
+                "usage_hour": hour,
+                "invoice_month": invoice_month,
+                "project_id": "ml-prod",
+                "resource_name": vm[0] if vm else None,
+                "subcategory": "compute.gpu",
+                "row_count": 1,
+                "gross_micros": int(D(usd) * 1_000_000),
+                "net_micros": int(D(usd) * 1_000_000),
+                **dict.fromkeys(("cud_micros", "sud_micros", "other_credit_micros", "credit_micros"), 0),
+            }
+            for hour, invoice_month, usd, *vm in rows
+        ],
+        datetime(2026, 12, 3, tzinfo=UTC),
+    )
 
 
 def test_month_to_date_is_the_invoice_month(tmp_path: Path) -> None:
@@ -227,13 +224,14 @@ def test_month_to_date_is_the_invoice_month(tmp_path: Path) -> None:
     last hours of November invoiced in December is December's, and usage at Dec 1 02:00 UTC (still
     November in Pacific time, when billing months turn) invoiced in November is not."""
     from monitor.digest_data import digest_data
+    from monitor.state.analytics import AggregateStore
     from monitor.state.store import SQLiteStore
     from monitor.utilization import migrate
 
-    store = SQLiteStore(tmp_path / "state.sqlite")
+    store, aggregates = SQLiteStore(tmp_path / "state.sqlite"), AggregateStore(None)
     migrate(store)
     _stored(
-        store,
+        aggregates,
         [
             (datetime(2026, 11, 30, 23, tzinfo=UTC), "202612", "700"),  # late, invoiced in December
             (datetime(2026, 12, 1, 2, tzinfo=UTC), "202611", "50"),  # November's invoice
@@ -242,7 +240,9 @@ def test_month_to_date_is_the_invoice_month(tmp_path: Path) -> None:
             (datetime(2026, 11, 20, 12, tzinfo=UTC), "202612", "-30"),  # a correction, this month
         ],
     )
-    data = digest_data(store, date(2026, 12, 2), "UTC", datetime(2026, 12, 3, 6, tzinfo=UTC), 3)
+    data = digest_data(
+        store, date(2026, 12, 2), "UTC", datetime(2026, 12, 3, 6, tzinfo=UTC), 3, aggregates=aggregates
+    )
     assert data.mtd_by_category == {"compute": D("870")}
     assert data.yesterday_by_category == {"compute": D("100")}  # days stay usage days
     assert "- Month to date (invoice month 2026-12): **$870.00**" in render_markdown(data)
@@ -261,13 +261,14 @@ def _hours_of(day: date, hours, usd: str = "10", vm: str = "a3-1") -> list[tuple
 
 def _digest(tmp_path: Path, rows, now: datetime, provisional_days: int = 3, tz: str = "UTC") -> DigestData:
     from monitor.digest_data import digest_data
+    from monitor.state.analytics import AggregateStore
     from monitor.state.store import SQLiteStore
     from monitor.utilization import migrate
 
-    store = SQLiteStore(tmp_path / "state.sqlite")
+    store, aggregates = SQLiteStore(tmp_path / "state.sqlite"), AggregateStore(None)
     migrate(store)
-    _stored(store, rows)
-    return digest_data(store, DEC2, tz, now, provisional_days)
+    _stored(aggregates, rows)
+    return digest_data(store, DEC2, tz, now, provisional_days, aggregates=aggregates)
 
 
 def test_a_provisional_day_is_compared_with_the_same_hours_of_the_day_before(tmp_path: Path) -> None:

@@ -198,7 +198,7 @@ def test_the_daemons_digest_has_top_jobs_matching_gpucost_jobs(tmp_path: Path, f
     text = Path(result["markdown"]).read_text()
     assert "## Top jobs (2026-11-02)" in text and (tmp_path / "out" / "digest-2026-11-02-jobs.png").exists()
 
-    data = digest_data(deps.store, DAY, "UTC", now, 3, jobs=JOBS)
+    data = digest_data(deps.store, DAY, "UTC", now, 3, jobs=JOBS, aggregates=deps.aggregates)
     assert data.jobs is not None and data.jobs.total == data.yesterday_total  # adds up, to the micro
     lines = {j.name: j for j in data.jobs.lines}
     assert len(data.jobs.lines) == 7 and lines[data.jobs.lines[5].name].other  # top 5, the rest, no label

@@ -68,7 +68,7 @@ def cfg(tmp_path: Path, slack: FakeSlack) -> Config:
     c = _config(tmp_path, slack)
     deps = start(c)
     hours = [datetime(2026, 11, 1, tzinfo=UTC) + timedelta(hours=h) for h in range(48)]
-    _stored(deps.store, [(h, "202611", "12.5", "a3-1") for h in hours])
+    _stored(deps.aggregates, [(h, "202611", "12.5", "a3-1") for h in hours])
     deps.store.close()
     return c
 

@@ -5,7 +5,8 @@ exactly what APScheduler calls) in-process, with injected clocks: the data clock
 steps see), the wall clock (readiness ages, `last_success`) and the monotonic clock (backoff). The
 sources are the real clients against local servers: BigQuery through `tests.emulators.wire.WireProxy`
 in front of the bqemulator (faults are Google's REST error bodies, `tests/fakes/bigquery_faults.py`),
-Cloud Monitoring and the Catalog API over gRPC (`tests/fakes/`), the state store a SQLite file.
+Cloud Monitoring and the Catalog API over gRPC (`tests/fakes/`), the state store a SQLite file and
+the aggregate store a DuckDB file beside it.
 
 The timeline of a row: at T0 every job runs cleanly; new billing rows and new utilization points
 arrive; at T1 the fault is armed and every job runs once more (the faulted ones fail); the fault is
@@ -31,6 +32,8 @@ import logging
 import shutil
 import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -58,6 +61,7 @@ from monitor.service import Service
 from monitor.sources.billing_bigquery import BigQueryBillingSource
 from monitor.sources.monitoring import CloudMonitoringSource
 from monitor.sources.pricing import CatalogPriceSource
+from monitor.state.analytics import AggregateStore
 from monitor.state.store import SQLiteStore
 from monitor.timeutil import floor_day, floor_hour
 from tests.daemon_process import DaemonProcess, http_get
@@ -219,6 +223,8 @@ def daemon(tmp: Path, world: World, *, state: Path | None = None) -> Iterator[Da
     """The daemon on `tmp/state.sqlite`, a copy of `state` when given (a restart on that state)."""
     if state is not None:
         shutil.copyfile(state, tmp / "state.sqlite")
+        if (state.parent / "aggregates.duckdb").exists():  # the billing aggregates beside it
+            shutil.copyfile(state.parent / "aggregates.duckdb", tmp / "aggregates.duckdb")
     cfg = Config.model_validate(
         {
             "google": {"credentials": "anonymous"},
@@ -300,11 +306,27 @@ def _rows(path: Path, sql: str) -> list[tuple]:
 
 
 def billing_marks(path: Path) -> list[tuple]:
-    return _rows(
-        path,
-        "SELECT partition_time, max_export_time, row_count, min_usage_hour, max_usage_hour"
-        " FROM billing_partitions ORDER BY partition_time",
-    ) + _rows(path, "SELECT COUNT(*), SUM(net_micros) FROM billing_hourly")
+    """The billing watermarks and a digest of the aggregates, from the aggregate store beside the
+    state file (`monitor.state.analytics`); nothing yet when the daemon never wrote one."""
+    import duckdb
+
+    db = path.parent / "aggregates.duckdb"
+    if not db.exists():
+        return [(0, None)]
+    conn = duckdb.connect(str(db), read_only=True)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        if "billing_partitions" not in tables:
+            return [(0, None)]
+        return [
+            tuple(r)
+            for r in conn.execute(
+                "SELECT partition_time, max_export_time, row_count, min_usage_hour, max_usage_hour"
+                " FROM billing_partitions ORDER BY partition_time"
+            ).fetchall()
+        ] + [tuple(conn.execute("SELECT COUNT(*), SUM(net_micros) FROM billing_hourly").fetchone())]
+    finally:
+        conn.close()
 
 
 def utilization_marks(path: Path) -> list[tuple]:
@@ -395,6 +417,28 @@ def _locked(d: Daemon, _w: World) -> Iterator[None]:
 
 
 @contextmanager
+def _aggregates_locked(d: Daemon, _w: World) -> Iterator[None]:
+    """Another process holds the aggregate store's DuckDB file (one process at a time) for the whole
+    run: the billing poll (and detection, which reads it) wait, fail, and run again later."""
+    deps = d.svc.deps
+    path = deps.aggregates.path
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_DUCKDB, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        deps.aggregates = AggregateStore(path, lock_timeout_s=0.2)
+        yield
+    finally:
+        holder.kill()
+        holder.wait(10)
+        deps.aggregates = AggregateStore(path)
+
+
+_HOLD_DUCKDB = "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True); time.sleep(600)"
+
+
+@contextmanager
 def _disk_full(d: Daemon, _w: World) -> Iterator[None]:
     """The state file cannot grow by one page: SQLITE_FULL ("database or disk is full") on the next
     write that needs one, as on a full volume (https://www.sqlite.org/pragma.html#pragma_max_page_count,
@@ -436,8 +480,9 @@ FAULTS = [  # name, fault, the jobs that fail, the source they name, a word of t
     Fault("monitoring_second_page_fails", _monitoring(UNAVAILABLE, first_page_ok=True), ("utilization_poll",),
           "cloud_monitoring", "UNAVAILABLE", U),
     Fault("catalog_down", _catalog_down, ("price_refresh",), "catalog", "UNAVAILABLE", ()),
-    Fault("state_locked", _locked, ("billing_poll", "utilization_poll"), "state_store", "locked", B + U),
-    Fault("state_disk_full", _disk_full, ("billing_poll", "utilization_poll"), "state_store", "full", B + U, True),
+    Fault("state_locked", _locked, ("utilization_poll",), "state_store", "locked", U),
+    Fault("state_disk_full", _disk_full, ("utilization_poll",), "state_store", "full", U, True),
+    Fault("aggregates_locked", _aggregates_locked, ("billing_poll",), "state_store", "lock", B, True),
 ]  # fmt: skip
 
 
@@ -510,12 +555,13 @@ def test_fault(
             # 1. the faulted jobs fail, the others carry on
             assert {j for j, ok in ran.items() if not ok} >= set(fault.jobs), ran
             assert ran["outbox_delivery"] or fault.source == "state_store", ran
-            # 2. no watermark passes what the failed run did not read
-            during = state_of(d.svc.deps.store)
-            for what in fault.frozen:
-                assert during[what] == before[what], what
             # 3. visible: a log line, /metrics, /readyz (failing at once; 503 past the max age)
             _assert_visible(d, fault)
+        # 2. no watermark passes what the failed run did not read (read as the fault is cleared, before
+        # any job runs again: a DuckDB file held by another process cannot be read while it is held)
+        during = state_of(d.svc.deps.store)
+        for what in fault.frozen:
+            assert during[what] == before[what], what
 
         # recovery: every job succeeds on its next run, and the state ends as the fault-free run's
         ran = d.tick(T2, T0 + READY_MAX_AGE + timedelta(minutes=5))

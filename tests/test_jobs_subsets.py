@@ -198,7 +198,7 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     run_utilization_poll(deps, now)
     try:
         inputs = detection_inputs(deps, now)
-        rows = hourly_costs(deps.store, T0, T0 + 48 * H, now=now, provisional_days=3)
+        rows = hourly_costs(deps.aggregates, T0, T0 + 48 * H, now=now, provisional_days=3)
     finally:
         deps.store.close()
     return {"rows": rows, "inputs": inputs}

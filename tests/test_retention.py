@@ -9,12 +9,14 @@ import pytest
 
 from alerts.outbox import ensure_schema, fmt_ts
 from monitor.billing_poll import hourly_costs, poll_billing
+from monitor.billing_poll import prune as prune_billing
 from monitor.config import BillingConfig, Config, parse_config
 from monitor.errors import ConfigError
 from monitor.model import Finding, Scope, Severity, fingerprint
 from monitor.service import Service
 from monitor.sources.billing_duckdb import DuckDBBillingSource
 from monitor.sources.duckdb_conn import open_billing_db
+from monitor.state.analytics import AggregateStore
 from monitor.state.findings import open_findings, record_findings
 from monitor.state.retention import horizon, prune
 from monitor.state.store import SQLiteStore
@@ -77,11 +79,12 @@ def test_prune_deletes_what_lies_before_the_horizon_and_keeps_what_is_still_need
     # billing: an old and a recent day of aggregates, through the real poll
     conn = open_billing_db(None)
     load_rows(conn, [export_row(GPU, 2.0, hour=old), export_row(GPU, 3.0, hour=recent)])
-    poll_billing(DuckDBBillingSource(conn), store, BillingConfig(lookback_days=62), now=NOW)
+    aggregates = AggregateStore(None)
+    poll_billing(DuckDBBillingSource(conn), aggregates, BillingConfig(lookback_days=62), now=NOW)
     poll_billing(
-        DuckDBBillingSource(conn), store, BillingConfig(lookback_days=62), now=old + timedelta(days=1)
+        DuckDBBillingSource(conn), aggregates, BillingConfig(lookback_days=62), now=old + timedelta(days=1)
     )
-    assert len(hourly_costs(store, old - timedelta(days=1), NOW)) == 2
+    assert len(hourly_costs(aggregates, old - timedelta(days=1), NOW)) == 2
     # utilization: an old and a recent window
     migrate_utilization(store)
     for at in (old, recent):
@@ -102,10 +105,10 @@ def test_prune_deletes_what_lies_before_the_horizon_and_keeps_what_is_still_need
         _nflog(c, "closed-group", "old-sent", 0, old)
         _nflog(c, "closed-lately", "new-sent", 0, recent)
 
-    deleted = prune(store, CUT)
+    deleted = prune(store, CUT) | prune_billing(aggregates, CUT)
 
     assert deleted["billing_hourly"] == 1 and deleted["utilization_points"] == 1
-    assert [h.usage_hour for h in hourly_costs(store, old - timedelta(days=1), NOW)] == [recent]
+    assert [h.usage_hour for h in hourly_costs(aggregates, old - timedelta(days=1), NOW)] == [recent]
     assert [s.start for s in load_samples(store, old - timedelta(days=1), NOW)] == [recent]
     assert {f.payload["title"] for f in open_findings(store)} == {"open"}
     with store.transaction() as c:
@@ -115,7 +118,7 @@ def test_prune_deletes_what_lies_before_the_horizon_and_keeps_what_is_still_need
     assert titles == {"open", "late"}  # resolved before the horizon: gone; open or recent: kept
     assert keys == {"old-root", "old-pending", "new-sent"}
     assert groups == {"active-group", "closed-lately"}
-    assert prune(store, CUT) == dict.fromkeys(deleted, 0)  # idempotent
+    assert prune(store, CUT) | prune_billing(aggregates, CUT) == dict.fromkeys(deleted, 0)  # idempotent
 
 
 def test_the_horizon_never_cuts_what_the_detectors_read() -> None:

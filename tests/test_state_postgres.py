@@ -29,13 +29,11 @@ import pytest
 from alerts.console import ConsoleNotifier
 from alerts.outbox import status
 from alerts.pipeline import Deps, deliver_outbox, process
-from monitor.billing_poll import hourly_costs, poll_billing
+from monitor.billing_poll import retire_state_tables
 from monitor.cli.check import check_store
-from monitor.cli.digest import last_poll
 from monitor.config import AlertsConfig, Config, SlackConfig
 from monitor.cycle import _digest_sent, _record_digest
 from monitor.errors import ConfigError
-from monitor.sources.billing_duckdb import DuckDBBillingSource
 from monitor.sources.duckdb_conn import open_billing_db
 from monitor.state.dialect import UntranslatableSQL, translate
 from monitor.state.findings import open_findings, record_findings
@@ -54,13 +52,8 @@ from tests.fakes.catalog_server import FakeCatalog
 from tests.test_alerts_pipeline import EVIL
 from tests.test_alerts_pipeline import T0 as ALERT_T0
 from tests.test_alerts_pipeline import finding as alert_finding
-from tests.test_billing_poll import CFG, D, _day
-from tests.test_billing_poll import test_a_poll_without_new_loads_runs_only_the_watermark_query as idle_poll
-from tests.test_billing_poll import test_late_and_corrected_rows_replace_the_stored_hours as late_rows
-from tests.test_billing_poll import test_watermarks_advance_only_after_the_replace_committed as marks_commit
 from tests.test_pricing import CATALOG
 from tests.test_pricing import test_cache_second_call_makes_no_rpc_and_survives_restart as price_cache
-from tests.test_queries import load_rows
 from tests.test_state_findings import T0 as FINDING_T0
 from tests.test_state_findings import finding as idle_finding
 from tests.test_utilization_state import M5, gce, stored
@@ -282,26 +275,18 @@ def duck() -> Iterator[Any]:
 # --- the components' flows, on both stores ---------------------------------------------------------
 
 
-def test_billing_poll_replaces_late_and_corrected_hours(duck, store) -> None:
-    late_rows(duck, store)
-
-
-def test_billing_idle_poll_scans_nothing(duck, store) -> None:
-    idle_poll(duck, store)
-
-
-def test_billing_watermarks_advance_only_after_the_replace_committed(duck, store) -> None:
-    marks_commit(duck, store)
-
-
-def test_billing_last_poll_and_check_read_the_store(duck, store) -> None:
-    assert last_poll(store) is None  # sqlite_master: no billing_poll table yet
-    load_rows(duck, _day(D - timedelta(days=1)))
-    poll_billing(DuckDBBillingSource(duck), store, CFG, now=D + timedelta(hours=6))
-    assert last_poll(store) == D + timedelta(hours=6)
-    hours = hourly_costs(store, D - timedelta(days=1), D)
-    assert sum((h.net for h in hours), Decimal(0)) == Decimal(24) * (Decimal("2.933908") + Decimal("0.013"))
-    assert check_store(Config(), store).detail.endswith("billing v2")
+def test_the_billing_tables_a_state_store_kept_are_dropped_once(store) -> None:
+    """Billing aggregates moved to the aggregate store (DuckDB): the tables an older gpucost kept in
+    the state store are a cache of the export, dropped at start; `gpucost check` shows the step."""
+    with store.transaction() as conn:
+        conn.execute("CREATE TABLE billing_hourly (usage_hour TEXT NOT NULL, net_micros INTEGER NOT NULL)")
+        conn.execute("INSERT INTO billing_hourly (usage_hour, net_micros) VALUES (?, ?)", ("2026-11-01", 1))
+        conn.execute("CREATE TABLE billing_poll (id INTEGER PRIMARY KEY, polled_at TEXT NOT NULL)")
+    retire_state_tables(store)
+    retire_state_tables(store)  # once: the second call is a no-op
+    with pytest.raises(Exception, match="billing_hourly"), store.transaction() as conn:
+        conn.execute("SELECT COUNT(*) FROM billing_hourly").fetchone()
+    assert check_store(Config(), store).detail.endswith("billing_retired v1")
 
 
 def test_findings_lifecycle(store) -> None:

@@ -8,13 +8,14 @@ simulated time in the demo), and the default day is the day before it in `digest
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
 import click
 
 from monitor.attribution.compile import compile_rules
+from monitor.billing_poll import last_poll
 from monitor.cli import cli
 from monitor.cli._common import config_option, load_optional_config
 from monitor.clock import FixedClock, SystemClock
@@ -22,9 +23,9 @@ from monitor.config import Config
 from monitor.cycle import build_deps, run_billing_poll, run_digest
 from monitor.errors import ConfigError, GpucostError
 from monitor.sources.base import BillingSource, QueryResult
-from monitor.state.store import StateStore, open_store
+from monitor.state.analytics import AggregateStore, aggregates_path
 
-__all__ = ["LazyBilling", "digest_now", "last_poll"]
+__all__ = ["LazyBilling", "digest_now"]
 
 
 class LazyBilling:
@@ -44,24 +45,11 @@ class LazyBilling:
             self._source = billing_source_from_config(self.cfg.billing, google=self.cfg.google, rules=rules)
         return self._source
 
-    def run(self, name: str, params: dict[str, Any]) -> QueryResult:
-        return self._open().run(name, params)
+    def run(self, name: str, params: dict[str, Any], *, arrow: bool = False) -> QueryResult:
+        return self._open().run(name, params, arrow=arrow)
 
     def dry_run(self, name: str, params: dict[str, Any]) -> int | None:
         return self._open().dry_run(name, params)
-
-
-def last_poll(store: StateStore) -> datetime | None:
-    """When billing was last polled (None before the first poll).
-
-    Reads the billing component's one-row poll table; `monitor.billing_poll` has no accessor for it.
-    """
-    with store.transaction() as conn:
-        exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'billing_poll'")
-        if exists.fetchone() is None:
-            return None
-        row = conn.execute("SELECT polled_at FROM billing_poll WHERE id = 1").fetchone()
-    return None if row is None else datetime.fromisoformat(row[0].replace("Z", "+00:00")).astimezone(UTC)
 
 
 def digest_now(billing: BillingSource, real_now: datetime) -> datetime:
@@ -87,11 +75,11 @@ def digest_cmd(config_path: Path | None, day: datetime | None, send: bool) -> No
     """Render the daily digest (Markdown + PNG chart) from the state store; --send posts it to Slack."""
     cfg = load_optional_config(config_path)
     billing = LazyBilling(cfg)
-    store = open_store(cfg.state.url)
+    aggregates = AggregateStore(aggregates_path(cfg.state.url, cfg.state.aggregates_path))
     try:
-        now = last_poll(store)
+        now = last_poll(aggregates)
     finally:
-        store.close()
+        aggregates.close()
     clock = FixedClock(now or digest_now(billing, SystemClock().now()))
     deps = build_deps(cfg, clock, billing)
     try:
@@ -103,6 +91,7 @@ def digest_cmd(config_path: Path | None, day: datetime | None, send: bool) -> No
         result = run_digest(deps, clock.now(), the_day, send=send, force=True)
     finally:
         deps.store.close()
+        deps.aggregates.close()
     click.echo(result["markdown"])
     click.echo(result["png"])
     if send and not result["sent"]:

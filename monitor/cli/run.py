@@ -29,7 +29,7 @@ def _summary(service) -> str:
     now = deps.clock.now()
     end = floor_hour(now) + timedelta(hours=1)
     start = end - timedelta(days=14)
-    rows = hourly_costs(deps.store, start, end, now=now, provisional_days=deps.cfg.billing.provisional_days)
+    rows = hourly_costs(deps.aggregates, start, end, now=now, provisional_days=deps.cfg.billing.provisional_days)
     gross: dict[str, Decimal] = defaultdict(Decimal)
     net: dict[str, Decimal] = defaultdict(Decimal)
     for r in rows:

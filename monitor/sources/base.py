@@ -15,6 +15,9 @@ class QueryResult:
     `rows` are dicts keyed by the query's output column names (already aggregated by the engine:
     never raw export rows). `bytes_processed` is BigQuery's billed figure (None on DuckDB);
     `rows_scanned` is the engine's count of input rows where it reports one (None otherwise).
+    Asked for Arrow (`run(..., arrow=True)`), the result is `table` (a `pyarrow.Table` with the
+    query's columns) and `rows` is empty: the rows go on to the aggregate store without becoming
+    Python objects.
     """
 
     name: str
@@ -23,6 +26,7 @@ class QueryResult:
     rows_scanned: int | None = None
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    table: Any = None  # pyarrow.Table when run with arrow=True
 
 
 class BillingSource(Protocol):
@@ -30,7 +34,7 @@ class BillingSource(Protocol):
 
     engine: str  # "duckdb" | "bigquery"
 
-    def run(self, name: str, params: dict[str, Any]) -> QueryResult: ...
+    def run(self, name: str, params: dict[str, Any], *, arrow: bool = False) -> QueryResult: ...
 
     def dry_run(self, name: str, params: dict[str, Any]) -> int | None:
         """Bytes the query would process (BigQuery dry run), None where the engine cannot tell."""

@@ -264,9 +264,10 @@ class BigQueryBillingSource:
         err.source = "bigquery"  # type: ignore[attr-defined]  # named in the daemon's failure log
         return err
 
-    def run(self, name: str, params: dict[str, Any]) -> QueryResult:
-        """Run `queries/<name>.sql` against `billing.table`; rows come back already aggregated."""
-        return self._run_sql(self.sql(name), self._params(name, params), name)
+    def run(self, name: str, params: dict[str, Any], *, arrow: bool = False) -> QueryResult:
+        """Run `queries/<name>.sql` against `billing.table`; rows come back already aggregated
+        (`arrow`: as a `pyarrow.Table` built from the result pages, typed by the result's schema)."""
+        return self._run_sql(self.sql(name), self._params(name, params), name, arrow=arrow)
 
     def sql(self, name: str) -> str:
         """The BigQuery SQL `run(name, ...)` sends (slots filled, table substituted)."""
@@ -280,7 +281,7 @@ class BigQueryBillingSource:
             raise ConfigError(f"query {name!r} needs parameter(s) {', '.join('@' + m for m in missing)}")
         return {k: v for k, v in params.items() if k in wanted}
 
-    def _run_sql(self, sql: str, params: Mapping[str, Any], name: str) -> QueryResult:
+    def _run_sql(self, sql: str, params: Mapping[str, Any], name: str, *, arrow: bool = False) -> QueryResult:
         """Run already-rendered SQL through the same job path as `run` (labels, limits, retries)."""
         job_config = self._job_config(name, params, dry_run=False)
         started = self._timer()
@@ -293,12 +294,14 @@ class BigQueryBillingSource:
                 job_retry=self._job_retry,
                 wait_timeout=self.job_timeout,
             )
-            rows = [dict(row.items()) for row in it]
+            table = it.to_arrow(create_bqstorage_client=False) if arrow else None
+            rows = [] if arrow else [dict(row.items()) for row in it]
         except _CLIENT_ERRORS as e:
             raise self._error(e, name) from e
         return QueryResult(
             name=name,
             rows=rows,
+            table=table,
             bytes_processed=it.total_bytes_processed,
             seconds=self._timer() - started,
             extra={"job_id": it.job_id, "query_id": it.query_id, "location": it.location},

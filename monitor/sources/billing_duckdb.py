@@ -47,7 +47,7 @@ class DuckDBBillingSource:
         """The DuckDB SQL `run(name, ...)` executes (for `--explain`-style debugging and tests)."""
         return render_query(name, "duckdb", table=self.table, rules=self.rules)
 
-    def run(self, name: str, params: dict[str, Any]) -> QueryResult:
+    def run(self, name: str, params: dict[str, Any], *, arrow: bool = False) -> QueryResult:
         wanted = query_params(name)
         missing = sorted(wanted - params.keys())
         if missing:
@@ -56,6 +56,9 @@ class DuckDBBillingSource:
         sql = self.sql(name)
         began = time.monotonic()
         try:
+            if arrow:
+                table = self.conn.sql(sql, params=bound).to_arrow_table()
+                return QueryResult(name=name, rows=[], seconds=time.monotonic() - began, table=table)
             cursor = self.conn.execute(sql, bound)
             columns = [d[0] for d in cursor.description]
             stamps = [i for i, d in enumerate(cursor.description) if str(d[1]).startswith("TIMESTAMP")]

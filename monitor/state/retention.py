@@ -6,14 +6,15 @@ few minutes; without pruning the store grows forever and every detection run rea
 less than what the configured detectors read: the detection window plus their baselines, and two
 invoice months for month-to-date figures):
 
-- billing hourly aggregates and partition watermarks older than the horizon;
 - utilization points (and series left without a point), and the record of reads (coverage) that
   ended before it;
 - findings resolved before it; digests sent for days before it;
 - alert messages delivered or failed before it, except a group's thread root (a later reply
   still needs its Slack `ts`), and notification-log entries of groups inactive since before it.
 
-Pending alerts, open findings, active groups and first-start summaries are never pruned.
+Pending alerts, open findings, active groups and first-start summaries are never pruned. The billing
+aggregates and partition watermarks older than the horizon are pruned in the aggregate store
+(`monitor.billing_poll.prune`), by the same daily job.
 """
 
 from __future__ import annotations
@@ -43,19 +44,14 @@ def horizon(now: datetime, retention_days: int, history_days: int) -> datetime:
 
 def prune(store: StateStore, cut: datetime) -> dict[str, int]:
     """Delete what lies before `cut`; returns the rows deleted per table (logged)."""
-    from monitor.billing_poll import migrate as migrate_billing
-    from monitor.billing_poll import stored_time
     from monitor.state.findings import MIGRATIONS as FINDINGS
     from monitor.utilization.state import migrate as migrate_utilization
 
-    migrate_billing(store)
     migrate_utilization(store)
     store.migrate("findings", FINDINGS)
     ensure_schema(store)
-    epoch, billing, alerts = int(cut.timestamp()), stored_time(cut), fmt_ts(cut)
+    epoch, alerts = int(cut.timestamp()), fmt_ts(cut)
     statements = {
-        "billing_hourly": ("DELETE FROM billing_hourly WHERE usage_hour < ?", (billing,)),
-        "billing_partitions": ("DELETE FROM billing_partitions WHERE partition_time < ?", (billing,)),
         "utilization_points": ("DELETE FROM utilization_points WHERE start < ?", (epoch,)),
         "utilization_series": (
             "DELETE FROM utilization_series WHERE id NOT IN (SELECT DISTINCT series FROM utilization_points)",

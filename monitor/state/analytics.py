@@ -1,0 +1,161 @@
+"""The aggregate store: the billing export's hourly aggregates, in DuckDB, beside the state store.
+
+Transactional state (watermarks of utilization, findings, the notification log, the outbox) stays in
+SQLite / PostgreSQL (`monitor.state.store`). What the billing poll reads from the export is a cache
+of the export: columnar data that detectors, digests and reports sum over. It lives here, in one
+DuckDB file (`state.aggregates_path`, by default `aggregates.duckdb` beside a SQLite state file), with
+the partition watermarks that describe it, so the poll's "aggregates and watermarks in one
+transaction" holds inside one database. Losing the file loses nothing: the next poll finds no
+watermark and rebuilds the aggregates from the export.
+
+Why DuckDB: the poll moves query results in as Arrow tables (no Python object per row), a stored
+aggregate row takes tens of bytes instead of hundreds, and sums over weeks of hours run in the engine.
+
+A DuckDB file admits one writing process at a time, and it is locked while a process has it open.
+The daemon holds it only for the length of each read or write (`read()` / `transaction()` open and
+close it), so `gpucost digest` beside a running daemon waits at most one such step
+(`lock_timeout_s`); within a process, writes are serialised by a lock. `path=None` keeps the store
+in memory (`gpucost analyze`'s throwaway store).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+from monitor.state.store import StateStoreError
+
+__all__ = ["AggregateStore", "aggregates_path"]
+
+_LOCKED = re.compile(r"Could not set lock on file|Conflicting lock", re.IGNORECASE)
+
+
+def aggregates_path(state_url: str, configured: str | None) -> Path | None:
+    """Where the aggregate store lives: `configured` when set; else beside a SQLite state file
+    (`aggregates.duckdb` in its directory); in memory beside an in-memory SQLite store; in the working
+    directory beside PostgreSQL (the container's state volume, `deploy/kubernetes`).
+
+    >>> str(aggregates_path("sqlite:///out/demo/state.sqlite", None))
+    'out/demo/aggregates.duckdb'
+    >>> str(aggregates_path("postgresql://gpucost@db/state", "/data/agg.duckdb"))
+    '/data/agg.duckdb'
+    """
+    if configured:
+        return None if configured == ":memory:" else Path(configured)
+    if state_url.startswith("sqlite:///"):
+        db = state_url.removeprefix("sqlite:///")
+        return None if db == ":memory:" else Path(db).parent / "aggregates.duckdb"
+    return Path("aggregates.duckdb")
+
+
+class AggregateStore:
+    """A DuckDB database for aggregates: `transaction()` to write, `read()` to read, `migrate()` per
+    component as the state store does. Session time zone UTC: stored TIMESTAMPs are UTC."""
+
+    def __init__(
+        self, path: str | Path | None = None, *, lock_timeout_s: float = 60.0, threads: int | None = None
+    ):
+        self.path = None if path in (None, ":memory:") else Path(path)
+        self._lock_timeout = lock_timeout_s
+        self._threads = threads
+        self._write = threading.RLock()
+        self._memory: duckdb.DuckDBPyConnection | None = None
+        if self.path is None:
+            self._memory = self._configure(duckdb.connect(":memory:"))
+        else:  # the file itself is created by the first migration: constructing the store does no I/O
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def name(self) -> str:
+        return str(self.path) if self.path is not None else ":memory:"
+
+    def _configure(self, conn: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+        conn.execute("SET TimeZone = 'UTC'")
+        conn.execute("SET enable_progress_bar = false")
+        if self._threads is not None:
+            conn.execute(f"SET threads = {int(self._threads)}")
+        return conn
+
+    def _open(self) -> duckdb.DuckDBPyConnection:
+        """A connection to the file, waiting while another process holds it (see the module docstring)."""
+        if self._memory is not None:
+            return self._memory.cursor()
+        deadline = time.monotonic() + self._lock_timeout
+        while True:
+            try:
+                return self._configure(duckdb.connect(str(self.path)))
+            except duckdb.Error as e:
+                if not _LOCKED.search(str(e)) or time.monotonic() >= deadline:
+                    raise self._error(e) from e
+                time.sleep(0.05)
+
+    @contextmanager
+    def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection for reads (DuckDB reads a consistent snapshot per statement)."""
+        conn = self._open()
+        try:
+            yield conn
+        except duckdb.Error as e:
+            raise self._error(e) from e
+        finally:
+            conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """All-or-nothing: commits on success, rolls back on any exception (and re-raises it)."""
+        with self._write:
+            conn = self._open()
+            try:
+                conn.execute("BEGIN TRANSACTION")
+                try:
+                    yield conn
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            except duckdb.Error as e:
+                raise self._error(e) from e
+            finally:
+                conn.close()
+
+    def _error(self, e: duckdb.Error) -> StateStoreError:
+        text = str(e).strip().splitlines()[0]
+        if _LOCKED.search(text):
+            text += f" (another process held it for over {self._lock_timeout:g} s)"
+        elif "No space left" in text or "disk" in text.lower():
+            text += " (free disk space on the volume that holds it)"
+        return StateStoreError(f"aggregate store {self.name}: {text}; the step runs again next time")
+
+    def migrate(self, component: str, migrations: Sequence[str]) -> None:
+        """Apply `migrations[i]` as version i+1 of `component` unless already applied."""
+        with self.transaction() as conn:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (component VARCHAR NOT NULL, version INTEGER NOT NULL,"
+                " applied_at TIMESTAMP NOT NULL DEFAULT current_localtimestamp(), PRIMARY KEY (component, version))"
+            )
+            done = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT version FROM schema_migrations WHERE component = ?", (component,)
+                ).fetchall()
+            }
+            for version, script in enumerate(migrations, start=1):
+                if version in done:
+                    continue
+                for stmt in (s.strip() for s in script.split(";")):
+                    if stmt:
+                        conn.execute(stmt)
+                conn.execute(
+                    "INSERT INTO schema_migrations (component, version) VALUES (?, ?)", (component, version)
+                )
+
+    def close(self) -> None:
+        if self._memory is not None:
+            self._memory.close()
+            self._memory = None
