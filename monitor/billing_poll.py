@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -283,7 +284,6 @@ def poll_billing(
     `label_keys`: the label keys the aggregates keep (`Config.stored_label_keys`: `[billing] labels`
     plus the keys naming a job); None keeps `cfg.labels` alone."""
     began = time.monotonic()
-    migrate(store)
     scope_start, scope_end = poll_scope(now, cfg.lookback_days)
     partition_end = scope_end + _DAY
     window = {"usage_start": scope_start, "usage_end": scope_end, "partition_end": partition_end}
@@ -291,47 +291,51 @@ def poll_billing(
     marks = source.run("partitions", window)
     bytes_total = _add(bytes_total, marks.bytes_processed)
     seen = {_ts(r["partition_time"]): r for r in marks.rows}
-    stored = _stored_marks(store, floor_day(scope_start) - _DAY)
-    changed = sorted(p for p in seen.keys() | stored.keys() if _mark(seen.get(p)) != _mark(stored.get(p)))
+    with ExitStack() as held:  # one open of the file for an idle poll: read the marks, record the poll
+        held.enter_context(store.session())
+        migrate(store)
+        stored = _stored_marks(store, floor_day(scope_start) - _DAY)
+        changed = sorted(p for p in seen.keys() | stored.keys() if _mark(seen.get(p)) != _mark(stored.get(p)))
 
-    windows: tuple[tuple[datetime, datetime], ...] = ()
-    tables: list[Any] = []  # pyarrow Tables: the aggregates never become Python rows
-    if changed:
-        hours, bytes_hours = _changed_hours(source, changed, seen, stored, window)
-        queries += ["changed_hours"] * (len(changed) if hours is not None else 0)
-        bytes_total = _add(bytes_total, bytes_hours)
-        if hours is None:  # a rewrite, a first poll: the whole span of the changed partitions
-            span = _hull([seen.get(p) for p in changed] + [stored.get(p) for p in changed])
-            windows = (span,) if span is not None else ()
-        else:  # BigQuery bills the partitions each range scans (its day - 1 to now): one range there
-            windows = hour_ranges(hours, 1 if source.engine == "bigquery" else MAX_RANGES)
-        windows = tuple(
-            (max(lo, scope_start), min(hi, scope_end))
-            for lo, hi in windows
-            if lo < scope_end and hi > scope_start
-        )
-        for lo, hi in windows:
-            params = {"usage_start": lo, "usage_end": hi, "partition_end": partition_end}
-            keys = list(cfg.labels if label_keys is None else label_keys)
-            result = source.run("hourly", params | {"label_keys": keys}, arrow=True)
-            queries.append("hourly")
-            bytes_total = _add(bytes_total, result.bytes_processed)
-            tables.append(result.table)
-
-    with store.transaction() as conn:
-        for lo, hi in windows:
-            conn.execute(
-                "DELETE FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ?",
-                (_naive(lo), _naive(hi)),
+        windows: tuple[tuple[datetime, datetime], ...] = ()
+        tables: list[Any] = []  # pyarrow Tables: the aggregates never become Python rows
+        if changed:
+            held.close()  # the source's queries may take minutes: the file is not held meanwhile
+            hours, bytes_hours = _changed_hours(source, changed, seen, stored, window)
+            queries += ["changed_hours"] * (len(changed) if hours is not None else 0)
+            bytes_total = _add(bytes_total, bytes_hours)
+            if hours is None:  # a rewrite, a first poll: the whole span of the changed partitions
+                span = _hull([seen.get(p) for p in changed] + [stored.get(p) for p in changed])
+                windows = (span,) if span is not None else ()
+            else:  # BigQuery bills the partitions each range scans (its day - 1 to now): one range there
+                windows = hour_ranges(hours, 1 if source.engine == "bigquery" else MAX_RANGES)
+            windows = tuple(
+                (max(lo, scope_start), min(hi, scope_end))
+                for lo, hi in windows
+                if lo < scope_end and hi > scope_start
             )
-        written = _insert_hourly(conn, tables, now)
-        _write_marks(conn, changed, seen, now)
-        conn.execute(
-            "INSERT INTO billing_poll (id, polled_at, provisional_days, scope_start) VALUES (1, ?, ?, ?)"
-            " ON CONFLICT (id) DO UPDATE SET polled_at = excluded.polled_at,"
-            " provisional_days = excluded.provisional_days, scope_start = excluded.scope_start",
-            (_iso(now), cfg.provisional_days, _iso(scope_start)),
-        )
+            for lo, hi in windows:
+                params = {"usage_start": lo, "usage_end": hi, "partition_end": partition_end}
+                keys = list(cfg.labels if label_keys is None else label_keys)
+                result = source.run("hourly", params | {"label_keys": keys}, arrow=True)
+                queries.append("hourly")
+                bytes_total = _add(bytes_total, result.bytes_processed)
+                tables.append(result.table)
+
+        with store.transaction() as conn:
+            for lo, hi in windows:
+                conn.execute(
+                    "DELETE FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ?",
+                    (_naive(lo), _naive(hi)),
+                )
+            written = _insert_hourly(conn, tables, now)
+            _write_marks(conn, changed, seen, now)
+            conn.execute(
+                "INSERT INTO billing_poll (id, polled_at, provisional_days, scope_start) VALUES (1, ?, ?, ?)"
+                " ON CONFLICT (id) DO UPDATE SET polled_at = excluded.polled_at,"
+                " provisional_days = excluded.provisional_days, scope_start = excluded.scope_start",
+                (_iso(now), cfg.provisional_days, _iso(scope_start)),
+            )
     return PollReport(
         now=now,
         scope_start=scope_start,
@@ -360,8 +364,8 @@ def hourly_costs(
     Provisional is judged against `now` / `provisional_days` when given, else against the last
     poll's; before any poll nothing is stored and the list is empty.
     """
-    migrate(store)
-    with store.read() as conn:
+    with store.session(), store.read() as conn:
+        migrate(store)
         poll = conn.execute("SELECT polled_at, provisional_days FROM billing_poll WHERE id = 1").fetchone()
         raw = conn.execute(_READ, (_naive(start), _naive(end))).fetchall()
     if poll is None and now is None:

@@ -65,6 +65,8 @@ class AggregateStore:
         self._lock_timeout = lock_timeout_s
         self._threads = threads
         self._write = threading.RLock()
+        self._local = threading.local()  # a `session()`'s connection, per thread
+        self._migrated: set[tuple[str, int]] = set()
         self._memory: duckdb.DuckDBPyConnection | None = None
         if self.path is None:
             self._memory = self._configure(duckdb.connect(":memory:"))
@@ -96,21 +98,45 @@ class AggregateStore:
                 time.sleep(0.05)
 
     @contextmanager
-    def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A connection for reads (DuckDB reads a consistent snapshot per statement)."""
+    def session(self) -> Iterator[None]:
+        """Keep one connection open for the `read()`s and `transaction()`s inside (this thread): a
+        step of several statements opens the file once (an open costs milliseconds; an idle billing
+        poll is a few statements)."""
+        if getattr(self._local, "conn", None) is not None:
+            yield
+            return
+        self._local.conn = self._open()
+        try:
+            yield
+        finally:
+            conn, self._local.conn = self._local.conn, None
+            conn.close()
+
+    @contextmanager
+    def _connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        shared = getattr(self._local, "conn", None)
+        if shared is not None:
+            yield shared
+            return
         conn = self._open()
         try:
             yield conn
-        except duckdb.Error as e:
-            raise self._error(e) from e
         finally:
             conn.close()
 
     @contextmanager
+    def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection for reads (DuckDB reads a consistent snapshot per statement)."""
+        with self._connection() as conn:
+            try:
+                yield conn
+            except duckdb.Error as e:
+                raise self._error(e) from e
+
+    @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """All-or-nothing: commits on success, rolls back on any exception (and re-raises it)."""
-        with self._write:
-            conn = self._open()
+        with self._write, self._connection() as conn:
             try:
                 conn.execute("BEGIN TRANSACTION")
                 try:
@@ -121,8 +147,6 @@ class AggregateStore:
                 conn.execute("COMMIT")
             except duckdb.Error as e:
                 raise self._error(e) from e
-            finally:
-                conn.close()
 
     def _error(self, e: duckdb.Error) -> StateStoreError:
         text = str(e).strip().splitlines()[0]
@@ -133,7 +157,10 @@ class AggregateStore:
         return StateStoreError(f"aggregate store {self.name}: {text}; the step runs again next time")
 
     def migrate(self, component: str, migrations: Sequence[str]) -> None:
-        """Apply `migrations[i]` as version i+1 of `component` unless already applied."""
+        """Apply `migrations[i]` as version i+1 of `component` unless already applied (checked once
+        per store object: only gpucost migrates its own file)."""
+        if (component, len(migrations)) in self._migrated:
+            return
         with self.transaction() as conn:
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations (component VARCHAR NOT NULL, version INTEGER NOT NULL,"
@@ -154,6 +181,7 @@ class AggregateStore:
                 conn.execute(
                     "INSERT INTO schema_migrations (component, version) VALUES (?, ?)", (component, version)
                 )
+        self._migrated.add((component, len(migrations)))
 
     def close(self) -> None:
         if self._memory is not None:
