@@ -36,12 +36,12 @@ from typing import Any
 from monitor import month
 from monitor.assemble import assemble_inputs
 from monitor.attribution import compile_rules
-from monitor.billing_poll import HourlyCost, hourly_costs, poll_billing, provisional_since
+from monitor.billing_poll import currencies, poll_billing, provisional_since
 from monitor.config import Config
 from monitor.detectors import build_detectors, history_needed, run_in_window
-from monitor.detectors.inputs import BudgetSpec, GpuHour
+from monitor.detectors.inputs import BudgetSpec, CostHour, GpuHour
 from monitor.errors import UserError
-from monitor.model import Finding, micros_to_decimal
+from monitor.model import Finding
 from monitor.progress import Progress
 from monitor.report import data_extent
 from monitor.sources.base import BillingSource, QueryResult
@@ -355,29 +355,30 @@ def run_analysis(
         _load_utilization(sources.utilization, store, window.start, window)
         prices = sources.prices.price_book(window.as_of) if sources.prices is not None else None
         stage("assembling")
-        all_rows = hourly_costs(aggregates, data_start, window.end, now=window.as_of, provisional_days=days)
         inputs = assemble_inputs(
             store,
             data_start,
             window.end,
             window.as_of,
+            aggregates=aggregates,
             provisional_days=days,
             idle_threshold_pct=cfg.utilization.idle_threshold_pct,
             prices=prices,
             budgets=sources.budgets,
-            rows=all_rows,
         )
-    rows = [r for r in all_rows if window.start <= r.usage_hour < window.end]
+        _note_currencies(currencies(aggregates, window.start, window.end))
+    rows = [r for r in inputs.hourly if window.start <= r.hour < window.end]
     stage("detecting")
     findings = run_in_window(inputs, built, window.as_of, window.start)
     gpu = tuple(g for g in inputs.gpu_hours if window.start <= g.hour < window.end)
     stats = _stats(metered, sources.billing.engine, data_start, window.end)
-    stats.rows_fetched += len(all_rows)  # the aggregates read back into Python from the aggregate store
+    # the aggregates read back into Python from the aggregate store: cost rows and GPU node-hours
+    stats.rows_fetched += len(inputs.hourly) + sum(1 for g in inputs.gpu_hours if not g.estimated)
     stats.seconds = time.monotonic() - began
     return Analysis(
         window=window,
         provisional_from=provisional_since(window.as_of, days),
-        currency=_currency(rows),
+        currency="USD",  # `hourly.sql` divides every amount by `currency_conversion_rate`
         attribution=attribution(rows),
         findings=tuple(findings),
         gpu_hours=gpu,
@@ -438,26 +439,24 @@ def _detectors(cfg: Config, override: Any, *, with_unmonitored: bool) -> list[An
     return built
 
 
-def attribution(rows: Sequence[HourlyCost]) -> tuple[AttributionLine, ...]:
-    """Per (subcategory, pricing model), summed in integer micros; largest net first."""
-    sums: dict[tuple[str, str | None], list[int]] = defaultdict(lambda: [0, 0])
+def attribution(rows: Sequence[CostHour]) -> tuple[AttributionLine, ...]:
+    """Per (subcategory, pricing model), summed exactly (each amount is whole micros, and Decimal
+    sums of those do not drift); largest net first."""
+    sums: dict[tuple[str, str | None], list[Decimal]] = defaultdict(lambda: [Decimal(0), Decimal(0)])
     for r in rows:
-        acc = sums[(r.subcategory, r.keys.get("pricing_model"))]
-        acc[0] += r.gross_micros
-        acc[1] += r.credit_micros
-    lines = [
-        AttributionLine(sub.split(".", 1)[0], sub, pm, micros_to_decimal(g), micros_to_decimal(c))
-        for (sub, pm), (g, c) in sums.items()
-    ]
+        acc = sums[(r.subcategory, r.pricing_model)]
+        acc[0] += r.cost
+        acc[1] += r.credits
+    lines = [AttributionLine(sub.split(".", 1)[0], sub, pm, g, c) for (sub, pm), (g, c) in sums.items()]
     return tuple(sorted(lines, key=lambda a: (-a.net_cost, a.subcategory, a.pricing_model or "")))
 
 
-def _currency(rows: Sequence[HourlyCost]) -> str:
-    """Always USD: `hourly.sql` divides every amount by `currency_conversion_rate`."""
-    seen = sorted({r.keys.get("currency") for r in rows if r.keys.get("currency")} - {"USD"})
-    if seen:
-        log.info("billing rows in %s converted to USD with currency_conversion_rate", ", ".join(seen))
-    return "USD"
+def _note_currencies(seen: set[str]) -> None:
+    """Amounts are always USD (`hourly.sql` divides by `currency_conversion_rate`); say so when the
+    export was in another currency."""
+    other = sorted(seen - {"USD"})
+    if other:
+        log.info("billing rows in %s converted to USD with currency_conversion_rate", ", ".join(other))
 
 
 def _stats(metered: _Metered, engine: str, start: datetime, end: datetime) -> Stats:

@@ -10,11 +10,11 @@ invoice data lands. Estimated hours carry `estimated=True` and disappear once bi
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from monitor.billing_poll import HourlyCost, hourly_costs, provisional_since
+from monitor.billing_poll import parse_labels, provisional_since, stored_cost_rows, stored_gpu_node_hours
 from monitor.detectors.inputs import BudgetSpec, CostHour, DetectorInputs, GpuHour, PriceLookup
 from monitor.gpu_identity import billed_identities, node_pool_from_name, sample_identities
 from monitor.gpu_models import normalize_gpu_model, parse_sku_description, region_of
@@ -38,93 +38,81 @@ def _d(value: float | None) -> Decimal:
     return Decimal(str(value)) if value is not None else Decimal(0)
 
 
-def cost_hours(rows: Iterable[HourlyCost]) -> list[CostHour]:
+def cost_hours(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> list[CostHour]:
+    """The stored aggregates of [start, end) as `CostHour`s, straight from the store's tuples (no
+    intermediate record per row); hours from `since` on are provisional. Rows with the same label
+    set share one label dict (nothing mutates a `CostHour`'s labels)."""
     out = []
-    for r in rows:
-        k = r.keys
+    labels_of: dict[str | None, dict[str, str]] = {}
+    for row in stored_cost_rows(store, start, end):
+        (hour, sub, gross, credit, project, region, zone, service, sku_id, sku, pricing, name, iid, cluster,
+         invoice, raw, usage, unit) = row  # fmt: skip
+        labels = labels_of.get(raw)
+        if labels is None:
+            labels = labels_of[raw] = dict(parse_labels(raw or ""))
         out.append(
             CostHour(
-                hour=r.usage_hour,
-                project=k.get("project_id"),
-                subcategory=r.subcategory,
-                cost=r.gross,
-                credits=r.credits,
-                region=k.get("region"),
-                zone=k.get("zone"),
-                service=k.get("service_description"),
-                sku_id=k.get("sku_id"),
-                sku=k.get("sku_description"),
-                pricing_model=k.get("pricing_model"),
-                instance=k.get("resource_name"),
-                instance_id=k.get("instance_id"),
-                cluster=k.get("cluster"),
-                invoice_month=k.get("invoice_month"),
-                labels=r.labels,
-                usage_pricing_units=_d(r.usage_amount),
-                pricing_unit=k.get("pricing_unit"),
-                provisional=r.provisional,
+                hour=hour,
+                project=project,
+                subcategory=sub,
+                cost=micros_to_decimal(gross),
+                credits=micros_to_decimal(credit),
+                region=region,
+                zone=zone,
+                service=service,
+                sku_id=sku_id,
+                sku=sku,
+                pricing_model=pricing,
+                instance=name,
+                instance_id=iid,
+                cluster=cluster,
+                invoice_month=invoice,
+                labels=labels,
+                usage_pricing_units=_d(usage),
+                pricing_unit=unit,
+                provisional=hour >= since,
             )
         )
     return out
 
 
-def gpu_cost_hours(rows: Iterable[HourlyCost]) -> list[GpuCostHour]:
-    """GPU spend per node-hour: the `compute.gpu` aggregates, summed over SKUs, corrections and (GKE
-    cost allocation) namespaces; the gross cost per `k8s-namespace` is kept for the rollups."""
-    acc: dict[tuple, dict] = {}
-    for r in rows:
-        if r.subcategory != "compute.gpu":
-            continue
-        k = r.keys
-        key = (r.usage_hour, k.get("project_id"), k.get("zone"), k.get("resource_name"), k.get("instance_id"))
-        a = acc.setdefault(
-            key,
-            {
-                "gpu_hours": Decimal(0),
-                "cost": 0,
-                "credits": 0,
-                "cud": 0,
-                "sud": 0,
-                "namespaces": defaultdict(int),
-                "labels": {},
-                "row": r,
-                "provisional": r.provisional,
-            },
-        )
-        a["gpu_hours"] += _d(r.usage_amount)
-        a["cost"] += r.gross_micros
-        a["credits"] += r.credit_micros
-        a["cud"] += r.cud_micros
-        a["sud"] += r.sud_micros
-        a["labels"].update(r.labels)
-        a["provisional"] = a["provisional"] or r.provisional
-        if ns := k.get("namespace"):
-            a["namespaces"][ns] += r.gross_micros
+def gpu_cost_hours(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> list[GpuCostHour]:
+    """GPU spend per node-hour of [start, end), summed over SKUs, corrections and (GKE cost
+    allocation) namespaces in the engine (`stored_gpu_node_hours`); the gross cost per
+    `k8s-namespace` is kept for the rollups. GPU-hours are summed as the export's decimal amounts."""
     out = []
-    for (hour, project, zone, name, iid), a in acc.items():
-        r: HourlyCost = a["row"]
-        sku = parse_sku_description(r.keys.get("sku_description") or "")
+    for row in stored_gpu_node_hours(store, start, end):
+        (hour, project, zone, name, iid, _invoice, region, machine, cluster, pool, sku_text, pricing,
+         gross, credit, cud, sud, usages, raws, namespaces, grosses) = row  # fmt: skip
+        labels: dict[str, str] = {}
+        for raw in raws:
+            labels.update(parse_labels(raw or ""))
+        by_ns: dict[str, int] = defaultdict(int)
+        for ns, g in zip(namespaces, grosses, strict=True):
+            if ns:
+                by_ns[ns] += g
+        sku = parse_sku_description(sku_text or "")
         out.append(
             GpuCostHour(
                 hour=hour,
                 project=project,
                 zone=zone,
-                region=r.keys.get("region"),
+                region=region,
                 instance=name,
                 instance_id=iid,
-                cluster=r.keys.get("cluster"),
-                machine_type=r.keys.get("machine_type"),
+                cluster=cluster,
+                machine_type=machine,
                 gpu_model=str(sku.model) if sku.model else None,
-                pricing_model=r.keys.get("pricing_model"),
-                gpu_hours=a["gpu_hours"],
-                cost_micros=a["cost"],
-                credits_micros=a["credits"],
-                provisional=a["provisional"],
-                labels=a["labels"],
-                node_pool=r.keys.get("node_pool"),
-                cud_micros=a["cud"],
-                sud_micros=a["sud"],
-                namespaces=dict(a["namespaces"]),
+                pricing_model=pricing,
+                gpu_hours=sum((_d(u) for u in usages), Decimal(0)),
+                cost_micros=int(gross),
+                credits_micros=int(credit),
+                provisional=hour >= since,
+                labels=labels,
+                node_pool=pool,
+                cud_micros=int(cud),
+                sud_micros=int(sud),
+                namespaces=dict(by_ns),
             )
         )
     return out
@@ -294,16 +282,15 @@ def _effective_ratio(known: GpuCostHour | None) -> Decimal:
 
 
 def gpu_hours(
-    rows: Sequence[HourlyCost],
+    costs: Sequence[GpuCostHour],
     hours: Sequence[UtilHour],
     threshold: float,
     prices: PriceLookup | None,
     end: datetime,
     provisional_from: datetime | None = None,
 ) -> list[GpuHour]:
-    """Billed GPU hours joined with utilization (per GPU and hour: `monitor.utilization.hourly`),
-    plus estimated ones (see `_estimates`)."""
-    costs = gpu_cost_hours(rows)
+    """Billed GPU hours (`gpu_cost_hours`) joined with utilization (per GPU and hour:
+    `monitor.utilization.hourly`), plus estimated ones (see `_estimates`)."""
     billed = [_gpu_hour(j) for j in join_gpu_hours(costs, hours, threshold)]
     return billed + _estimates(costs, hours, prices, threshold, end, provisional_from)
 
@@ -314,30 +301,24 @@ def assemble_inputs(
     end: datetime,
     now: datetime,
     *,
+    aggregates: AggregateStore,
     provisional_days: int,
     idle_threshold_pct: float,
     prices: PriceLookup | None,
     budgets: Sequence[BudgetSpec] = (),
-    rows: Sequence[HourlyCost] | None = None,
-    aggregates: AggregateStore | None = None,
     coverage: Coverage = None,
 ) -> DetectorInputs:
-    """Detector inputs for [start, end): utilization from the state `store`, billing from `rows`
-    (the hourly aggregates of that range, when the caller already read them: `hourly_costs` with
-    the same `now` / `provisional_days`) or else from the `aggregates` store.
-    `coverage`: which utilization was read (`monitor.utilization.coverage`); None: all of it."""
-    if rows is None:
-        if aggregates is None:
-            raise TypeError("assemble_inputs needs rows or an aggregate store")
-        rows = hourly_costs(aggregates, start, end, now=now, provisional_days=provisional_days)
-    util = load_util_hours(store, start, end)
+    """Detector inputs for [start, end): billing from the `aggregates` store, utilization from the
+    state `store`. `coverage`: which utilization was read (`monitor.utilization.coverage`); None: all
+    of it."""
     since = provisional_since(now, provisional_days)
+    util = load_util_hours(store, start, end)
     return DetectorInputs(
         window_start=start,
         window_end=end,
         provisional_from=since,
-        hourly=cost_hours(rows),
-        gpu_hours=gpu_hours(rows, util, idle_threshold_pct, prices, end, since),
+        hourly=cost_hours(aggregates, start, end, since),
+        gpu_hours=gpu_hours(gpu_cost_hours(aggregates, start, end, since), util, idle_threshold_pct, prices, end, since),
         prices=prices,
         budgets=tuple(budgets),
         utilization_coverage=coverage,

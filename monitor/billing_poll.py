@@ -37,17 +37,22 @@ from monitor.timeutil import floor_day, floor_hour, to_iso
 
 __all__ = [
     "COMPONENT",
+    "COST_COLUMNS",
     "HOURLY_COLUMNS",
     "HourlyCost",
     "PollReport",
+    "currencies",
     "hourly_costs",
     "last_poll",
     "migrate",
+    "parse_labels",
     "poll_billing",
     "poll_scope",
     "provisional_since",
     "prune",
     "retire_state_tables",
+    "stored_cost_rows",
+    "stored_gpu_node_hours",
     "write_rows",
 ]
 
@@ -83,13 +88,57 @@ _MONEY = ("gross_micros", "cud_micros", "sud_micros", "other_credit_micros", "cr
 #: Columns of `hourly.sql` kept in `billing_hourly`, in order.
 HOURLY_COLUMNS: tuple[str, ...] = (*_KEYS, "row_count", "usage_amount", *_MONEY)
 _KEY_NAMES = tuple(k for k in _KEYS if k not in ("usage_hour", "subcategory"))
-# Hours read as fixed-width text (parsed once per distinct hour: `_parse_ts`), ordered by every key so
-# the rows of an hour come in the same order in every run.
+# Every reader lists an hour's rows in this order (every key: DuckDB sorts are not stable), so the rows
+# of an hour come in the same order in every run; hours are read as fixed-width text (parsed once per
+# distinct hour: `_parse_ts`).
+_ORDER = f"subcategory, {', '.join(_KEY_NAMES)}"
+_HOUR_TEXT = "strftime(usage_hour, '%Y-%m-%dT%H:%M:%S.%fZ')"
 _READ = (
-    f"SELECT strftime(usage_hour, '%Y-%m-%dT%H:%M:%S.%fZ'), subcategory, {', '.join(_MONEY)}, row_count,"
-    f" usage_amount, {', '.join(_KEY_NAMES)} FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ?"
-    f" ORDER BY usage_hour, subcategory, {', '.join(_KEY_NAMES)}"
+    f"SELECT {_HOUR_TEXT}, subcategory, {', '.join(_MONEY)}, row_count, usage_amount, {', '.join(_KEY_NAMES)}"
+    f" FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ? ORDER BY usage_hour, {_ORDER}"
 )
+#: What `stored_cost_rows` returns after the hour, in order: a `CostHour`'s worth of each row.
+COST_COLUMNS = (
+    "subcategory",
+    "gross_micros",
+    "credit_micros",
+    "project_id",
+    "region",
+    "zone",
+    "service_description",
+    "sku_id",
+    "sku_description",
+    "pricing_model",
+    "resource_name",
+    "instance_id",
+    "cluster",
+    "invoice_month",
+    "user_labels",
+    "usage_amount",
+    "pricing_unit",
+)
+# GPU spend per node-hour (what `monitor.gpus` joins), summed in the engine. A node-hour's descriptive
+# keys are those of its first row in the readers' order; its usage amounts, label sets and per-namespace
+# gross come as lists in that order, so Python sums and merges them exactly as it would row by row.
+_NODE = "usage_hour, project_id, zone, resource_name, instance_id"
+_FIRST = ("invoice_month", "region", "machine_type", "cluster", "node_pool", "sku_description", "pricing_model")
+_GPU_NODE_HOURS = f"""
+WITH gpu AS (
+  SELECT *, row_number() OVER (PARTITION BY {_NODE} ORDER BY {_ORDER}) AS n
+  FROM billing_hourly
+  WHERE usage_hour >= ? AND usage_hour < ? AND subcategory = 'compute.gpu'
+)
+SELECT
+  {_HOUR_TEXT}, project_id, zone, resource_name, instance_id,
+  {", ".join(f"first({c} ORDER BY n) AS {c}" for c in _FIRST)},
+  SUM(gross_micros), SUM(credit_micros), SUM(cud_micros), SUM(sud_micros),
+  list(usage_amount ORDER BY n), list(user_labels ORDER BY n),
+  list(namespace ORDER BY n), list(gross_micros ORDER BY n)
+FROM gpu
+GROUP BY {_NODE}
+ORDER BY usage_hour, {", ".join(_FIRST[:1])}, project_id, {", ".join(_FIRST[1:2])}, zone, resource_name, instance_id
+"""
+
 
 _MONEY_TYPES = {m: "BIGINT NOT NULL" for m in _MONEY}
 #: The stored type of each `HOURLY_COLUMNS` column (`hourly.sql`'s output, money as integer micros).
@@ -201,7 +250,7 @@ class HourlyCost:
     @property
     def labels(self) -> dict[str, str]:
         """The configured user labels of the row (`billing.labels`), parsed from `k=v,k=v`."""
-        return dict(_labels(self.keys.get("user_labels") or ""))
+        return dict(parse_labels(self.keys.get("user_labels") or ""))
 
     @property
     def scope(self) -> Scope:
@@ -218,8 +267,9 @@ class HourlyCost:
 
 
 @functools.lru_cache(maxsize=65536)
-def _labels(raw: str) -> tuple[tuple[str, str], ...]:
-    """Label sets repeat across rows: each parsed once."""
+def parse_labels(raw: str) -> tuple[tuple[str, str], ...]:
+    """The stored `k=v,k=v` label string (`hourly.sql`'s `user_labels`) as pairs; label sets repeat
+    across rows, so each is parsed once."""
     return tuple(tuple(part.split("=", 1)) for part in raw.split(",") if "=" in part)  # type: ignore[misc]
 
 
@@ -374,6 +424,37 @@ def hourly_costs(
     days = provisional_days if provisional_days is not None else (poll[1] if poll else 3)
     since = provisional_since(ref, days)
     return [_hourly(r, since) for r in raw]
+
+
+def stored_cost_rows(store: AggregateStore, start: datetime, end: datetime) -> list[tuple]:
+    """Stored aggregates with `start <= usage_hour < end` as (hour, *COST_COLUMNS) tuples, in the
+    readers' order: what `monitor.assemble.cost_hours` turns into `CostHour`s with no intermediate."""
+    with store.session(), store.read() as conn:
+        migrate(store)
+        sql = (
+            f"SELECT {_HOUR_TEXT}, {', '.join(COST_COLUMNS)} FROM billing_hourly"
+            f" WHERE usage_hour >= ? AND usage_hour < ? ORDER BY usage_hour, {_ORDER}"
+        )
+        rows = conn.execute(sql, (_naive(start), _naive(end))).fetchall()
+    return [(_parse_ts(r[0]), *r[1:]) for r in rows]
+
+
+def currencies(store: AggregateStore, start: datetime, end: datetime) -> set[str]:
+    """The export currencies of the aggregates in [start, end) (their amounts are stored in USD)."""
+    with store.read() as conn:
+        sql = "SELECT DISTINCT currency FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ?"
+        return {r[0] for r in conn.execute(sql, (_naive(start), _naive(end))).fetchall() if r[0]}
+
+
+def stored_gpu_node_hours(store: AggregateStore, start: datetime, end: datetime) -> list[tuple]:
+    """GPU spend per node-hour in [start, end) (`_GPU_NODE_HOURS`): (hour, project, zone, resource
+    name, instance id, invoice month, region, machine type, cluster, node pool, SKU, pricing model,
+    gross, credits, CUD, SUD micros, usage amounts, label sets, namespaces, gross per row), ordered as
+    the node-hours first appear in the readers' order."""
+    with store.session(), store.read() as conn:
+        migrate(store)
+        rows = conn.execute(_GPU_NODE_HOURS, (_naive(start), _naive(end))).fetchall()
+    return [(_parse_ts(r[0]), *r[1:]) for r in rows]
 
 
 def _changed_hours(

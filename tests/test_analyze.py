@@ -14,6 +14,7 @@ from monitor.billing_poll import HourlyCost
 from monitor.errors import UserError
 from monitor.gpu_rollups import rollups, summarize_instances
 from monitor.utilization import GpuSample, util_hours
+from tests.aggregates import cost_rows, node_hours
 from tests.test_detectors_common import FakePrices, gpu
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
@@ -86,7 +87,7 @@ def test_attribution_sums_micros_exactly_per_subcategory_and_pricing_model() -> 
     rows = [hourly(h, gross=333_333) for h in range(3)]  # 3 x $0.333333: floats would drift
     rows += [hourly(0, "compute.gpu", 1_000_000, -1_000_000, pricing_model="committed")]
     rows += [hourly(1, "network.inter_zone", 10_000_000, -2_500_000, pricing_model=None, instance=None)]
-    lines = attribution(rows)
+    lines = attribution(cost_rows(rows))
     got = {(a.subcategory, a.pricing_model): (a.category, a.cost, a.credits, a.net_cost) for a in lines}
     assert got == {
         ("compute.gpu", "on_demand"): ("compute", D("0.999999"), D(0), D("0.999999")),
@@ -112,7 +113,12 @@ def test_unbilled_hours_are_estimated_only_in_the_provisional_period() -> None:
     utils = [s for h in range(8) for s in samples(h, 0.0)]
     prov = T0 + 4 * H
     got = gpu_hours(
-        billed, util_hours(utils), 10.0, FakePrices(table={("H100 80GB", "on_demand"): D(11)}), T0 + 7 * H, prov
+        node_hours(billed),
+        util_hours(utils),
+        10.0,
+        FakePrices(table={("H100 80GB", "on_demand"): D(11)}),
+        T0 + 7 * H,
+        prov,
     )
     est = sorted((g.hour - T0) // H for g in got if g.estimated)
     assert est == [4, 6]  # 3 is settled (no invented cost), 5 is billed, 7 is not a whole hour yet
@@ -125,7 +131,12 @@ def test_a_billed_hour_is_never_estimated_again_whatever_identity_billing_used()
     billed = [hourly(0, iid=None)]  # the billing row has a name but no numeric id
     utils = samples(0, 0.0) + samples(1, 0.0)
     got = gpu_hours(
-        billed, util_hours(utils), 10.0, FakePrices(table={("H100 80GB", "on_demand"): D(11)}), T0 + 2 * H, T0
+        node_hours(billed),
+        util_hours(utils),
+        10.0,
+        FakePrices(table={("H100 80GB", "on_demand"): D(11)}),
+        T0 + 2 * H,
+        T0,
     )
     assert [(g.hour - T0) // H for g in got if g.estimated] == [1]
     assert [g.monitored for g in got if not g.estimated] == [True]  # joined by (project, zone, name)
@@ -133,7 +144,9 @@ def test_a_billed_hour_is_never_estimated_again_whatever_identity_billing_used()
 
 def test_an_instance_billing_has_not_seen_is_priced_from_its_monitoring_model() -> None:
     utils = samples(0, 50.0, iid="999", name="new-vm", gpus=2)
-    (g,) = gpu_hours([], util_hours(utils), 10.0, FakePrices(table={("H100 80GB", "on_demand"): D(11)}), T0 + H, T0)
+    (g,) = gpu_hours(
+        [], util_hours(utils), 10.0, FakePrices(table={("H100 80GB", "on_demand"): D(11)}), T0 + H, T0
+    )
     assert (g.estimated, g.instance, g.gpu_model, g.gpus, g.gpu_cost, g.idle_cost) == (
         True,
         "new-vm",

@@ -14,6 +14,7 @@ from monitor.assemble import gpu_hours
 from monitor.detectors.idle_gpu import IdleGpu
 from monitor.detectors.inputs import DetectorInputs
 from monitor.utilization import util_hours
+from tests.aggregates import node_hours
 from tests.test_analyze import T0, D, H, hourly, samples
 from tests.test_detectors_common import FakePrices
 
@@ -23,7 +24,7 @@ NO_PRICES = FakePrices(table={})
 def test_an_unpriced_late_hour_is_estimated_at_the_nodes_billed_rate() -> None:
     billed = [hourly(h) for h in range(3)]  # $88 for 8 GPU-hours; hours 3 and 4 not billed yet
     utils = [s for h in range(5) for s in samples(h, 0.0)]
-    got = gpu_hours(billed, util_hours(utils), 10.0, NO_PRICES, T0 + 5 * H, T0)
+    got = gpu_hours(node_hours(billed), util_hours(utils), 10.0, NO_PRICES, T0 + 5 * H, T0)
     est = [g for g in got if g.estimated]
     assert [(g.hour - T0) // H for g in est] == [3, 4]
     assert {(g.gpu_cost, g.idle_cost, g.gpus) for g in est} == {(D(88), D(88), 8)}
@@ -36,7 +37,7 @@ def test_no_billed_hour_and_no_price_is_still_no_guess() -> None:
 def _fingerprints(now: datetime, billed_hours: int) -> set[str]:
     billed = [hourly(h) for h in range(billed_hours)]
     utils = [s for h in range((now - T0) // H) for s in samples(h, 0.0)]
-    hours = gpu_hours(billed, util_hours(utils), 10.0, NO_PRICES, now, T0)
+    hours = gpu_hours(node_hours(billed), util_hours(utils), 10.0, NO_PRICES, now, T0)
     inputs = DetectorInputs(window_start=T0, window_end=now, gpu_hours=hours, provisional_from=T0)
     return {f.fingerprint for f in IdleGpu().evaluate(inputs, now)}
 

@@ -39,6 +39,7 @@ from monitor.gpu_identity import (
 )
 from monitor.gpu_rollups import rollups, split_exact, summarize_instances
 from monitor.utilization import GpuSample, assemble, parse_series, resolve_duty_cycles, util_hours
+from tests.aggregates import node_hours
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
 H = timedelta(hours=1)
@@ -298,7 +299,7 @@ def test_billed_gke_node_joins_its_samples_from_every_gke_resource(make) -> None
     """The instance id in billing does not stop the match: the node is (project, cluster, node)."""
     rows = [billed(h) for h in range(4)]
     samples = parsed(node_series(make, NODES[0], range(4), busy_until=2))
-    got = gpu_hours(rows, util_hours(samples), 10.0, None, T0 + 4 * H)
+    got = gpu_hours(node_hours(rows), util_hours(samples), 10.0, None, T0 + 4 * H)
     assert [g.monitored for g in got] == [True] * 4
     assert [g.idle_gpu_hours for g in got] == [0, 0, 8, 8]
     assert [g.idle_cost for g in got] == [0, 0, D(88), D(88)]
@@ -311,7 +312,7 @@ def test_one_node_seen_through_two_gke_resources_is_one_host() -> None:
     other = [prometheus_dcgm(NODES[0], str(g), 0, 0.0) for g in range(4)]
     for ts in other:
         ts["resource"]["labels"]["location"] = "us-central1"
-    (got,) = gpu_hours([billed(0)], util_hours(parsed(series + other)), 10.0, None, T0 + H)
+    (got,) = gpu_hours(node_hours([billed(0)]), util_hours(parsed(series + other)), 10.0, None, T0 + H)
     assert (got.gpus, got.idle_gpu_hours, got.idle_cost) == (8, 4, D(44))
 
 
@@ -319,7 +320,7 @@ def test_a_pool_of_four_nodes_is_monitored_not_unmonitored() -> None:
     """The reported failure: a 4-node H100 pool's whole GPU spend came out as `unmonitored_gpu`."""
     rows = [billed(h, n) for n in NODES for h in range(6)]
     samples = parsed([s for n in NODES for s in node_series(k8s_node, n, range(6), busy_until=6)])
-    got = gpu_hours(rows, util_hours(samples), 10.0, None, T0 + 6 * H)
+    got = gpu_hours(node_hours(rows), util_hours(samples), 10.0, None, T0 + 6 * H)
     assert all(g.monitored for g in got) and len(got) == 24
     assert UnmonitoredGpu().evaluate(detector_inputs(got, 6), T0 + 6 * H) == []
 
@@ -327,7 +328,7 @@ def test_a_pool_of_four_nodes_is_monitored_not_unmonitored() -> None:
 def test_a_node_in_another_cluster_with_the_same_name_does_not_match() -> None:
     rows = [billed(0, cluster="other-cluster")]
     samples = parsed(node_series(k8s_node, NODES[0], range(1), busy_until=1))
-    (got,) = gpu_hours(rows, util_hours(samples), 10.0, None, T0 + H)
+    (got,) = gpu_hours(node_hours(rows), util_hours(samples), 10.0, None, T0 + H)
     assert not got.monitored
 
 
@@ -351,7 +352,7 @@ def test_a_gce_vm_seen_by_id_and_name_keeps_matching() -> None:
     samples = parsed([agent])
     with_id = billed(0, "vm-555", iid="555", cluster=None, gpu_hours=1.0)
     without_id = billed(1, "vm-555", iid="", cluster=None, gpu_hours=1.0)
-    got = gpu_hours([with_id, without_id], util_hours(samples), 10.0, None, T0 + 2 * H)
+    got = gpu_hours(node_hours([with_id, without_id]), util_hours(samples), 10.0, None, T0 + 2 * H)
     assert [g.monitored for g in got] == [True, True]
     assert [row_identity(g).kind for g in got] == [NodeKind.GCE, NodeKind.GCE_NAME]
 
@@ -369,13 +370,15 @@ def test_an_estimated_gke_finding_and_its_billed_successor_keep_one_fingerprint(
     assert early.estimated
 
     rows = [billed(h, NODES[1]) for h in range(8)]
-    billed_hours = gpu_hours(rows, util_hours(samples), 10.0, Prices(), end, T0)
+    billed_hours = gpu_hours(node_hours(rows), util_hours(samples), 10.0, Prices(), end, T0)
     assert not any(g.estimated for g in billed_hours)
     (late,) = IdleGpu().evaluate(detector_inputs(billed_hours, 8), end)
     assert not late.estimated
     assert late.fingerprint == early.fingerprint
 
-    mixed = gpu_hours(rows[:5], util_hours(samples), 10.0, Prices(), end, T0)  # billing half-way in
+    mixed = gpu_hours(
+        node_hours(rows[:5]), util_hours(samples), 10.0, Prices(), end, T0
+    )  # billing half-way in
     assert {g.estimated for g in mixed} == {True, False}
     (half,) = IdleGpu().evaluate(detector_inputs(mixed, 8), end)
     assert half.fingerprint == early.fingerprint
@@ -385,7 +388,10 @@ def test_gke_findings_name_cluster_and_node_pool() -> None:
     """The hung job of the report: 42 idle hours on one node, found from billed rows."""
     rows = [billed(h, NODES[2]) for h in range(48)]
     samples = parsed(node_series(k8s_node, NODES[2], range(48), busy_until=6))
-    (f,) = IdleGpu().evaluate(detector_inputs(gpu_hours(rows, util_hours(samples), 10.0, None, T0 + 48 * H)), T0 + 48 * H)
+    (f,) = IdleGpu().evaluate(
+        detector_inputs(gpu_hours(node_hours(rows), util_hours(samples), 10.0, None, T0 + 48 * H)),
+        T0 + 48 * H,
+    )
     assert f.evidence["idle_hours"] == 42 and f.impact_usd == D(88) * 42
     assert f.title == (
         f"Idle GPUs on GKE node {NODES[2]} ({CLUSTER}/{POOL}): 8× H100 80GB idle for 42 h, $3,696.00"
@@ -402,7 +408,7 @@ def test_gke_findings_name_cluster_and_node_pool() -> None:
 def test_unmonitored_gke_nodes_are_named_with_cluster_and_pool() -> None:
     rows = [billed(h, NODES[3]) for h in range(4)]
     (f,) = UnmonitoredGpu().evaluate(
-        detector_inputs(gpu_hours(rows, util_hours([]), 10.0, None, T0 + 4 * H), 4), T0 + 4 * H
+        detector_inputs(gpu_hours(node_hours(rows), util_hours([]), 10.0, None, T0 + 4 * H), 4), T0 + 4 * H
     )
     assert f"GKE node {NODES[3]} of {CLUSTER}/{POOL}" in f.summary
     assert (f.evidence["instances"][0]["cluster"], f.evidence["instances"][0]["node_pool"]) == (CLUSTER, POOL)
@@ -413,7 +419,7 @@ def test_unmonitored_gke_nodes_are_named_with_cluster_and_pool() -> None:
 
 def _signal_of(series: list[dict]) -> tuple[str | None, str | None]:
     rows = [billed(h, NODES[0]) for h in range(4)]
-    hours = gpu_hours(rows, util_hours(parsed(series)), 10.0, None, T0 + 4 * H)
+    hours = gpu_hours(node_hours(rows), util_hours(parsed(series)), 10.0, None, T0 + 4 * H)
     (f,) = IdleGpu().evaluate(detector_inputs(hours, 4), T0 + 4 * H)
     return f.evidence["signal"], f.evidence["signal_note"]
 
@@ -468,7 +474,7 @@ def test_rollups_per_node_pool_and_per_namespace_add_up_to_the_cent() -> None:
     series = node_series(k8s_node, NODES[0], range(4), busy_until=2) + node_series(
         k8s_node, NODES[1], range(4), busy_until=4
     )
-    hours = gpu_hours(rows, util_hours(parsed(series)), 10.0, None, T0 + 4 * H)
+    hours = gpu_hours(node_hours(rows), util_hours(parsed(series)), 10.0, None, T0 + 4 * H)
     instances = summarize_instances(hours)
     assert {(i.cluster, i.node_pool) for i in instances} == {(CLUSTER, POOL)}
     rolled = rollups(instances)
@@ -502,7 +508,11 @@ def test_idle_dollars_at_the_effective_price_with_the_on_demand_equivalent() -> 
     """A committed H100 node: the CUD credit covers most of the GPU cost; idle dollars follow it."""
     rows = [billed(h, NODES[0], cud=-60_000_000, pricing_model="committed") for h in range(4)]
     hours = gpu_hours(
-        rows, util_hours(parsed(node_series(k8s_node, NODES[0], range(4), busy_until=1))), 10.0, None, T0 + 4 * H
+        node_hours(rows),
+        util_hours(parsed(node_series(k8s_node, NODES[0], range(4), busy_until=1))),
+        10.0,
+        None,
+        T0 + 4 * H,
     )
     assert [g.idle_cost for g in hours] == [0, D(28), D(28), D(28)]
     assert hours[1].gpu_cost == D(88) and hours[1].gpu_credits == D(-60)
@@ -516,7 +526,11 @@ def test_a_zero_dollar_reserved_gpu_still_shows_its_idle_gpu_hours() -> None:
     reserved = "Reserved Nvidia H100 80GB GPU running in Americas"
     rows = [billed(h, NODES[0], gross=0, pricing_model="reserved", sku=reserved) for h in range(4)]
     hours = gpu_hours(
-        rows, util_hours(parsed(node_series(k8s_node, NODES[0], range(4), busy_until=0))), 10.0, None, T0 + 4 * H
+        node_hours(rows),
+        util_hours(parsed(node_series(k8s_node, NODES[0], range(4), busy_until=0))),
+        10.0,
+        None,
+        T0 + 4 * H,
     )
     assert all(g.idle_cost == 0 and g.idle_gpu_hours == 8 for g in hours)
     (inst,) = summarize_instances(hours)

@@ -185,7 +185,8 @@ def test_the_finished_job_check_tells_what_the_full_engine_would(tmp_path: Path,
 def stored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The daemon's billing and utilization polls on the simulated fleet; its stored rows of the
     two days and its detection inputs."""
-    from monitor.billing_poll import hourly_costs
+    from monitor.assemble import cost_hours
+    from monitor.billing_poll import hourly_costs, provisional_since
     from monitor.cycle import detection_inputs, run_billing_poll, run_utilization_poll
     from monitor.simulate import write_fleet
     from tests.test_digest_jobs import daemon_on_fleet
@@ -199,30 +200,27 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     try:
         inputs = detection_inputs(deps, now)
         rows = hourly_costs(deps.aggregates, T0, T0 + 48 * H, now=now, provisional_days=3)
+        hours = cost_hours(deps.aggregates, T0, T0 + 48 * H, provisional_since(now, 3))
     finally:
         deps.store.close()
-    return {"rows": rows, "inputs": inputs}
+    return {"rows": rows, "hours": hours, "inputs": inputs}
 
 
 @pytest.mark.slow
 def test_stored_rows_are_the_cost_hours_rows(stored: dict[str, Any]) -> None:
-    from monitor.assemble import cost_hours
-
     rows = stored["rows"]
     assert len(rows) > 1000 and any(r.labels for r in rows)
-    assert stored_rows(rows, KEYS) == engine_rows(cost_hours(rows), KEYS)
+    assert stored_rows(rows, KEYS) == engine_rows(stored["hours"], KEYS)
 
 
 @pytest.mark.slow
 def test_the_digest_sections_figures_are_the_full_engines(stored: dict[str, Any]) -> None:
     """`digest_jobs` (one conversion, `job_spend` for the chart) against what it computed before:
     the full engine over the chart's days and over the day, through `cost_hours`."""
-    from monitor.assemble import cost_hours
-
     inputs = stored["inputs"]
     gpu = [g for g in inputs.gpu_hours if T0 <= g.hour < T0 + 48 * H]
     day, hi = date(2026, 11, 2), T0 + 48 * H
-    hours = cost_hours(stored["rows"])
+    hours = stored["hours"]
     chart = job_records(hours, gpu, JOBS, hi)
     yesterday = job_records(
         [h for h in hours if h.hour >= T0 + 24 * H], [g for g in gpu if g.hour >= T0 + 24 * H], JOBS, hi
