@@ -79,19 +79,33 @@ def cost_hours(store: AggregateStore, start: datetime, end: datetime, since: dat
 def gpu_cost_hours(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> list[GpuCostHour]:
     """GPU spend per node-hour of [start, end), summed over SKUs, corrections and (GKE cost
     allocation) namespaces in the engine (`stored_gpu_node_hours`); the gross cost per
-    `k8s-namespace` is kept for the rollups. GPU-hours are summed as the export's decimal amounts."""
+    `k8s-namespace` is kept for the rollups. GPU-hours are summed as the export's decimal amounts.
+    Label dicts are shared between node-hours of the same label set (nothing mutates them)."""
     out = []
+    models: dict[str | None, str | None] = {}
+    labels_of: dict[str | None, dict[str, str]] = {}
     for row in stored_gpu_node_hours(store, start, end):
-        (hour, project, zone, name, iid, _invoice, region, machine, cluster, pool, sku_text, pricing,
-         gross, credit, cud, sud, usages, raws, namespaces, grosses) = row  # fmt: skip
-        labels: dict[str, str] = {}
-        for raw in raws:
-            labels.update(parse_labels(raw or ""))
-        by_ns: dict[str, int] = defaultdict(int)
-        for ns, g in zip(namespaces, grosses, strict=True):
-            if ns:
-                by_ns[ns] += g
-        sku = parse_sku_description(sku_text or "")
+        (hour, project, zone, name, iid, region, machine, cluster, pool, sku_text, pricing, gross, credit, cud,
+         sud, usage, raw, ns, usages, raws, namespaces, grosses) = row  # fmt: skip
+        if sku_text not in models:
+            model = parse_sku_description(sku_text or "").model
+            models[sku_text] = str(model) if model else None
+        if raws is None:  # one row: its own labels, usage and namespace
+            labels = labels_of.get(raw)
+            if labels is None:
+                labels = labels_of[raw] = dict(parse_labels(raw or ""))
+            gpu_hours = _d(usage)
+            by_ns = {ns: int(gross)} if ns else {}
+        else:
+            labels = {}
+            for each in raws:
+                labels.update(parse_labels(each or ""))
+            gpu_hours = sum((_d(u) for u in usages), Decimal(0))
+            acc: dict[str, int] = defaultdict(int)
+            for each, g in zip(namespaces, grosses, strict=True):
+                if each:
+                    acc[each] += g
+            by_ns = dict(acc)
         out.append(
             GpuCostHour(
                 hour=hour,
@@ -102,9 +116,9 @@ def gpu_cost_hours(store: AggregateStore, start: datetime, end: datetime, since:
                 instance_id=iid,
                 cluster=cluster,
                 machine_type=machine,
-                gpu_model=str(sku.model) if sku.model else None,
+                gpu_model=models[sku_text],
                 pricing_model=pricing,
-                gpu_hours=sum((_d(u) for u in usages), Decimal(0)),
+                gpu_hours=gpu_hours,
                 cost_micros=int(gross),
                 credits_micros=int(credit),
                 provisional=hour >= since,
@@ -112,7 +126,7 @@ def gpu_cost_hours(store: AggregateStore, start: datetime, end: datetime, since:
                 node_pool=pool,
                 cud_micros=int(cud),
                 sud_micros=int(sud),
-                namespaces=dict(by_ns),
+                namespaces=by_ns,
             )
         )
     return out

@@ -118,10 +118,12 @@ COST_COLUMNS = (
     "pricing_unit",
 )
 # GPU spend per node-hour (what `monitor.gpus` joins), summed in the engine. A node-hour's descriptive
-# keys are those of its first row in the readers' order; its usage amounts, label sets and per-namespace
-# gross come as lists in that order, so Python sums and merges them exactly as it would row by row.
+# keys are those of its first row in the readers' order. Most node-hours are one row; for the others
+# the usage amounts, label sets and per-namespace gross come as lists in that order, so Python sums and
+# merges them exactly as it would row by row (lists cost most in the conversion to Python: only there).
 _NODE = "usage_hour, project_id, zone, resource_name, instance_id"
-_FIRST = ("invoice_month", "region", "machine_type", "cluster", "node_pool", "sku_description", "pricing_model")
+_FIRST = ("region", "machine_type", "cluster", "node_pool", "sku_description", "pricing_model")
+_MANY = "IF(count(*) > 1, list({} ORDER BY n), NULL)"
 _GPU_NODE_HOURS = f"""
 WITH gpu AS (
   SELECT *, row_number() OVER (PARTITION BY {_NODE} ORDER BY {_ORDER}) AS n
@@ -130,13 +132,15 @@ WITH gpu AS (
 )
 SELECT
   {_HOUR_TEXT}, project_id, zone, resource_name, instance_id,
-  {", ".join(f"first({c} ORDER BY n) AS {c}" for c in _FIRST)},
+  {", ".join(f"first({c} ORDER BY n)" for c in _FIRST)},
   SUM(gross_micros), SUM(credit_micros), SUM(cud_micros), SUM(sud_micros),
-  list(usage_amount ORDER BY n), list(user_labels ORDER BY n),
-  list(namespace ORDER BY n), list(gross_micros ORDER BY n)
+  first(usage_amount ORDER BY n), first(user_labels ORDER BY n), first(namespace ORDER BY n),
+  {_MANY.format("usage_amount")}, {_MANY.format("user_labels")}, {_MANY.format("namespace")},
+  {_MANY.format("gross_micros")}
 FROM gpu
 GROUP BY {_NODE}
-ORDER BY usage_hour, {", ".join(_FIRST[:1])}, project_id, {", ".join(_FIRST[1:2])}, zone, resource_name, instance_id
+ORDER BY usage_hour, first(invoice_month ORDER BY n), project_id, first(region ORDER BY n), zone, resource_name,
+  instance_id
 """
 
 
@@ -448,8 +452,9 @@ def currencies(store: AggregateStore, start: datetime, end: datetime) -> set[str
 
 def stored_gpu_node_hours(store: AggregateStore, start: datetime, end: datetime) -> list[tuple]:
     """GPU spend per node-hour in [start, end) (`_GPU_NODE_HOURS`): (hour, project, zone, resource
-    name, instance id, invoice month, region, machine type, cluster, node pool, SKU, pricing model,
-    gross, credits, CUD, SUD micros, usage amounts, label sets, namespaces, gross per row), ordered as
+    name, instance id, region, machine type, cluster, node pool, SKU, pricing model, gross, credits,
+    CUD, SUD micros, the first row's usage amount, label set and namespace, then, for a node-hour of
+    several rows, each row's usage amounts, label sets, namespaces and gross, else None), ordered as
     the node-hours first appear in the readers' order."""
     with store.session(), store.read() as conn:
         migrate(store)
