@@ -41,6 +41,7 @@ __all__ = [
     "HOURLY_COLUMNS",
     "HourlyCost",
     "PollReport",
+    "aggregate_summary",
     "currencies",
     "hourly_costs",
     "last_poll",
@@ -441,6 +442,15 @@ def stored_cost_rows(store: AggregateStore, start: datetime, end: datetime) -> l
         )
         rows = conn.execute(sql, (_naive(start), _naive(end))).fetchall()
     return [(_parse_ts(r[0]), *r[1:]) for r in rows]
+
+
+def aggregate_summary(store: AggregateStore) -> tuple[int, datetime | None]:
+    """How many hourly aggregates the store holds and when billing was last polled (`gpucost check`)."""
+    with store.session(), store.read() as conn:
+        migrate(store)
+        rows = conn.execute("SELECT COUNT(*) FROM billing_hourly").fetchone()[0]
+        poll = conn.execute("SELECT polled_at FROM billing_poll WHERE id = 1").fetchone()
+    return int(rows), (_ts(poll[0]) if poll else None)
 
 
 def currencies(store: AggregateStore, start: datetime, end: datetime) -> set[str]:

@@ -172,13 +172,15 @@ def test_check_healthy(tmp_path, export_db, capsys, monkeypatch) -> None:
         code, lines, text = _check(capsys, _config(tmp_path, slack=slack, db=export_db))
         assert [r.method for r in slack.requests] == ["auth.test"]
     assert code == 0, text
-    assert list(lines) == ["billing", "utilization", "prices", "state", "outbox", "slack"]
+    assert list(lines) == ["billing", "utilization", "prices", "state", "aggregates", "outbox", "slack"]
     assert re.match(
         r"billing +ok +DuckDB .*billing\.duckdb: 6\d\d export rows, last exported 2026-11-0", lines["billing"]
     )
     assert re.match(r"prices +ok +bundled snapshot as of \d{4}-\d\d-\d\d", lines["prices"])
     assert re.match(r"state +ok .*not created yet", lines["state"])  # the check did not create it
     assert not (tmp_path / "state.sqlite").exists()
+    assert re.match(r"aggregates +ok .*aggregates\.duckdb: not created yet", lines["aggregates"])
+    assert not (tmp_path / "aggregates.duckdb").exists()
     assert lines["slack"].split(None, 2)[1:] == [
         "ok",
         "auth.test ok (team T000); channels C0ALERTS = C0ALERTS",

@@ -27,7 +27,7 @@ from monitor.cli._common import config_option
 from monitor.clock import SystemClock
 from monitor.config import Config, load_config, slack_token
 from monitor.logs import redact
-from monitor.state.store import redact_url
+from monitor.state.store import StateStoreError, redact_url
 
 __all__ = ["Check", "run_checks"]
 
@@ -172,6 +172,27 @@ def check_store(cfg: Config, store: object) -> Check:
     return Check("state", True, f"{redact_url(cfg.state.url)}: {parts}")
 
 
+def check_aggregates(cfg: Config) -> Check:
+    """The aggregate store (`monitor.state.analytics`): how much it holds and when billing was last
+    polled into it. Never created by the check; a daemon holding it open is not a failure."""
+    from monitor.billing_poll import aggregate_summary
+    from monitor.state.analytics import AggregateStore, aggregates_path
+
+    path = aggregates_path(cfg.state.url, cfg.state.aggregates_path)
+    if path is None:
+        return Check("aggregates", True, "in memory (rebuilt by each run)")
+    if not path.exists():
+        return Check("aggregates", True, f"{path}: not created yet (the first billing poll creates it)")
+    try:
+        rows, last = aggregate_summary(AggregateStore(path, lock_timeout_s=2))
+    except StateStoreError as e:
+        if "lock" in str(e).lower():
+            return Check("aggregates", True, f"{path}: present, held by a running daemon")
+        return Check("aggregates", False, str(e))
+    polled = f"last billing poll {last:%Y-%m-%d %H:%M} UTC" if last else "no billing poll yet"
+    return Check("aggregates", True, f"{path}: {rows:,} hourly aggregates, {polled}")
+
+
 def check_outbox(store: object) -> Check:
     from alerts.outbox import status
 
@@ -271,11 +292,13 @@ def run_checks(cfg: Config, *, offline: bool, environ: Mapping[str, str], now: d
         if missing is not None:  # a check must not create the store as a side effect
             checks.append(_guard("prices", lambda: check_prices(cfg, None, now)))
             checks.append(_missing_store_check(missing))
+            checks.append(_guard("aggregates", lambda: check_aggregates(cfg)))
             checks.append(Check("outbox", True, "pending 0, failed 0, sent 0 (no state store yet)"))
         else:
             checks += [
                 _guard("prices", lambda: check_prices(cfg, store, now)),
                 _guard("state", lambda: check_store(cfg, store())),
+                _guard("aggregates", lambda: check_aggregates(cfg)),
                 _guard("outbox", lambda: check_outbox(store())),
             ]
         checks.append(_guard("slack", lambda: check_slack(cfg, offline, environ)))
