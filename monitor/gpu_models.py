@@ -16,6 +16,7 @@ MachineGpus(model=<GpuModel.H100_80GB: 'H100 80GB'>, count=8)
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -142,8 +143,10 @@ _MACHINE_PREFIXES: dict[str, GpuModel] = {
 }
 
 
+@functools.lru_cache(maxsize=1024)
 def gpus_for_machine_type(machine_type: str | None) -> MachineGpus | None:
     """GPUs built into an accelerator-optimised machine type; None for N1 (GPUs attached apart).
+    Cached: a fleet has a handful of machine types and the GPU join asks once per node-hour.
 
     >>> gpus_for_machine_type("g2-standard-48")
     MachineGpus(model=<GpuModel.L4: 'L4'>, count=4)
