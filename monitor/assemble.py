@@ -38,18 +38,23 @@ def _d(value: float | None) -> Decimal:
     return Decimal(str(value)) if value is not None else Decimal(0)
 
 
+class _LabelSets(dict):
+    """A stored `k=v,k=v` label string -> its dict, parsed once per read: rows with the same label set
+    share one dict (nothing mutates the labels of a `CostHour` or `GpuCostHour`)."""
+
+    def __missing__(self, raw: str | None) -> dict[str, str]:
+        labels = self[raw] = dict(parse_labels(raw or ""))
+        return labels
+
+
 def cost_hours(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> list[CostHour]:
     """The stored aggregates of [start, end) as `CostHour`s, straight from the store's tuples (no
-    intermediate record per row); hours from `since` on are provisional. Rows with the same label
-    set share one label dict (nothing mutates a `CostHour`'s labels)."""
+    intermediate record per row); hours from `since` on are provisional."""
     out = []
-    labels_of: dict[str | None, dict[str, str]] = {}
+    labels_of = _LabelSets()
     for row in stored_cost_rows(store, start, end):
         (hour, sub, gross, credit, project, region, zone, service, sku_id, sku, pricing, name, iid, cluster,
          invoice, raw, usage, unit) = row  # fmt: skip
-        labels = labels_of.get(raw)
-        if labels is None:
-            labels = labels_of[raw] = dict(parse_labels(raw or ""))
         out.append(
             CostHour(
                 hour=hour,
@@ -67,7 +72,7 @@ def cost_hours(store: AggregateStore, start: datetime, end: datetime, since: dat
                 instance_id=iid,
                 cluster=cluster,
                 invoice_month=invoice,
-                labels=labels,
+                labels=labels_of[raw],
                 usage_pricing_units=_d(usage),
                 pricing_unit=unit,
                 provisional=hour >= since,
@@ -79,11 +84,10 @@ def cost_hours(store: AggregateStore, start: datetime, end: datetime, since: dat
 def gpu_cost_hours(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> list[GpuCostHour]:
     """GPU spend per node-hour of [start, end), summed over SKUs, corrections and (GKE cost
     allocation) namespaces in the engine (`stored_gpu_node_hours`); the gross cost per
-    `k8s-namespace` is kept for the rollups. GPU-hours are summed as the export's decimal amounts.
-    Label dicts are shared between node-hours of the same label set (nothing mutates them)."""
+    `k8s-namespace` is kept for the rollups. GPU-hours are summed as the export's decimal amounts."""
     out = []
     models: dict[str | None, str | None] = {}
-    labels_of: dict[str | None, dict[str, str]] = {}
+    labels_of = _LabelSets()
     for row in stored_gpu_node_hours(store, start, end):
         (hour, project, zone, name, iid, region, machine, cluster, pool, sku_text, pricing, gross, credit, cud,
          sud, usage, raw, ns, usages, raws, namespaces, grosses) = row  # fmt: skip
@@ -91,9 +95,7 @@ def gpu_cost_hours(store: AggregateStore, start: datetime, end: datetime, since:
             model = parse_sku_description(sku_text or "").model
             models[sku_text] = str(model) if model else None
         if raws is None:  # one row: its own labels, usage and namespace
-            labels = labels_of.get(raw)
-            if labels is None:
-                labels = labels_of[raw] = dict(parse_labels(raw or ""))
+            labels = labels_of[raw]
             gpu_hours = _d(usage)
             by_ns = {ns: int(gross)} if ns else {}
         else:

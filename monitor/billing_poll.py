@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Mapping, Sequence
-from contextlib import ExitStack
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -94,10 +94,17 @@ _KEY_NAMES = tuple(k for k in _KEYS if k not in ("usage_hour", "subcategory"))
 # distinct hour: `_parse_ts`).
 _ORDER = f"subcategory, {', '.join(_KEY_NAMES)}"
 _HOUR_TEXT = "strftime(usage_hour, '%Y-%m-%dT%H:%M:%S.%fZ')"
-_READ = (
-    f"SELECT {_HOUR_TEXT}, subcategory, {', '.join(_MONEY)}, row_count, usage_amount, {', '.join(_KEY_NAMES)}"
-    f" FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ? ORDER BY usage_hour, {_ORDER}"
-)
+
+
+def _hours_sql(columns: Sequence[str]) -> str:
+    """The stored rows of [?, ?): the hour as text, then `columns`, in the readers' order."""
+    return (
+        f"SELECT {_HOUR_TEXT}, {', '.join(columns)} FROM billing_hourly"
+        f" WHERE usage_hour >= ? AND usage_hour < ? ORDER BY usage_hour, {_ORDER}"
+    )
+
+
+_READ = _hours_sql(("subcategory", *_MONEY, "row_count", "usage_amount", *_KEY_NAMES))
 #: What `stored_cost_rows` returns after the hour, in order: a `CostHour`'s worth of each row.
 COST_COLUMNS = (
     "subcategory",
@@ -307,10 +314,17 @@ def retire_state_tables(store: StateStore) -> None:
     store.migrate("billing_retired", list(_RETIRED))
 
 
+@contextmanager
+def _reading(store: AggregateStore) -> Iterator[Any]:
+    """A connection to read the billing tables, created if need be, in one open of the file."""
+    with store.session(), store.read() as conn:
+        migrate(store)
+        yield conn
+
+
 def last_poll(store: AggregateStore) -> datetime | None:
     """When billing was last polled (None before the first poll)."""
-    migrate(store)
-    with store.read() as conn:
+    with _reading(store) as conn:
         row = conn.execute("SELECT polled_at FROM billing_poll WHERE id = 1").fetchone()
     return None if row is None else _ts(row[0])
 
@@ -419,8 +433,7 @@ def hourly_costs(
     Provisional is judged against `now` / `provisional_days` when given, else against the last
     poll's; before any poll nothing is stored and the list is empty.
     """
-    with store.session(), store.read() as conn:
-        migrate(store)
+    with _reading(store) as conn:
         poll = conn.execute("SELECT polled_at, provisional_days FROM billing_poll WHERE id = 1").fetchone()
         raw = conn.execute(_READ, (_naive(start), _naive(end))).fetchall()
     if poll is None and now is None:
@@ -434,28 +447,21 @@ def hourly_costs(
 def stored_cost_rows(store: AggregateStore, start: datetime, end: datetime) -> list[tuple]:
     """Stored aggregates with `start <= usage_hour < end` as (hour, *COST_COLUMNS) tuples, in the
     readers' order: what `monitor.assemble.cost_hours` turns into `CostHour`s with no intermediate."""
-    with store.session(), store.read() as conn:
-        migrate(store)
-        sql = (
-            f"SELECT {_HOUR_TEXT}, {', '.join(COST_COLUMNS)} FROM billing_hourly"
-            f" WHERE usage_hour >= ? AND usage_hour < ? ORDER BY usage_hour, {_ORDER}"
-        )
-        rows = conn.execute(sql, (_naive(start), _naive(end))).fetchall()
+    with _reading(store) as conn:
+        rows = conn.execute(_hours_sql(COST_COLUMNS), (_naive(start), _naive(end))).fetchall()
     return [(_parse_ts(r[0]), *r[1:]) for r in rows]
 
 
 def aggregate_summary(store: AggregateStore) -> tuple[int, datetime | None]:
     """How many hourly aggregates the store holds and when billing was last polled (`gpucost check`)."""
-    with store.session(), store.read() as conn:
-        migrate(store)
+    with _reading(store) as conn:
         rows = conn.execute("SELECT COUNT(*) FROM billing_hourly").fetchone()[0]
-        poll = conn.execute("SELECT polled_at FROM billing_poll WHERE id = 1").fetchone()
-    return int(rows), (_ts(poll[0]) if poll else None)
+        return int(rows), last_poll(store)
 
 
 def currencies(store: AggregateStore, start: datetime, end: datetime) -> set[str]:
     """The export currencies of the aggregates in [start, end) (their amounts are stored in USD)."""
-    with store.read() as conn:
+    with _reading(store) as conn:
         sql = "SELECT DISTINCT currency FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ?"
         return {r[0] for r in conn.execute(sql, (_naive(start), _naive(end))).fetchall() if r[0]}
 
@@ -466,8 +472,7 @@ def stored_gpu_node_hours(store: AggregateStore, start: datetime, end: datetime)
     CUD, SUD micros, the first row's usage amount, label set and namespace, then, for a node-hour of
     several rows, each row's usage amounts, label sets, namespaces and gross, else None), ordered as
     the node-hours first appear in the readers' order."""
-    with store.session(), store.read() as conn:
-        migrate(store)
+    with _reading(store) as conn:
         rows = conn.execute(_GPU_NODE_HOURS, (_naive(start), _naive(end))).fetchall()
     return [(_parse_ts(r[0]), *r[1:]) for r in rows]
 

@@ -58,12 +58,9 @@ class AggregateStore:
     """A DuckDB database for aggregates: `transaction()` to write, `read()` to read, `migrate()` per
     component as the state store does. Session time zone UTC: stored TIMESTAMPs are UTC."""
 
-    def __init__(
-        self, path: str | Path | None = None, *, lock_timeout_s: float = 60.0, threads: int | None = None
-    ):
+    def __init__(self, path: str | Path | None = None, *, lock_timeout_s: float = 60.0):
         self.path = None if path in (None, ":memory:") else Path(path)
         self._lock_timeout = lock_timeout_s
-        self._threads = threads
         self._write = threading.RLock()
         self._local = threading.local()  # a `session()`'s connection, per thread
         self._migrated: set[tuple[str, int]] = set()
@@ -80,8 +77,6 @@ class AggregateStore:
     def _configure(self, conn: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         conn.execute("SET TimeZone = 'UTC'")
         conn.execute("SET enable_progress_bar = false")
-        if self._threads is not None:
-            conn.execute(f"SET threads = {int(self._threads)}")
         return conn
 
     def _open(self) -> duckdb.DuckDBPyConnection:
