@@ -37,6 +37,7 @@ from alerts.escape import escape_mrkdwn as esc
 from alerts.escape import truncate
 from alerts.notifier import Message
 from alerts.outbox import enqueue, ensure_schema, fmt_ts, parse_ts
+from monitor.detectors.costs import Costs, as_costs
 from monitor.model import Finding, Scope, Severity
 from monitor.state.store import StateStore
 
@@ -196,7 +197,7 @@ def routing_finding(r: Any) -> Finding:
 
 def announce_finished(
     store: StateStore,
-    hourly: Sequence[Any],
+    hourly: Costs | Sequence[Any],
     gpu_hours: Sequence[Any],
     jobs: Any,
     *,
@@ -208,8 +209,8 @@ def announce_finished(
     history_cut: datetime | None = None,
 ) -> list[str]:
     """Queue one message per newly finished job (outbox) and record it, in one transaction;
-    returns the keys queued. `hourly` / `gpu_hours`: the detection inputs (`CostHour`, `GpuHour`)
-    of [window_start, window_end). `receiver`: the channel, or a function of the job's record
+    returns the keys queued. `hourly` / `gpu_hours`: the detection inputs (`Costs` or `CostHour`s,
+    `GpuHour`s) of [window_start, window_end). `receiver`: the channel, or a function of the job's record
     (routing). A job is told once, whichever channel it went to. Cheap: the engine runs only when a
     job's last billed hour is old enough and the job was not told, and then only on the jobs that
     can have finished (`build_jobs(only=...)`, over `_rows_for`)."""
@@ -219,9 +220,9 @@ def announce_finished(
     migrate(store)
     with store.transaction() as conn:
         told = _announced(conn)
-    jobs_of = _jobs_of(hourly, keys_of)
+    costs = as_costs(hourly)
     stale = {
-        j: span for j, span in _billed_spans(hourly, jobs_of).items() if span[1] + _HOUR < window_end - within
+        j: span for j, span in _billed_spans(costs, keys_of).items() if span[1] + _HOUR < window_end - within
     }
     if not finished_jobs(_Candidate.latest(stale), told, history_cut):
         return []
@@ -232,7 +233,8 @@ def announce_finished(
     names = {c.job for c in finished_jobs(_Candidate.spans(stale), told)}
     if not names:
         return []
-    records = job_records(_rows_for(hourly, jobs_of, names), gpu_hours, jobs, window_end, prices, only=names)
+    rows = costs.rows()  # every row, but only when a job can have finished
+    records = job_records(_rows_for(rows, _jobs_of(rows, keys_of), names), gpu_hours, jobs, window_end, prices, only=names)
     queued: list[str] = []
     with store.transaction() as conn:  # what was told is read again here: a concurrent run told it
         for r in finished_jobs(records, _announced(conn), history_cut):
@@ -295,24 +297,24 @@ def _jobs_of(hourly: Iterable[Any], keys: Sequence[str]) -> list[str | None]:
     return [job_of(h.labels, keys) for h in hourly]
 
 
-def _billed_spans(
-    hourly: Iterable[Any], jobs_of: Sequence[str | None]
-) -> dict[str, tuple[datetime, datetime]]:
+def _billed_spans(costs: Costs, keys: Sequence[str]) -> dict[str, tuple[datetime, datetime]]:
     """Each job's first and last billed hour as the engine counts them (`monitor.jobs.build`): of
     its compute rows when it has any (its checkpoint bucket bills every hour after the job ended),
-    else of all its rows (`jobs_of`: each row's job, `_jobs_of`). Exact, so a job whose run was told
-    (a told run ending at or after its first hour) is not built."""
+    else of all its rows; a row's job is the first job label key present. Exact, so a job whose run
+    was told (a told run ending at or after its first hour) is not built. Summed in the engine: one
+    group per label set."""
+    from monitor.jobs.identity import job_of  # lazily, like `job_records`
+
+    sets = costs.label_sets
     compute: dict[str, tuple[datetime, datetime]] = {}
     other: dict[str, tuple[datetime, datetime]] = {}
-    for h, job in zip(hourly, jobs_of, strict=True):
+    for (labels, is_compute), s in costs.sums(("labels", "compute")).items():
+        job = job_of(sets[labels], keys) if labels is not None else None
         if job is None:
             continue
-        spans = compute if h.subcategory.startswith("compute.") else other
+        spans = compute if is_compute else other
         cur = spans.get(job)
-        if cur is None:
-            spans[job] = (h.hour, h.hour)
-        elif h.hour < cur[0] or h.hour > cur[1]:
-            spans[job] = (min(cur[0], h.hour), max(cur[1], h.hour))
+        spans[job] = (s.first, s.last) if cur is None else (min(cur[0], s.first), max(cur[1], s.last))
     return other | compute
 
 

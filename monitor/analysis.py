@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from monitor.attribution import compile_rules
 from monitor.billing_poll import currencies, poll_billing, provisional_since
 from monitor.config import Config
 from monitor.detectors import build_detectors, history_needed, run_in_window
+from monitor.detectors.costs import Costs, as_costs
 from monitor.detectors.inputs import BudgetSpec, CostHour, GpuHour
 from monitor.errors import UserError
 from monitor.model import Finding
@@ -367,19 +367,21 @@ def run_analysis(
             budgets=sources.budgets,
         )
         _note_currencies(currencies(aggregates, window.start, window.end))
-    rows = [r for r in inputs.hourly if window.start <= r.hour < window.end]
+    costs = inputs.hourly
+    lines = attribution(costs, window.start, window.end)
     stage("detecting")
     findings = run_in_window(inputs, built, window.as_of, window.start)
+    costs.close()
     gpu = tuple(g for g in inputs.gpu_hours if window.start <= g.hour < window.end)
     stats = _stats(metered, sources.billing.engine, data_start, window.end)
-    # the aggregates read back into Python from the aggregate store: cost rows and GPU node-hours
-    stats.rows_fetched += len(inputs.hourly) + sum(1 for g in inputs.gpu_hours if not g.estimated)
+    # what was read back into Python from the engines: cost rows and sums, and GPU node-hours
+    stats.rows_fetched += costs.fetched + sum(1 for g in inputs.gpu_hours if not g.estimated)
     stats.seconds = time.monotonic() - began
     return Analysis(
         window=window,
         provisional_from=provisional_since(window.as_of, days),
         currency="USD",  # `hourly.sql` divides every amount by `currency_conversion_rate`
-        attribution=attribution(rows),
+        attribution=lines,
         findings=tuple(findings),
         gpu_hours=gpu,
         stats=stats,
@@ -439,15 +441,13 @@ def _detectors(cfg: Config, override: Any, *, with_unmonitored: bool) -> list[An
     return built
 
 
-def attribution(rows: Sequence[CostHour]) -> tuple[AttributionLine, ...]:
-    """Per (subcategory, pricing model), summed exactly (each amount is whole micros, and Decimal
-    sums of those do not drift); largest net first."""
-    sums: dict[tuple[str, str | None], list[Decimal]] = defaultdict(lambda: [Decimal(0), Decimal(0)])
-    for r in rows:
-        acc = sums[(r.subcategory, r.pricing_model)]
-        acc[0] += r.cost
-        acc[1] += r.credits
-    lines = [AttributionLine(sub.split(".", 1)[0], sub, pm, g, c) for (sub, pm), (g, c) in sums.items()]
+def attribution(
+    costs: Costs | Sequence[CostHour], start: datetime | None = None, end: datetime | None = None
+) -> tuple[AttributionLine, ...]:
+    """Per (subcategory, pricing model) over [start, end), summed exactly in the engine (whole
+    micros); largest net first."""
+    sums = as_costs(costs).sums(("subcategory", "pricing_model"), start=start, end=end)
+    lines = [AttributionLine(sub.split(".", 1)[0], sub, pm, s.cost, s.credits) for (sub, pm), s in sums.items()]
     return tuple(sorted(lines, key=lambda a: (-a.net_cost, a.subcategory, a.pricing_model or "")))
 
 

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from monitor.billing_poll import parse_labels, provisional_since, stored_cost_rows, stored_gpu_node_hours
+from monitor.billing_poll import parse_labels, provisional_since, stored_cost_table, stored_gpu_node_hours
+from monitor.detectors.costs import Costs
 from monitor.detectors.inputs import BudgetSpec, CostHour, DetectorInputs, GpuHour, PriceLookup
 from monitor.gpu_identity import billed_identities, node_pool_from_name, sample_identities
 from monitor.gpu_models import normalize_gpu_model, parse_sku_description, region_of
@@ -27,7 +28,7 @@ from monitor.utilization.coverage import Coverage
 from monitor.utilization.hourly import UtilHour
 from monitor.utilization.state import load_util_hours
 
-__all__ = ["assemble_inputs", "cost_hours", "gpu_cost_hours", "gpu_hours"]
+__all__ = ["assemble_inputs", "cost_hours", "gpu_cost_hours", "gpu_hours", "stored_costs"]
 
 _HOUR = timedelta(hours=1)
 _MICROS = Decimal(1_000_000)
@@ -47,38 +48,21 @@ class _LabelSets(dict):
         return labels
 
 
-def cost_hours(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> list[CostHour]:
-    """The stored aggregates of [start, end) as `CostHour`s, straight from the store's tuples (no
-    intermediate record per row); hours from `since` on are provisional."""
-    out = []
+def stored_costs(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> Costs:
+    """The stored aggregates of [start, end) in the detectors' engine (`monitor.detectors.costs`),
+    moved engine to engine as Arrow; hours from `since` on are provisional."""
     labels_of = _LabelSets()
-    for row in stored_cost_rows(store, start, end):
-        (hour, sub, gross, credit, project, region, zone, service, sku_id, sku, pricing, name, iid, cluster,
-         invoice, raw, usage, unit) = row  # fmt: skip
-        out.append(
-            CostHour(
-                hour=hour,
-                project=project,
-                subcategory=sub,
-                cost=micros_to_decimal(gross),
-                credits=micros_to_decimal(credit),
-                region=region,
-                zone=zone,
-                service=service,
-                sku_id=sku_id,
-                sku=sku,
-                pricing_model=pricing,
-                instance=name,
-                instance_id=iid,
-                cluster=cluster,
-                invoice_month=invoice,
-                labels=labels_of[raw],
-                usage_pricing_units=_d(usage),
-                pricing_unit=unit,
-                provisional=hour >= since,
-            )
-        )
-    return out
+    return Costs.from_table(stored_cost_table(store, start, end, since), parse_labels=labels_of.__getitem__)
+
+
+def cost_hours(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> list[CostHour]:
+    """The stored aggregates of [start, end) as `CostHour`s, in the readers' order: every row in
+    Python, for tools and tests (detectors ask `stored_costs` for sums instead)."""
+    costs = stored_costs(store, start, end, since)
+    try:
+        return costs.rows()
+    finally:
+        costs.close()
 
 
 def gpu_cost_hours(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> list[GpuCostHour]:
@@ -333,7 +317,7 @@ def assemble_inputs(
         window_start=start,
         window_end=end,
         provisional_from=since,
-        hourly=cost_hours(aggregates, start, end, since),
+        hourly=stored_costs(aggregates, start, end, since),
         gpu_hours=gpu_hours(gpu_cost_hours(aggregates, start, end, since), util, idle_threshold_pct, prices, end, since),
         prices=prices,
         budgets=tuple(budgets),

@@ -27,6 +27,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+import pyarrow as pa
+
 from monitor.billing_changes import MAX_PARTITION_QUERIES, MAX_RANGES, appended, hour_ranges
 from monitor.config import BillingConfig
 from monitor.model import Scope, micros_to_decimal
@@ -37,7 +39,6 @@ from monitor.timeutil import floor_day, floor_hour, to_iso
 
 __all__ = [
     "COMPONENT",
-    "COST_COLUMNS",
     "HOURLY_COLUMNS",
     "HourlyCost",
     "PollReport",
@@ -52,7 +53,7 @@ __all__ = [
     "provisional_since",
     "prune",
     "retire_state_tables",
-    "stored_cost_rows",
+    "stored_cost_table",
     "stored_gpu_node_hours",
     "write_rows",
 ]
@@ -105,26 +106,6 @@ def _hours_sql(columns: Sequence[str]) -> str:
 
 
 _READ = _hours_sql(("subcategory", *_MONEY, "row_count", "usage_amount", *_KEY_NAMES))
-#: What `stored_cost_rows` returns after the hour, in order: a `CostHour`'s worth of each row.
-COST_COLUMNS = (
-    "subcategory",
-    "gross_micros",
-    "credit_micros",
-    "project_id",
-    "region",
-    "zone",
-    "service_description",
-    "sku_id",
-    "sku_description",
-    "pricing_model",
-    "resource_name",
-    "instance_id",
-    "cluster",
-    "invoice_month",
-    "user_labels",
-    "usage_amount",
-    "pricing_unit",
-)
 # GPU spend per node-hour (what `monitor.gpus` joins), summed in the engine. A node-hour's descriptive
 # keys are those of its first row in the readers' order. Most node-hours are one row; for the others
 # the usage amounts, label sets and per-namespace gross come as lists in that order, so Python sums and
@@ -444,12 +425,23 @@ def hourly_costs(
     return [_hourly(r, since) for r in raw]
 
 
-def stored_cost_rows(store: AggregateStore, start: datetime, end: datetime) -> list[tuple]:
-    """Stored aggregates with `start <= usage_hour < end` as (hour, *COST_COLUMNS) tuples, in the
-    readers' order: what `monitor.assemble.cost_hours` turns into `CostHour`s with no intermediate."""
+# The stored aggregates as `monitor.detectors.costs.COLUMNS`: `i` numbers them in the readers' order.
+_COST_TABLE = (
+    f"SELECT row_number() OVER (ORDER BY usage_hour, {_ORDER}) - 1 AS i, usage_hour AS hour,"
+    " project_id AS project, subcategory, gross_micros AS cost, credit_micros AS credits, region, zone,"
+    " service_description AS service, sku_id, sku_description AS sku, pricing_model,"
+    " resource_name AS instance, instance_id, cluster, invoice_month, user_labels AS labels,"
+    " usage_amount AS usage, pricing_unit AS unit, usage_hour >= ? AS provisional"
+    " FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ? ORDER BY i"
+)
+
+
+def stored_cost_table(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> pa.Table:
+    """Stored aggregates with `start <= usage_hour < end` as an Arrow table of
+    `monitor.detectors.costs.COLUMNS` (hours from `since` on provisional), engine to engine: no
+    Python object per row."""
     with _reading(store) as conn:
-        rows = conn.execute(_hours_sql(COST_COLUMNS), (_naive(start), _naive(end))).fetchall()
-    return [(_parse_ts(r[0]), *r[1:]) for r in rows]
+        return conn.sql(_COST_TABLE, params=[_naive(since), _naive(start), _naive(end)]).to_arrow_table()
 
 
 def aggregate_summary(store: AggregateStore) -> tuple[int, datetime | None]:

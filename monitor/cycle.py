@@ -302,13 +302,8 @@ def detect(
 def month_to_date_by_category(inputs: DetectorInputs, now: datetime) -> dict[str, Decimal]:
     """Net spend per top-level category on the current invoice month (`monitor.month`: rows by
     their `invoice_month`, not their usage hour), up to `now`; exact Decimals (`/metrics`)."""
-    current = month.current_month(now)
-    out: dict[str, Decimal] = {}
-    for h in inputs.hourly:
-        if h.hour < now and month.row_month(h.invoice_month, h.hour) == current:
-            cat = h.subcategory.split(".", 1)[0]
-            out[cat] = out.get(cat, Decimal(0)) + h.net
-    return out
+    sums = inputs.hourly.sums(("category",), end=now, month_of=month.current_month(now))
+    return {cat: s.net for (cat,), s in sums.items()}
 
 
 class Cancelled(Exception):
@@ -324,18 +319,21 @@ def run_detection(deps: Deps, now: datetime, cancelled: Callable[[], bool] | Non
             raise Cancelled("detection")
 
     inputs = detection_inputs(deps, now)
-    checkpoint()
-    findings = run_in_window(inputs, deps.detectors, now, detection_window(now)[0])
-    checkpoint()
-    counts = record_findings(deps.store, findings, now)
-    report = pipeline.process(findings, now, deps.alert_deps, history_read=history_read(deps, now))
-    jobs_told = announce_jobs(deps, inputs, now)  # finished jobs: one message each, outbox only
-    deps.findings = findings
-    deps.metrics.findings.clear()
-    for f in findings:
-        deps.metrics.findings.labels(f.kind, f.severity.value).inc()
-    for cat, amount in month_to_date_by_category(inputs, now).items():
-        deps.metrics.spend_usd.labels(cat).set(float(amount))  # exported as a float; summed exactly
+    try:
+        checkpoint()
+        findings = run_in_window(inputs, deps.detectors, now, detection_window(now)[0])
+        checkpoint()
+        counts = record_findings(deps.store, findings, now)
+        report = pipeline.process(findings, now, deps.alert_deps, history_read=history_read(deps, now))
+        jobs_told = announce_jobs(deps, inputs, now)  # finished jobs: one message each, outbox only
+        deps.findings = findings
+        deps.metrics.findings.clear()
+        for f in findings:
+            deps.metrics.findings.labels(f.kind, f.severity.value).inc()
+        for cat, amount in month_to_date_by_category(inputs, now).items():
+            deps.metrics.spend_usd.labels(cat).set(float(amount))  # exported as a float; summed exactly
+    finally:
+        inputs.hourly.close()  # the cost engine's memory goes now, not at the next collection
     _ok(deps, "detection", now)
     log.info(
         "detection",

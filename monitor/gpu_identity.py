@@ -31,8 +31,9 @@ Raghavendarlokineni/kubernetes-cluster README.md), with cluster and pool truncat
 
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
@@ -71,11 +72,14 @@ class NodeId:
     kind: NodeKind
     project: str | None
     parts: tuple[str | None, ...]
+    #: A flat string (joins and dict keys); `|` cannot occur in project ids, zones or names. Made
+    #: once per identity: joins ask it of every node-hour.
+    key: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> str:
-        """A flat string (joins and dict keys); `|` cannot occur in project ids, zones or names."""
-        return "|".join([self.kind.value, self.project or "", *(p or "" for p in self.parts)])
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "key", "|".join([self.kind.value, self.project or "", *(p or "" for p in self.parts)])
+        )
 
     def scope(self) -> Scope:
         """The label-free scope a finding's fingerprint is computed from.
@@ -89,6 +93,7 @@ class NodeId:
         return Scope(project=self.project, cluster=self.parts[0], instance=self.parts[1])
 
 
+@functools.lru_cache(maxsize=65536)  # a node's identities are the same every hour it is billed
 def billed_identities(
     project: str | None,
     zone: str | None,
@@ -125,6 +130,7 @@ def billed_identity(
     return ids[0] if ids else NodeId(NodeKind.GCE_NAME, project, (zone, instance))
 
 
+@functools.lru_cache(maxsize=65536)  # a host's identities are the same every hour it reports
 def sample_identities(
     project: str | None,
     zone: str | None,
@@ -185,6 +191,7 @@ def row_identity(row: RowFields) -> NodeId:
 _SUFFIX = re.compile(r"^(?P<pool>.+)-[0-9a-f]{8}-[0-9a-z]{4}$")
 
 
+@functools.lru_cache(maxsize=65536)  # asked once per GPU node-hour, of a few hundred nodes
 def node_pool_from_name(cluster: str | None, node: str | None) -> str | None:
     """The node pool in a GKE node name, when the name carries the cluster untruncated; else None.
 

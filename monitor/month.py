@@ -31,6 +31,7 @@ from zoneinfo import ZoneInfo
 
 __all__ = [
     "BILLING_TZ",
+    "MONTH_PATTERN",
     "current_month",
     "month_at",
     "month_bounds",
@@ -42,7 +43,9 @@ __all__ = [
 
 #: The clock Cloud Billing's days and months follow (see the module docstring).
 BILLING_TZ = ZoneInfo("America/Los_Angeles")
-_MONTH = re.compile(r"^\d{4}(0[1-9]|1[0-2])$")
+#: An invoice month, `YYYYMM` (the export's `invoice.month`).
+MONTH_PATTERN = r"\d{4}(0[1-9]|1[0-2])"
+_MONTH = re.compile(rf"^{MONTH_PATTERN}$")
 _TICK = timedelta(microseconds=1)
 
 

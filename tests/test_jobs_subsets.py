@@ -29,6 +29,7 @@ from alerts.job_message import (
     announce_finished,
     finished_jobs,
 )
+from monitor.detectors.costs import Costs
 from monitor.detectors.inputs import CostHour, GpuHour
 from monitor.jobs.build import build_jobs, job_spend
 from monitor.jobs.config import JobsConfig
@@ -162,7 +163,7 @@ def test_the_finished_job_check_tells_what_the_full_engine_would(tmp_path: Path,
         for end in (T0 + e * H for e in range(6, 16)):
             inside = [h for h in hours if h.hour < end]
             full = job_records(inside, [g for g in gpu if g.hour < end], JOBS, end, _Prices())
-            spans = _billed_spans(inside, _jobs_of(inside, KEYS))
+            spans = _billed_spans(Costs.from_rows(inside), KEYS)
             stale = {j: s for j, s in spans.items() if s[1] + H < end - 6 * H}
             runs = finished_jobs(_Candidate.latest(stale), told, history)  # does the engine run at all
             want = [r.job for r in finished_jobs(full, told, history)] if runs else []
@@ -232,7 +233,7 @@ def test_the_digest_sections_figures_are_the_full_engines(stored: dict[str, Any]
 @pytest.mark.slow
 def test_only_on_the_detection_inputs_gives_every_jobs_full_record(stored: dict[str, Any]) -> None:
     inputs = stored["inputs"]
-    hourly, gpu, end = inputs.hourly, inputs.gpu_hours, inputs.window_end
+    hourly, gpu, end = inputs.hourly.rows(), inputs.gpu_hours, inputs.window_end
     full = {r.job: r for r in job_records(hourly, gpu, JOBS, end, inputs.prices)}
     assert len(full) > 5
     jobs_of = _jobs_of(hourly, KEYS)

@@ -22,6 +22,7 @@ from pydantic import Field
 
 from monitor import month
 from monitor.detectors.base import Detector, DetectorConfig, fmt_usd, iso, money, q6, register
+from monitor.detectors.costs import Costs
 from monitor.detectors.inputs import BudgetSpec, CostHour, DetectorInputs
 from monitor.model import Finding, Scope, fingerprint
 
@@ -83,6 +84,22 @@ def run_rate(
     return RunRate(lo, hi, from_provisional, _sum(rows, lo, hi), _hours(lo, hi))
 
 
+def budget_hours(costs: Costs, budget: BudgetSpec) -> list[CostHour]:
+    """The budget's spend per hour and invoice month, as `CostHour`s of no project or SKU: all the
+    forecast reads (`_sum`, `_in_month`), summed in the engine (sums of micros, so exact)."""
+    where: dict[str, Any] = {"project": budget.project} if budget.project is not None else {}
+    if budget.label is not None:
+        key, value = budget.label
+        where["labels"] = costs.labels_where(lambda labels: labels.get(key) == value)
+    return [
+        CostHour(
+            hour=hour, project=budget.project, subcategory="", cost=s.cost, credits=s.credits,
+            invoice_month=invoice, provisional=s.provisional,
+        )
+        for (hour, invoice), s in costs.sums(("hour", "invoice_month"), **where).items()
+    ]  # fmt: skip
+
+
 def _in_month(rows: Sequence[CostHour], m: str) -> list[CostHour]:
     return [r for r in rows if month.row_month(r.invoice_month, r.hour) == m]
 
@@ -99,8 +116,7 @@ class BudgetForecast(Detector):
             return []
         findings = []
         for budget in sorted(inputs.budgets, key=lambda b: b.name):
-            rows = [r for r in inputs.hourly if budget.matches(r)]
-            if (f := self._budget(budget, rows, inputs, as_of)) is not None:
+            if (f := self._budget(budget, budget_hours(inputs.hourly, budget), inputs, as_of)) is not None:
                 findings.append(f)
         return findings
 

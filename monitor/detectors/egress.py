@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -69,27 +69,30 @@ class _Egress(Detector):
     subcategory: str = ""
     noun: str = ""
 
-    def _workload(self, r: CostHour) -> Workload:
-        if r.cluster:
-            return ("cluster", r.cluster)
+    def _workload(self, cluster: str | None, labels: Mapping[str, str], instance: str | None) -> Workload:
+        if cluster:
+            return ("cluster", cluster)
         lbl = self.config.workload_label
-        if lbl and r.labels.get(lbl):
-            return ("label", f"{lbl}={r.labels[lbl]}")
-        if r.instance:
-            return ("instance", r.instance)
+        if lbl and labels.get(lbl):
+            return ("label", f"{lbl}={labels[lbl]}")
+        if instance:
+            return ("instance", instance)
         return None
 
     def evaluate(self, inputs: DetectorInputs, now: datetime) -> list[Finding]:
         rows: dict[str | None, dict[Workload, list[CostHour]]] = defaultdict(lambda: defaultdict(list))
         zones: dict[tuple[str | None, Workload], set[str]] = defaultdict(set)
-        for r in inputs.hourly:
-            if not (inputs.window_start <= r.hour < inputs.window_end and r.hour < now):
-                continue
-            wl = self._workload(r)
-            if r.subcategory == self.subcategory:
-                rows[r.project][wl].append(r)
-            if r.zone and wl is not None:
-                zones[(r.project, wl)].add(r.zone)
+        costs, span = inputs.hourly, {"start": inputs.window_start, "end": min(inputs.window_end, now)}
+        for r in costs.rows(**span, subcategories=(self.subcategory,)):
+            rows[r.project][self._workload(r.cluster, r.labels, r.instance)].append(r)
+        # the zones each workload ran in, from any of its rows (compute, disks, traffic)
+        sets = costs.label_sets
+        for project, cluster, labels, instance, zone in costs.sums(
+            ("project", "cluster", "labels", "instance", "zone"), **span, has_zone=True
+        ):
+            wl = self._workload(cluster, sets.get(labels, {}) if labels is not None else {}, instance)
+            if wl is not None:
+                zones[(project, wl)].add(zone)
         findings: list[Finding] = []
         for project in sorted(rows, key=str):
             rest: list[CostHour] = []

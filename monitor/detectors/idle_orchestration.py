@@ -49,19 +49,15 @@ class IdleOrchestration(Detector):
 
     def evaluate(self, inputs: DetectorInputs, now: datetime) -> list[Finding]:
         end = min(inputs.window_end, now)
-        rows = [r for r in inputs.hourly if inputs.window_start <= r.hour < end]
-        by_cluster: set[tuple[str | None, str, datetime]] = set()
-        by_project: set[tuple[str | None, datetime]] = set()
-        for r in rows:
-            if r.category == "compute" and r.cost > 0 and r.subcategory not in _NOT_RUNNING:
-                by_project.add((r.project, r.hour))
-                if r.cluster:
-                    by_cluster.add((r.project, r.cluster, r.hour))
+        costs, span = inputs.hourly, {"start": inputs.window_start, "end": end}
+        # hours in which something ran: compute rows with a positive cost, per project and cluster
+        running = {"categories": ("compute",), "exclude": tuple(_NOT_RUNNING), "positive": True}
+        by_project = set(costs.sums(("project", "hour"), **span, **running))
+        by_cluster = {k for k in costs.sums(("project", "cluster", "hour"), **span, **running) if k[1]}
         fees: dict[Key, dict[datetime, list[CostHour]]] = defaultdict(lambda: defaultdict(list))
-        for r in rows:
-            if r.subcategory in _KINDS:
-                inst = None if r.subcategory == "orchestration.gke" and r.cluster else r.instance
-                fees[(r.subcategory, r.project, r.cluster, inst)][r.hour].append(r)
+        for r in costs.rows(**span, subcategories=tuple(_KINDS)):
+            inst = None if r.subcategory == "orchestration.gke" and r.cluster else r.instance
+            fees[(r.subcategory, r.project, r.cluster, inst)][r.hour].append(r)
         findings = []
         for key in sorted(fees, key=str):
             _, project, cluster, _ = key

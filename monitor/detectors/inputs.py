@@ -19,7 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from monitor.detectors.costs import Costs
 
 __all__ = [
     "PRICE_TERMS",
@@ -218,9 +221,16 @@ class DetectorInputs:
     window_end: datetime
     provisional_from: datetime
     history_start: datetime | None = None
-    hourly: Sequence[CostHour] = ()
+    hourly: Costs | Sequence[CostHour] = ()
     gpu_hours: Sequence[GpuHour] = ()
     prices: PriceLookup | None = None
     budgets: Sequence[BudgetSpec] = ()
     currency: str = "USD"
     utilization_coverage: Mapping[str, Sequence[tuple[datetime, datetime]]] | None = None
+
+    def __post_init__(self) -> None:
+        # `hourly` is kept in the engine (`monitor.detectors.costs`): detectors ask it for sums and
+        # for the few rows they need; a list of `CostHour`s (tests, tools) goes into it here.
+        from monitor.detectors.costs import as_costs  # costs imports this module
+
+        object.__setattr__(self, "hourly", as_costs(self.hourly))

@@ -110,9 +110,11 @@ class JobBudget(Detector):
         keys = self.jobs.label_keys()
         rows: dict[str, list[CostHour]] = defaultdict(list)
         label_key: dict[str, str] = {}
-        for r in inputs.hourly:
+        costs = inputs.hourly
+        budgeted = costs.labels_where(lambda labels: any(v in budgets for v in job_label_values(labels, keys)))
+        for r in costs.rows(end=as_of, labels=budgeted):  # only the rows of budgeted jobs
             for value, key in job_label_values(r.labels, keys).items():
-                if value in budgets and r.hour < as_of:
+                if value in budgets:
                     rows[value].append(r)
                     label_key.setdefault(value, key)
         last_gpu = _last_gpu_hours(inputs.gpu_hours, budgets, keys)

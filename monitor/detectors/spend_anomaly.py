@@ -57,7 +57,8 @@ from monitor.detectors.base import (
     q6,
     register,
 )
-from monitor.detectors.inputs import CostHour, DetectorInputs
+from monitor.detectors.costs import CostSum
+from monitor.detectors.inputs import DetectorInputs
 from monitor.detectors.spend_hourly import MAD_TO_SIGMA, continued_from, hourly_findings, project_hours
 from monitor.model import Finding, Scope, fingerprint
 
@@ -162,8 +163,9 @@ class SpendAnomaly(Detector):
     Config = SpendAnomalyConfig
     config: SpendAnomalyConfig
 
-    def _amount(self, r: CostHour) -> Decimal:
-        return q6(r.cost) + (q6(r.credits) if self.config.amount == "net" else 0)
+    def _amount(self, s: CostSum) -> Decimal:
+        """Sums are of micros (`Costs`): each row's amount was rounded to the micro, as evidence is."""
+        return s.cost + (s.credits if self.config.amount == "net" else 0)
 
     def history_days(self) -> int:
         # +1: the window's first day, cut by its start, is history too
@@ -224,14 +226,12 @@ class SpendAnomaly(Detector):
         cat: dict[tuple[str | None, str], dict[date, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
         sub: dict[tuple[str | None, str], dict[date, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
         provisional: set[date] = set()
-        for r in inputs.hourly:
-            if not (first <= r.hour < end):
-                continue
-            d, amt = r.hour.astimezone(UTC).date(), self._amount(r)
-            proj[r.project][d] += amt
-            cat[(r.project, r.category)][d] += amt
-            sub[(r.project, r.subcategory)][d] += amt
-            if r.provisional:
+        for (project, subcategory, d), s in inputs.hourly.sums(("project", "subcategory", "day"), start=first, end=end).items():
+            amt = self._amount(s)
+            proj[project][d] += amt
+            cat[(project, subcategory.split(".", 1)[0])][d] += amt
+            sub[(project, subcategory)][d] += amt
+            if s.provisional:
                 provisional.add(d)
         prov_day = inputs.provisional_from.astimezone(UTC).date()
         return proj, cat, sub, provisional | {d for d, _ in days if d >= prov_day}
@@ -380,4 +380,4 @@ def _drivers(
         inc = sum((series.get(d.day, Decimal(0)) - base * d.covered_hours / 24 for d in flagged), Decimal(0))
         if inc > 0:
             out.append({"subcategory": subcat, "increase_usd": money(inc), "usual_daily_usd": money(base)})
-    return sorted(out, key=lambda e: -e["increase_usd"])[:5]
+    return sorted(out, key=lambda e: (-e["increase_usd"], e["subcategory"]))[:5]

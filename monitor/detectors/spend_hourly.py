@@ -24,7 +24,8 @@ from statistics import median
 from typing import Any, Protocol
 
 from monitor.detectors.base import ONE_HOUR, first_last, fmt_usd, human, iso, money, q6
-from monitor.detectors.inputs import CostHour, DetectorInputs
+from monitor.detectors.costs import CostSum
+from monitor.detectors.inputs import DetectorInputs
 from monitor.model import Finding, Scope, Severity, fingerprint
 
 __all__ = ["MAD_TO_SIGMA", "continued_from", "hourly_findings", "jump_start", "project_hours"]
@@ -40,7 +41,7 @@ class SpendAnomalyLike(Protocol):
     name: str
     config: Any
 
-    def _amount(self, r: CostHour) -> Decimal: ...
+    def _amount(self, s: CostSum) -> Decimal: ...
 
     def keep(self, impact: Decimal) -> bool: ...
 
@@ -118,7 +119,9 @@ def hourly_findings(
     lo = max(cutoff - det.config.hourly_window_hours * ONE_HOUR, inputs.window_start)
     if series is None:
         series = project_hours(det, inputs, cutoff)
-    provisional = {(r.project, r.hour) for r in inputs.hourly if r.provisional}
+    provisional = {
+        key for key, s in inputs.hourly.sums(("project", "hour"), start=lo, end=cutoff).items() if s.provisional
+    }
     findings: list[Finding] = []
     for project in sorted(series, key=str):
         s, done = series[project], daily_flagged.get(project, set())
@@ -144,9 +147,8 @@ def project_hours(
     """Spend per project and hour before `end`, from the history start (else the window start)."""
     lo = min(inputs.history_start or inputs.window_start, inputs.window_start)
     series: dict[str | None, dict[datetime, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
-    for r in inputs.hourly:
-        if lo <= r.hour < end:
-            series[r.project][r.hour] += det._amount(r)
+    for (project, hour), s in inputs.hourly.sums(("project", "hour"), start=lo, end=end).items():
+        series[project][hour] += det._amount(s)
     return series
 
 

@@ -1,0 +1,355 @@
+"""The cost rows of a detection run, kept in the engine: detectors ask for sums, not rows.
+
+A detection run over 45 days of a large fleet holds hundreds of thousands of stored aggregates. Most
+detectors only need sums of them (spend per project and day, per project and hour, per category this
+month), so `Costs` keeps the rows in an in-memory DuckDB table (from an Arrow table: the aggregate
+store's rows, or a list of `CostHour`s in tests) and answers `sums(by=...)` with one `GROUP BY`.
+`rows(...)` turns only the rows a detector really needs row by row (egress traffic, cluster fees,
+a budget's rows) into `CostHour`s.
+
+Amounts are integer micros in the engine, so sums are exact: `sums` equals summing each row's
+micro-rounded amount (`q6(cost) + q6(credits)`), which is what every detector summed before.
+
+Example::
+
+    >>> from datetime import UTC, datetime
+    >>> h = datetime(2026, 11, 2, 10, tzinfo=UTC)
+    >>> costs = Costs.from_rows([
+    ...     CostHour(hour=h, project="ml", subcategory="compute.gpu", cost=Decimal("29.39")),
+    ...     CostHour(hour=h, project="ml", subcategory="compute.cpu", cost=Decimal("1.25")),
+    ... ])
+    >>> costs.sums(("project", "category"))[("ml", "compute")].cost
+    Decimal('30.64')
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from monitor import month
+from monitor.detectors.inputs import CostHour
+
+__all__ = ["COLUMNS", "CostSum", "Costs", "as_costs"]
+
+_MICRO = Decimal("0.000001")
+_MICROS = Decimal(1_000_000)
+
+#: The engine's columns, in order: `i` is the row's place in the readers' order (rows come back in
+#: it), amounts are micros, `hour` is naive UTC, `labels` a label-set key (`Costs.label_sets`).
+COLUMNS = pa.schema(
+    [
+        ("i", pa.int64()),
+        ("hour", pa.timestamp("us")),
+        ("project", pa.string()),
+        ("subcategory", pa.string()),
+        ("cost", pa.int64()),
+        ("credits", pa.int64()),
+        ("region", pa.string()),
+        ("zone", pa.string()),
+        ("service", pa.string()),
+        ("sku_id", pa.string()),
+        ("sku", pa.string()),
+        ("pricing_model", pa.string()),
+        ("instance", pa.string()),
+        ("instance_id", pa.string()),
+        ("cluster", pa.string()),
+        ("invoice_month", pa.string()),
+        ("labels", pa.string()),
+        ("usage", pa.float64()),
+        ("unit", pa.string()),
+        ("provisional", pa.bool_()),
+    ]
+)
+
+# What `sums(by=...)` can group by: a name -> its SQL (over `costs`) and how a value comes back.
+_GROUPS: dict[str, str] = {
+    "project": "project",
+    "subcategory": "subcategory",
+    "category": "split_part(subcategory, '.', 1)",
+    "hour": "hour",
+    "day": "CAST(hour AS DATE)",
+    "cluster": "cluster",
+    "instance": "instance",
+    "zone": "zone",
+    "labels": "labels",
+    "invoice_month": "invoice_month",
+    "compute": "starts_with(subcategory, 'compute.')",
+    "pricing_model": "pricing_model",
+}
+
+
+def _to_micros(amount: Decimal) -> int:
+    """A `CostHour` amount as micros, rounded as `q6` rounds (what detectors summed per row)."""
+    return int(amount.quantize(_MICRO) * _MICROS)
+
+
+def _dec(micros: int | None) -> Decimal:
+    return Decimal(int(micros or 0)) / _MICROS
+
+
+def _naive(dt: datetime) -> datetime:
+    return dt.astimezone(UTC).replace(tzinfo=None)
+
+
+def _aware(dt: datetime) -> datetime:
+    return dt.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class CostSum:
+    """Sums over a group of rows: gross `cost`, `credits` (<= 0), whether any row is provisional,
+    the group's first and last hour and its row count."""
+
+    cost: Decimal
+    credits: Decimal
+    provisional: bool
+    first: datetime
+    last: datetime
+    rows: int
+
+    @property
+    def net(self) -> Decimal:
+        return self.cost + self.credits
+
+
+class Costs:
+    """A detection run's cost rows in an in-memory DuckDB table (`COLUMNS`).
+
+    Build it with `from_rows` (a list of `CostHour`s: tests, tools) or `from_table` (an Arrow table of
+    `COLUMNS`, the aggregate store's rows: `monitor.assemble`). Filters shared by `sums` and `rows`:
+    `start` / `end` (hours), `categories` / `subcategories` (exact), `exclude` (subcategories),
+    `positive` (rows whose gross cost is above zero), `project`, `labels` (label-set keys, see
+    `label_sets`), `month` (`YYYYMM`, by `monitor.month.row_month`), `has_zone`.
+    """
+
+    def __init__(
+        self,
+        table: pa.Table,
+        label_sets: Mapping[str, Mapping[str, str]] | None = None,
+        originals: Sequence[CostHour] | None = None,
+        parse_labels: Callable[[str], Mapping[str, str]] | None = None,
+    ):
+        self._table: pa.Table | None = table
+        self._rows = table.num_rows
+        self._label_sets = dict(label_sets) if label_sets is not None else None
+        self._parse = parse_labels
+        self._originals = originals
+        self._conn: duckdb.DuckDBPyConnection | None = None
+        self._lock = threading.Lock()
+        #: Rows (and sums) handed to Python so far: what crossed out of the engine.
+        self.fetched = 0
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[CostHour]) -> Costs:
+        """The engine over `rows`; `rows(...)` returns these very objects, in this order."""
+        rows = list(rows)
+        keys: dict[tuple[tuple[str, str], ...], str] = {}
+        sets: dict[str, Mapping[str, str]] = {}
+        label_keys = []
+        for r in rows:
+            items = tuple(sorted(r.labels.items()))
+            key = keys.get(items)
+            if key is None:
+                key = keys[items] = str(len(keys))
+                sets[key] = dict(items)
+            label_keys.append(key)
+        cols: dict[str, list[Any]] = {
+            "i": list(range(len(rows))),
+            "hour": [_naive(r.hour) for r in rows],
+            "project": [r.project for r in rows],
+            "subcategory": [r.subcategory for r in rows],
+            "cost": [_to_micros(r.cost) for r in rows],
+            "credits": [_to_micros(r.credits) for r in rows],
+            "region": [r.region for r in rows],
+            "zone": [r.zone for r in rows],
+            "service": [r.service for r in rows],
+            "sku_id": [r.sku_id for r in rows],
+            "sku": [r.sku for r in rows],
+            "pricing_model": [r.pricing_model for r in rows],
+            "instance": [r.instance for r in rows],
+            "instance_id": [r.instance_id for r in rows],
+            "cluster": [r.cluster for r in rows],
+            "invoice_month": [r.invoice_month for r in rows],
+            "labels": label_keys,
+            "usage": [float(r.usage_pricing_units) for r in rows],
+            "unit": [r.pricing_unit for r in rows],
+            "provisional": [r.provisional for r in rows],
+        }
+        return cls(pa.table(cols, schema=COLUMNS), sets, rows)
+
+    @classmethod
+    def from_table(cls, table: pa.Table, parse_labels: Callable[[str], Mapping[str, str]]) -> Costs:
+        """The engine over an Arrow table of `COLUMNS` (rows in `i` order); `parse_labels` turns a
+        `labels` key into its dict (each distinct key is parsed once)."""
+        return cls(table.cast(COLUMNS), parse_labels=parse_labels)
+
+    def __len__(self) -> int:
+        return self._rows
+
+    # ------------------------------------------------------------------------------------ queries
+
+    def sums(self, by: Sequence[str], **where: Any) -> dict[tuple, CostSum]:
+        """`CostSum` per distinct value of the `by` columns (`_GROUPS`) over the rows `where` selects,
+        ordered by those values (None first)."""
+        unknown = [b for b in by if b not in _GROUPS]
+        if unknown:
+            raise ValueError(f"Costs.sums: cannot group by {unknown}; choose from {sorted(_GROUPS)}")
+        keys = [_GROUPS[b] for b in by]
+        cond, params = _where(**where)
+        group = (
+            f" GROUP BY {', '.join(keys)} ORDER BY {', '.join(f'{k} NULLS FIRST' for k in keys)}"
+            if keys
+            else ""
+        )
+        sql = (
+            f"SELECT {''.join(k + ', ' for k in keys)}SUM(cost), SUM(credits), bool_or(provisional),"
+            f" MIN(hour), MAX(hour), COUNT(*) FROM costs{cond}{group}"
+        )
+        out: dict[tuple, CostSum] = {}
+        for row in self._query(sql, params):
+            n = len(keys)
+            if row[n + 5] == 0:  # no row at all (an ungrouped sum over nothing)
+                continue
+            values = tuple(_aware(v) if b == "hour" else v for b, v in zip(by, row[:n], strict=True))
+            cost, credits, prov, first, last, count = row[n:]
+            out[values] = CostSum(_dec(cost), _dec(credits), bool(prov), _aware(first), _aware(last), count)
+        return out
+
+    def rows(self, **where: Any) -> list[CostHour]:
+        """The rows `where` selects as `CostHour`s, in the readers' order."""
+        cond, params = _where(**where)
+        if self._originals is not None:
+            picked = self._query(f"SELECT i FROM costs{cond} ORDER BY i", params)
+            return [self._originals[i] for (i,) in picked]
+        names = ", ".join(f for f in COLUMNS.names if f != "i")
+        raw = self._query(f"SELECT {names} FROM costs{cond} ORDER BY i", params)
+        sets = self.label_sets
+        return [
+            CostHour(
+                hour=_aware(hour),
+                project=project,
+                subcategory=sub,
+                cost=_dec(cost),
+                credits=_dec(credits),
+                region=region,
+                zone=zone,
+                service=service,
+                sku_id=sku_id,
+                sku=sku,
+                pricing_model=pricing,
+                instance=instance,
+                instance_id=iid,
+                cluster=cluster,
+                invoice_month=invoice,
+                labels=sets.get(labels, {}) if labels is not None else {},
+                usage_pricing_units=Decimal(str(usage)) if usage is not None else Decimal(0),
+                pricing_unit=unit,
+                provisional=prov,
+            )
+            for (hour, project, sub, cost, credits, region, zone, service, sku_id, sku, pricing, instance,
+                 iid, cluster, invoice, labels, usage, unit, prov) in raw
+        ]  # fmt: skip
+
+    @property
+    def label_sets(self) -> dict[str, Mapping[str, str]]:
+        """Each label-set key of the rows -> its labels (rows with the same labels share one dict)."""
+        if self._label_sets is None:
+            keys = self._query("SELECT DISTINCT labels FROM costs WHERE labels IS NOT NULL", [])
+            parse = self._parse or (lambda _raw: {})
+            self._label_sets = {k: parse(k) for (k,) in keys}
+        return self._label_sets
+
+    def labels_where(self, keep: Callable[[Mapping[str, str]], bool]) -> list[str]:
+        """The label-set keys whose labels `keep` accepts (for the `labels=` filter)."""
+        return sorted(k for k, labels in self.label_sets.items() if keep(labels))
+
+    def _query(self, sql: str, params: Sequence[Any]) -> list[tuple]:
+        if self._rows == 0:
+            return []
+        with self._lock:
+            conn = self._connect()
+            out = conn.execute(sql, list(params)).fetchall()
+        self.fetched += len(out)
+        return out
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        """The engine, made on first use: a run whose detectors ask nothing starts no DuckDB."""
+        if self._conn is None:
+            conn = duckdb.connect()
+            conn.execute("SET enable_progress_bar = false")
+            conn.register("costs_arrow", self._table)
+            conn.execute("CREATE TABLE costs AS SELECT * FROM costs_arrow")
+            conn.unregister("costs_arrow")
+            self._conn, self._table = conn, None  # the engine holds the rows now
+        return self._conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+def _where(
+    *,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    categories: Sequence[str] | None = None,
+    subcategories: Sequence[str] | None = None,
+    exclude: Sequence[str] = (),
+    positive: bool = False,
+    project: str | None = None,
+    labels: Sequence[str] | None = None,
+    month_of: str | None = None,
+    has_zone: bool = False,
+) -> tuple[str, list[Any]]:
+    """The WHERE clause (with its leading space, or "") and its parameters."""
+    conds: list[str] = []
+    params: list[Any] = []
+    if start is not None:
+        conds.append("hour >= ?")
+        params.append(_naive(start))
+    if end is not None:
+        conds.append("hour < ?")
+        params.append(_naive(end))
+    if categories is not None:
+        conds.append("list_contains(?::VARCHAR[], split_part(subcategory, '.', 1))")
+        params.append(list(categories))
+    if subcategories is not None:
+        conds.append("list_contains(?::VARCHAR[], subcategory)")
+        params.append(list(subcategories))
+    if exclude:
+        conds.append("NOT list_contains(?::VARCHAR[], subcategory)")
+        params.append(list(exclude))
+    if positive:
+        conds.append("cost > 0")
+    if project is not None:
+        conds.append("project = ?")
+        params.append(project)
+    if labels is not None:
+        conds.append("coalesce(list_contains(?::VARCHAR[], labels), false)")
+        params.append(list(labels))
+    if month_of is not None:
+        # `monitor.month.row_month`: the invoice month when the row has one, else the usage month
+        lo, hi = month.month_bounds(month_of)
+        conds.append(
+            "CASE WHEN regexp_full_match(coalesce(invoice_month, ''), ?) THEN invoice_month = ?"
+            " ELSE hour >= ? AND hour < ? END"
+        )
+        params += [month.MONTH_PATTERN, month_of, _naive(lo), _naive(hi)]
+    if has_zone:
+        conds.append("coalesce(zone, '') <> ''")
+    return (f" WHERE {' AND '.join(conds)}" if conds else ""), params
+
+
+def as_costs(rows: Costs | Iterable[CostHour]) -> Costs:
+    """`rows` as `Costs` (a list of `CostHour`s goes into the engine)."""
+    return rows if isinstance(rows, Costs) else Costs.from_rows(rows)

@@ -1,0 +1,146 @@
+"""`monitor.detectors.costs`: the detectors' cost rows kept in the engine.
+
+Detectors used to sum `CostHour`s in Python, each amount rounded to the micro (`q6`); `Costs.sums`
+must give those sums exactly, group for group, and `rows` must give back the rows a filter selects
+in the readers' order. The store path (`monitor.assemble.stored_costs`) must read what the list path
+holds for the same rows.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from monitor import month
+from monitor.assemble import stored_costs
+from monitor.billing_poll import HourlyCost
+from monitor.detectors.base import q6
+from monitor.detectors.costs import Costs
+from monitor.detectors.inputs import CostHour, DetectorInputs
+from tests.aggregates import cost_rows, stored
+
+T0 = datetime(2026, 10, 31, 20, tzinfo=UTC)  # 13:00 in Los Angeles: the billing month turns at 07:00 UTC
+H = timedelta(hours=1)
+D = Decimal
+
+
+def _row(hour: int, sub: str = "compute.gpu", cost: str = "1", credits: str = "0", **kw: object) -> CostHour:
+    return CostHour(hour=T0 + hour * H, project=kw.pop("project", "ml"), subcategory=sub, cost=D(cost),
+                    credits=D(credits), **kw)  # type: ignore[arg-type]  # fmt: skip
+
+
+_rows = st.lists(
+    st.builds(
+        lambda h, sub, p, cost, credit, prov, lab, inv: _row(
+            h, sub, str(cost), str(credit), project=p, provisional=prov, labels=lab, invoice_month=inv
+        ),
+        st.integers(0, 30),
+        st.sampled_from(["compute.gpu", "compute.cpu", "network.inter_zone", "storage.gcs", "tax"]),
+        st.sampled_from(["ml", "web", None]),
+        st.decimals(D("-50"), D("500"), places=8, allow_nan=False, allow_infinity=False),
+        st.decimals(D("-20"), D("0"), places=7, allow_nan=False, allow_infinity=False),
+        st.booleans(),
+        st.sampled_from([{}, {"team": "ml"}, {"team": "ml", "job": "llm"}, {"job": "llm"}]),
+        st.sampled_from([None, "202610", "202611", "bad"]),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_rows)
+def test_sums_equal_the_rows_summed_one_by_one_at_the_micro(rows: list[CostHour]) -> None:
+    want: dict[tuple, list] = defaultdict(lambda: [D(0), D(0), False, 0])
+    for r in rows:
+        acc = want[(r.project, r.category, r.hour)]
+        acc[0] += q6(r.cost)
+        acc[1] += q6(r.credits)
+        acc[2] = acc[2] or r.provisional
+        acc[3] += 1
+    got = Costs.from_rows(rows).sums(("project", "category", "hour"))
+    assert {k: [s.cost, s.credits, s.provisional, s.rows] for k, s in got.items()} == dict(want)
+    assert list(got) == sorted(got, key=lambda k: (k[0] is not None, k[0] or "", k[1], k[2]))  # None first
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_rows, st.sampled_from(["202610", "202611"]))
+def test_the_month_filter_is_row_month(rows: list[CostHour], m: str) -> None:
+    """An invoice month when the row has a valid one, else the usage hour's (Los Angeles) month."""
+    want = [r for r in rows if month.row_month(r.invoice_month, r.hour) == m]
+    assert Costs.from_rows(rows).rows(month_of=m) == want
+
+
+def test_rows_are_the_originals_in_order_under_every_filter() -> None:
+    rows = [
+        _row(0, "orchestration.gke", "2", cluster="c1"),
+        _row(0, "compute.gpu", "0", zone="us-central1-a", labels={"job": "a"}),
+        _row(1, "compute.commitment_fee", "5"),
+        _row(2, "compute.cpu", "3", project="web", zone="", labels={"job": "b"}),
+        _row(3, "storage.filestore", "1"),
+    ]
+    costs = Costs.from_rows(rows)
+    assert costs.rows() == rows
+    assert costs.rows(start=T0 + H, end=T0 + 3 * H) == rows[2:4]
+    assert costs.rows(categories=("compute",), exclude=("compute.commitment_fee",)) == [rows[1], rows[3]]
+    assert costs.rows(categories=("compute",), positive=True) == rows[2:4]
+    assert costs.rows(subcategories=("orchestration.gke", "storage.filestore")) == [rows[0], rows[4]]
+    assert costs.rows(project="web") == [rows[3]]
+    assert costs.rows(has_zone=True) == [rows[1]]
+    jobs = costs.labels_where(lambda labels: "job" in labels)
+    assert costs.rows(labels=jobs) == [rows[1], rows[3]]
+    assert costs.rows(labels=[]) == []
+
+
+def test_an_unknown_grouping_is_named() -> None:
+    with pytest.raises(ValueError, match=r"cannot group by \['team'\]; choose from .*'project'"):
+        Costs.from_rows([_row(0)]).sums(("project", "team"))
+
+
+def test_empty_costs_answer_without_an_engine() -> None:
+    costs = Costs.from_rows([])
+    assert (len(costs), costs.sums(("project",)), costs.rows(), costs.fetched) == (0, {}, [], 0)
+
+
+def test_detector_inputs_take_rows_into_the_engine() -> None:
+    rows = [_row(0), _row(1, "network.inter_zone", "2.5")]
+    inputs = DetectorInputs(window_start=T0, window_end=T0 + 2 * H, provisional_from=T0 + 2 * H, hourly=rows)
+    assert isinstance(inputs.hourly, Costs) and inputs.hourly.rows() == rows
+    assert inputs.hourly.sums(("category",))[("network",)].net == D("2.5")
+
+
+def _hourly(hour: int, sub: str, gross: int, credit: int, labels: str | None, invoice: str | None) -> HourlyCost:
+    return HourlyCost(
+        usage_hour=T0 + hour * H, subcategory=sub, gross_micros=gross, cud_micros=0, sud_micros=0,
+        other_credit_micros=credit, credit_micros=credit, net_micros=gross + credit, row_count=1,
+        provisional=False, usage_amount=1.5,
+        keys={"project_id": "ml", "zone": "us-central1-a", "user_labels": labels, "invoice_month": invoice,
+              "sku_description": "Nvidia H100 80GB GPU running in Americas", "pricing_model": "on_demand"},
+    )  # fmt: skip
+
+
+def test_the_store_reads_what_the_rows_hold() -> None:
+    """`stored_costs` (Arrow from the aggregate store) against the same rows read one by one
+    (`cost_hours`): the same `CostHour`s, the same sums, provisional from `since` on."""
+    raw = [
+        _hourly(0, "compute.gpu", 88_000_000, -8_000_000, "job=llm,team=ml", "202610"),
+        _hourly(0, "network.inter_zone", 333_333, 0, None, "202610"),
+        _hourly(12, "compute.gpu", 88_000_000, 0, "job=llm,team=ml", "202611"),
+        _hourly(13, "storage.gcs", 1_000_001, -1, "team=ml", None),
+    ]
+    store = stored(raw)
+    end = T0 + 14 * H
+    costs = stored_costs(store, T0, end, end)
+    rows = cost_rows(raw)
+    assert costs.rows() == rows and len(costs) == 4
+    by = ("project", "subcategory", "day", "compute")
+    assert costs.sums(by) == Costs.from_rows(rows).sums(by)
+    assert costs.label_sets["job=llm,team=ml"] == {"job": "llm", "team": "ml"}
+    assert costs.sums(("category",), month_of="202611")[("compute",)].cost == D(88)
+    assert costs.fetched > 0
+    later = stored_costs(store, T0, end, T0 + 12 * H)
+    assert [r.provisional for r in later.rows()] == [False, False, True, True]
