@@ -25,9 +25,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from monitor.billing_changes import MAX_PARTITION_QUERIES, MAX_RANGES, appended, hour_ranges
 from monitor.config import BillingConfig
@@ -36,6 +34,9 @@ from monitor.sources.base import BillingSource
 from monitor.state.analytics import AggregateStore
 from monitor.state.store import StateStore
 from monitor.timeutil import floor_day, floor_hour, to_iso
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "COMPONENT",
@@ -425,7 +426,7 @@ def hourly_costs(
     return [_hourly(r, since) for r in raw]
 
 
-# The stored aggregates as `monitor.detectors.costs.COLUMNS`: `i` numbers them in the readers' order.
+# The stored aggregates as `monitor.detectors.costs.columns()`: `i` numbers them in the readers' order.
 _COST_TABLE = (
     f"SELECT row_number() OVER (ORDER BY usage_hour, {_ORDER}) - 1 AS i, usage_hour AS hour,"
     " project_id AS project, subcategory, gross_micros AS cost, credit_micros AS credits, region, zone,"
@@ -438,7 +439,7 @@ _COST_TABLE = (
 
 def stored_cost_table(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> pa.Table:
     """Stored aggregates with `start <= usage_hour < end` as an Arrow table of
-    `monitor.detectors.costs.COLUMNS` (hours from `since` on provisional), engine to engine: no
+    `monitor.detectors.costs.columns()` (hours from `since` on provisional), engine to engine: no
     Python object per row."""
     with _reading(store) as conn:
         return conn.sql(_COST_TABLE, params=[_naive(since), _naive(start), _naive(end)]).to_arrow_table()

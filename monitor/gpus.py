@@ -41,7 +41,7 @@ _MICROS = Decimal(1_000_000)
 _Q6 = Decimal("0.000001")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GpuCostHour:
     """GPU spend of one node in one usage hour (aggregated by the billing engine).
 
@@ -76,7 +76,7 @@ class GpuCostHour:
         return max(0, self.cost_micros + self.cud_micros + self.sud_micros)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JoinedHour:
     cost: GpuCostHour
     gpus: int

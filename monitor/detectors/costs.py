@@ -24,50 +24,59 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
 from monitor import month
 from monitor.detectors.inputs import CostHour
 
-__all__ = ["COLUMNS", "CostSum", "Costs", "as_costs"]
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["CostSum", "Costs", "as_costs", "columns"]
 
 _MICRO = Decimal("0.000001")
 _MICROS = Decimal(1_000_000)
 
-#: The engine's columns, in order: `i` is the row's place in the readers' order (rows come back in
-#: it), amounts are micros, `hour` is naive UTC, `labels` a label-set key (`Costs.label_sets`).
-COLUMNS = pa.schema(
-    [
-        ("i", pa.int64()),
-        ("hour", pa.timestamp("us")),
-        ("project", pa.string()),
-        ("subcategory", pa.string()),
-        ("cost", pa.int64()),
-        ("credits", pa.int64()),
-        ("region", pa.string()),
-        ("zone", pa.string()),
-        ("service", pa.string()),
-        ("sku_id", pa.string()),
-        ("sku", pa.string()),
-        ("pricing_model", pa.string()),
-        ("instance", pa.string()),
-        ("instance_id", pa.string()),
-        ("cluster", pa.string()),
-        ("invoice_month", pa.string()),
-        ("labels", pa.string()),
-        ("usage", pa.float64()),
-        ("unit", pa.string()),
-        ("provisional", pa.bool_()),
-    ]
-)
+@functools.cache
+def columns() -> pa.Schema:
+    """The engine's columns, in order: `i` is the row's place in the readers' order (rows come back
+    in it), amounts are micros, `hour` is naive UTC, `labels` a label-set key (`Costs.label_sets`).
+    A function: pyarrow is imported on first use, not by every command that imports the detectors."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("i", pa.int64()),
+            ("hour", pa.timestamp("us")),
+            ("project", pa.string()),
+            ("subcategory", pa.string()),
+            ("cost", pa.int64()),
+            ("credits", pa.int64()),
+            ("region", pa.string()),
+            ("zone", pa.string()),
+            ("service", pa.string()),
+            ("sku_id", pa.string()),
+            ("sku", pa.string()),
+            ("pricing_model", pa.string()),
+            ("instance", pa.string()),
+            ("instance_id", pa.string()),
+            ("cluster", pa.string()),
+            ("invoice_month", pa.string()),
+            ("labels", pa.string()),
+            ("usage", pa.float64()),
+            ("unit", pa.string()),
+            ("provisional", pa.bool_()),
+        ]
+    )
+
 
 # What `sums(by=...)` can group by: a name -> its SQL (over `costs`) and how a value comes back.
 _GROUPS: dict[str, str] = {
@@ -121,10 +130,10 @@ class CostSum:
 
 
 class Costs:
-    """A detection run's cost rows in an in-memory DuckDB table (`COLUMNS`).
+    """A detection run's cost rows in an in-memory DuckDB table (`columns()`).
 
     Build it with `from_rows` (a list of `CostHour`s: tests, tools) or `from_table` (an Arrow table of
-    `COLUMNS`, the aggregate store's rows: `monitor.assemble`). Filters shared by `sums` and `rows`:
+    `columns()`, the aggregate store's rows: `monitor.assemble`). Filters shared by `sums` and `rows`:
     `start` / `end` (hours), `categories` / `subcategories` (exact), `exclude` (subcategories),
     `positive` (rows whose gross cost is above zero), `project`, `labels` (label-set keys, see
     `label_sets`), `month` (`YYYYMM`, by `monitor.month.row_month`), `has_zone`.
@@ -183,13 +192,15 @@ class Costs:
             "unit": [r.pricing_unit for r in rows],
             "provisional": [r.provisional for r in rows],
         }
-        return cls(pa.table(cols, schema=COLUMNS), sets, rows)
+        import pyarrow as pa
+
+        return cls(pa.table(cols, schema=columns()), sets, rows)
 
     @classmethod
     def from_table(cls, table: pa.Table, parse_labels: Callable[[str], Mapping[str, str]]) -> Costs:
-        """The engine over an Arrow table of `COLUMNS` (rows in `i` order); `parse_labels` turns a
+        """The engine over an Arrow table of `columns()` (rows in `i` order); `parse_labels` turns a
         `labels` key into its dict (each distinct key is parsed once)."""
-        return cls(table.cast(COLUMNS), parse_labels=parse_labels)
+        return cls(table.cast(columns()), parse_labels=parse_labels)
 
     def __len__(self) -> int:
         return self._rows
@@ -229,7 +240,7 @@ class Costs:
         if self._originals is not None:
             picked = self._query(f"SELECT i FROM costs{cond} ORDER BY i", params)
             return [self._originals[i] for (i,) in picked]
-        names = ", ".join(f for f in COLUMNS.names if f != "i")
+        names = ", ".join(f for f in columns().names if f != "i")
         raw = self._query(f"SELECT {names} FROM costs{cond} ORDER BY i", params)
         sets = self.label_sets
         return [
