@@ -3,6 +3,8 @@
 The billing and utilization layers adapt their output to these frozen records; detectors never touch
 a source, a client or the clock. Amounts are `Decimal` USD (the export's `cost` divided by
 `currency_conversion_rate`, see `to_usd`), summed from integer micros upstream so nothing drifts.
+The cost rows themselves stay in an engine (`DetectorInputs.hourly` is a `monitor.detectors.costs.Costs`):
+detectors ask it for sums, and for `CostHour`s only where they need rows.
 
 Example::
 
