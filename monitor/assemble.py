@@ -51,8 +51,7 @@ class _LabelSets(dict):
 def stored_costs(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> Costs:
     """The stored aggregates of [start, end) in the detectors' engine (`monitor.detectors.costs`),
     moved engine to engine as Arrow; hours from `since` on are provisional."""
-    labels_of = _LabelSets()
-    return Costs.from_table(stored_cost_table(store, start, end, since), parse_labels=labels_of.__getitem__)
+    return Costs.from_table(stored_cost_table(store, start, end, since), parse_labels=_LabelSets().__getitem__)
 
 
 def cost_hours(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> list[CostHour]:

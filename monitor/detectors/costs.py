@@ -36,6 +36,7 @@ import duckdb
 
 from monitor import month
 from monitor.detectors.inputs import CostHour
+from monitor.model import micros_to_decimal
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -98,10 +99,6 @@ _GROUPS: dict[str, str] = {
 def _to_micros(amount: Decimal) -> int:
     """A `CostHour` amount as micros, rounded as `q6` rounds (what detectors summed per row)."""
     return int(amount.quantize(_MICRO) * _MICROS)
-
-
-def _dec(micros: int | None) -> Decimal:
-    return Decimal(int(micros or 0)) / _MICROS
 
 
 def _naive(dt: datetime) -> datetime:
@@ -231,7 +228,7 @@ class Costs:
                 continue
             values = tuple(_aware(v) if b == "hour" else v for b, v in zip(by, row[:n], strict=True))
             cost, credits, prov, first, last, count = row[n:]
-            out[values] = CostSum(_dec(cost), _dec(credits), bool(prov), _aware(first), _aware(last), count)
+            out[values] = CostSum(micros_to_decimal(cost), micros_to_decimal(credits), bool(prov), _aware(first), _aware(last), count)
         return out
 
     def rows(self, **where: Any) -> list[CostHour]:
@@ -242,14 +239,13 @@ class Costs:
             return [self._originals[i] for (i,) in picked]
         names = ", ".join(f for f in columns().names if f != "i")
         raw = self._query(f"SELECT {names} FROM costs{cond} ORDER BY i", params)
-        sets = self.label_sets
         return [
             CostHour(
                 hour=_aware(hour),
                 project=project,
                 subcategory=sub,
-                cost=_dec(cost),
-                credits=_dec(credits),
+                cost=micros_to_decimal(cost),
+                credits=micros_to_decimal(credits),
                 region=region,
                 zone=zone,
                 service=service,
@@ -260,7 +256,7 @@ class Costs:
                 instance_id=iid,
                 cluster=cluster,
                 invoice_month=invoice,
-                labels=sets.get(labels, {}) if labels is not None else {},
+                labels=self.labels_of(labels),
                 usage_pricing_units=Decimal(str(usage)) if usage is not None else Decimal(0),
                 pricing_unit=unit,
                 provisional=prov,
@@ -277,6 +273,10 @@ class Costs:
             parse = self._parse or (lambda _raw: {})
             self._label_sets = {k: parse(k) for (k,) in keys}
         return self._label_sets
+
+    def labels_of(self, key: str | None) -> Mapping[str, str]:
+        """The labels of a label-set key (as `sums(by=("labels",))` returns it); {} for none."""
+        return self.label_sets.get(key, {}) if key is not None else {}
 
     def labels_where(self, keep: Callable[[Mapping[str, str]], bool]) -> list[str]:
         """The label-set keys whose labels `keep` accepts (for the `labels=` filter)."""

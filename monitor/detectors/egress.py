@@ -86,11 +86,10 @@ class _Egress(Detector):
         for r in costs.rows(**span, subcategories=(self.subcategory,)):
             rows[r.project][self._workload(r.cluster, r.labels, r.instance)].append(r)
         # the zones each workload ran in, from any of its rows (compute, disks, traffic)
-        sets = costs.label_sets
         for project, cluster, labels, instance, zone in costs.sums(
             ("project", "cluster", "labels", "instance", "zone"), **span, has_zone=True
         ):
-            wl = self._workload(cluster, sets.get(labels, {}) if labels is not None else {}, instance)
+            wl = self._workload(cluster, costs.labels_of(labels), instance)
             if wl is not None:
                 zones[(project, wl)].add(zone)
         findings: list[Finding] = []
