@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from monitor.billing_poll import parse_labels, provisional_since, stored_cost_table, stored_gpu_node_hours
 from monitor.detectors.costs import Costs
 from monitor.detectors.inputs import BudgetSpec, CostHour, DetectorInputs, GpuHour, PriceLookup
-from monitor.gpu_identity import billed_identities, node_pool_from_name, sample_identities
+from monitor.gpu_identity import node_pool_from_name, sample_identities
 from monitor.gpu_models import normalize_gpu_model, parse_sku_description, region_of
-from monitor.gpus import GpuCostHour, JoinedHour, join_gpu_hours
+from monitor.gpus import GpuCostHour, GpuNodeHours, Joined, gpus_from_usage, join_node_hours
 from monitor.model import micros_to_decimal
 from monitor.sources.presets import Signal
 from monitor.state.analytics import AggregateStore
@@ -28,11 +28,12 @@ from monitor.utilization.coverage import Coverage
 from monitor.utilization.hourly import UtilHour
 from monitor.utilization.state import load_util_hours
 
-__all__ = ["assemble_inputs", "cost_hours", "gpu_cost_hours", "gpu_hours", "stored_costs"]
+__all__ = ["assemble_inputs", "cost_hours", "gpu_cost_hours", "gpu_hours", "gpu_node_hours", "stored_costs"]
 
 _HOUR = timedelta(hours=1)
 _MICROS = Decimal(1_000_000)
 _Q6 = Decimal("0.000001")
+_ZERO = Decimal(0)
 
 
 def _d(value: float | None) -> Decimal:
@@ -46,6 +47,15 @@ class _LabelSets(dict):
     def __missing__(self, raw: str | None) -> dict[str, str]:
         labels = self[raw] = dict(parse_labels(raw or ""))
         return labels
+
+
+class _Dollars(dict):
+    """Micros -> USD, converted once per distinct amount: a node bills the same amount most hours
+    (Decimals are immutable, so the hours share them)."""
+
+    def __missing__(self, micros: int) -> Decimal:
+        value = self[micros] = micros_to_decimal(micros)
+        return value
 
 
 def stored_costs(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> Costs:
@@ -64,91 +74,126 @@ def cost_hours(store: AggregateStore, start: datetime, end: datetime, since: dat
         costs.close()
 
 
-def gpu_cost_hours(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> list[GpuCostHour]:
+def gpu_node_hours(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> GpuNodeHours:
     """GPU spend per node-hour of [start, end), summed over SKUs, corrections and (GKE cost
-    allocation) namespaces in the engine (`stored_gpu_node_hours`); the gross cost per
-    `k8s-namespace` is kept for the rollups. GPU-hours are summed as the export's decimal amounts."""
-    out = []
+    allocation) namespaces in the engine (`stored_gpu_node_hours`), column by column; the gross cost
+    per `k8s-namespace` is kept for the rollups. GPU-hours are summed as the export's decimal amounts."""
+    table = stored_gpu_node_hours(store, start, end)
+    col = {name: table.column(name).to_pylist() for name in table.column_names if name != "hour"}
+    encoded = table.column("hour").combine_chunks().dictionary_encode()  # a few hundred distinct hours
+    distinct = [h.replace(tzinfo=UTC) for h in encoded.dictionary.to_pylist()]
+    hours = [distinct[i] for i in encoded.indices.to_pylist()]
     models: dict[str | None, str | None] = {}
+    for sku in col["sku_description"]:
+        if sku not in models:
+            model = parse_sku_description(sku or "").model
+            models[sku] = str(model) if model else None
     labels_of = _LabelSets()
-    for row in stored_gpu_node_hours(store, start, end):
-        (hour, project, zone, name, iid, region, machine, cluster, pool, sku_text, pricing, gross, credit, cud,
-         sud, usage, raw, ns, usages, raws, namespaces, grosses) = row  # fmt: skip
-        if sku_text not in models:
-            model = parse_sku_description(sku_text or "").model
-            models[sku_text] = str(model) if model else None
+    gpu_hours: list[Decimal] = []
+    labels: list[dict[str, str]] = []
+    namespaces: list[dict[str, int]] = []
+    for usage, raw, ns, gross, usages, raws, spaces, grosses in zip(
+        col["usage"], col["labels"], col["namespace"], col["gross"],
+        col["usages"], col["label_sets"], col["namespaces"], col["grosses"], strict=True,
+    ):  # fmt: skip
         if raws is None:  # one row: its own labels, usage and namespace
-            labels = labels_of[raw]
-            gpu_hours = _d(usage)
-            by_ns = {ns: int(gross)} if ns else {}
-        else:
-            labels = {}
-            for each in raws:
-                labels.update(parse_labels(each or ""))
-            gpu_hours = sum((_d(u) for u in usages), Decimal(0))
-            acc: dict[str, int] = defaultdict(int)
-            for each, g in zip(namespaces, grosses, strict=True):
-                if each:
-                    acc[each] += g
-            by_ns = dict(acc)
-        out.append(
-            GpuCostHour(
-                hour=hour,
-                project=project,
-                zone=zone,
-                region=region,
-                instance=name,
-                instance_id=iid,
-                cluster=cluster,
-                machine_type=machine,
-                gpu_model=models[sku_text],
-                pricing_model=pricing,
-                gpu_hours=gpu_hours,
-                cost_micros=int(gross),
-                credits_micros=int(credit),
-                provisional=hour >= since,
-                labels=labels,
-                node_pool=pool,
-                cud_micros=int(cud),
-                sud_micros=int(sud),
-                namespaces=by_ns,
-            )
-        )
-    return out
-
-
-def _gpu_hour(j: JoinedHour) -> GpuHour:
-    c = j.cost
-    return GpuHour(
-        hour=c.hour,
-        project=c.project,
-        instance=c.instance,
-        gpu_model=c.gpu_model,
-        gpus=j.gpus,
-        gpu_hours=c.gpu_hours,
-        gpu_cost=micros_to_decimal(c.cost_micros),
-        mean_utilization_pct=j.mean_utilization_pct,
-        idle_gpu_hours=j.idle_gpu_hours,
-        idle_cost=micros_to_decimal(j.idle_cost_micros),
-        zone=c.zone,
-        region=c.region,
-        instance_id=c.instance_id,
-        cluster=c.cluster,
-        machine_type=c.machine_type,
-        memory_held=j.memory_held,
-        pricing_model=c.pricing_model,
-        labels=dict(c.labels) if c.labels else {},
-        node_pool=c.node_pool or node_pool_from_name(c.cluster, c.instance),
-        namespaces={ns: micros_to_decimal(m) for ns, m in sorted(c.namespaces.items())} if c.namespaces else {},
-        gpu_credits=micros_to_decimal(c.effective_micros - c.cost_micros),
-        signal=j.signal,
-        container_metrics=j.container_metrics,
+            labels.append(labels_of[raw])
+            gpu_hours.append(_d(usage))
+            namespaces.append({ns: int(gross)} if ns else {})
+            continue
+        merged: dict[str, str] = {}
+        for each in raws:
+            merged.update(parse_labels(each or ""))
+        labels.append(merged)
+        gpu_hours.append(sum((_d(u) for u in usages), Decimal(0)))
+        acc: dict[str, int] = defaultdict(int)
+        for each, g in zip(spaces, grosses, strict=True):
+            if each:
+                acc[each] += g
+        namespaces.append(dict(acc))
+    return GpuNodeHours(
+        {
+            "hour": hours,
+            "project": col["project"],
+            "zone": col["zone"],
+            "region": col["region"],
+            "instance": col["instance"],
+            "instance_id": col["instance_id"],
+            "cluster": col["cluster"],
+            "machine_type": col["machine_type"],
+            "gpu_model": [models[s] for s in col["sku_description"]],
+            "pricing_model": col["pricing_model"],
+            "gpu_hours": gpu_hours,
+            "cost_micros": col["gross"],
+            "credits_micros": col["credits"],
+            "provisional": [h >= since for h in hours],
+            "labels": labels,
+            "node_pool": col["node_pool"],
+            "cud_micros": col["cud"],
+            "sud_micros": col["sud"],
+            "namespaces": namespaces,
+        }
     )
 
 
-def _cost_keys(c: GpuCostHour) -> list[str]:
-    """Every identity a billed node-hour answers to (`monitor.gpu_identity`), primary first."""
-    return [n.key for n in billed_identities(c.project, c.zone, c.instance, c.instance_id, c.cluster)]
+def gpu_cost_hours(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> list[GpuCostHour]:
+    """`gpu_node_hours` as one `GpuCostHour` per node-hour (tests and tools)."""
+    return gpu_node_hours(store, start, end, since).rows()
+
+
+def _billed(nodes: GpuNodeHours, joined: Sequence[Joined | None]) -> list[GpuHour]:
+    """One `GpuHour` per billed node-hour, straight from the columns and the join.
+
+    The idle dollars of a node-hour are its *effective* GPU cost (gross plus its commitment and
+    sustained-use credits) times idle GPUs / GPUs (`monitor.gpus`)."""
+    c = nodes.columns
+    dollars = _Dollars()
+    out = []
+    for (hour, project, instance, model, gpu_hours, gross, zone, region, iid, cluster, machine, pricing, labels,
+         pool, spaces, cud, sud, j) in zip(
+        c["hour"], c["project"], c["instance"], c["gpu_model"], c["gpu_hours"], c["cost_micros"], c["zone"],
+        c["region"], c["instance_id"], c["cluster"], c["machine_type"], c["pricing_model"], c["labels"],
+        c["node_pool"], c["namespaces"], c["cud_micros"], c["sud_micros"], joined, strict=True,
+    ):  # fmt: skip
+        effective = max(0, gross + cud + sud)
+        if j is None:
+            gpus, mean, idle_hours, idle_micros, held, signal, container = (
+                gpus_from_usage(machine, gpu_hours), None, _ZERO, 0, None, None, None
+            )  # fmt: skip
+        else:
+            gpus, mean, held, signal, container = (
+                j.gpus, j.mean_utilization_pct, j.memory_held, j.signal, j.container_metrics
+            )  # fmt: skip
+            idle_hours = gpu_hours * j.idle_gpus / gpus if gpus else _ZERO
+            idle_micros = effective * j.idle_gpus // gpus if gpus else 0
+        out.append(
+            GpuHour(
+                hour=hour,
+                project=project,
+                instance=instance,
+                gpu_model=model,
+                gpus=gpus,
+                gpu_hours=gpu_hours,
+                gpu_cost=dollars[gross],
+                mean_utilization_pct=mean,
+                idle_gpu_hours=idle_hours,
+                idle_cost=dollars[idle_micros],
+                zone=zone,
+                region=region,
+                instance_id=iid,
+                cluster=cluster,
+                machine_type=machine,
+                memory_held=held,
+                pricing_model=pricing,
+                labels=dict(labels) if labels else {},
+                node_pool=pool or node_pool_from_name(cluster, instance),
+                namespaces={ns: dollars[m] for ns, m in sorted(spaces.items())} if spaces else {},
+                gpu_credits=dollars[effective - gross],
+                signal=signal,
+                container_metrics=container,
+            )
+        )
+    return out
 
 
 def _host_keys(h: UtilHour) -> list[str]:
@@ -158,7 +203,7 @@ def _host_keys(h: UtilHour) -> list[str]:
 
 
 def _estimates(
-    costs: Sequence[GpuCostHour],
+    nodes: GpuNodeHours,
     hours: Sequence[UtilHour],
     prices: PriceLookup | None,
     threshold: float,
@@ -177,13 +222,22 @@ def _estimates(
     """
     if prices is None or not hours:
         return []
-    latest: dict[str, GpuCostHour] = {}
-    billed: set[tuple[str, datetime]] = set()
-    for c in costs:
-        for key in _cost_keys(c):
-            billed.add((key, c.hour))
-            if key not in latest or c.hour > latest[key].hour:
-                latest[key] = c
+    node_of, keys_of = nodes.identities()
+    billed_hours: list[set[datetime]] = [set() for _ in keys_of]
+    latest_of = [-1] * len(keys_of)  # per node, its latest node-hour (the first of equal hours)
+    hour_col = nodes["hour"]
+    for i, (node, hour) in enumerate(zip(node_of, hour_col, strict=True)):
+        billed_hours[node].add(hour)
+        j = latest_of[node]
+        if j < 0 or hour > hour_col[j]:
+            latest_of[node] = i
+    nodes_of: dict[str, list[int]] = defaultdict(list)
+    for node, keys in enumerate(keys_of):
+        for key in keys:
+            nodes_of[key].append(node)
+    latest: dict[str, int] = {
+        key: max((latest_of[n] for n in ns), key=lambda i: (hour_col[i], -i)) for key, ns in nodes_of.items()
+    }
     by_hour: dict[tuple[str, datetime], list[UtilHour]] = defaultdict(list)
     aliases: dict[str, list[str]] = {}
     for h in hours:
@@ -197,9 +251,9 @@ def _estimates(
     out = []
     for (key, hour), group in sorted(by_hour.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         keys = aliases[key]
-        if any((k, hour) in billed for k in keys):
+        if any(hour in billed_hours[n] for k in keys for n in nodes_of.get(k, ())):
             continue  # billed: never estimate over real rows
-        known = next((latest[k] for k in keys if k in latest), None)
+        known = next((nodes.row(latest[k]) for k in keys if k in latest), None)
         out.extend(_estimate_hour(hour, group, known, prices, threshold))
     return out
 
@@ -281,17 +335,18 @@ def _effective_ratio(known: GpuCostHour | None) -> Decimal:
 
 
 def gpu_hours(
-    costs: Sequence[GpuCostHour],
+    costs: Sequence[GpuCostHour] | GpuNodeHours,
     hours: Sequence[UtilHour],
     threshold: float,
     prices: PriceLookup | None,
     end: datetime,
     provisional_from: datetime | None = None,
 ) -> list[GpuHour]:
-    """Billed GPU hours (`gpu_cost_hours`) joined with utilization (per GPU and hour:
+    """Billed GPU hours (`gpu_node_hours`) joined with utilization (per GPU and hour:
     `monitor.utilization.hourly`), plus estimated ones (see `_estimates`)."""
-    billed = [_gpu_hour(j) for j in join_gpu_hours(costs, hours, threshold)]
-    return billed + _estimates(costs, hours, prices, threshold, end, provisional_from)
+    nodes = costs if isinstance(costs, GpuNodeHours) else GpuNodeHours.from_rows(costs)
+    billed = _billed(nodes, join_node_hours(nodes, hours, threshold))
+    return billed + _estimates(nodes, hours, prices, threshold, end, provisional_from)
 
 
 def assemble_inputs(
@@ -317,7 +372,7 @@ def assemble_inputs(
         window_end=end,
         provisional_from=since,
         hourly=stored_costs(aggregates, start, end, since),
-        gpu_hours=gpu_hours(gpu_cost_hours(aggregates, start, end, since), util, idle_threshold_pct, prices, end, since),
+        gpu_hours=gpu_hours(gpu_node_hours(aggregates, start, end, since), util, idle_threshold_pct, prices, end, since),
         prices=prices,
         budgets=tuple(budgets),
         utilization_coverage=coverage,

@@ -114,6 +114,8 @@ _READ = _hours_sql(("subcategory", *_MONEY, "row_count", "usage_amount", *_KEY_N
 _NODE = "usage_hour, project_id, zone, resource_name, instance_id"
 _FIRST = ("region", "machine_type", "cluster", "node_pool", "sku_description", "pricing_model")
 _MANY = "IF(count(*) > 1, list({} ORDER BY n), NULL)"
+# Sums back to BIGINT (DuckDB sums BIGINT to HUGEINT, which crosses into Python as Decimal, slowly).
+_SUMS = (("gross", "gross"), ("credit", "credits"), ("cud", "cud"), ("sud", "sud"))
 _GPU_NODE_HOURS = f"""
 WITH gpu AS (
   SELECT *, row_number() OVER (PARTITION BY {_NODE} ORDER BY {_ORDER}) AS n
@@ -121,12 +123,13 @@ WITH gpu AS (
   WHERE usage_hour >= ? AND usage_hour < ? AND subcategory = 'compute.gpu'
 )
 SELECT
-  {_HOUR_TEXT}, project_id, zone, resource_name, instance_id,
-  {", ".join(f"first({c} ORDER BY n)" for c in _FIRST)},
-  SUM(gross_micros), SUM(credit_micros), SUM(cud_micros), SUM(sud_micros),
-  first(usage_amount ORDER BY n), first(user_labels ORDER BY n), first(namespace ORDER BY n),
-  {_MANY.format("usage_amount")}, {_MANY.format("user_labels")}, {_MANY.format("namespace")},
-  {_MANY.format("gross_micros")}
+  usage_hour AS hour, project_id AS project, zone, resource_name AS instance, instance_id,
+  {", ".join(f"first({c} ORDER BY n) AS {c}" for c in _FIRST)},
+  {", ".join(f"CAST(SUM({m}_micros) AS BIGINT) AS {n}" for m, n in _SUMS)},
+  first(usage_amount ORDER BY n) AS usage, first(user_labels ORDER BY n) AS labels,
+  first(namespace ORDER BY n) AS namespace,
+  {_MANY.format("usage_amount")} AS usages, {_MANY.format("user_labels")} AS label_sets,
+  {_MANY.format("namespace")} AS namespaces, {_MANY.format("gross_micros")} AS grosses
 FROM gpu
 GROUP BY {_NODE}
 ORDER BY usage_hour, first(invoice_month ORDER BY n), project_id, first(region ORDER BY n), zone, resource_name,
@@ -459,15 +462,15 @@ def currencies(store: AggregateStore, start: datetime, end: datetime) -> set[str
         return {r[0] for r in conn.execute(sql, (_naive(start), _naive(end))).fetchall() if r[0]}
 
 
-def stored_gpu_node_hours(store: AggregateStore, start: datetime, end: datetime) -> list[tuple]:
-    """GPU spend per node-hour in [start, end) (`_GPU_NODE_HOURS`): (hour, project, zone, resource
-    name, instance id, region, machine type, cluster, node pool, SKU, pricing model, gross, credits,
-    CUD, SUD micros, the first row's usage amount, label set and namespace, then, for a node-hour of
-    several rows, each row's usage amounts, label sets, namespaces and gross, else None), ordered as
-    the node-hours first appear in the readers' order."""
+def stored_gpu_node_hours(store: AggregateStore, start: datetime, end: datetime) -> pa.Table:
+    """GPU spend per node-hour in [start, end) (`_GPU_NODE_HOURS`) as an Arrow table: hour (a UTC
+    TIMESTAMP without zone), project, zone, instance, instance id, the first row's region, machine type, cluster, node
+    pool, SKU and pricing model, gross, credits, CUD and SUD micros, the first row's usage amount,
+    label set and namespace, then, for a node-hour of several rows, each row's usage amounts, label
+    sets, namespaces and gross (else null); ordered as the node-hours first appear in the readers'
+    order."""
     with _reading(store) as conn:
-        rows = conn.execute(_GPU_NODE_HOURS, (_naive(start), _naive(end))).fetchall()
-    return [(_parse_ts(r[0]), *r[1:]) for r in rows]
+        return conn.sql(_GPU_NODE_HOURS, params=[_naive(start), _naive(end)]).to_arrow_table()
 
 
 def _changed_hours(

@@ -35,7 +35,7 @@ from zoneinfo import ZoneInfo
 from alerts.digest import DigestData, DigestFinding
 from alerts.digest_jobs import digest_jobs
 from monitor import month
-from monitor.assemble import gpu_cost_hours, gpu_hours
+from monitor.assemble import gpu_hours, gpu_node_hours
 from monitor.billing_poll import HourlyCost, hourly_costs, provisional_since
 from monitor.state.analytics import AggregateStore
 from monitor.state.findings import open_findings
@@ -88,7 +88,7 @@ def digest_data(
     util = load_util_hours(store, chart_start, end)  # the chart's days only: not the month's reading
     charted = [r for r in rows if r.usage_hour >= chart_start]
     since = provisional_since(now, provisional_days)
-    joined = gpu_hours(gpu_cost_hours(aggregates, chart_start, end, since), util, idle_threshold_pct, None, end)
+    joined = gpu_hours(gpu_node_hours(aggregates, chart_start, end, since), util, idle_threshold_pct, None, end)
     for g in joined:
         idle[g.hour.astimezone(tz).date()] += g.idle_cost
 

@@ -20,10 +20,10 @@ Sums per node and rollups (per project, cluster, node pool, namespace, label) li
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
@@ -33,12 +33,10 @@ from monitor.sources.presets import Signal
 from monitor.utilization.hourly import UtilHour
 
 if TYPE_CHECKING:
-    import pandas as pd
+    import pyarrow as pa
 
-__all__ = ["GpuCostHour", "JoinedHour", "join_gpu_hours"]
+__all__ = ["GpuCostHour", "GpuNodeHours", "Joined", "JoinedHour", "gpus_from_usage", "join_gpu_hours", "join_node_hours"]
 
-_MICROS = Decimal(1_000_000)
-_Q6 = Decimal("0.000001")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,46 +125,104 @@ WITH per_gpu AS (
     FROM per_gpu
     GROUP BY ALL
 )
-SELECT c.idx, u.gpus_seen, u.mean_util, u.idle_gpus, u.memory_held, u.rank, u.container
-FROM costs AS c
-LEFT JOIN hosts AS h ON c.key = h.key
-LEFT JOIN per_host AS u ON u.sid = h.sid AND u.hour = c.hour
-QUALIFY ROW_NUMBER() OVER (
-    PARTITION BY c.idx ORDER BY u.gpus_seen DESC NULLS LAST, c.pos, h.pos, u.sid
-) = 1
-ORDER BY c.idx
+SELECT * FROM (
+    SELECT c.idx, u.gpus_seen, u.mean_util, u.idle_gpus, u.memory_held, u.rank, u.container
+    FROM costs AS c
+    JOIN node_keys AS k ON k.node = c.node
+    LEFT JOIN hosts AS h ON k.key = h.key
+    LEFT JOIN per_host AS u ON u.sid = h.sid AND u.hour = c.hour
+    QUALIFY ROW_NUMBER() OVER (
+        PARTITION BY c.idx ORDER BY u.gpus_seen DESC NULLS LAST, k.pos, h.pos, u.sid
+    ) = 1
+)
+WHERE gpus_seen IS NOT NULL
+ORDER BY idx
 """
 
 _SIGNALS = list(Signal)
 _NODE = Signal.NODE_DUTY_CYCLE
+_COLUMNS = tuple(f.name for f in fields(GpuCostHour))
 
 
-def _gpus_from_usage(c: GpuCostHour) -> int:
+class GpuNodeHours:
+    """GPU spend per node-hour, one list per `GpuCostHour` field: what the billing engine returns,
+    joined and priced without one Python object per node-hour (86k of them on 30 days of the bench's
+    scale-5 fleet). `rows()` gives the `GpuCostHour`s back (tests, tools, estimates)."""
+
+    __slots__ = ("_identities", "columns")
+
+    def __init__(self, columns: dict[str, list[Any]]) -> None:
+        if missing := set(_COLUMNS) - columns.keys():
+            raise ValueError(f"GpuNodeHours lacks columns {sorted(missing)}")
+        lengths = {len(v) for v in columns.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"GpuNodeHours columns differ in length: {sorted(lengths)}")
+        self.columns = columns
+        self._identities: tuple[list[int], list[list[str]]] | None = None
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[GpuCostHour]) -> GpuNodeHours:
+        return cls({name: [getattr(r, name) for r in rows] for name in _COLUMNS})
+
+    def __len__(self) -> int:
+        return len(self.columns["hour"])
+
+    def __getitem__(self, name: str) -> list[Any]:
+        return self.columns[name]
+
+    def row(self, i: int) -> GpuCostHour:
+        return GpuCostHour(*(self.columns[name][i] for name in _COLUMNS))
+
+    def rows(self) -> list[GpuCostHour]:
+        return [self.row(i) for i in range(len(self))]
+
+    def identities(self) -> tuple[list[int], list[list[str]]]:
+        """(each node-hour's node number, each node's identity keys, primary first:
+        `monitor.gpu_identity.billed_identities`), computed once per distinct node, not per hour."""
+        if self._identities is None:
+            c = self.columns
+            numbers: dict[tuple, int] = {}
+            node_of = [
+                numbers.setdefault(ident, len(numbers))
+                for ident in zip(c["project"], c["zone"], c["instance"], c["instance_id"], c["cluster"], strict=True)
+            ]
+            keys_of = [[n.key for n in billed_identities(*ident)] for ident in numbers]
+            self._identities = (node_of, keys_of)
+        return self._identities
+
+
+def gpus_from_usage(machine_type: str | None, gpu_hours: Decimal) -> int:
     """GPUs attached: from the machine type when billing names it (`a3-highgpu-8g` => 8), else from
     the GPU-hours billed in the hour (exact for a full hour); at least one."""
-    known = gpus_for_machine_type(c.machine_type) if c.machine_type else None
+    known = gpus_for_machine_type(machine_type) if machine_type else None
     if known is not None:
         return known.count
-    return max(1, int((c.gpu_hours + Decimal("0.5")).to_integral_value()))
+    return max(1, int((gpu_hours + Decimal("0.5")).to_integral_value()))
 
 
-def _frames(costs: Sequence[GpuCostHour], hours: Sequence[UtilHour]) -> tuple[pd.DataFrame, ...]:
-    """costs (idx, pos, key, hour), hosts (sid, pos, key) and GPU-hours (sid, gpu, hour, ...).
+def _hour_numbers(hours: Sequence[datetime]) -> list[int]:
+    """Hours as epoch seconds (join keys), converted once per distinct hour."""
+    seen: dict[datetime, int] = {}
+    return [seen[h] if h in seen else seen.setdefault(h, int(h.timestamp())) for h in hours]
 
-    pandas is imported here: it costs half a second of start-up to every command that joins nothing."""
-    import pandas as pd
 
-    cost_rows: list[tuple[int, int, str | None, datetime]] = []
-    for i, c in enumerate(costs):
-        ids = billed_identities(c.project, c.zone, c.instance, c.instance_id, c.cluster)
-        cost_rows += [(i, pos, n.key, c.hour) for pos, n in enumerate(ids)] or [(i, 0, None, c.hour)]
-    cost_df = pd.DataFrame(cost_rows, columns=["idx", "pos", "key", "hour"])
+def _tables(nodes: GpuNodeHours, hours: Sequence[UtilHour]) -> dict[str, pa.Table]:
+    """costs (idx, node, hour), node keys (node, pos, key), hosts (sid, pos, key) and GPU-hours
+    (sid, gpu, hour, ...) as Arrow tables for the join.
+
+    pyarrow is imported here: commands that join nothing do not pay for it."""
+    import pyarrow as pa
+
+    node_of, keys_of = nodes.identities()
+    node_keys = [(n, pos, k) for n, keys in enumerate(keys_of) for pos, k in enumerate(keys)]
+    node_keys += [(n, 0, None) for n, keys in enumerate(keys_of) if not keys]
     # a host is its primary identity (samples of one node may differ in zone or name labels); it
     # answers to every alias any of its samples has
     seen: dict[tuple, int] = {}
     primary: dict[str, int] = {}
     aliases: dict[tuple[int, str], int] = {}
     sid_col: list[int] = []
+    ranks = {s: Signal.rank(s) for s in {h.signal for h in hours}}
     for h in hours:
         ids = (h.project, h.zone, h.instance_id, h.instance_name, h.cluster, h.node_name)
         sid = seen.get(ids)
@@ -176,64 +232,101 @@ def _frames(costs: Sequence[GpuCostHour], hours: Sequence[UtilHour]) -> tuple[pd
             for pos, k in enumerate(keys):
                 aliases[(sid, k)] = min(pos, aliases.get((sid, k), pos))
         sid_col.append(sid)
-    host_df = pd.DataFrame(
-        [(sid, pos, k) for (sid, k), pos in aliases.items()], columns=["sid", "pos", "key"]
-    )
-    hour_df = pd.DataFrame(
-        {
-            "sid": sid_col,
-            "gpu": pd.Series([h.gpu for h in hours], dtype="object"),
-            "hour": pd.to_datetime([h.hour for h in hours], utc=True),
-            "samples": pd.Series([h.samples for h in hours], dtype="int64"),
-            "pct_sum": pd.Series([h.pct_sum for h in hours], dtype="float64"),
-            "memory_max": pd.Series([h.memory_max for h in hours], dtype="float64"),
-            "rank": pd.Series([Signal.rank(h.signal) for h in hours], dtype="int64"),
-            "container": pd.Series([h.container for h in hours], dtype="bool"),
-        }
-    )
-    return cost_df, host_df, hour_df
+
+    def table(names: Sequence[str], rows: Sequence[tuple], types: Sequence[pa.DataType]) -> pa.Table:
+        cols = list(zip(*rows, strict=True)) if rows else [()] * len(names)
+        return pa.table([pa.array(c, type=t) for c, t in zip(cols, types, strict=True)], names=list(names))
+
+    return {
+        "costs": pa.table(
+            {
+                "idx": pa.array(range(len(nodes)), pa.int64()),
+                "node": pa.array(node_of, pa.int64()),
+                "hour": pa.array(_hour_numbers(nodes["hour"]), pa.int64()),
+            }
+        ),
+        "node_keys": table(("node", "pos", "key"), node_keys, (pa.int64(), pa.int64(), pa.string())),
+        "hosts": table(
+            ("sid", "pos", "key"),
+            [(sid, pos, k) for (sid, k), pos in aliases.items()],
+            (pa.int64(), pa.int64(), pa.string()),
+        ),
+        "hours": pa.table(
+            {
+                "sid": pa.array(sid_col, pa.int64()),
+                "gpu": pa.array([h.gpu for h in hours], pa.string()),
+                "hour": pa.array(_hour_numbers([h.hour for h in hours]), pa.int64()),
+                "samples": pa.array([h.samples for h in hours], pa.int64()),
+                "pct_sum": pa.array([h.pct_sum for h in hours], pa.float64()),
+                "memory_max": pa.array([h.memory_max for h in hours], pa.float64()),
+                "rank": pa.array([ranks[h.signal] for h in hours], pa.int64()),
+                "container": pa.array([bool(h.container) for h in hours], pa.bool_()),
+            }
+        ),
+    }
 
 
-def join_gpu_hours(
-    costs: Sequence[GpuCostHour], hours: Sequence[UtilHour], idle_threshold_pct: float
-) -> list[JoinedHour]:
-    """Join GPU spend to utilization per GPU and hour (`monitor.utilization.hourly`).
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """What utilization says of one billed node-hour (absent: unmonitored)."""
+
+    gpus: int
+    mean_utilization_pct: float
+    idle_gpus: int
+    memory_held: bool | None
+    signal: str | None
+    container_metrics: bool | None
+
+
+def join_node_hours(
+    nodes: GpuNodeHours, hours: Sequence[UtilHour], idle_threshold_pct: float
+) -> list[Joined | None]:
+    """Per node-hour of `nodes`, in order: its utilization (per GPU and hour:
+    `monitor.utilization.hourly`), None when no monitored host matches it.
 
     Each joined hour says which signal it was judged on (the best one seen in the hour) and, for a
     GKE node judged on its node duty cycle, whether it had container metrics at all.
     """
-    if not costs:
-        return []
-    cost_df, host_df, hour_df = _frames(costs, hours)
+    out: list[Joined | None] = [None] * len(nodes)
+    if not nodes or not hours:
+        return out
     con = duckdb.connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
         # One thread: the per-GPU means are float sums, and a parallel aggregate adds them in a
         # different order each run, so a finding's evidence changed in its last digits between
-        # identical runs. The inputs are per GPU-hour, a few thousand rows: one thread is enough.
+        # identical runs.
         con.execute("SET threads = 1")
-        con.register("costs", cost_df)
-        con.register("hosts", host_df)
-        con.register("hours", hour_df)
+        for name, table in _tables(nodes, hours).items():
+            con.register(name, table)
         result = con.execute(_JOIN_SQL, {"threshold": idle_threshold_pct}).fetchall()
     finally:
         con.close()
-    out: list[JoinedHour] = []
     for idx, gpus_seen, mean_util, idle_gpus, memory_held, rank, container in result:
-        c = costs[idx]
-        if gpus_seen is None:
-            out.append(JoinedHour(c, _gpus_from_usage(c), None, 0, None))
-            continue
         signal = _SIGNALS[rank].value if rank < len(_SIGNALS) else None
-        out.append(
-            JoinedHour(
-                c,
-                int(gpus_seen),
-                float(mean_util),
-                int(idle_gpus),
-                memory_held,
-                signal=signal,
-                container_metrics=bool(container) if signal == _NODE else None,
-            )
+        out[idx] = Joined(
+            int(gpus_seen),
+            float(mean_util),
+            int(idle_gpus),
+            memory_held,
+            signal,
+            bool(container) if signal == _NODE else None,
         )
+    return out
+
+
+def join_gpu_hours(
+    costs: Sequence[GpuCostHour], hours: Sequence[UtilHour], idle_threshold_pct: float
+) -> list[JoinedHour]:
+    """`join_node_hours` over `GpuCostHour`s, one `JoinedHour` each (tests and tools)."""
+    out: list[JoinedHour] = []
+    for c, j in zip(costs, join_node_hours(GpuNodeHours.from_rows(costs), hours, idle_threshold_pct), strict=True):
+        if j is None:
+            out.append(JoinedHour(c, gpus_from_usage(c.machine_type, c.gpu_hours), None, 0, None))
+        else:
+            out.append(
+                JoinedHour(
+                    c, j.gpus, j.mean_utilization_pct, j.idle_gpus, j.memory_held, j.signal, j.container_metrics
+                )
+            )
     return out

@@ -24,7 +24,7 @@ from decimal import Decimal
 
 import pytest
 
-from monitor.assemble import gpu_hours
+from monitor.assemble import gpu_hours, gpu_node_hours
 from monitor.billing_poll import HourlyCost
 from monitor.detectors.idle_gpu import MPS_FALLBACK, IdleGpu
 from monitor.detectors.inputs import DetectorInputs, GpuHour
@@ -38,8 +38,9 @@ from monitor.gpu_identity import (
     sample_identities,
 )
 from monitor.gpu_rollups import rollups, split_exact, summarize_instances
+from monitor.gpus import GpuNodeHours
 from monitor.utilization import GpuSample, assemble, parse_series, resolve_duty_cycles, util_hours
-from tests.aggregates import node_hours
+from tests.aggregates import node_hours, stored
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
 H = timedelta(hours=1)
@@ -494,6 +495,44 @@ def test_rollups_per_node_pool_and_per_namespace_add_up_to_the_cent() -> None:
     assert ns["team-llm"].gpu_cost == D(176) and ns["team-llm"].idle_cost == D(88)  # half of node 0
     assert ns[None].gpu_cost == D("42.666668") + D(352)  # unlabeled share plus the other node
     assert [r.group for r in rollups(instances, by=["node_pool"])] == ["node_pool"]
+
+
+def test_the_stores_node_hours_join_column_by_column() -> None:
+    """The daemon joins the store's node-hours column by column (`gpu_node_hours`), never as
+    `GpuCostHour`s: namespace splits, commitment credits, an unmonitored node and estimates (the
+    provisional hour utilization covers and billing does not) come out as the rows say."""
+    rows = []
+    for h in range(4):
+        rows += [
+            billed(h, NODES[0], gross=44_000_000, namespace="team-llm", gpu_hours=4.0),
+            billed(h, NODES[0], gross=33_333_333, namespace="team-vision", gpu_hours=3.03),
+            billed(h, NODES[0], gross=10_666_667, namespace=None, gpu_hours=0.97),
+            billed(h, NODES[1], cud=-30_000_000),
+            billed(h, NODES[2]),  # never monitored
+        ]
+    series = [s for n in NODES[:2] for s in node_series(k8s_node, n, range(5), busy_until=2)]
+    util = util_hours(parsed(series))
+    columns = gpu_node_hours(stored(rows), T0, T0 + 4 * H, T0 + 2 * H)
+    assert len(columns) == 12
+    by_columns = gpu_hours(columns, util, 10.0, Prices(), T0 + 5 * H, T0 + 2 * H)
+    by_rows = gpu_hours(columns.rows(), util, 10.0, Prices(), T0 + 5 * H, T0 + 2 * H)
+    assert by_columns == by_rows
+    assert sum(g.estimated for g in by_columns) == 2  # hour 4 of the two monitored nodes
+    assert [g.monitored for g in by_columns if g.instance == NODES[2]] == [False] * 4
+    first = next(g for g in by_columns if g.instance == NODES[0])
+    assert first.namespaces == {"team-llm": D(44), "team-vision": D("33.333333")}
+    assert (first.gpu_hours, first.gpu_cost) == (D("8.00"), D(88))
+    committed = [g for g in by_columns if g.instance == NODES[1] and not g.estimated]
+    assert [g.idle_cost for g in committed] == [0, 0, D(58), D(58)]  # 88 gross - 30 CUD, idle from hour 2
+    assert {g.gpu_credits for g in committed} == {D(-30)}
+
+
+def test_node_hour_columns_must_be_whole() -> None:
+    whole = GpuNodeHours.from_rows(node_hours([billed(0), billed(1)]))
+    with pytest.raises(ValueError, match="lacks columns"):
+        GpuNodeHours({k: v for k, v in whole.columns.items() if k != "zone"})
+    with pytest.raises(ValueError, match="differ in length"):
+        GpuNodeHours(whole.columns | {"zone": ["us-central1-a"]})
 
 
 def test_split_exact_adds_up() -> None:
