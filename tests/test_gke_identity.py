@@ -462,16 +462,18 @@ def test_resolve_duty_cycles_keeps_the_winner_and_remembers_the_container() -> N
 # --------------------------------------------------------------------- rollups: pool, namespace
 
 
+def split_by_namespace(h: int) -> list[HourlyCost]:
+    """Node 0's hour `h` as GKE cost allocation splits it: two namespaces and an unlabeled part."""
+    return [
+        billed(h, NODES[0], gross=44_000_000, namespace="team-llm", gpu_hours=4.0),
+        billed(h, NODES[0], gross=33_333_333, namespace="team-vision", gpu_hours=3.03),
+        billed(h, NODES[0], gross=10_666_667, namespace=None, gpu_hours=0.97),
+    ]
+
+
 def test_rollups_per_node_pool_and_per_namespace_add_up_to_the_cent() -> None:
     """Cost allocation splits node 0's rows between two namespaces and leaves part unlabeled."""
-    rows = []
-    for h in range(4):
-        rows += [
-            billed(h, NODES[0], gross=44_000_000, namespace="team-llm", gpu_hours=4.0),
-            billed(h, NODES[0], gross=33_333_333, namespace="team-vision", gpu_hours=3.03),
-            billed(h, NODES[0], gross=10_666_667, namespace=None, gpu_hours=0.97),
-            billed(h, NODES[1]),
-        ]
+    rows = [r for h in range(4) for r in [*split_by_namespace(h), billed(h, NODES[1])]]
     series = node_series(k8s_node, NODES[0], range(4), busy_until=2) + node_series(
         k8s_node, NODES[1], range(4), busy_until=4
     )
@@ -501,15 +503,11 @@ def test_the_stores_node_hours_join_column_by_column() -> None:
     """The daemon joins the store's node-hours column by column (`gpu_node_hours`), never as
     `GpuCostHour`s: namespace splits, commitment credits, an unmonitored node and estimates (the
     provisional hour utilization covers and billing does not) come out as the rows say."""
-    rows = []
-    for h in range(4):
-        rows += [
-            billed(h, NODES[0], gross=44_000_000, namespace="team-llm", gpu_hours=4.0),
-            billed(h, NODES[0], gross=33_333_333, namespace="team-vision", gpu_hours=3.03),
-            billed(h, NODES[0], gross=10_666_667, namespace=None, gpu_hours=0.97),
-            billed(h, NODES[1], cud=-30_000_000),
-            billed(h, NODES[2]),  # never monitored
-        ]
+    rows = [
+        r
+        for h in range(4)
+        for r in [*split_by_namespace(h), billed(h, NODES[1], cud=-30_000_000), billed(h, NODES[2])]
+    ]  # node 2 is never monitored
     series = [s for n in NODES[:2] for s in node_series(k8s_node, n, range(5), busy_until=2)]
     util = util_hours(parsed(series))
     columns = gpu_node_hours(stored(rows), T0, T0 + 4 * H, T0 + 2 * H)
