@@ -311,9 +311,10 @@ def detection_start(window: Window, history: timedelta = timedelta(0)) -> dateti
 
 @contextmanager
 def _scratch_stores() -> Iterator[tuple[SQLiteStore, AggregateStore]]:
-    """A throwaway state store (a temp dir) and aggregate store (in memory)."""
+    """A throwaway state store and aggregate store in a temp dir: files, as the daemon's, so DuckDB
+    compresses the aggregates and its memory limit bounds what stays in memory."""
     with tempfile.TemporaryDirectory(prefix="gpucost-analyze-") as tmp:
-        store, aggregates = SQLiteStore(Path(tmp) / "state.sqlite"), AggregateStore(None)
+        store, aggregates = SQLiteStore(Path(tmp) / "state.sqlite"), AggregateStore(Path(tmp) / "aggregates.duckdb")
         try:
             yield store, aggregates
         finally:
