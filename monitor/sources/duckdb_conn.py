@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
@@ -24,10 +25,13 @@ __all__ = [
     "DEFAULT_MEMORY_LIMIT",
     "PARTITION_COLUMN",
     "REQUIRED_COLUMNS",
+    "create_parquet_view",
     "insert_arrow",
     "insert_ndjson",
     "insert_parquet",
     "open_billing_db",
+    "parquet_counts",
+    "parquet_row_rules",
 ]
 
 #: BigQuery's ingestion-time pseudo-column, a real column in the embedded table.
@@ -56,14 +60,17 @@ DEFAULT_MEMORY_LIMIT = "1GB"
 _BATCH_VIEW = "_gpucost_batch"
 
 
-def open_billing_db(path: Path | str | None, *, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+def open_billing_db(
+    path: Path | str | None, *, memory_limit: str | None = None, table: bool = True
+) -> duckdb.DuckDBPyConnection:
     """Open (or create) the DuckDB file holding `billing_export`; None opens an in-memory database.
 
     The session time zone is UTC so that `TIMESTAMP_TRUNC(.., DAY)`, `DATE(..)` and the
     `_PARTITIONTIME` day match BigQuery, whose timestamps are UTC. A file that cannot be opened (not
     a DuckDB file, locked by another process, unwritable directory) is an `InputError`.
     `memory_limit` (`billing.duckdb_memory_limit`; None: `DEFAULT_MEMORY_LIMIT`) bounds DuckDB's
-    memory; beyond it, it spills.
+    memory; beyond it, it spills. `table=False` leaves `billing_export` to the caller (a view:
+    `create_parquet_view`).
     """
     target = ":memory:" if path is None else str(path)
     try:
@@ -83,7 +90,8 @@ def open_billing_db(path: Path | str | None, *, memory_limit: str | None = None)
             spill = tempfile.mkdtemp(prefix="gpucost-duckdb-")
             atexit.register(shutil.rmtree, spill, ignore_errors=True)
             conn.execute("SET temp_directory = ?", [spill])
-        conn.execute(duckdb_create_table())
+        if table:
+            conn.execute(duckdb_create_table())
     except duckdb.Error as e:
         conn.close()
         raise InputError(target, f"cannot create table {TABLE_NAME} ({_first_line(e)})") from None
@@ -125,16 +133,64 @@ def insert_parquet(conn: duckdb.DuckDBPyConnection, path: Path) -> int:
     NULLs; missing optional columns load as NULL (empty list when REPEATED). A missing required
     column is an `InputError`; a value DuckDB cannot cast raises `duckdb.Error`.
     """
+    return _insert(conn, ", ".join(_parquet_columns(conn, path)), "read_parquet($1)", [str(path)])
+
+
+def create_parquet_view(conn: duckdb.DuckDBPyConnection, paths: Sequence[Path]) -> None:
+    """`billing_export` as a view over Parquet export files, read in place by every query: columns
+    cast as `insert_parquet` casts them, under the same row rules, which DuckDB applies to the
+    columns a query reads (`parquet_row_rules` reads them all once). The connection must not hold
+    the table (`open_billing_db(..., table=False)`)."""
+    selects = [
+        f"SELECT {', '.join(_parquet_columns(conn, p))} FROM read_parquet({_literal(p)})" for p in paths
+    ]
+    names = ", ".join(f'"{c.name}"' for c in EXPORT_SCHEMA)
+    conn.execute(
+        f'CREATE VIEW "{TABLE_NAME}" AS SELECT {names}, date_trunc(\'day\', "export_time") AS "{PARTITION_COLUMN}"'
+        f" FROM ({' UNION ALL '.join(selects)})"
+    )
+
+
+def parquet_row_rules(conn: duckdb.DuckDBPyConnection) -> None:
+    """Apply the row rules of every checked column of the view (`create_parquet_view`) to every
+    row: raises `duckdb.Error` on the first violation, as loading the files would."""
+    checked = [c.name for c in EXPORT_SCHEMA if c.mode == "REPEATED" or c.name in REQUIRED_COLUMNS]
+    conn.execute(f'SELECT {", ".join(f"count({_quote(n)})" for n in checked)} FROM "{TABLE_NAME}"').fetchall()
+
+
+def parquet_counts(conn: duckdb.DuckDBPyConnection, path: Path) -> tuple[int, int]:
+    """(rows, rows with a resource) of a Parquet export file: its metadata and one column."""
+    present = _present(conn, path)
+    counted = "count(resource)" if "resource" in present else "0"
+    ((rows, resources),) = conn.execute(f"SELECT count(*), {counted} FROM read_parquet($1)", [str(path)]).fetchall()
+    return int(rows), int(resources)
+
+
+def _present(conn: duckdb.DuckDBPyConnection, path: Path) -> set[str]:
     probe = conn.execute("SELECT * FROM read_parquet($1) LIMIT 0", [str(path)])
-    present = {d[0] for d in probe.description}
+    return {d[0] for d in probe.description}
+
+
+def _parquet_columns(conn: duckdb.DuckDBPyConnection, path: Path) -> list[str]:
+    """The checked, cast select list of a Parquet file's export columns (NULL where absent)."""
+    present = _present(conn, path)
     missing = [name for name in REQUIRED_COLUMNS if name not in present]
     if missing:
         raise InputError(str(path), f'missing required column "{missing[0]}"{foreign_hint(present)}')
     select = []
     for c in EXPORT_SCHEMA:
-        source = f'"{c.name}"' if c.name in present else "NULL"
+        source = _quote(c.name) if c.name in present else "NULL"
         select.append(_checked(f"CAST({source} AS {duckdb_type(c)})", c))
-    return _insert(conn, ", ".join(select), "read_parquet($1)", [str(path)])
+    return select
+
+
+def _quote(name: str) -> str:
+    return f'"{name}"'
+
+
+def _literal(path: Path) -> str:
+    """A path as an SQL string literal (a view cannot take parameters)."""
+    return "'" + str(path).replace("'", "''") + "'"
 
 
 def _checked(expr: str, col: Column) -> str:

@@ -75,6 +75,7 @@ __all__ = [
     "load_billing",
     "load_rows",
     "normalize_row",
+    "view_billing",
 ]
 
 log = logging.getLogger(__name__)
@@ -372,6 +373,59 @@ def load_billing(
         native = [Path(p) for p in paths if detect_format(Path(p)) is not FileFormat.CSV]
         _check_zones(conn, native)
         _check_native(conn, native)
+    _warn_standard(standard)
+    if progress is not None:
+        progress.describe("")
+        progress.update(len(paths), total=len(paths), unit="files")
+    return LoadReport(
+        files=len(paths), rows=sum(per_file.values()), per_file=per_file, standard=tuple(standard)
+    )
+
+
+def view_billing(
+    paths: Sequence[Path], conn: duckdb.DuckDBPyConnection, *, progress: Progress | None = None
+) -> LoadReport:
+    """Parquet export files as the `billing_export` view (`create_parquet_view`), read in place by
+    every query instead of copied: copying the bench's scale-5 export (521k rows) took 2.4 s into
+    memory and 3.8 s into a file, longer than all of `analyze`'s queries over it, and held 615 MB.
+
+    The files are checked as `load_billing` checks them, each rule once over every row (required
+    fields, list elements, time zones, refused amounts), with the same errors; `conn` must not hold
+    the table (`open_billing_db(..., table=False)`).
+    """
+    files = [Path(p) for p in paths]
+    for path in files:
+        if detect_format(path) is not FileFormat.PARQUET:
+            raise ValueError(f"view_billing reads Parquet files only: {path}")
+        if not path.is_file():
+            raise InputError(str(path), "no such file")
+    if progress is not None:
+        progress.describe(", ".join(p.name for p in files))
+    per_file: dict[str, int] = {}
+    standard: list[str] = []
+    try:
+        db.create_parquet_view(conn, files)
+        for path in files:
+            rows, resources = db.parquet_counts(conn, path)
+            per_file[str(path)] = per_file.get(str(path), 0) + _nonempty(rows, path)
+            if resources == 0 and str(path) not in standard:
+                standard.append(str(path))
+        db.parquet_row_rules(conn)
+    except (duckdb.Error, UnicodeDecodeError) as e:
+        for path in files:
+            _locate(path)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(", ".join(map(str, files)), f"DuckDB could not read the file ({first})") from None
+    _check_zones(conn, files)
+    _check_native(conn, files)
+    _warn_standard(standard)
+    if progress is not None:
+        progress.describe("")
+        progress.update(len(files), total=len(files), unit="files")
+    return LoadReport(files=len(files), rows=sum(per_file.values()), per_file=per_file, standard=tuple(standard))
+
+
+def _warn_standard(standard: Sequence[str]) -> None:
     for name in standard:
         log.warning(
             "%s: no row has resource.name / resource.global_name: this is the standard usage cost export,"
@@ -380,12 +434,6 @@ def load_billing(
             name,
             extra={"file": name},
         )
-    if progress is not None:
-        progress.describe("")
-        progress.update(len(paths), total=len(paths), unit="files")
-    return LoadReport(
-        files=len(paths), rows=sum(per_file.values()), per_file=per_file, standard=tuple(standard)
-    )
 
 
 def _resources(conn: duckdb.DuckDBPyConnection) -> int:
