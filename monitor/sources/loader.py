@@ -373,13 +373,7 @@ def load_billing(
         native = [Path(p) for p in paths if detect_format(Path(p)) is not FileFormat.CSV]
         _check_zones(conn, native)
         _check_native(conn, native)
-    _warn_standard(standard)
-    if progress is not None:
-        progress.describe("")
-        progress.update(len(paths), total=len(paths), unit="files")
-    return LoadReport(
-        files=len(paths), rows=sum(per_file.values()), per_file=per_file, standard=tuple(standard)
-    )
+    return _report(len(paths), per_file, standard, progress)
 
 
 def view_billing(
@@ -418,14 +412,11 @@ def view_billing(
         raise InputError(", ".join(map(str, files)), f"DuckDB could not read the file ({first})") from None
     _check_zones(conn, files)
     _check_native(conn, files)
-    _warn_standard(standard)
-    if progress is not None:
-        progress.describe("")
-        progress.update(len(files), total=len(files), unit="files")
-    return LoadReport(files=len(files), rows=sum(per_file.values()), per_file=per_file, standard=tuple(standard))
+    return _report(len(files), per_file, standard, progress)
 
 
-def _warn_standard(standard: Sequence[str]) -> None:
+def _report(files: int, per_file: dict[str, int], standard: list[str], progress: Progress | None) -> LoadReport:
+    """The load's report, once its files are in: a warning per standard-export file, progress done."""
     for name in standard:
         log.warning(
             "%s: no row has resource.name / resource.global_name: this is the standard usage cost export,"
@@ -434,6 +425,10 @@ def _warn_standard(standard: Sequence[str]) -> None:
             name,
             extra={"file": name},
         )
+    if progress is not None:
+        progress.describe("")
+        progress.update(files, total=files, unit="files")
+    return LoadReport(files=files, rows=sum(per_file.values()), per_file=per_file, standard=tuple(standard))
 
 
 def _resources(conn: duckdb.DuckDBPyConnection) -> int:
