@@ -409,7 +409,8 @@ def test_every_injected_cost_is_alerted_ongoing_alone_past_in_the_summary(run: R
         label = (h["kind"], h["variant"], h["scope"]["instance"] or h["scope"]["project"])
         found = [f for f in run.findings if matches(h, f)]
         if len(found) != 1:
-            problems.append((*label, f"{len(found)} findings"))
+            seen = [(f["title"], f["evidence"].get("window") or f["evidence"].get("window_start")) for f in found]
+            problems.append((*label, f"{len(found)} findings", seen))
             continue
         f = found[0]
         if h in ongoing:

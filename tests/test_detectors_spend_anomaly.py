@@ -335,3 +335,36 @@ def test_a_jump_flagged_hourly_today_and_daily_tomorrow_is_one_fingerprint(tmp_p
         process(findings, T0 + timedelta(hours=hour), deps)
         deliver_outbox(deps, T0 + timedelta(hours=hour))
     assert len((tmp_path / "alerts" / "alerts.jsonl").read_text().splitlines()) == 1
+
+
+@pytest.mark.parametrize("began", [20, 21, 22, 23])
+@pytest.mark.parametrize("now", [10, 16, 22])
+def test_a_jump_flagged_daily_and_still_running_today_is_one_finding(began, now) -> None:
+    """+$60/h from `began` o'clock on day 21 until 05:00 on day 24, seen at `now` o'clock on day 24:
+    days 22 and 23 are flagged daily and the morning of day 24 (not flagged: pro rata, the day is
+    ordinary) is anomalous hour by hour. A jump that began in a day's last `hourly_min_hours` - 1
+    hours is dated the next day by both checks, whatever the hour the detection runs."""
+    jump, stop = 21 * 24 + began, 24 * 24 + 5
+    rows = [cost(h, "compute.gpu", str(D(40) + (D(60) if jump <= h < stop else 0))) for h in range(25 * 24)]
+    (f,) = windowed(rows, 14, 11, now_hours=24 * 24 + now)
+    assert f.evidence["granularity"] == "daily"
+    assert f.evidence["started"] == ("2026-11-23" if began <= 21 else "2026-11-24")
+    # the hourly run alone (the daily check quiet) is dated by the same rule
+    (h,) = windowed(rows, 14, 11, SpendAnomalyConfig(min_relative_increase=100), now_hours=24 * 24 + 22)
+    assert h.evidence["granularity"] == "hourly" and h.evidence["started"] == f.evidence["started"]
+
+
+def test_an_hourly_run_continuing_a_flagged_jump_takes_its_start_day() -> None:
+    """+$1,000/h at 22:00 and 23:00 on day 21, then +$60/h until 05:00 on day 24: those two hours
+    make day 21 itself a flagged day, so the daily check dates the jump day 21, where `start_day`
+    alone would date it day 22. Day 24's morning hours walk back into the flagged days and take day
+    21: one jump, one finding."""
+    jump, stop = 21 * 24 + 22, 24 * 24 + 5
+
+    def step(h: int) -> D:
+        return D(0) if not jump <= h < stop else D(1000) if h < jump + 2 else D(60)
+
+    rows = [cost(h, "compute.gpu", str(D(40) + step(h))) for h in range(25 * 24)]
+    (f,) = windowed(rows, 14, 11, now_hours=24 * 24 + 22)
+    assert f.evidence["granularity"] == "daily" and f.evidence["started"] == "2026-11-23"
+    assert f.evidence["days"][0]["date"] == "2026-11-23"

@@ -34,7 +34,8 @@ One jump, one alert: a finding's fingerprint is its scope plus the day the jump 
 day of its latest run of flagged days, or the day its first anomalous hour fell on), so a jump
 flagged hourly today and daily tomorrow keeps one fingerprint and the alert pipeline updates it.
 A daily run whose previous day ended with at least `hourly_min_hours` anomalous hours started on
-that previous day; an hourly run continuing a daily-flagged jump is that jump, not a new finding.
+that previous day; an hourly run continuing a daily-flagged jump (its anomalous hours reach back to a
+flagged day) is that jump, not a new finding.
 """
 
 from __future__ import annotations
@@ -134,14 +135,16 @@ def _history_days(inputs: DetectorInputs, first_reported: date, lookback: int) -
     return out
 
 
-def _run_start(flagged: Sequence[_Day]) -> date:
-    """The first day of the latest run of consecutive flagged days."""
-    start = flagged[-1].day
-    for f in reversed(flagged[:-1]):
-        if (start - f.day).days != 1:
-            break
-        start = f.day
-    return start
+def _run_starts(flagged: Sequence[_Day]) -> dict[date, date]:
+    """Each flagged day and the first day of its run of consecutive flagged days."""
+    out: dict[date, date] = {}
+    start: date | None = None
+    for i, f in enumerate(flagged):
+        if i == 0 or (f.day - flagged[i - 1].day).days != 1:
+            start = f.day
+        assert start is not None
+        out[f.day] = start
+    return out
 
 
 def _days(inputs: DetectorInputs, now: datetime) -> list[tuple[date, int]]:
@@ -181,17 +184,21 @@ class SpendAnomaly(Detector):
         first_reported = reported[0][0]
         hourly = project_hours(self, inputs, end) if self.config.hourly else {}
         findings: list[Finding] = []
-        daily_flagged: dict[str | None, set[date]] = defaultdict(set)
+        # each day the daily check flags, with the start day of the project's jump it belongs to
+        # (None: a category's), so an hourly run continuing a flagged jump is dated (and
+        # fingerprinted) as that jump
+        daily_flagged: dict[str | None, dict[date, date | None]] = defaultdict(dict)
         for project in sorted(proj, key=str):
             flagged = self._flag(proj[project], days, provisional_days)
-            daily_flagged[project] |= {f.day for f in flagged}
+            starts = _run_starts(flagged)
+            if project in hourly:
+                moved = {d: continued_from(self, hourly[project], d) for d in set(starts.values())}
+                starts = {d: moved[start] for d, start in starts.items()}
+            daily_flagged[project].update(starts)
             shown = [f for f in flagged if f.day >= first_reported]
             if shown:
-                start = _run_start(flagged)
-                if project in hourly:
-                    start = continued_from(self, hourly[project], start)
                 drivers = _drivers(project, shown, sub, days)
-                findings.extend(self._finding(project, None, shown, drivers, start))
+                findings.extend(self._finding(project, None, shown, drivers, starts[flagged[-1].day]))
             if not self.config.per_category:
                 continue
             skip = {f.day for f in flagged}
@@ -199,11 +206,13 @@ class SpendAnomaly(Detector):
                 if p != project:
                     continue
                 cat_flagged = [f for f in self._flag(series, days, provisional_days) if f.day not in skip]
-                daily_flagged[project] |= {f.day for f in cat_flagged}
+                cat_starts = _run_starts(cat_flagged)
+                for d in cat_starts:
+                    daily_flagged[project].setdefault(d, None)
                 cat_shown = [f for f in cat_flagged if f.day >= first_reported]
                 if cat_shown:
                     drivers = _drivers(project, cat_shown, sub, days, lambda s, c=category: s.startswith(c))
-                    start = _run_start(cat_flagged)
+                    start = cat_starts[cat_flagged[-1].day]
                     findings.extend(self._finding(project, category, cat_shown, drivers, start))
         if self.config.hourly:
             taken = {f.fingerprint for f in findings}

@@ -7,10 +7,12 @@ anomalous hours (relative and absolute thresholds both met) is one finding. Hour
 check already flags are not judged, so one jump is never reported twice. Baselines reach before the
 window when the inputs carry history (`DetectorInputs.history_start`).
 
-The finding's fingerprint is the project plus the day the jump started: the day of the earliest
-anomalous hour reached walking back from the run, past the reported window if need be. The daily
-check uses the same day (`continued_from`), so a jump seen hourly today and daily tomorrow is one
-alert.
+The finding's fingerprint is the project plus the day the jump started (`start_day`): walking back
+from the run to the jump's earliest anomalous hour, past the reported window if need be, the day its
+first `hourly_min_hours` anomalous hours complete. The daily check dates its runs by the same rule
+(`continued_from`), so a jump seen hourly today and daily tomorrow is one alert; and a run whose walk
+back crosses a day the daily check flags takes that flagged jump's day, so a jump flagged daily and
+still running today is one alert too.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from monitor.detectors.costs import CostSum
 from monitor.detectors.inputs import DetectorInputs
 from monitor.model import Finding, Scope, Severity, fingerprint
 
-__all__ = ["MAD_TO_SIGMA", "continued_from", "hourly_findings", "jump_start", "project_hours"]
+__all__ = ["MAD_TO_SIGMA", "continued_from", "hourly_findings", "jump_start", "project_hours", "start_day"]
 
 #: MAD x 1.4826 estimates the standard deviation of normally distributed values.
 MAD_TO_SIGMA = Decimal("1.4826")
@@ -109,11 +111,13 @@ def hourly_findings(
     det: SpendAnomalyLike,
     inputs: DetectorInputs,
     now: datetime,
-    daily_flagged: Mapping[str | None, set[date]],
+    daily_flagged: Mapping[str | None, Mapping[date, date | None]],
     series: Mapping[str | None, Mapping[datetime, Decimal]] | None = None,
 ) -> list[Finding]:
     """Hourly findings per project, leaving out hours on days the daily check already flags.
-    `series`: `project_hours(det, inputs, ...)` when the caller already built it."""
+    `daily_flagged`: per project, each flagged day and the start day of the project's jump it
+    belongs to (None for a category's). `series`: `project_hours(det, inputs, ...)` when the caller
+    already built it."""
     end = min(inputs.window_end, now).astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     cutoff = end - det.config.hourly_skip_recent_hours * ONE_HOUR
     lo = max(cutoff - det.config.hourly_window_hours * ONE_HOUR, inputs.window_start)
@@ -124,7 +128,7 @@ def hourly_findings(
     }
     findings: list[Finding] = []
     for project in sorted(series, key=str):
-        s, done = series[project], daily_flagged.get(project, set())
+        s, done = series[project], daily_flagged.get(project, {})
         if not s:
             continue
         first = min(s)
@@ -136,9 +140,30 @@ def hourly_findings(
             h += ONE_HOUR
         runs = _runs(hours, det.config.hourly_min_hours)
         if runs:
-            started = jump_start(det, s, runs[0][0].hour) or runs[0][0].hour
-            findings.extend(_hourly_finding(det, project, runs, started.date()))
+            began = jump_start(det, s, runs[0][0].hour) or runs[0][0].hour
+            findings.extend(_hourly_finding(det, project, runs, _started(det, began, runs[0][0].hour, done)))
     return findings
+
+
+def start_day(det: SpendAnomalyLike, began: datetime) -> date:
+    """The day a jump that began at hour `began` is dated by: the day its first `hourly_min_hours`
+    anomalous hours complete, the first day the hourly check could flag it. A jump that began in a
+    day's last hours is the next day's, as the daily check, which sees that next day, dates it."""
+    return (began + (det.config.hourly_min_hours - 1) * ONE_HOUR).date()
+
+
+def _started(
+    det: SpendAnomalyLike, began: datetime, first: datetime, flagged: Mapping[date, date | None]
+) -> date:
+    """An hourly run's start day. When its jump (walked back from the run's `first` hour to `began`)
+    crosses a day the daily check flags for the project, the run continues that flagged jump and
+    takes its start day, so both carry one fingerprint; else `start_day`."""
+    d = first.date() - _DAY
+    while d >= began.date():
+        if (flagged_start := flagged.get(d)) is not None:
+            return flagged_start
+        d -= _DAY
+    return start_day(det, began)
 
 
 def project_hours(
@@ -170,10 +195,8 @@ def continued_from(det: SpendAnomalyLike, s: Mapping[datetime, Decimal], day: da
     """The day a jump first flagged on `day` (daily) started: the previous day when it ended with at
     least `hourly_min_hours` anomalous hours (a jump that began in the evening), else `day`."""
     midnight = datetime.combine(day, datetime.min.time(), UTC)
-    start = jump_start(det, s, midnight - ONE_HOUR)
-    if start is None or midnight - start < det.config.hourly_min_hours * ONE_HOUR:
-        return day
-    return start.date()
+    began = jump_start(det, s, midnight - ONE_HOUR)
+    return day if began is None else min(day, start_day(det, began))
 
 
 def _judge_hour(
