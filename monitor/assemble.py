@@ -19,7 +19,15 @@ from monitor.detectors.costs import Costs
 from monitor.detectors.inputs import BudgetSpec, CostHour, DetectorInputs, GpuHour, PriceLookup
 from monitor.gpu_identity import node_pool_from_name, sample_identities
 from monitor.gpu_models import normalize_gpu_model, parse_sku_description, region_of
-from monitor.gpus import GpuCostHour, GpuNodeHours, Joined, gpus_from_usage, join_node_hours
+from monitor.gpus import (
+    GpuCostHour,
+    GpuNodeHours,
+    Joined,
+    effective_micros,
+    gpus_from_usage,
+    idle_share,
+    join_node_hours,
+)
 from monitor.model import micros_to_decimal
 from monitor.sources.presets import Signal
 from monitor.state.analytics import AggregateStore
@@ -155,7 +163,7 @@ def _billed(nodes: GpuNodeHours, joined: Sequence[Joined | None]) -> list[GpuHou
         c["region"], c["instance_id"], c["cluster"], c["machine_type"], c["pricing_model"], c["labels"],
         c["node_pool"], c["namespaces"], c["cud_micros"], c["sud_micros"], joined, strict=True,
     ):  # fmt: skip
-        effective = max(0, gross + cud + sud)
+        effective = effective_micros(gross, cud, sud)
         if j is None:
             gpus, mean, idle_hours, idle_micros, held, signal, container = (
                 gpus_from_usage(machine, gpu_hours), None, _ZERO, 0, None, None, None
@@ -164,8 +172,7 @@ def _billed(nodes: GpuNodeHours, joined: Sequence[Joined | None]) -> list[GpuHou
             gpus, mean, held, signal, container = (
                 j.gpus, j.mean_utilization_pct, j.memory_held, j.signal, j.container_metrics
             )  # fmt: skip
-            idle_hours = gpu_hours * j.idle_gpus / gpus if gpus else _ZERO
-            idle_micros = effective * j.idle_gpus // gpus if gpus else 0
+            idle_hours, idle_micros = idle_share(gpu_hours, effective, j.idle_gpus, gpus)
         out.append(
             GpuHour(
                 hour=hour,

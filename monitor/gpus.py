@@ -35,7 +35,17 @@ from monitor.utilization.hourly import UtilHour
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["GpuCostHour", "GpuNodeHours", "Joined", "JoinedHour", "gpus_from_usage", "join_gpu_hours", "join_node_hours"]
+__all__ = [
+    "GpuCostHour",
+    "GpuNodeHours",
+    "Joined",
+    "JoinedHour",
+    "effective_micros",
+    "gpus_from_usage",
+    "idle_share",
+    "join_gpu_hours",
+    "join_node_hours",
+]
 
 
 
@@ -71,7 +81,7 @@ class GpuCostHour:
     @property
     def effective_micros(self) -> int:
         """Gross plus commitment and sustained-use credits: what the GPU-hours really cost (>= 0)."""
-        return max(0, self.cost_micros + self.cud_micros + self.sud_micros)
+        return effective_micros(self.cost_micros, self.cud_micros, self.sud_micros)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,16 +100,28 @@ class JoinedHour:
 
     @property
     def idle_gpu_hours(self) -> Decimal:
-        if not self.monitored or self.gpus == 0:
+        if not self.monitored:
             return Decimal(0)
-        return self.cost.gpu_hours * self.idle_gpus / self.gpus
+        return idle_share(self.cost.gpu_hours, self.cost.effective_micros, self.idle_gpus, self.gpus)[0]
 
     @property
     def idle_cost_micros(self) -> int:
         """Idle GPUs' share of the effective GPU cost (after commitment / sustained-use credits)."""
-        if not self.monitored or self.gpus == 0:
+        if not self.monitored:
             return 0
-        return self.cost.effective_micros * self.idle_gpus // self.gpus
+        return idle_share(self.cost.gpu_hours, self.cost.effective_micros, self.idle_gpus, self.gpus)[1]
+
+
+def effective_micros(gross: int, cud: int, sud: int) -> int:
+    """Gross plus commitment and sustained-use credits (<= 0): what GPU-hours really cost (>= 0)."""
+    return max(0, gross + cud + sud)
+
+
+def idle_share(gpu_hours: Decimal, effective: int, idle_gpus: int, gpus: int) -> tuple[Decimal, int]:
+    """The idle GPUs' share of a node-hour: (idle GPU-hours, idle micros of the effective cost)."""
+    if gpus == 0:
+        return Decimal(0), 0
+    return gpu_hours * idle_gpus / gpus, effective * idle_gpus // gpus
 
 
 # GPU-hours are merged per host (`sid`: samples of one node may differ in zone or name labels), then

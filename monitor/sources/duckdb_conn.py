@@ -26,6 +26,7 @@ __all__ = [
     "PARTITION_COLUMN",
     "REQUIRED_COLUMNS",
     "create_parquet_view",
+    "first_line",
     "insert_arrow",
     "insert_ndjson",
     "insert_parquet",
@@ -80,7 +81,7 @@ def open_billing_db(
     except (duckdb.Error, OSError) as e:
         raise InputError(
             target,
-            f"cannot open the DuckDB database ({_first_line(e)}): pass a DuckDB file that no other "
+            f"cannot open the DuckDB database ({first_line(e)}): pass a DuckDB file that no other "
             "process holds open, or a new path",
         ) from None
     try:
@@ -94,7 +95,7 @@ def open_billing_db(
             conn.execute(duckdb_create_table())
     except duckdb.Error as e:
         conn.close()
-        raise InputError(target, f"cannot create table {TABLE_NAME} ({_first_line(e)})") from None
+        raise InputError(target, f"cannot create table {TABLE_NAME} ({first_line(e)})") from None
     return conn
 
 
@@ -219,5 +220,6 @@ def _insert(conn: duckdb.DuckDBPyConnection, select: str, source: str, params: l
     return int(row[0]) if row else 0
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
+    """An exception's first line (its type when it says nothing), for one-line errors."""
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

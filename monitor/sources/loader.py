@@ -408,7 +408,7 @@ def view_billing(
     except (duckdb.Error, UnicodeDecodeError) as e:
         for path in files:
             _locate(path)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = db.first_line(e)
         raise InputError(", ".join(map(str, files)), f"DuckDB could not read the file ({first})") from None
     _check_zones(conn, files)
     _check_native(conn, files)
@@ -489,7 +489,7 @@ def _load_file(conn: duckdb.DuckDBPyConnection, path: Path) -> int:
         # The transaction is now aborted; find the bad row in Python for a precise message. (A
         # DuckDB message quoting a value that is not valid UTF-8 fails to decode on its way here.)
         _locate(path)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = db.first_line(e)
         raise InputError(str(path), f"DuckDB could not load the file ({first})") from None
     return _nonempty(rows, path)
 
@@ -645,7 +645,7 @@ def _insert_typed(
         except duckdb.Error as e:
             for line, raw in batch:  # the transaction is aborted: name the first bad row
                 _normalize_at(raw, path, line)
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            first = db.first_line(e)
             raise InputError(path, f"DuckDB could not load the rows ({first})") from None
     return total
 
