@@ -57,6 +57,9 @@ ARROW_SCHEMA = arrow_schema()
 #: temporary directory for an in-memory one.
 DEFAULT_MEMORY_LIMIT = "1GB"
 
+#: A row's `_PARTITIONTIME`, loaded or viewed: its load day, `export_time` truncated to the UTC day.
+_LOAD_DAY = "date_trunc('day', \"export_time\")"
+
 #: Name the Arrow batch is registered under for the length of one INSERT (then unregistered).
 _BATCH_VIEW = "_gpucost_batch"
 
@@ -145,9 +148,9 @@ def create_parquet_view(conn: duckdb.DuckDBPyConnection, paths: Sequence[Path]) 
     selects = [
         f"SELECT {', '.join(_parquet_columns(conn, p))} FROM read_parquet({_literal(p)})" for p in paths
     ]
-    names = ", ".join(f'"{c.name}"' for c in EXPORT_SCHEMA)
+    names = ", ".join(_quote(c.name) for c in EXPORT_SCHEMA)
     conn.execute(
-        f'CREATE VIEW "{TABLE_NAME}" AS SELECT {names}, date_trunc(\'day\', "export_time") AS "{PARTITION_COLUMN}"'
+        f'CREATE VIEW "{TABLE_NAME}" AS SELECT {names}, {_LOAD_DAY} AS "{PARTITION_COLUMN}"'
         f" FROM ({' UNION ALL '.join(selects)})"
     )
 
@@ -214,7 +217,7 @@ def _insert(conn: duckdb.DuckDBPyConnection, select: str, source: str, params: l
     columns = ", ".join(f'"{n}"' for n in names)
     sql = (
         f'INSERT INTO "{TABLE_NAME}" ({columns}) '
-        f"SELECT *, date_trunc('day', \"export_time\") FROM (SELECT {select} FROM {source})"
+        f"SELECT *, {_LOAD_DAY} FROM (SELECT {select} FROM {source})"
     )
     row = conn.execute(sql, params).fetchone()
     return int(row[0]) if row else 0
