@@ -39,11 +39,50 @@ Point = tuple[float, float, float]
 
 
 def to_rest_json(series: Any) -> dict[str, Any]:
-    """A google-cloud-monitoring `TimeSeries` (proto-plus or raw protobuf) as the REST API's JSON."""
+    """A google-cloud-monitoring `TimeSeries` (proto-plus or raw protobuf) as the REST API's JSON:
+    exactly `MessageToDict`'s, which one parser reads for the API and for exported files alike.
+    `MessageToDict` walks every point's messages generically (11 ms for a day of 5-minute points,
+    two thirds of a backfill's time), so the common point (an interval and a double or int64 value)
+    is written here, its timestamps memoized; any other point goes through `MessageToDict`."""
     from google.protobuf.json_format import MessageToDict
 
     pb = series._pb if hasattr(series, "_pb") else series
-    return MessageToDict(pb)
+    if not pb.points:
+        return MessageToDict(pb)
+    bare = type(pb)()
+    bare.CopyFrom(pb)
+    del bare.points[:]
+    out = MessageToDict(bare)
+    out["points"] = [_point_json(p, MessageToDict) for p in pb.points]
+    return out
+
+
+def _point_json(p: Any, general: Any) -> dict[str, Any]:
+    """One Point as `MessageToDict(p)` writes it (`general` for any point not of the common shape)."""
+    kind = p.value.WhichOneof("value")
+    if not p.HasField("interval") or kind not in ("double_value", "int64_value"):
+        return general(p)
+    interval = p.interval
+    if not interval.HasField("end_time"):
+        return general(p)
+    if kind == "double_value":
+        x = p.value.double_value
+        value: dict[str, Any] = {"doubleValue": x if math.isfinite(x) else general(p.value)["doubleValue"]}
+    else:
+        value = {"int64Value": str(p.value.int64_value)}
+    span = {"endTime": _rfc3339(interval.end_time.seconds, interval.end_time.nanos)}
+    if interval.HasField("start_time"):
+        span["startTime"] = _rfc3339(interval.start_time.seconds, interval.start_time.nanos)
+    return {"interval": span, "value": value}
+
+
+@lru_cache(maxsize=1 << 16)
+def _rfc3339(seconds: int, nanos: int) -> str:
+    """A Timestamp as protobuf's JSON writes it (its own `ToJsonString`): a fleet's points share a
+    few hundred end times."""
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    return Timestamp(seconds=seconds, nanos=nanos).ToJsonString()
 
 
 def _label(ts: Mapping[str, Any], path: str) -> str | None:
