@@ -49,8 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from google.cloud import bigquery, monitoring_v3
-from google.protobuf.json_format import ParseDict
+from google.cloud import bigquery
 
 from alerts.escape import escape_mrkdwn as esc
 from monitor.schema import bigquery_schema
@@ -61,7 +60,7 @@ from tests.daemon_process import DaemonProcess, http_get
 from tests.emulators.fleet import BQ_PROJECT, DATASET, to_json_row
 from tests.emulators.wire import PARTITION_STANDIN
 from tests.fakes.catalog_server import REAL_SKUS, FakeCatalog
-from tests.fakes.monitoring_server import ScopedMonitoringServer
+from tests.fakes.monitoring_server import ScopedMonitoringServer, from_rest_json
 from tests.fakes.slack_server import FakeSlack
 from tests.test_ground_truth import matches
 
@@ -142,9 +141,7 @@ def _series(sim_start: datetime, end: datetime) -> Iterator[Any]:
     sim = FleetSimulator(SEED, sim_start, DAYS)
     _hang_now(sim, HUNG_HOURS)
     for ts in sim.utilization_series(sim_start, end):
-        pb = monitoring_v3.TimeSeries()._pb
-        ParseDict(ts, pb)
-        yield monitoring_v3.TimeSeries.wrap(pb)
+        yield from_rest_json(ts)
 
 
 # -- the daemon -------------------------------------------------------------------------------------

@@ -25,15 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from google.cloud import bigquery, monitoring_v3
-from google.protobuf.json_format import ParseDict
+from google.cloud import bigquery
 
 from monitor.schema import bigquery_schema
 from monitor.simulate import write_fleet
 from monitor.simulate.simulator import DEFAULT_START, FleetSimulator
 from tests.emulators.fleet import BQ_PROJECT, DATASET, to_json_row
 from tests.emulators.wire import PARTITION_STANDIN
-from tests.fakes.monitoring_server import ScopedMonitoringServer
+from tests.fakes.monitoring_server import ScopedMonitoringServer, from_rest_json
 from tests.test_ground_truth import IMPACT_TOLERANCE, cli_json, matches, rel_error
 
 pytest_plugins = ("tests.conftest_bq",)
@@ -187,9 +186,7 @@ def _monitoring_series(out: Path) -> Iterator[Any]:
     """The fleet's utilization files as the real service's protobuf TimeSeries (REST JSON parsed)."""
     for path in sorted((out / "utilization").glob("*.json.gz")):
         for ts in json.loads(gzip.decompress(path.read_bytes()))["timeSeries"]:
-            pb = monitoring_v3.TimeSeries()._pb
-            ParseDict(ts, pb)
-            yield monitoring_v3.TimeSeries.wrap(pb)
+            yield from_rest_json(ts)
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,11 @@ sets `units[type] = "ms"` to make a unit unknown. Descriptor requests are record
 
 from __future__ import annotations
 
+import bisect
+import functools
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from concurrent import futures
 from datetime import datetime
@@ -28,8 +31,10 @@ from typing import Any
 
 import grpc
 from google.cloud import monitoring_v3
+from google.protobuf.json_format import ParseDict
+from google.protobuf.timestamp_pb2 import Timestamp
 
-__all__ = ["REAL_UNITS", "FakeMonitoringServer", "ScopedMonitoringServer", "gauge_series"]
+__all__ = ["REAL_UNITS", "FakeMonitoringServer", "ScopedMonitoringServer", "from_rest_json", "gauge_series"]
 
 _TYPE_RE = re.compile(r'metric\.type\s*=\s*"([^"]+)"')
 _WL = "workload.googleapis.com/"
@@ -90,6 +95,56 @@ def gauge_series(
     )
 
 
+def from_rest_json(ts: dict[str, Any]) -> monitoring_v3.TimeSeries:
+    """A REST-JSON TimeSeries (an exported file's, the simulator's) as the protobuf the API sends:
+    `ParseDict`'s result, with the common point (an end / start time and a double or int64 value)
+    built directly, because `ParseDict` takes a minute per 10^6 points. Any other point, and every
+    field but the points, goes through `ParseDict`."""
+    raw = monitoring_v3.TimeSeries.pb()()
+    ParseDict({k: v for k, v in ts.items() if k != "points"}, raw)
+    add = raw.points.add
+    for p in ts.get("points", []):
+        interval, value = p.get("interval"), p.get("value")
+        if (
+            p.keys() == {"interval", "value"}
+            and isinstance(interval, dict)
+            and "endTime" in interval
+            and interval.keys() <= {"endTime", "startTime"}
+            and isinstance(value, dict)
+            and len(value) == 1
+            and (
+                type(value.get("doubleValue")) in (float, int) or _integer(value.get("int64Value"))
+            )
+        ):
+            q = add()
+            q.interval.end_time.CopyFrom(_timestamp(interval["endTime"]))
+            if "startTime" in interval:
+                q.interval.start_time.CopyFrom(_timestamp(interval["startTime"]))
+            if "doubleValue" in value:
+                q.value.double_value = value["doubleValue"]
+            else:
+                q.value.int64_value = int(value["int64Value"])
+        else:
+            ParseDict(p, add())
+    return monitoring_v3.TimeSeries.wrap(raw)
+
+
+def _integer(v: Any) -> bool:
+    return type(v) is int or (type(v) is str and v.removeprefix("-").isdigit())
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _timestamp(text: str) -> Timestamp:
+    t = Timestamp()
+    t.FromJsonString(text)
+    return t
+
+
+def _ns(ts: Any) -> int:
+    """A protobuf Timestamp as integer nanoseconds (comparable, and cheap to compare)."""
+    return ts.seconds * 1_000_000_000 + ts.nanos
+
+
 class FakeMonitoringServer:
     def __init__(self, page_size: int = 2):
         self.page_size = page_size
@@ -100,6 +155,8 @@ class FakeMonitoringServer:
         self.descriptor_faults: list[grpc.StatusCode | None] = []
         self.descriptor_requests: list[monitoring_v3.ListMetricDescriptorsRequest] = []
         self._lock = threading.Lock()
+        self._indexed: dict[int, tuple[Any, ...]] = {}
+        self._selections: OrderedDict[tuple[Any, ...], list[Any]] = OrderedDict()
         self._server: grpc.Server | None = None
         self.port = 0
 
@@ -119,7 +176,7 @@ class FakeMonitoringServer:
                 "ListTimeSeries": grpc.unary_unary_rpc_method_handler(
                     self._list_time_series,
                     request_deserializer=monitoring_v3.ListTimeSeriesRequest.deserialize,
-                    response_serializer=monitoring_v3.ListTimeSeriesResponse.serialize,
+                    response_serializer=lambda response: response.SerializeToString(),
                 ),
                 "ListMetricDescriptors": grpc.unary_unary_rpc_method_handler(
                     self._list_metric_descriptors,
@@ -152,21 +209,46 @@ class FakeMonitoringServer:
             stored = list(self.series.get(m.group(1), []) if (m := _TYPE_RE.search(request.filter)) else [])
         if fault is not None:
             context.abort(fault, f"scripted {fault.name}")
-        lo, hi = request.interval.start_time, request.interval.end_time
-        selected = []
-        for ts in stored:
-            pts = [p for p in ts.points if lo < p.interval.end_time <= hi]
-            if pts:
-                pts.sort(key=lambda p: p.interval.end_time, reverse=True)
-                copy = monitoring_v3.TimeSeries(ts)
-                copy.points = pts
-                selected.append(copy)
+        interval = monitoring_v3.ListTimeSeriesRequest.pb(request).interval
+        lo, hi = _ns(interval.start_time), _ns(interval.end_time)
+        # a page's request repeats the first page's filter and interval: select once, page the rest
+        key = (request.name, request.filter, lo, hi, tuple(id(ts) for ts in stored))
+        with self._lock:
+            selected = self._selections.get(key)
+        if selected is None:
+            selected = [pb for ts in stored if (pb := self._select(ts, lo, hi)) is not None]
+            with self._lock:
+                self._selections[key] = selected
+                while len(self._selections) > 16:
+                    self._selections.popitem(last=False)
         offset = int(request.page_token or 0)
-        page = selected[offset : offset + self.page_size]
         more = offset + self.page_size < len(selected)
-        return monitoring_v3.ListTimeSeriesResponse(
-            time_series=page, next_page_token=str(offset + self.page_size) if more else ""
-        )
+        response = monitoring_v3.ListTimeSeriesResponse.pb()()
+        response.time_series.extend(selected[offset : offset + self.page_size])
+        response.next_page_token = str(offset + self.page_size) if more else ""
+        return response
+
+    def _select(self, ts: monitoring_v3.TimeSeries, lo: int, hi: int) -> Any:
+        """The series with its points in (lo, hi], newest first; None when it has none there. Each
+        series is indexed once (raw protobuf, points by end time): proto-plus per point is slow."""
+        with self._lock:
+            index = self._indexed.get(id(ts))
+            if index is None or index[0] is not ts:
+                raw = monitoring_v3.TimeSeries.pb(ts)
+                points = sorted(raw.points, key=lambda p: _ns(p.interval.end_time))
+                bare = type(raw)()
+                bare.CopyFrom(raw)
+                del bare.points[:]
+                index = (ts, bare, [_ns(p.interval.end_time) for p in points], points)
+                self._indexed[id(ts)] = index
+        _, bare, ends, points = index
+        first, last = bisect.bisect_right(ends, lo), bisect.bisect_right(ends, hi)
+        if first == last:
+            return None
+        out = type(bare)()
+        out.CopyFrom(bare)
+        out.points.extend(reversed(points[first:last]))
+        return out
 
     def _list_metric_descriptors(self, request: Any, context: grpc.ServicerContext) -> Any:
         with self._lock:
