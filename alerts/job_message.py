@@ -37,7 +37,7 @@ from alerts.escape import escape_mrkdwn as esc
 from alerts.escape import truncate
 from alerts.notifier import Message
 from alerts.outbox import enqueue, ensure_schema, fmt_ts, parse_ts
-from monitor.detectors.costs import Costs, as_costs
+from monitor.detectors.costs import Costs, Touching, as_costs
 from monitor.model import Finding, Scope, Severity
 from monitor.state.store import StateStore
 
@@ -233,7 +233,7 @@ def announce_finished(
     names = {c.job for c in finished_jobs(_Candidate.spans(stale), told)}
     if not names:
         return []
-    rows = costs.rows()  # every row, but only when a job can have finished
+    rows = _candidate_rows(costs, keys_of, names)  # only when a job can have finished
     records = job_records(_rows_for(rows, _jobs_of(rows, keys_of), names), gpu_hours, jobs, window_end, prices, only=names)
     queued: list[str] = []
     with store.transaction() as conn:  # what was told is read again here: a concurrent run told it
@@ -318,6 +318,39 @@ def _billed_spans(costs: Costs, keys: Sequence[str]) -> dict[str, tuple[datetime
     return other | compute
 
 
+def _touched(own: Iterable[Any]) -> tuple[set[tuple], set[str | None], set[str]]:
+    """What the jobs' own rows reach (`_rows_for`): the (project, cluster, hour) of their cluster
+    node-hours, and the names and ids of their GPU nodes."""
+    fee_keys: set[tuple] = set()
+    instances: set[str | None] = set()
+    ids: set[str] = set()
+    for h in own:
+        if not h.subcategory.startswith("compute."):
+            continue
+        if h.cluster and h.instance:
+            fee_keys.add((h.project, h.cluster, h.hour))
+        if h.subcategory == "compute.gpu":
+            instances.add(h.instance)
+            if h.instance_id:
+                ids.add(h.instance_id)
+    return fee_keys, instances, ids
+
+
+def _candidate_rows(costs: Costs, keys: Sequence[str], names: AbstractSet[str]) -> list[Any]:
+    """The rows `_rows_for` can pick for the jobs `names`, in the engine's order, fetched in two
+    steps rather than every row of the window: the jobs' own rows (by label set), then every row of
+    the clusters they ran on and every GPU row of their nodes. `_rows_for` over these picks what it
+    picks over all rows: each row it keeps is of a named job, of one of those clusters, or a GPU row
+    of one of those nodes."""
+    from monitor.jobs.identity import job_of  # lazily, like `job_records`
+
+    own = costs.labels_where(lambda labels: job_of(labels, keys) in names)
+    fee_keys, instances, ids = _touched(costs.rows(labels=own))
+    return costs.rows(
+        touching=Touching(own, sorted({c for _, c, _ in fee_keys}), list(instances), sorted(ids))
+    )
+
+
 def _rows_for(hourly: Sequence[Any], jobs_of: Sequence[str | None], names: AbstractSet[str]) -> list[Any]:
     """The rows that can decide the records of the jobs `names` (a superset of what the engine
     keeps for `build_jobs(only=...)`, in order): their own rows; at each (project, cluster, hour)
@@ -327,18 +360,7 @@ def _rows_for(hourly: Sequence[Any], jobs_of: Sequence[str | None], names: Abstr
     estimated hours go to its latest billed job). Converting only these makes the check cheap."""
     from monitor.jobs.build import CLUSTER_FEE  # lazily, like `job_records`
 
-    fee_keys: set[tuple] = set()
-    instances: set[str | None] = set()
-    ids: set[str] = set()
-    for h, job in zip(hourly, jobs_of, strict=True):
-        if job not in names or not h.subcategory.startswith("compute."):
-            continue
-        if h.cluster and h.instance:
-            fee_keys.add((h.project, h.cluster, h.hour))
-        if h.subcategory == "compute.gpu":
-            instances.add(h.instance)
-            if h.instance_id:
-                ids.add(h.instance_id)
+    fee_keys, instances, ids = _touched(h for h, job in zip(hourly, jobs_of, strict=True) if job in names)
     return [
         h
         for h, job in zip(hourly, jobs_of, strict=True)

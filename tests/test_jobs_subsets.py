@@ -24,6 +24,7 @@ from alerts.job_message import (
     Announced,
     _billed_spans,
     _Candidate,
+    _candidate_rows,
     _jobs_of,
     _rows_for,
     announce_finished,
@@ -132,6 +133,19 @@ def test_only_gives_each_jobs_own_full_record(size: int) -> None:
         assert job_records(hours, gpu, JOBS, END, _Prices(), only=names) == want, names
         kept = _rows_for(hours, jobs_of, names)  # what the finished-job check converts
         assert job_records(kept, gpu, JOBS, END, _Prices(), only=names) == want, names
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_the_check_fetches_only_the_rows_it_can_pick(size: int) -> None:
+    """`_candidate_rows` (the jobs' rows, their clusters' rows, their nodes' GPU rows) holds every row
+    `_rows_for` picks from the whole window, and fewer rows than the window."""
+    hours, _ = _fleet()
+    costs = Costs.from_rows(hours)
+    for names in map(set, combinations(["a", "b", "c", "d", "e", "x"], size)):
+        fetched = _candidate_rows(costs, KEYS, names)
+        picked = _rows_for(fetched, _jobs_of(fetched, KEYS), names)
+        assert picked == _rows_for(hours, _jobs_of(hours, KEYS), names), names
+        assert len(fetched) < len(hours), names
 
 
 def test_job_spend_has_build_jobs_jobs_hours_and_money() -> None:

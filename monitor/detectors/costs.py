@@ -41,7 +41,7 @@ from monitor.model import micros_to_decimal
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["CostSum", "Costs", "as_costs", "columns"]
+__all__ = ["CostSum", "Costs", "Touching", "as_costs", "columns"]
 
 _MICRO = Decimal("0.000001")
 _MICROS = Decimal(1_000_000)
@@ -309,6 +309,32 @@ class Costs:
                 self._conn = None
 
 
+@dataclass(frozen=True)
+class Touching:
+    """One OR filter: the rows of some label sets, the rows of some clusters, and the
+    `compute.gpu` rows of some instances, by name (None: a row without one) or by id. What a job's
+    record can depend on (`alerts.job_message`), so only that crosses into Python."""
+
+    labels: Sequence[str] = ()
+    clusters: Sequence[str] = ()
+    gpu_instances: Sequence[str | None] = ()
+    gpu_instance_ids: Sequence[str] = ()
+
+    def sql(self) -> tuple[str, list[Any]]:
+        names = [i for i in self.gpu_instances if i is not None]
+        gpu = [
+            "list_contains(?::VARCHAR[], instance)",
+            "list_contains(?::VARCHAR[], instance_id)",
+            *(["instance IS NULL"] if None in self.gpu_instances else []),
+        ]
+        cond = (
+            "(coalesce(list_contains(?::VARCHAR[], labels), false)"
+            " OR coalesce(list_contains(?::VARCHAR[], cluster), false)"
+            f" OR (subcategory = 'compute.gpu' AND coalesce({' OR '.join(gpu)}, false)))"
+        )
+        return cond, [list(self.labels), list(self.clusters), names, list(self.gpu_instance_ids)]
+
+
 def _where(
     *,
     start: datetime | None = None,
@@ -321,10 +347,15 @@ def _where(
     labels: Sequence[str] | None = None,
     month_of: str | None = None,
     has_zone: bool = False,
+    touching: Touching | None = None,
 ) -> tuple[str, list[Any]]:
     """The WHERE clause (with its leading space, or "") and its parameters."""
     conds: list[str] = []
     params: list[Any] = []
+    if touching is not None:
+        cond, more = touching.sql()
+        conds.append(cond)
+        params += more
     if start is not None:
         conds.append("hour >= ?")
         params.append(_naive(start))
