@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from monitor import month
 from monitor.billing_changes import MAX_PARTITION_QUERIES, MAX_RANGES, appended, hour_ranges
 from monitor.config import BillingConfig
 from monitor.model import Scope, micros_to_decimal
@@ -427,6 +428,23 @@ def hourly_costs(
     days = provisional_days if provisional_days is not None else (poll[1] if poll else 3)
     since = provisional_since(ref, days)
     return [_hourly(r, since) for r in raw]
+
+
+def month_net_by_category(
+    store: AggregateStore, start: datetime, end: datetime, invoice: str
+) -> dict[str, Decimal]:
+    """Net cost per category of the stored aggregates with `start <= usage_hour < end` that count in
+    the invoice month `invoice` (`monitor.month.row_month`), summed in the engine to the micro."""
+    if end <= start:
+        return {}
+    cond, params = month.row_month_sql(invoice, hour="usage_hour")
+    sql = (
+        "SELECT split_part(subcategory, '.', 1), CAST(SUM(net_micros) AS BIGINT) FROM billing_hourly"
+        f" WHERE usage_hour >= ? AND usage_hour < ? AND {cond} GROUP BY 1 ORDER BY 1"
+    )
+    with _reading(store) as conn:
+        rows = conn.execute(sql, [_naive(start), _naive(end), *params]).fetchall()
+    return {category: micros_to_decimal(net) for category, net in rows}
 
 
 # The stored aggregates as `monitor.detectors.costs.columns()`: `i` numbers them in the readers' order.

@@ -36,7 +36,7 @@ from alerts.digest import DigestData, DigestFinding
 from alerts.digest_jobs import digest_jobs
 from monitor import month
 from monitor.assemble import gpu_hours, gpu_node_hours
-from monitor.billing_poll import HourlyCost, hourly_costs, provisional_since
+from monitor.billing_poll import HourlyCost, hourly_costs, month_net_by_category, provisional_since
 from monitor.state.analytics import AggregateStore
 from monitor.state.findings import open_findings
 from monitor.state.store import StateStore
@@ -64,12 +64,15 @@ def digest_data(
     end = datetime.combine(day + timedelta(days=1), time(), tz)
     invoice = month.current_month(end)
     chart_start = datetime.combine(day - timedelta(days=_CHART_DAYS - 1), time(), tz)
-    start = min(chart_start, month.read_start(invoice))
+    # Rows cross into Python for the chart's days (and the provisional ones, which it names); the
+    # invoice month's earlier rows only count in the month to date, summed in the engine.
+    start = min(chart_start, provisional_since(now, provisional_days))
     rows = hourly_costs(aggregates, start, end, now=now, provisional_days=provisional_days)
 
     by_day_cat: dict[date, dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
     by_day_proj: dict[date, dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
     mtd: dict[str, Decimal] = defaultdict(Decimal)
+    mtd.update(month_net_by_category(aggregates, month.read_start(invoice), start, invoice))
     for r in rows:
         d = r.usage_hour.astimezone(tz).date()
         by_day_cat[d][r.category] += r.net

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 __all__ = [
@@ -89,6 +90,14 @@ def row_month(invoice_month: str | None, usage_hour: datetime) -> str:
     if invoice_month and _MONTH.match(invoice_month):
         return invoice_month
     return month_at(usage_hour)
+
+
+def row_month_sql(month: str, invoice: str = "invoice_month", hour: str = "hour") -> tuple[str, list[Any]]:
+    """`row_month(invoice, hour) == month` as a DuckDB condition over a naive-UTC `hour` column, with
+    its parameters: the engines count a row in the month exactly as `row_month` does."""
+    lo, hi = (b.astimezone(UTC).replace(tzinfo=None) for b in month_bounds(month))
+    sql = f"CASE WHEN regexp_full_match(coalesce({invoice}, ''), ?) THEN {invoice} = ? ELSE {hour} >= ? AND {hour} < ? END"
+    return sql, [MONTH_PATTERN, month, lo, hi]
 
 
 def month_label(month: str) -> str:

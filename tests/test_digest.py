@@ -238,14 +238,18 @@ def test_month_to_date_is_the_invoice_month(tmp_path: Path) -> None:
             (datetime(2026, 12, 1, 12, tzinfo=UTC), "202612", "100"),
             (datetime(2026, 12, 2, 12, tzinfo=UTC), "202612", "100"),
             (datetime(2026, 11, 20, 12, tzinfo=UTC), "202612", "-30"),  # a correction, this month
+            # before the chart's 14 days (summed in the engine): December's correction counts,
+            # November's usage does not
+            (datetime(2026, 11, 5, 12, tzinfo=UTC), "202612", "-40"),
+            (datetime(2026, 11, 6, 12, tzinfo=UTC), "202611", "999"),
         ],
     )
     data = digest_data(
         store, date(2026, 12, 2), "UTC", datetime(2026, 12, 3, 6, tzinfo=UTC), 3, aggregates=aggregates
     )
-    assert data.mtd_by_category == {"compute": D("870")}
+    assert data.mtd_by_category == {"compute": D("830")}
     assert data.yesterday_by_category == {"compute": D("100")}  # days stay usage days
-    assert "- Month to date (invoice month 2026-12): **$870.00**" in render_markdown(data)
+    assert "- Month to date (invoice month 2026-12): **$830.00**" in render_markdown(data)
 
 
 # Like with like: a provisional day (billing rows still arriving) is compared only with the part of

@@ -381,12 +381,9 @@ def _where(
         params.append(list(labels))
     if month_of is not None:
         # `monitor.month.row_month`: the invoice month when the row has one, else the usage month
-        lo, hi = month.month_bounds(month_of)
-        conds.append(
-            "CASE WHEN regexp_full_match(coalesce(invoice_month, ''), ?) THEN invoice_month = ?"
-            " ELSE hour >= ? AND hour < ? END"
-        )
-        params += [month.MONTH_PATTERN, month_of, _naive(lo), _naive(hi)]
+        cond, more = month.row_month_sql(month_of)
+        conds.append(cond)
+        params += more
     if has_zone:
         conds.append("coalesce(zone, '') <> ''")
     return (f" WHERE {' AND '.join(conds)}" if conds else ""), params
