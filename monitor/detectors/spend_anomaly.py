@@ -138,12 +138,8 @@ def _history_days(inputs: DetectorInputs, first_reported: date, lookback: int) -
 def _run_starts(flagged: Sequence[_Day]) -> dict[date, date]:
     """Each flagged day and the first day of its run of consecutive flagged days."""
     out: dict[date, date] = {}
-    start: date | None = None
-    for i, f in enumerate(flagged):
-        if i == 0 or (f.day - flagged[i - 1].day).days != 1:
-            start = f.day
-        assert start is not None
-        out[f.day] = start
+    for before, f in zip([None, *flagged], flagged, strict=False):
+        out[f.day] = out[before.day] if before is not None and (f.day - before.day).days == 1 else f.day
     return out
 
 
