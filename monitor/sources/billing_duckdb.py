@@ -19,6 +19,7 @@ from monitor.attribution.rules import Rule
 from monitor.errors import ConfigError, PermanentSourceError
 from monitor.schema import TABLE_NAME
 from monitor.sources.base import QueryResult
+from monitor.sources.duckdb_conn import first_line
 
 __all__ = ["DuckDBBillingSource"]
 
@@ -64,8 +65,7 @@ class DuckDBBillingSource:
             stamps = [i for i, d in enumerate(cursor.description) if str(d[1]).startswith("TIMESTAMP")]
             rows = [dict(zip(columns, _values(r, stamps), strict=True)) for r in cursor.fetchall()]
         except duckdb.Error as e:
-            detail = str(e).strip().splitlines()[0]
-            raise PermanentSourceError(f"DuckDB query {name!r} failed: {detail}") from e
+            raise PermanentSourceError(f"DuckDB query {name!r} failed: {first_line(e)}") from e
         return QueryResult(name=name, rows=rows, seconds=time.monotonic() - began)
 
     def dry_run(self, name: str, params: dict[str, Any]) -> int | None:
