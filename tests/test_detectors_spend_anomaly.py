@@ -13,6 +13,7 @@ from alerts.console import ConsoleNotifier
 from alerts.pipeline import Deps, deliver_outbox, process
 from monitor.config import AlertsConfig, SlackConfig
 from monitor.detectors import run_in_window
+from monitor.detectors.base import fmt_usd
 from monitor.detectors.spend_anomaly import SpendAnomaly, SpendAnomalyConfig
 from monitor.state.findings import record_findings
 from monitor.state.store import SQLiteStore
@@ -349,6 +350,13 @@ def test_a_jump_flagged_daily_and_still_running_today_is_one_finding(began, now)
     (f,) = windowed(rows, 14, 11, now_hours=24 * 24 + now)
     assert f.evidence["granularity"] == "daily"
     assert f.evidence["started"] == ("2026-11-23" if began <= 21 else "2026-11-24")
+    # still running on day 24 (at 10:00 its partial day is flagged daily; later in the day it is
+    # ordinary as a whole, and its morning's hours carry the daily finding on): window and impact
+    assert f.window_end >= T0 + timedelta(days=24)
+    assert f.evidence["days"][-1]["date"] == "2026-11-26"
+    assert f.impact_usd == sum(D(str(d["excess_usd"])) for d in f.evidence["days"])
+    assert fmt_usd(f.impact_usd) in f.title
+    assert bool(f.evidence.get("hours")) == ("It is still running" in f.summary) == (now > 10)
     # the hourly run alone (the daily check quiet) is dated by the same rule
     (h,) = windowed(rows, 14, 11, SpendAnomalyConfig(min_relative_increase=100), now_hours=24 * 24 + 22)
     assert h.evidence["granularity"] == "hourly" and h.evidence["started"] == f.evidence["started"]

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from statistics import median
@@ -211,10 +211,39 @@ class SpendAnomaly(Detector):
                     start = cat_starts[cat_flagged[-1].day]
                     findings.extend(self._finding(project, category, cat_shown, drivers, start))
         if self.config.hourly:
-            taken = {f.fingerprint for f in findings}
-            extra = hourly_findings(self, inputs, now, daily_flagged, hourly)
-            findings.extend(f for f in extra if f.fingerprint not in taken)  # one jump, one finding
+            at = {f.fingerprint: i for i, f in enumerate(findings)}
+            for h in hourly_findings(self, inputs, now, daily_flagged, hourly):
+                if (i := at.get(h.fingerprint)) is None:
+                    findings.append(h)
+                else:  # one jump, one finding: the daily one, carried on by the hours after it
+                    findings[i] = self._continued(findings[i], h)
         return findings
+
+    def _continued(self, daily: Finding, hourly: Finding) -> Finding:
+        """The daily finding of a jump still running in the hours after its flagged days: those hours'
+        excess added to its impact, its window to their last, their hours in its evidence. Else a
+        jump whose latest day is not flagged yet (its billing still arriving) would look over."""
+        impact = daily.impact_usd + hourly.impact_usd
+        hours = hourly.evidence["hours"]
+        summary = (
+            f"{daily.summary} It is still running: {len(hours)} hour(s) since {hours[0]['hour']} were "
+            f"above the usual level for their hour of day, by {fmt_usd(hourly.impact_usd)} more "
+            "(counted in the impact)."
+        )
+        return replace(
+            daily,
+            severity=self.severity(impact),
+            title=f"{daily.title.rsplit(' jumped: ', 1)[0]} jumped: {fmt_usd(impact)} above baseline",
+            summary=summary,
+            impact_usd=impact,
+            window_end=max(daily.window_end, hourly.window_end),
+            evidence={
+                **daily.evidence,
+                "days": [*daily.evidence["days"], *hourly.evidence["days"]],
+                "hours": hours,
+            },
+            provisional=daily.provisional or hourly.provisional,
+        )
 
     def _daily(
         self, inputs: DetectorInputs, days: Sequence[tuple[date, int]], end: datetime
