@@ -14,6 +14,11 @@ A file row (the digest's chart) is uploaded with `send_file` into its root's thr
 is sent, and waits while the root is failed (a re-queue of the root brings it along). Uploads
 cannot be looked up, so one interrupted after Slack took it may show twice, never zero times.
 
+One pass at a time: a pass holds the state store's `OUTBOX_LOCK` (an OS file lock beside SQLite, a
+session advisory lock on PostgreSQL, both released when their process dies), so the outbox tick, the
+digest job and a `gpucost digest --send` in another process never read the same pending row and both
+post it; a pass that waited `Deps.lock_wait_s` in vain leaves the rows to the one running.
+
 A row that failed for good is an alert about gpucost itself (`alert_failures`, run after every
 delivery pass): one ERROR log line naming the channel and the fix, and one message on the console
 notifier (never the failing channel), once per failed row; `gpucost_outbox_messages{state="failed"}`
@@ -50,7 +55,7 @@ from alerts.outbox import (
 if TYPE_CHECKING:
     from alerts.pipeline import Deps
 
-__all__ = ["DeliveryReport", "alert_failures", "deliver_outbox", "fire_fault", "how_to_fix"]
+__all__ = ["OUTBOX_LOCK", "DeliveryReport", "alert_failures", "deliver_outbox", "fire_fault", "how_to_fix"]
 
 log = logging.getLogger("alerts.delivery")
 
@@ -64,6 +69,7 @@ class DeliveryReport:
     recovered: int = 0  # found already delivered after an uncertain attempt
     rate_limited: bool = False
     operator_alerts: int = 0  # failed rows told to the operator in this pass
+    busy: bool = False  # another pass held the outbox past `Deps.lock_wait_s`: nothing was tried
 
 
 def fire_fault(hook: Callable[[str], None] | None, point: str) -> None:
@@ -77,17 +83,31 @@ def deliver_outbox(deps: Deps, now: datetime, keys: Sequence[str] | None = None)
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware (UTC)")
     ensure_schema(deps.store)
-    counts = {"sent": 0, "retried": 0, "failed": 0, "deferred": 0, "recovered": 0}
-    rate_limited = False
-    for row in due_rows(deps.store, now, deps.batch_size, keys):
-        outcome, result = _deliver_one(deps, row, now)
-        counts[outcome] += 1
-        if result is not None and result.outcome is Outcome.RETRY and result.retry_after is not None:
-            rate_limited = True  # the rest waits out Retry-After too, in this pass and the next ones
-            defer_pending(deps.store, now + timedelta(seconds=result.retry_after))
-            break
-    told = alert_failures(deps, now)
+    with deps.store.exclusive(OUTBOX_LOCK, deps.lock_wait_s) as held:
+        if not held:
+            log.info(
+                "another delivery pass holds the outbox; its rows are left to it",
+                extra={"waited_s": deps.lock_wait_s},
+            )
+            return DeliveryReport(busy=True)
+        counts = {"sent": 0, "retried": 0, "failed": 0, "deferred": 0, "recovered": 0}
+        rate_limited = False
+        for row in due_rows(deps.store, now, deps.batch_size, keys):
+            outcome, result = _deliver_one(deps, row, now)
+            counts[outcome] += 1
+            if result is not None and result.outcome is Outcome.RETRY and result.retry_after is not None:
+                rate_limited = True  # the rest waits out Retry-After too, in this pass and the next ones
+                defer_pending(deps.store, now + timedelta(seconds=result.retry_after))
+                break
+        told = alert_failures(deps, now)
     return DeliveryReport(**counts, rate_limited=rate_limited, operator_alerts=told)
+
+
+#: The state store's named lock a delivery pass holds (`StateStore.exclusive`): a pending row is
+#: read and sent by one pass at a time, whichever process or thread runs it (the daemon's outbox
+#: tick, its digest job, a `gpucost digest --send`), or two passes that read it before either
+#: marked it would both post it.
+OUTBOX_LOCK = "outbox"
 
 
 def _thread(deps: Deps, row: OutboxRow) -> tuple[bool, str | None, str]:

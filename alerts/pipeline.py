@@ -77,6 +77,10 @@ class Deps:
     #: Where alerts about gpucost itself go (a message that failed for good), never the notifier
     #: that failed: the console notifier (`monitor.cycle` passes one); None logs them only.
     operator: Notifier | None = None
+    #: How long a delivery pass waits for another one (another thread or process) to finish before
+    #: leaving the due rows to it (`alerts.delivery.OUTBOX_LOCK`); a pass takes seconds, up to the
+    #: notifier's timeout per row when Slack hangs.
+    lock_wait_s: float = 30.0
 
     @property
     def default_channel(self) -> str:

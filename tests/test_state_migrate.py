@@ -34,3 +34,12 @@ def test_concurrent_migrations_apply_each_version_once(tmp_path) -> None:
             versions = [r[0] for r in conn.execute("SELECT version FROM schema_migrations WHERE component = 'race'")]
         assert sorted(versions) == [1, 2, 3]
         store.close()
+
+
+def test_exclusive_on_an_in_memory_store_is_one_holder_at_a_time() -> None:
+    """No file to lock beside: a lock per store and name (one process by construction)."""
+    store = SQLiteStore(":memory:")
+    with store.exclusive("outbox", 0) as held, store.exclusive("outbox", 0.05) as second:
+        assert held and not second
+    with store.exclusive("outbox", 0) as after:
+        assert after

@@ -345,6 +345,90 @@ def test_alerts_crash_after_send_then_restart_finds_it_and_does_not_resend(store
     assert (st.sent, st.pending) == (1, 0)
 
 
+def _same_store(s: Any) -> Any:
+    """The store as another process opens it (its own connections, its own locks)."""
+    return SQLiteStore(s.path) if isinstance(s, SQLiteStore) else open_store(s.url)
+
+
+def test_exclusive_admits_one_holder_across_stores_and_threads(store) -> None:
+    other = _same_store(store)
+    try:
+        with store.exclusive("outbox", 0) as held:
+            assert held
+            with other.exclusive("outbox", 0) as second:
+                assert not second  # another "process"
+            with store.exclusive("outbox", 0) as again:
+                assert not again  # another caller in this process (the digest job vs the outbox tick)
+            with other.exclusive("digest", 0) as unrelated:
+                assert unrelated  # names are independent
+            got: list[bool] = []
+            waiter = threading.Thread(target=lambda: got.append(_hold(other, 10)))
+            waiter.start()
+            time.sleep(0.3)
+        waiter.join(15)
+        assert got == [True]  # a waiting holder gets it once the first lets go
+        with other.exclusive("outbox", 0) as after:
+            assert after
+    finally:
+        other.close()
+
+
+def _hold(s: Any, wait_s: float) -> bool:
+    with s.exclusive("outbox", wait_s) as held:
+        return held
+
+
+def test_a_killed_holder_does_not_keep_the_lock(store, tmp_path: Path) -> None:
+    """SIGKILL while holding it (a crash mid-delivery): the OS (SQLite's file lock) or the server
+    (PostgreSQL's session lock) lets it go, so the restarted daemon delivers without waiting."""
+    import subprocess
+    import sys
+
+    where = store.path if isinstance(store, SQLiteStore) else store.url
+    code = (
+        "import sys, time\n"
+        "from monitor.state.store import SQLiteStore, open_store\n"
+        "w = sys.argv[1]\n"
+        "s = open_store(w) if w.startswith('postgres') else SQLiteStore(w)\n"
+        "with s.exclusive('outbox', 0) as held:\n"
+        "    print('held' if held else 'refused', flush=True)\n"
+        "    time.sleep(120)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, where], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        assert not _hold(store, 0)
+        proc.kill()
+        proc.wait(10)
+        assert _hold(store, 5)
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_two_overlapping_delivery_passes_send_a_message_once(store, tmp_path) -> None:
+    """A second pass (another process) starting while the first is about to send: before the
+    outbox lock, both read the row as pending and not in flight, and both posted it."""
+    notifier = ConsoleNotifier(tmp_path / "alerts", io.StringIO())
+    cfg = AlertsConfig(group_wait_seconds=0)
+    process([alert_finding()], ALERT_T0, Deps(store, notifier, cfg, SlackConfig()))
+    other = _same_store(store)
+    seen: list[Any] = []
+
+    def second_pass(point: str) -> None:
+        if point == "before_send" and not seen:
+            seen.append(deliver_outbox(Deps(other, notifier, cfg, SlackConfig(), lock_wait_s=0), ALERT_T0))
+
+    try:
+        first = deliver_outbox(Deps(store, notifier, cfg, SlackConfig(), fault=second_pass), ALERT_T0)
+    finally:
+        other.close()
+    assert len((tmp_path / "alerts" / "alerts.jsonl").read_text().splitlines()) == 1
+    assert seen and seen[0].busy and seen[0].sent == 0
+    assert first.sent == 1 and not first.busy
+    assert status(store).sent == 1
+
+
 def test_utilization_windows_on_both_stores(store) -> None:
     migrate(store)
     re_read(store)

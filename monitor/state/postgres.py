@@ -16,6 +16,7 @@ Needs psycopg 3 (`pip install "gpucost[postgres]"`); imported lazily so SQLite u
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -29,6 +30,10 @@ __all__ = ["PgConnection", "PgCursor", "PostgresStore", "Row", "UntranslatableSQ
 
 #: First half of the advisory lock key ("gpuc"); the second is a hash of the current schema.
 LOCK_CLASS = 0x67707563
+#: First half of the key of `exclusive`'s named locks ("gpud"); the second hashes schema and name.
+NAMED_LOCK_CLASS = 0x67707564
+#: How often `exclusive` asks again for a named lock another session holds.
+_NAMED_POLL_S = 0.1
 #: One round trip: open the transaction and wait for the store lock (see the module docstring).
 _BEGIN = f"BEGIN; SELECT pg_advisory_xact_lock({LOCK_CLASS}, hashtext(current_schema()))"
 _MIGRATIONS_DDL = (
@@ -88,6 +93,26 @@ class PostgresStore:
         raw.execute("SELECT set_config('TimeZone', 'UTC', false)")
         raw.execute("SELECT set_config('lock_timeout', %s, false)", (f"{self._lock_timeout_ms}ms",))
         return raw
+
+    @contextmanager
+    def exclusive(self, name: str, wait_s: float) -> Iterator[bool]:
+        """`SQLiteStore.exclusive` for every process on this schema: a session-level advisory lock,
+        on a connection of its own held for the work. The server releases it when that session ends,
+        so a crashed process (its connection closed) never leaves it held."""
+        raw = self._connect()
+        try:
+            deadline = time.monotonic() + max(wait_s, 0)
+            while True:
+                got = raw.execute(
+                    "SELECT pg_try_advisory_lock(%s, hashtext(current_schema() || '/' || %s))",
+                    (NAMED_LOCK_CLASS, name),
+                ).fetchone()[0]
+                if got or time.monotonic() >= deadline:
+                    break
+                time.sleep(_NAMED_POLL_S)
+            yield bool(got)
+        finally:
+            raw.close()  # ends the session, which releases the lock
 
     def _raw(self) -> Any:
         raw = getattr(self._local, "raw", None)

@@ -26,6 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from filelock import FileLock, Timeout
+
 from monitor.errors import ConfigError, GpucostError
 
 __all__ = [
@@ -58,6 +60,8 @@ class StateStore(Protocol):
     def migrate(self, component: str, migrations: Sequence[str]) -> None: ...
 
     def transaction(self) -> AbstractContextManager[Any]: ...
+
+    def exclusive(self, name: str, wait_s: float) -> AbstractContextManager[bool]: ...
 
     def close(self) -> None: ...
 
@@ -92,6 +96,7 @@ class SQLiteStore:
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._named: dict[str, threading.Lock] = {}
         with self.transaction() as conn:
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations ("
@@ -99,6 +104,38 @@ class SQLiteStore:
                 " applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ','now')),"
                 " PRIMARY KEY (component, version))"
             )
+
+    @contextmanager
+    def exclusive(self, name: str, wait_s: float) -> Iterator[bool]:
+        """Work that must not run twice at once across every process and thread on this store
+        (sending the outbox: two deliverers reading the same pending row would both post it), held
+        outside any transaction, for as long as the work takes. Yields False when another holder
+        kept it for `wait_s`.
+
+        An OS file lock beside the database (`<file>.<name>.lock`, `filelock`): the OS releases it
+        when its process dies, so a crash never leaves it held and the restarted daemon does not wait.
+        Each call opens its own lock, so threads of one process exclude each other too.
+        """
+        if self.path == ":memory:":  # one process by construction: a lock per store and name
+            with self._lock:
+                lock = self._named.setdefault(name, threading.Lock())
+            got = lock.acquire(timeout=wait_s) if wait_s > 0 else lock.acquire(blocking=False)
+            try:
+                yield got
+            finally:
+                if got:
+                    lock.release()
+            return
+        file_lock = FileLock(f"{self.path}.{name}.lock", timeout=max(wait_s, 0))
+        try:
+            file_lock.acquire()
+        except Timeout:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            file_lock.release()
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
