@@ -96,6 +96,10 @@ class ConsoleNotifier:
                     return DeliveryResult.sent(rec.get("ts"), rec.get("channel"))
         return None
 
+    def lookup_file(self, channel: str, path: Path, title: str, thread_ts: str | None) -> DeliveryResult | None:
+        """Cannot tell (nothing is logged per file); copying again is harmless."""
+        return None
+
     def send_file(self, channel: str, path: Path, title: str, thread_ts: str | None) -> DeliveryResult:
         """Copy the file next to the log (unless it is already there) and note it."""
         dest = self.out_dir / path.name

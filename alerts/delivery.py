@@ -11,8 +11,9 @@ classify is treated as an uncertain retryable failure and logged: it reaches the
 instead of being swallowed. After `MAX_ATTEMPTS` retryable failures a row fails for good.
 
 A file row (the digest's chart) is uploaded with `send_file` into its root's thread once the root
-is sent, and waits while the root is failed (a re-queue of the root brings it along). Uploads
-cannot be looked up, so one interrupted after Slack took it may show twice, never zero times.
+is sent, and waits while the root is failed (a re-queue of the root brings it along). After an
+uncertain upload the thread is searched for a file of that name and title (`lookup_file`) before
+uploading again, so an upload interrupted after Slack took it shows once.
 
 One pass at a time: a pass holds the state store's `OUTBOX_LOCK` (an OS file lock beside SQLite, a
 session advisory lock on PostgreSQL, both released when their process dies), so the outbox tick, the
@@ -136,15 +137,9 @@ def _deliver_one(deps: Deps, row: OutboxRow, now: datetime) -> tuple[str, Delive
         return _upload(deps, row, channel_id or channel, thread_ts, now)
     msg = replace(row.message(thread_ts), channel=channel_id or channel)
     if row.inflight:
-        found = _call(lambda: deps.notifier.lookup(msg), "lookup")
-        if found is not None and found.outcome is not Outcome.FAILED:
-            found = replace(found, uncertain=True)  # a failed lookup leaves the attempt uncertain
-            outcome = _record(deps, row, found, now, attempts=row.attempts)
-            return ("recovered" if found.outcome is Outcome.SENT else outcome), found
-        if found is not None:
-            log.warning(
-                "cannot check whether %s arrived (%s); sending again", row.idempotency_key, found.error
-            )
+        recovered = _recover(deps, row, now, _call(lambda: deps.notifier.lookup(msg), "lookup"))
+        if recovered is not None:
+            return recovered
     fire_fault(deps.fault, "before_send")
     mark_attempt(deps.store, row.id, channel_id)
     result = _call(lambda: deps.notifier.send(msg), "send")
@@ -152,17 +147,38 @@ def _deliver_one(deps: Deps, row: OutboxRow, now: datetime) -> tuple[str, Delive
     return _record(deps, row, result, now, attempts=row.attempts + 1), result
 
 
+def _recover(
+    deps: Deps, row: OutboxRow, now: datetime, found: DeliveryResult | None
+) -> tuple[str, DeliveryResult | None] | None:
+    """After an uncertain attempt, what the notifier's lookup `found`: the recorded outcome when it
+    answered (sent: "recovered"; a transient lookup error: retried), None to send again (not
+    there, or the lookup failed for good: sent twice rather than never)."""
+    if found is not None and found.outcome is not Outcome.FAILED:
+        found = replace(found, uncertain=True)  # a failed lookup leaves the attempt uncertain
+        outcome = _record(deps, row, found, now, attempts=row.attempts)
+        return ("recovered" if found.outcome is Outcome.SENT else outcome), found
+    if found is not None:
+        log.warning("cannot check whether %s arrived (%s); sending again", row.idempotency_key, found.error)
+    return None
+
+
 def _upload(
     deps: Deps, row: OutboxRow, channel: str, thread_ts: str | None, now: datetime
 ) -> tuple[str, DeliveryResult | None]:
-    """A file row: upload it (no lookup exists for uploads: at least once, never zero times)."""
+    """A file row: after an uncertain attempt, look for the file in its thread first (by name and
+    title), then upload it."""
     path = Path(row.file_path or "")
     if not path.is_file():
         result = DeliveryResult.failed(f"file {path} is missing (written by the digest; re-render the day)")
         return _record(deps, row, result, now, attempts=row.attempts), result
+    title = row.file_title or path.name
+    if row.inflight:
+        lookup = _call(lambda: deps.notifier.lookup_file(channel, path, title, thread_ts), "lookup_file")
+        recovered = _recover(deps, row, now, lookup)
+        if recovered is not None:
+            return recovered
     fire_fault(deps.fault, "before_send")
     mark_attempt(deps.store, row.id, channel)
-    title = row.file_title or path.name
     result = _call(lambda: deps.notifier.send_file(channel, path, title, thread_ts), "send_file")
     fire_fault(deps.fault, "after_send")
     return _record(deps, row, result, now, attempts=row.attempts + 1), result

@@ -266,6 +266,29 @@ class SlackNotifier:
                 return DeliveryResult.sent(m.get("ts"), resp.get("channel") or channel)
         return None
 
+    def lookup_file(self, channel: str, path: Path, title: str, thread_ts: str | None) -> DeliveryResult | None:
+        """Search the thread (or the channel's recent history) for the message a shared file shows
+        as: one whose `files` hold a file of this name and title (message shape: `files` and
+        `upload` in `conversations.replies` answers,
+        https://deno.land/x/slack_web_api_client@0.2.7/client/generated-response/ConversationsRepliesResponse.ts).
+        Uploads carry no metadata, so name and title are the key: the outbox gives each file row
+        its own title within its thread (the digest's charts). Like `lookup`, a channel without a
+        known id is a FAILED lookup, so the file is uploaded again rather than lost."""
+        resolved = self.resolve_channel(channel)
+        if resolved is None:
+            return DeliveryResult.failed(f"lookup: channel {channel} has no known id")
+        try:
+            if thread_ts:
+                resp = self._client.conversations_replies(channel=resolved, ts=thread_ts, limit=200)
+            else:
+                resp = self._client.conversations_history(channel=resolved, limit=200)
+        except Exception as e:
+            return self._classify(e, "lookup")
+        for m in resp.get("messages") or []:
+            if any(f.get("name") == path.name and f.get("title") == title for f in m.get("files") or []):
+                return DeliveryResult.sent(thread_ts, resp.get("channel") or resolved)
+        return None
+
     def send_file(self, channel: str, path: Path, title: str, thread_ts: str | None) -> DeliveryResult:
         """Upload with `files_upload_v2` (getUploadURLExternal, POST bytes, completeUploadExternal);
         the last step takes a channel id, so a name is resolved first."""
@@ -316,3 +339,6 @@ class WebhookNotifier:
 
     def send_file(self, channel: str, path: Path, title: str, thread_ts: str | None) -> DeliveryResult:
         return DeliveryResult.failed("incoming webhooks cannot upload files; use a bot token")
+
+    def lookup_file(self, channel: str, path: Path, title: str, thread_ts: str | None) -> DeliveryResult | None:
+        return None

@@ -159,14 +159,43 @@ def test_a_crash_after_slack_took_the_post_does_not_post_it_twice(cfg: Config, s
     second.store.close()
 
 
-def test_a_timeout_after_slack_posted_is_found_not_posted_again(cfg: Config, slack: FakeSlack) -> None:
-    # Slack stores the post, then stalls 4 s past the client's 1 s timeout: an uncertain outcome
-    slack.fail("chat.postMessage", Failure(delay=4, process_first=True))
+def test_a_crash_after_slack_took_the_chart_does_not_upload_it_twice(cfg: Config, slack: FakeSlack) -> None:
+    """Killed after the upload completed, before the outbox recorded it: the next process finds the
+    chart in the digest's thread (a file of that name and title) and records it, uploading nothing."""
+    from alerts.delivery import deliver_outbox
+
+    def killed_after_the_upload(point: str) -> None:
+        if point == "after_send" and slack.files:
+            raise SystemExit("killed")
+
+    first = start(cfg)
+    run_digest(first, T0, send=True)
+    with pytest.raises(SystemExit):
+        deliver_outbox(replace(first.alert_deps, fault=killed_after_the_upload), T0)
+    first.store.close()
+    assert len(posts(slack)) == 1 and len(slack.files) == 1
+
+    second = start(cfg, T0 + timedelta(minutes=1))
+    run_delivery(second, T0 + timedelta(minutes=1))
+    assert len(slack.files) == 1, "the chart was uploaded again"
+    assert len(slack.calls("conversations.replies")) == 1  # looked up in the digest's thread
+    chart = [e for e in list_outbox(second.store, ("sent",)) if e.reason == "digest_chart"]
+    assert len(chart) == 1
+    second.store.close()
+
+
+@pytest.mark.parametrize("method", ["chat.postMessage", "files.completeUploadExternal"])
+def test_a_timeout_after_slack_took_it_is_found_not_sent_again(cfg: Config, slack: FakeSlack, method: str) -> None:
+    # Slack stores the post (or shares the chart), then stalls 4 s past the client's 1 s timeout:
+    # an uncertain outcome, looked up (message metadata; the chart's name and title) before a re-send
+    slack.fail(method, Failure(delay=4, process_first=True))
     deps = start(cfg, timeout=1)
     run_digest(deps, T0, send=True)
     run_delivery(deps, T0)
-    assert len(posts(slack)) == 1 and not _digest_sent(deps, DAY, "#digest")  # we do not know yet
+    assert len(slack.calls(method)) == 1
     run_delivery(deps, T0 + backoff(1))
     assert len(posts(slack)) == 1 and len(slack.files) == 1
+    assert len(slack.calls(method)) == 1, f"{method} was called again"
     assert _digest_sent(deps, DAY, "#digest")
+    assert all(e.status == "sent" for e in list_outbox(deps.store, ("pending", "failed", "sent")))
     deps.store.close()

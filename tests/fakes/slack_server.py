@@ -5,7 +5,8 @@ Implements `auth.test`, `chat.postMessage`, `conversations.list`, `conversations
 `files.completeUploadExternal`, and an incoming-webhook endpoint (`/hooks/...`). Like Slack: the bot
 token goes in `Authorization: Bearer`, errors are HTTP 200 with `{"ok": false, "error": ...}`,
 channels may be named (`#alerts`) for posting but `conversations.history` / `.replies` need the
-channel id, and message metadata is kept.
+channel id, and message metadata is kept. A file shared into a channel or thread shows in its
+history as a message carrying the file (`files`, `upload`).
 
 `conversations.list` pages with `limit` (default 100, capped by `page_size`) and an opaque `cursor`
 from `response_metadata.next_cursor` (empty on the last page); `types` defaults to public_channel;
@@ -337,17 +338,12 @@ class FakeSlack:
         if cid is None or not self._visible(cid):
             return {"ok": False, "error": "channel_not_found"}
         meta = str(p.get("include_all_metadata", "")).lower() in ("1", "true")
+        shown = sorted([*self._s.messages, *self._file_shares()], key=lambda m: m["ts"])
         if replies:
             ts = p.get("ts")
-            found = [
-                m for m in self._s.messages if m["channel"] == cid and (m["ts"] == ts or m["thread_ts"] == ts)
-            ]
+            found = [m for m in shown if m["channel"] == cid and (m["ts"] == ts or m["thread_ts"] == ts)]
         else:
-            found = [
-                m
-                for m in self._s.messages
-                if m["channel"] == cid and (not m["thread_ts"] or m["reply_broadcast"])
-            ]
+            found = [m for m in shown if m["channel"] == cid and (not m["thread_ts"] or m["reply_broadcast"])]
             found.reverse()
         limit = int(p.get("limit") or 100)
         out = [
@@ -355,6 +351,26 @@ class FakeSlack:
             for m in found[:limit]
         ]
         return {"ok": True, "channel": cid, "messages": out, "has_more": len(found) > limit}
+
+    def _file_shares(self) -> list[dict[str, Any]]:
+        """The message a file shared into a channel (or a thread) shows as in its history: `upload`
+        true and the file in `files` with its `id`, `name` and `title` (the message shape of
+        `conversations.replies` / `.history` as the SDK types generated from Slack's answers list it:
+        https://deno.land/x/slack_web_api_client@0.2.7/client/generated-response/ConversationsRepliesResponse.ts,
+        `Message.files: FileElement[]`, `Message.upload`)."""
+        return [
+            {
+                "channel": f["channel"],
+                "ts": f["ts"],
+                "text": f.get("initial_comment") or "",
+                "thread_ts": f["thread_ts"],
+                "reply_broadcast": False,
+                "upload": True,
+                "files": [{"id": f["id"], "name": f["name"], "title": f["title"]}],
+            }
+            for f in self._s.files
+            if f["channel"]
+        ]
 
     def _list_conversations(self, p: dict[str, Any]) -> dict[str, Any]:
         types = [t.strip() for t in str(p.get("types") or "public_channel").split(",") if t.strip()]
@@ -416,7 +432,10 @@ class FakeSlack:
             if cid and self._channel_id(cid, by_name=False) is None:
                 return {"ok": False, "error": "channel_not_found"}
             rec = {"id": f["id"], "title": f.get("title"), "channel": cid, "thread_ts": p.get("thread_ts")}
-            self._s.files.append(rec | {"data": up["data"], "initial_comment": p.get("initial_comment")})
+            share = {"ts": self._next_ts(), "name": up["filename"]}  # its file-share message
+            self._s.files.append(
+                rec | share | {"data": up["data"], "initial_comment": p.get("initial_comment")}
+            )
             out.append(rec)
         return {"ok": True, "files": out}
 
