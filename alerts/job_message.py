@@ -337,18 +337,21 @@ def _touched(own: Iterable[Any]) -> tuple[set[tuple], set[str | None], set[str]]
 
 
 def _candidate_rows(costs: Costs, keys: Sequence[str], names: AbstractSet[str]) -> list[Any]:
-    """The rows `_rows_for` can pick for the jobs `names`, in the engine's order, fetched in two
-    steps rather than every row of the window: the jobs' own rows (by label set), then every row of
-    the clusters they ran on and every GPU row of their nodes. `_rows_for` over these picks what it
-    picks over all rows: each row it keeps is of a named job, of one of those clusters, or a GPU row
-    of one of those nodes."""
+    """The rows `_rows_for` can pick for the jobs `names`, in the engine's order, rather than every
+    row of the window: the jobs' own rows (by label set), every row of the clusters they had nodes
+    in and every GPU row of their nodes. The clusters and nodes are what `_touched` reads of the own
+    rows, asked of the engine as one small GROUP BY (a row per node and SKU class, not per hour).
+    `_rows_for` over these picks what it picks over all rows: each row it keeps is of a named job, of
+    one of those clusters, or a GPU row of one of those nodes."""
     from monitor.jobs.identity import job_of  # lazily, like `job_records`
 
     own = costs.labels_where(lambda labels: job_of(labels, keys) in names)
-    fee_keys, instances, ids = _touched(costs.rows(labels=own))
-    return costs.rows(
-        touching=Touching(own, sorted({c for _, c, _ in fee_keys}), list(instances), sorted(ids))
-    )
+    nodes = costs.sums(by=("subcategory", "cluster", "instance", "instance_id"), labels=own, categories=["compute"])
+    clusters = sorted({c for _, c, instance, _ in nodes if c and instance})
+    gpus = [(instance, iid) for sub, _, instance, iid in nodes if sub == "compute.gpu"]
+    instances = list({instance for instance, _ in gpus})
+    ids = sorted({iid for _, iid in gpus if iid})
+    return costs.rows(touching=Touching(own, clusters, instances, ids))
 
 
 def _rows_for(hourly: Sequence[Any], jobs_of: Sequence[str | None], names: AbstractSet[str]) -> list[Any]:

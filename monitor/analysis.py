@@ -41,7 +41,7 @@ from monitor.detectors import build_detectors, history_needed, run_in_window
 from monitor.detectors.costs import Costs, as_costs
 from monitor.detectors.inputs import BudgetSpec, CostHour, GpuHour
 from monitor.errors import UserError
-from monitor.model import Finding
+from monitor.model import Finding, category_of
 from monitor.progress import Progress
 from monitor.report import data_extent
 from monitor.sources.base import BillingSource, QueryResult
@@ -448,7 +448,7 @@ def attribution(
     """Per (subcategory, pricing model) over [start, end), summed exactly in the engine (whole
     micros); largest net first."""
     sums = as_costs(costs).sums(("subcategory", "pricing_model"), start=start, end=end)
-    lines = [AttributionLine(sub.split(".", 1)[0], sub, pm, s.cost, s.credits) for (sub, pm), s in sums.items()]
+    lines = [AttributionLine(category_of(sub), sub, pm, s.cost, s.credits) for (sub, pm), s in sums.items()]
     return tuple(sorted(lines, key=lambda a: (-a.net_cost, a.subcategory, a.pricing_model or "")))
 
 

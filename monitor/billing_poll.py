@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Any
 from monitor import month
 from monitor.billing_changes import MAX_PARTITION_QUERIES, MAX_RANGES, appended, hour_ranges
 from monitor.config import BillingConfig
-from monitor.model import Scope, micros_to_decimal
+from monitor.model import CATEGORY_SQL, Scope, category_of, micros_to_decimal
 from monitor.sources.base import BillingSource
 from monitor.state.analytics import AggregateStore
 from monitor.state.store import StateStore
-from monitor.timeutil import floor_day, floor_hour, to_iso
+from monitor.timeutil import floor_day, floor_hour, naive_utc, to_iso
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -231,7 +231,7 @@ class HourlyCost:
 
     @property
     def category(self) -> str:
-        return self.subcategory.split(".", 1)[0]
+        return category_of(self.subcategory)
 
     @property
     def gross(self) -> Decimal:
@@ -319,7 +319,7 @@ def prune(store: AggregateStore, cut: datetime) -> dict[str, int]:
     """Delete aggregates of usage hours, and watermarks of partitions, before `cut` (retention)."""
     migrate(store)
     with store.transaction() as conn:
-        hourly = conn.execute("DELETE FROM billing_hourly WHERE usage_hour < ?", (_naive(cut),)).fetchone()
+        hourly = conn.execute("DELETE FROM billing_hourly WHERE usage_hour < ?", (naive_utc(cut),)).fetchone()
         marks = conn.execute(
             "DELETE FROM billing_partitions WHERE partition_time < ?", (_iso(cut),)
         ).fetchone()
@@ -381,7 +381,7 @@ def poll_billing(
             for lo, hi in windows:
                 conn.execute(
                     "DELETE FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ?",
-                    (_naive(lo), _naive(hi)),
+                    (naive_utc(lo), naive_utc(hi)),
                 )
             written = _insert_hourly(conn, tables, now)
             _write_marks(conn, changed, seen, now)
@@ -421,7 +421,7 @@ def hourly_costs(
     """
     with _reading(store) as conn:
         poll = conn.execute("SELECT polled_at, provisional_days FROM billing_poll WHERE id = 1").fetchone()
-        raw = conn.execute(_READ, (_naive(start), _naive(end))).fetchall()
+        raw = conn.execute(_READ, (naive_utc(start), naive_utc(end))).fetchall()
     if poll is None and now is None:
         return []
     ref = now if now is not None else _ts(poll[0])
@@ -439,11 +439,11 @@ def month_net_by_category(
         return {}
     cond, params = month.row_month_sql(invoice, hour="usage_hour")
     sql = (
-        "SELECT split_part(subcategory, '.', 1), CAST(SUM(net_micros) AS BIGINT) FROM billing_hourly"
+        f"SELECT {CATEGORY_SQL}, CAST(SUM(net_micros) AS BIGINT) FROM billing_hourly"
         f" WHERE usage_hour >= ? AND usage_hour < ? AND {cond} GROUP BY 1 ORDER BY 1"
     )
     with _reading(store) as conn:
-        rows = conn.execute(sql, [_naive(start), _naive(end), *params]).fetchall()
+        rows = conn.execute(sql, [naive_utc(start), naive_utc(end), *params]).fetchall()
     return {category: micros_to_decimal(net) for category, net in rows}
 
 
@@ -463,7 +463,7 @@ def stored_cost_table(store: AggregateStore, start: datetime, end: datetime, sin
     `monitor.detectors.costs.columns()` (hours from `since` on provisional), engine to engine: no
     Python object per row."""
     with _reading(store) as conn:
-        return conn.sql(_COST_TABLE, params=[_naive(since), _naive(start), _naive(end)]).to_arrow_table()
+        return conn.sql(_COST_TABLE, params=[naive_utc(since), naive_utc(start), naive_utc(end)]).to_arrow_table()
 
 
 def aggregate_summary(store: AggregateStore) -> tuple[int, datetime | None]:
@@ -477,7 +477,7 @@ def currencies(store: AggregateStore, start: datetime, end: datetime) -> set[str
     """The export currencies of the aggregates in [start, end) (their amounts are stored in USD)."""
     with _reading(store) as conn:
         sql = "SELECT DISTINCT currency FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ?"
-        return {r[0] for r in conn.execute(sql, (_naive(start), _naive(end))).fetchall() if r[0]}
+        return {r[0] for r in conn.execute(sql, (naive_utc(start), naive_utc(end))).fetchall() if r[0]}
 
 
 def stored_gpu_node_hours(store: AggregateStore, start: datetime, end: datetime) -> pa.Table:
@@ -488,7 +488,7 @@ def stored_gpu_node_hours(store: AggregateStore, start: datetime, end: datetime)
     sets, namespaces and gross (else null); ordered as the node-hours first appear in the readers'
     order."""
     with _reading(store) as conn:
-        return conn.sql(_GPU_NODE_HOURS, params=[_naive(start), _naive(end)]).to_arrow_table()
+        return conn.sql(_GPU_NODE_HOURS, params=[naive_utc(start), naive_utc(end)]).to_arrow_table()
 
 
 def _changed_hours(
@@ -570,7 +570,7 @@ def _insert_hourly(conn: Any, tables: Sequence[Any], now: datetime) -> int:
         conn.register("hourly_result", table)
         try:
             conn.execute(
-                f"INSERT INTO billing_hourly ({cols}) SELECT {select}, ? FROM hourly_result", (_naive(now),)
+                f"INSERT INTO billing_hourly ({cols}) SELECT {select}, ? FROM hourly_result", (naive_utc(now),)
             )
         finally:
             conn.unregister("hourly_result")
@@ -644,11 +644,6 @@ def _parse_ts(v: str) -> datetime:
 def _iso(dt: datetime) -> str:
     """Fixed-width UTC text (microseconds always present) so stored times sort as strings."""
     return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _naive(dt: datetime) -> datetime:
-    """A time as the aggregate store's TIMESTAMP columns hold it: UTC, without a zone."""
-    return dt.astimezone(UTC).replace(tzinfo=None)
 
 
 def _add(total: int, part: int | None) -> int:

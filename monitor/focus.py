@@ -23,7 +23,7 @@ from decimal import Decimal
 from typing import Any, TextIO
 
 from monitor.billing_poll import provisional_since
-from monitor.model import micros_to_decimal
+from monitor.model import category_of, micros_to_decimal
 from monitor.sources.base import BillingSource
 from monitor.timeutil import to_iso
 
@@ -166,7 +166,7 @@ def _tags(label_set: str | None) -> str:
 def to_focus(row: dict[str, Any], *, provisional: bool) -> dict[str, str]:
     """One `focus.sql` row as FOCUS columns (all strings, empty for unknown)."""
     sub, pm = row["subcategory"], row["pricing_model"]
-    category = sub.split(".", 1)[0]
+    category = category_of(sub)
     charge_category, charge_class, frequency = _charge(sub, row["cost_type"])
     period_start, period_end = _billing_period(row["invoice_month"])
     committed = pm == "committed"

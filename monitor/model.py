@@ -17,11 +17,13 @@ from typing import Any
 from monitor.timeutil import to_iso
 
 __all__ = [
+    "CATEGORY_SQL",
     "SUBCATEGORIES",
     "Finding",
     "PricingModel",
     "Scope",
     "Severity",
+    "category_of",
     "fingerprint",
     "micros_to_decimal",
 ]
@@ -55,6 +57,16 @@ SUBCATEGORIES: tuple[str, ...] = (
     "tax",
     "other",
 )
+
+
+def category_of(subcategory: str) -> str:
+    """`compute` of `compute.gpu`; a subcategory without a dot (`support`, `tax`, `other`) is its own
+    category."""
+    return subcategory.split(".", 1)[0]
+
+
+#: `category_of` in DuckDB SQL, over a `subcategory` column (the engines group by it).
+CATEGORY_SQL = "split_part(subcategory, '.', 1)"
 
 
 class PricingModel(StrEnum):

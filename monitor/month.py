@@ -30,6 +30,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from monitor.timeutil import naive_utc
+
 __all__ = [
     "BILLING_TZ",
     "MONTH_PATTERN",
@@ -95,7 +97,7 @@ def row_month(invoice_month: str | None, usage_hour: datetime) -> str:
 def row_month_sql(month: str, invoice: str = "invoice_month", hour: str = "hour") -> tuple[str, list[Any]]:
     """`row_month(invoice, hour) == month` as a DuckDB condition over a naive-UTC `hour` column, with
     its parameters: the engines count a row in the month exactly as `row_month` does."""
-    lo, hi = (b.astimezone(UTC).replace(tzinfo=None) for b in month_bounds(month))
+    lo, hi = (naive_utc(b) for b in month_bounds(month))
     sql = f"CASE WHEN regexp_full_match(coalesce({invoice}, ''), ?) THEN {invoice} = ? ELSE {hour} >= ? AND {hour} < ? END"
     return sql, [MONTH_PATTERN, month, lo, hi]
 

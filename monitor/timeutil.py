@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, date, datetime, timedelta
 
-__all__ = ["floor_hour", "parse_timestamp", "to_iso"]
+__all__ = ["floor_hour", "naive_utc", "parse_timestamp", "to_iso"]
 
 _UTC_SUFFIX = re.compile(r"\s*(UTC|Z)$", re.IGNORECASE)
 
@@ -57,3 +57,13 @@ def floor_day(dt: datetime) -> datetime:
 
 
 ONE_HOUR = timedelta(hours=1)
+
+
+def naive_utc(dt: datetime) -> datetime:
+    """A time as DuckDB's TIMESTAMP columns (the aggregate store, the cost engine) hold it: UTC,
+    without a zone. The one place aware times leave for the engines.
+
+    >>> naive_utc(parse_timestamp("2026-11-01T10:00:00+02:00")).isoformat()
+    '2026-11-01T08:00:00'
+    """
+    return dt.astimezone(UTC).replace(tzinfo=None)

@@ -12,7 +12,7 @@ from monitor.cli import cli
 from monitor.cli._common import billing_option, config_option, format_option, load_optional_config
 from monitor.cli.report import make_console, open_billing
 from monitor.clock import SystemClock
-from monitor.model import micros_to_decimal
+from monitor.model import category_of, micros_to_decimal
 from monitor.sources.factory import search_range
 
 COLUMNS = (
@@ -35,7 +35,7 @@ def _line(row: dict) -> dict:
         "service": row["service_description"],
         "sku_id": row["sku_id"],
         "sku": row["sku_description"],
-        "category": sub.split(".", 1)[0],
+        "category": category_of(sub),
         "subcategory": sub,
         "pricing_model": row["pricing_model"],
         "rows": row["row_count"],

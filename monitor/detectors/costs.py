@@ -36,7 +36,8 @@ import duckdb
 
 from monitor import month
 from monitor.detectors.inputs import CostHour
-from monitor.model import micros_to_decimal
+from monitor.model import CATEGORY_SQL, micros_to_decimal
+from monitor.timeutil import naive_utc
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -83,11 +84,12 @@ def columns() -> pa.Schema:
 _GROUPS: dict[str, str] = {
     "project": "project",
     "subcategory": "subcategory",
-    "category": "split_part(subcategory, '.', 1)",
+    "category": CATEGORY_SQL,
     "hour": "hour",
     "day": "CAST(hour AS DATE)",
     "cluster": "cluster",
     "instance": "instance",
+    "instance_id": "instance_id",
     "zone": "zone",
     "labels": "labels",
     "invoice_month": "invoice_month",
@@ -99,10 +101,6 @@ _GROUPS: dict[str, str] = {
 def _to_micros(amount: Decimal) -> int:
     """A `CostHour` amount as micros, rounded as `q6` rounds (what detectors summed per row)."""
     return int(amount.quantize(_MICRO) * _MICROS)
-
-
-def _naive(dt: datetime) -> datetime:
-    return dt.astimezone(UTC).replace(tzinfo=None)
 
 
 def _aware(dt: datetime) -> datetime:
@@ -169,7 +167,7 @@ class Costs:
             label_keys.append(key)
         cols: dict[str, list[Any]] = {
             "i": list(range(len(rows))),
-            "hour": [_naive(r.hour) for r in rows],
+            "hour": [naive_utc(r.hour) for r in rows],
             "project": [r.project for r in rows],
             "subcategory": [r.subcategory for r in rows],
             "cost": [_to_micros(r.cost) for r in rows],
@@ -358,12 +356,12 @@ def _where(
         params += more
     if start is not None:
         conds.append("hour >= ?")
-        params.append(_naive(start))
+        params.append(naive_utc(start))
     if end is not None:
         conds.append("hour < ?")
-        params.append(_naive(end))
+        params.append(naive_utc(end))
     if categories is not None:
-        conds.append("list_contains(?::VARCHAR[], split_part(subcategory, '.', 1))")
+        conds.append(f"list_contains(?::VARCHAR[], {CATEGORY_SQL})")
         params.append(list(categories))
     if subcategories is not None:
         conds.append("list_contains(?::VARCHAR[], subcategory)")

@@ -23,6 +23,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Protocol
 
+from monitor.model import category_of
+
 if TYPE_CHECKING:
     from monitor.detectors.costs import Costs
 
@@ -103,7 +105,7 @@ class CostHour:
 
     @property
     def category(self) -> str:
-        return self.subcategory.split(".", 1)[0]
+        return category_of(self.subcategory)
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,7 +61,7 @@ from monitor.detectors.base import (
 from monitor.detectors.costs import CostSum
 from monitor.detectors.inputs import DetectorInputs
 from monitor.detectors.spend_hourly import MAD_TO_SIGMA, continued_from, hourly_findings, project_hours
-from monitor.model import Finding, Scope, fingerprint
+from monitor.model import Finding, Scope, category_of, fingerprint
 
 __all__ = ["SpendAnomaly", "SpendAnomalyConfig"]
 
@@ -263,7 +263,7 @@ class SpendAnomaly(Detector):
         for (project, subcategory, d), s in inputs.hourly.sums(("project", "subcategory", "day"), start=first, end=end).items():
             amt = self._amount(s)
             proj[project][d] += amt
-            cat[(project, subcategory.split(".", 1)[0])][d] += amt
+            cat[(project, category_of(subcategory))][d] += amt
             sub[(project, subcategory)][d] += amt
             if s.provisional:
                 provisional.add(d)
