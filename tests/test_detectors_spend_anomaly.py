@@ -376,3 +376,35 @@ def test_an_hourly_run_continuing_a_flagged_jump_takes_its_start_day() -> None:
     (f,) = windowed(rows, 14, 11, now_hours=24 * 24 + 22)
     assert f.evidence["granularity"] == "daily" and f.evidence["started"] == "2026-11-23"
     assert f.evidence["days"][0]["date"] == "2026-11-23"
+
+
+@pytest.mark.parametrize("now", [1, 5])
+def test_a_jump_its_category_still_shows_while_the_project_total_lags_is_one_finding(now) -> None:
+    """Compute +$60/h from 02:00 on day 21 over $40/h, storage $40/h; seen at `now` o'clock on day
+    24, with day 23's storage rows mostly not landed yet (10% of them: the daemon's production test,
+    where late rows left a day's total ordinary while its compute was not). The project is flagged
+    on days 21 and 22, only compute on day 23: before, day 23 was a second finding ("compute spend
+    jumped", started day 23) and the project's ended on day 22, so a first start read the jump as
+    over. Now the project's finding carries day 23 on: one jump, one finding, still running."""
+    jump, end = 21 * 24 + 2, 24 * 24 + now
+    late = range(23 * 24, end)  # storage rows still to land
+
+    def storage(h: int) -> str:
+        return "4" if h in late else "40"
+
+    rows = [
+        r
+        for h in range(end)
+        for r in (
+            cost(h, "compute.gpu", str(D(40) + (D(60) if h >= jump else 0))),
+            cost(h, "storage.gcs", storage(h)),
+        )
+    ]
+    (f,) = windowed(rows, 14, 11, now_hours=end)
+    assert f.evidence["category"] is None and f.evidence["started"] == "2026-11-23"
+    carried = ["2026-11-25"] + (["2026-11-26"] if now == 5 else [])  # day 24's 5 hours: +$300 pro rata
+    assert [d["date"] for d in f.evidence["days"]] == ["2026-11-23", "2026-11-24", *carried]
+    assert [d.get("category") for d in f.evidence["days"]] == [None, None] + ["compute"] * len(carried)
+    assert f.window_end == T0 + timedelta(days=23 + len(carried))
+    assert f.impact_usd == sum(D(str(d["excess_usd"])) for d in f.evidence["days"])
+    assert fmt_usd(f.impact_usd) in f.title and "It is still running: compute spend" in f.summary

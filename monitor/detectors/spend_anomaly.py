@@ -17,7 +17,10 @@ persists keeps counting instead of quietly becoming the norm. A series needs `mi
 history (from its first row) before it is judged: a new project is not an anomaly by itself.
 
 A category finding is only raised on days its project as a whole is not flagged, so one jump is one
-finding: the project finding names the categories that drove it. A last, partial day is compared with
+finding: the project finding names the categories that drove it. A category's flagged days right
+after its project's flagged days (the category flagged on the last of those too) are that jump still
+running while the project's total is not flagged yet, its other billing still arriving: the project's
+finding carries them on (their excess in its impact, their days in its evidence). A last, partial day is compared with
 the baseline pro-rated to the hours it covers. Days that reach into the provisional period are
 labelled: late billing rows may still raise them.
 
@@ -192,17 +195,36 @@ class SpendAnomaly(Detector):
                 starts = {d: moved[start] for d, start in starts.items()}
             daily_flagged[project].update(starts)
             shown = [f for f in flagged if f.day >= first_reported]
+            own: int | None = None  # the index of the project's finding, if raised
             if shown:
                 drivers = _drivers(project, shown, sub, days)
-                findings.extend(self._finding(project, None, shown, drivers, starts[flagged[-1].day]))
+                raised = self._finding(project, None, shown, drivers, starts[flagged[-1].day])
+                own = len(findings) if raised else None
+                findings.extend(raised)
             if not self.config.per_category:
                 continue
             skip = {f.day for f in flagged}
             for (p, category), series in sorted(cat.items(), key=lambda kv: str(kv[0])):
                 if p != project:
                     continue
-                cat_flagged = [f for f in self._flag(series, days, provisional_days) if f.day not in skip]
+                every = self._flag(series, days, provisional_days)
+                cat_flagged = [f for f in every if f.day not in skip]
                 cat_starts = _run_starts(cat_flagged)
+                # a run of category days right after the project's flagged days, the category flagged
+                # on the last of those too, is that jump still running while the project's total is
+                # not flagged (its other categories' billing still arriving): the project's finding
+                # carries it on, as it carries on the hours after it
+                carried = [
+                    f
+                    for f in cat_flagged
+                    if cat_starts[f.day] - _DAY in starts and cat_starts[f.day] - _DAY in {e.day for e in every}
+                ]
+                for f in carried:
+                    daily_flagged[project][f.day] = starts[cat_starts[f.day] - _DAY]
+                shown_carried = [f for f in carried if f.day >= first_reported]
+                if own is not None and shown_carried:
+                    findings[own] = self._carried(findings[own], category, shown_carried)
+                    cat_flagged = [f for f in cat_flagged if f not in carried]
                 for d in cat_starts:
                     daily_flagged[project].setdefault(d, None)
                 cat_shown = [f for f in cat_flagged if f.day >= first_reported]
@@ -218,6 +240,31 @@ class SpendAnomaly(Detector):
                 else:  # one jump, one finding: the daily one, carried on by the hours after it
                     findings[i] = self._continued(findings[i], h)
         return findings
+
+    def _carried(self, daily: Finding, category: str, days: Sequence[_Day]) -> Finding:
+        """The project's finding carried on by `category`'s flagged days right after it: their excess
+        added to its impact, its window to their end, their days (marked with the category) in its
+        evidence."""
+        excess = sum((d.excess for d in days), Decimal(0))
+        impact = daily.impact_usd + excess
+        dates = ", ".join(d.day.isoformat() for d in days)
+        summary = (
+            f"{daily.summary} It is still running: {category} spend was above its usual level on {dates} "
+            f"by {fmt_usd(excess)} (counted in the impact), while the project's total was not flagged yet."
+        )
+        return replace(
+            daily,
+            severity=self.severity(impact),
+            title=f"{daily.title.rsplit(' jumped: ', 1)[0]} jumped: {fmt_usd(impact)} above baseline",
+            summary=summary,
+            impact_usd=impact,
+            window_end=max(daily.window_end, datetime.combine(days[-1].day, time(), UTC) + _DAY),
+            evidence={
+                **daily.evidence,
+                "days": [*daily.evidence["days"], *({**_day_evidence(d), "category": category} for d in days)],
+            },
+            provisional=daily.provisional or any(d.provisional for d in days),
+        )
 
     def _continued(self, daily: Finding, hourly: Finding) -> Finding:
         """The daily finding of a jump still running in the hours after its flagged days: those hours'
