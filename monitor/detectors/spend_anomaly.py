@@ -242,54 +242,50 @@ class SpendAnomaly(Detector):
         return findings
 
     def _carried(self, daily: Finding, category: str, days: Sequence[_Day]) -> Finding:
-        """The project's finding carried on by `category`'s flagged days right after it: their excess
-        added to its impact, its window to their end, their days (marked with the category) in its
-        evidence."""
+        """The project's finding carried on by `category`'s flagged days right after it (their days,
+        marked with the category, in its evidence)."""
         excess = sum((d.excess for d in days), Decimal(0))
-        impact = daily.impact_usd + excess
         dates = ", ".join(d.day.isoformat() for d in days)
-        summary = (
-            f"{daily.summary} It is still running: {category} spend was above its usual level on {dates} "
-            f"by {fmt_usd(excess)} (counted in the impact), while the project's total was not flagged yet."
-        )
-        return replace(
+        return self._still_running(
             daily,
-            severity=self.severity(impact),
-            title=f"{daily.title.rsplit(' jumped: ', 1)[0]} jumped: {fmt_usd(impact)} above baseline",
-            summary=summary,
-            impact_usd=impact,
-            window_end=max(daily.window_end, datetime.combine(days[-1].day, time(), UTC) + _DAY),
-            evidence={
-                **daily.evidence,
-                "days": [*daily.evidence["days"], *({**_day_evidence(d), "category": category} for d in days)],
-            },
-            provisional=daily.provisional or any(d.provisional for d in days),
+            excess,
+            f"{category} spend was above its usual level on {dates} by {fmt_usd(excess)} (counted in the "
+            "impact), while the project's total was not flagged yet.",
+            datetime.combine(days[-1].day, time(), UTC) + _DAY,
+            {"days": [*daily.evidence["days"], *({**_day_evidence(d), "category": category} for d in days)]},
+            any(d.provisional for d in days),
         )
 
     def _continued(self, daily: Finding, hourly: Finding) -> Finding:
-        """The daily finding of a jump still running in the hours after its flagged days: those hours'
-        excess added to its impact, its window to their last, their hours in its evidence. Else a
-        jump whose latest day is not flagged yet (its billing still arriving) would look over."""
-        impact = daily.impact_usd + hourly.impact_usd
+        """The daily finding of a jump still running in the hours after its flagged days (their hours
+        in its evidence). Else a jump whose latest day is not flagged yet (its billing still
+        arriving) would look over."""
         hours = hourly.evidence["hours"]
-        summary = (
-            f"{daily.summary} It is still running: {len(hours)} hour(s) since {hours[0]['hour']} were "
-            f"above the usual level for their hour of day, by {fmt_usd(hourly.impact_usd)} more "
-            "(counted in the impact)."
+        return self._still_running(
+            daily,
+            hourly.impact_usd,
+            f"{len(hours)} hour(s) since {hours[0]['hour']} were above the usual level for their hour of "
+            f"day, by {fmt_usd(hourly.impact_usd)} more (counted in the impact).",
+            hourly.window_end,
+            {"days": [*daily.evidence["days"], *hourly.evidence["days"]], "hours": hours},
+            hourly.provisional,
         )
+
+    def _still_running(
+        self, daily: Finding, excess: Decimal, how: str, until: datetime, evidence: dict[str, Any], provisional: bool
+    ) -> Finding:
+        """`daily` carried on: `excess` added to its impact, its window to `until`, `how` it still
+        runs in its summary, `evidence` over its own."""
+        impact = daily.impact_usd + excess
         return replace(
             daily,
             severity=self.severity(impact),
             title=f"{daily.title.rsplit(' jumped: ', 1)[0]} jumped: {fmt_usd(impact)} above baseline",
-            summary=summary,
+            summary=f"{daily.summary} It is still running: {how}",
             impact_usd=impact,
-            window_end=max(daily.window_end, hourly.window_end),
-            evidence={
-                **daily.evidence,
-                "days": [*daily.evidence["days"], *hourly.evidence["days"]],
-                "hours": hours,
-            },
-            provisional=daily.provisional or hourly.provisional,
+            window_end=max(daily.window_end, until),
+            evidence={**daily.evidence, **evidence},
+            provisional=daily.provisional or provisional,
         )
 
     def _daily(
