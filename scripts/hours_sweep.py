@@ -1,0 +1,103 @@
+"""Run the production daemon test's fleet through detection at every hour of a day, offline.
+
+`tests/test_daemon_production.py` anchors its fleet to the current hour, so a detector whose result
+depends on the hour of day fails it only at some hours (spend_anomaly did twice: a jump dated
+differently by its daily and hourly checks, then a category day not carrying its project's jump on).
+This builds that fleet (same seed, 14 days, the hung node) as if it were each hour in turn, loads
+what would have been exported by then into DuckDB, polls it as the daemon does and runs
+`spend_anomaly`; the injected step-up must be ONE finding for its project whose window reaches the
+first-start cut (24 h before now: else a first start would summarise it as over).
+
+    .venv/bin/python scripts/hours_sweep.py [--at 2026-12-04T00:26:00Z] [--hours 0-23]
+
+About 15 s an hour on a 2-core machine; prints a line per hour and exits 1 if any hour is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
+
+from child import bench_config  # noqa: E402
+
+from monitor.attribution.compile import compile_rules  # noqa: E402
+from monitor.clock import FixedClock  # noqa: E402
+from monitor.cycle import build_deps, detection_inputs, run_billing_poll  # noqa: E402
+from monitor.detectors import run_in_window  # noqa: E402
+from monitor.detectors.spend_anomaly import SpendAnomaly  # noqa: E402
+from monitor.simulate.simulator import FleetSimulator  # noqa: E402
+from monitor.sources.billing_duckdb import DuckDBBillingSource  # noqa: E402
+from monitor.sources.duckdb_conn import open_billing_db  # noqa: E402
+from monitor.sources.loader import load_billing  # noqa: E402
+from monitor.timeutil import floor_hour, parse_timestamp  # noqa: E402
+from tests.emulators.fleet import _jsonable  # noqa: E402
+from tests.test_daemon_production import DAYS, HUNG_HOURS, SEED, _hang_now  # noqa: E402
+
+PROJECT = "ml-research"  # the step-up's project (`monitor.simulate.layout`: the hparam sweep)
+GRACE = timedelta(hours=24)  # the shipped first_start_grace_hours
+
+
+def check(now: datetime, work: Path) -> tuple[bool, list[str]]:
+    end = floor_hour(now) + timedelta(hours=1)
+    sim = FleetSimulator(SEED, end - timedelta(days=DAYS), DAYS)
+    _hang_now(sim, HUNG_HOURS)
+    (work / "util").mkdir(parents=True)
+    export = work / "export.ndjson.gz"
+    with gzip.open(export, "wt") as fh:
+        for row in sim.billing_rows():
+            if row["export_time"] <= now:  # billed by now: the export lags 1-30 h
+                fh.write(json.dumps(_jsonable(row)) + "\n")
+    db = work / "billing.duckdb"
+    conn = open_billing_db(db)
+    load_billing([export], conn)
+    conn.close()
+    cfg = bench_config(work, work / "util", db, 31)
+    conn = open_billing_db(db)
+    try:
+        source = DuckDBBillingSource(conn, rules=compile_rules(cfg.attribution.rules))
+        deps = build_deps(cfg, FixedClock(now), source, stream=io.StringIO(), environ={})
+        run_billing_poll(deps, now)
+        inputs = detection_inputs(deps, now)
+        found = run_in_window(inputs, [SpendAnomaly()], now, inputs.window_start)
+    finally:
+        conn.close()
+    mine = [f for f in found if f.scope.project == PROJECT]
+    shown = [
+        f"{f.title} (category {f.evidence.get('category')}, started {f.evidence.get('started')}, "
+        f"to {f.window_end:%Y-%m-%d %H:00})"
+        for f in mine
+    ]
+    return len(mine) == 1 and mine[0].window_end >= now - GRACE, shown
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--at", default=None, help="the first hour's now (default: now, minus its hours)")
+    ap.add_argument("--hours", default="0-23", help="offsets from --at, e.g. 0-23 or 1,5,17")
+    a = ap.parse_args()
+    at = parse_timestamp(a.at) if a.at else datetime.now(UTC).replace(hour=0, minute=26, second=0, microsecond=0)
+    lo, _, hi = a.hours.partition("-")
+    offsets = range(int(lo), int(hi) + 1) if hi else [int(x) for x in a.hours.split(",")]
+    bad = 0
+    for k in offsets:
+        now = at + timedelta(hours=k)
+        began = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="gpucost-sweep-") as tmp:
+            ok, shown = check(now, Path(tmp) / "w")
+        bad += not ok
+        print(f"{now:%Y-%m-%d %H:%M} {'ok ' if ok else 'BAD'} {time.monotonic() - began:4.0f} s  {'; '.join(shown)}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
