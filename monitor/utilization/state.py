@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
 
+from monitor.sources.presets import Signal
 from monitor.state.store import StateStore
 from monitor.timeutil import parse_timestamp
 from monitor.utilization.coverage import record_coverage
@@ -243,18 +244,26 @@ def load_util_hours(store: StateStore, start: datetime, end: datetime) -> list[U
     merged = _samples({sid: labels[sid] for sid in shared}, rows)
     resolved, _ = resolve_duty_cycles(merged)
     single = [r for r in agg if r[0] not in rows]
+    # per series once, not per hour: its identity, signal and GPU key (`order_key`'s first part)
+    series = {sid: (labels[sid][:8], labels[sid][8], key(labels[sid][:8])) for sid in {r[0] for r in single}}
     container = container_hours(
-        [(labels[r[0]][:8], labels[r[0]][8], _when(r[1])) for r in single]
+        [(series[r[0]][0], _CONTAINER, _when(r[1])) for r in single if series[r[0]][1] == _CONTAINER]
         + [(ident_of(s), s.signal, s.start) for s in merged],
         key,
     )
-    out = reduce_samples(resolved, container, key)
+    order = order_key(key)
+    keyed = [(order(item), item[0]) for item in reduce_samples(resolved, container, key)]
     for sid, hour, n, total, mem, idle, first in single:
-        ident, signal, when = labels[sid][:8], labels[sid][8], _when(hour)
-        held = (*key(ident)[:2], when) in container
-        out.append((UtilHour(*ident, when, signal, n, total, mem, bool(idle), held), float(first)))  # type: ignore[arg-type]
-    out.sort(key=order_key(key))
-    return [h for h, _ in out]
+        ident, signal, gpu_key = series[sid]
+        when = _when(hour)
+        held = (*gpu_key[:2], when) in container
+        h = UtilHour(*ident, when, signal, n, total, mem, bool(idle), held)  # type: ignore[arg-type]
+        keyed.append(((gpu_key, when, float(first)), h))
+    keyed.sort(key=itemgetter(0))  # stable, as the sort by `order_key` over the same list was
+    return [h for _, h in keyed]
+
+
+_CONTAINER = Signal.CONTAINER_DUTY_CYCLE.value
 
 
 @functools.lru_cache(maxsize=65536)
