@@ -4,9 +4,11 @@
 depends on the hour of day fails it only at some hours (spend_anomaly did twice: a jump dated
 differently by its daily and hourly checks, then a category day not carrying its project's jump on).
 This builds that fleet (same seed, 14 days, the hung node) as if it were each hour in turn, loads
-what would have been exported by then into DuckDB, polls it as the daemon does and runs
-`spend_anomaly`; the injected step-up must be ONE finding for its project whose window reaches the
-first-start cut (24 h before now: else a first start would summarise it as over).
+what would have been exported by then into DuckDB, polls it as the daemon does and runs the
+billing-side detectors of its injected costs (`spend_anomaly`, `cross_zone_egress`; the others need
+utilization): each injected cost must be ONE finding (`tests.test_ground_truth.matches`)
+and one still running must reach the first-start cut (24 h before now: else a first start would
+summarise it as over).
 
     .venv/bin/python scripts/hours_sweep.py [--at 2026-12-04T00:26:00Z] [--hours 0-23]
 
@@ -34,16 +36,19 @@ from monitor.attribution.compile import compile_rules  # noqa: E402
 from monitor.clock import FixedClock  # noqa: E402
 from monitor.cycle import build_deps, detection_inputs, run_billing_poll  # noqa: E402
 from monitor.detectors import run_in_window  # noqa: E402
+from monitor.detectors.egress import CrossZoneEgress  # noqa: E402
 from monitor.detectors.spend_anomaly import SpendAnomaly  # noqa: E402
 from monitor.simulate.simulator import FleetSimulator  # noqa: E402
+from monitor.simulate.truth import Tally  # noqa: E402
 from monitor.sources.billing_duckdb import DuckDBBillingSource  # noqa: E402
 from monitor.sources.duckdb_conn import open_billing_db  # noqa: E402
 from monitor.sources.loader import load_billing  # noqa: E402
 from monitor.timeutil import floor_hour, parse_timestamp  # noqa: E402
 from tests.emulators.fleet import _jsonable  # noqa: E402
 from tests.test_daemon_production import DAYS, HUNG_HOURS, SEED, _hang_now  # noqa: E402
+from tests.test_ground_truth import matches  # noqa: E402
 
-PROJECT = "ml-research"  # the step-up's project (`monitor.simulate.layout`: the hparam sweep)
+KINDS = ("spend_anomaly", "cross_zone_egress")  # the injected costs billing alone shows
 GRACE = timedelta(hours=24)  # the shipped first_start_grace_hours
 
 
@@ -68,16 +73,19 @@ def check(now: datetime, work: Path) -> tuple[bool, list[str]]:
         deps = build_deps(cfg, FixedClock(now), source, stream=io.StringIO(), environ={})
         run_billing_poll(deps, now)
         inputs = detection_inputs(deps, now)
-        found = run_in_window(inputs, [SpendAnomaly()], now, inputs.window_start)
+        found = run_in_window(inputs, [SpendAnomaly(), CrossZoneEgress()], now, inputs.window_start)
     finally:
         conn.close()
-    mine = [f for f in found if f.scope.project == PROJECT]
-    shown = [
-        f"{f.title} (category {f.evidence.get('category')}, started {f.evidence.get('started')}, "
-        f"to {f.window_end:%Y-%m-%d %H:00})"
-        for f in mine
-    ]
-    return len(mine) == 1 and mine[0].window_end >= now - GRACE, shown
+    ok, shown = True, []
+    payloads = [(f, json.loads(json.dumps(f.to_dict(), default=str))) for f in found]
+    for cost in sim.ground_truth(Tally())["hidden_costs"]:
+        if cost["kind"] not in KINDS:
+            continue
+        mine = [f for f, payload in payloads if matches(cost, payload)]
+        ongoing = parse_timestamp(cost["window_end"]) >= now - GRACE  # else a summary's business
+        ok = ok and len(mine) == 1 and (not ongoing or mine[0].window_end >= now - GRACE)
+        shown += [f"{f.title} (to {f.window_end:%Y-%m-%d %H:00})" for f in mine] or [f"no {cost['kind']} finding"]
+    return ok, shown
 
 
 def main() -> int:
