@@ -242,29 +242,14 @@ class SlackNotifier:
 
         A channel name is resolved to its id first (history only takes ids); a name that does not
         resolve is a FAILED lookup, so the outbox sends again rather than lose the alert."""
-        channel = self.resolve_channel(message.channel)
-        if channel is None:
-            return DeliveryResult.failed(f"lookup: channel {message.channel} has no known id")
-        try:
-            if message.thread_ts:
-                resp = self._client.conversations_replies(
-                    channel=channel, ts=message.thread_ts, include_all_metadata=True, limit=200
-                )
-            else:
-                resp = self._client.conversations_history(
-                    channel=channel, include_all_metadata=True, limit=200
-                )
-        except Exception as e:
-            return self._classify(e, "lookup")
-        for m in resp.get("messages") or []:
+
+        def ours(m: dict[str, Any]) -> bool:
             meta = m.get("metadata") or {}
             payload = meta.get("event_payload") or {}
-            if (
-                meta.get("event_type") == EVENT_TYPE
-                and payload.get("idempotency_key") == message.idempotency_key
-            ):
-                return DeliveryResult.sent(m.get("ts"), resp.get("channel") or channel)
-        return None
+            return meta.get("event_type") == EVENT_TYPE and payload.get("idempotency_key") == message.idempotency_key
+
+        found = self._search(message.channel, message.thread_ts, ours, metadata=True)
+        return found if not isinstance(found, tuple) else DeliveryResult.sent(found[0].get("ts"), found[1])
 
     def lookup_file(self, channel: str, path: Path, title: str, thread_ts: str | None) -> DeliveryResult | None:
         """Search the thread (or the channel's recent history) for the message a shared file shows
@@ -274,19 +259,33 @@ class SlackNotifier:
         Uploads carry no metadata, so name and title are the key: the outbox gives each file row
         its own title within its thread (the digest's charts). Like `lookup`, a channel without a
         known id is a FAILED lookup, so the file is uploaded again rather than lost."""
+
+        def ours(m: dict[str, Any]) -> bool:
+            return any(f.get("name") == path.name and f.get("title") == title for f in m.get("files") or [])
+
+        found = self._search(channel, thread_ts, ours)
+        return found if not isinstance(found, tuple) else DeliveryResult.sent(thread_ts, found[1])
+
+    def _search(
+        self, channel: str, thread_ts: str | None, ours: Callable[[dict[str, Any]], bool], *, metadata: bool = False
+    ) -> tuple[dict[str, Any], str] | DeliveryResult | None:
+        """The first message of the thread (else of the channel's recent history) that is `ours`,
+        with the channel id it was found in; None if none is; a FAILED result if the channel has no
+        known id, else the classified error of a history call that failed."""
         resolved = self.resolve_channel(channel)
         if resolved is None:
             return DeliveryResult.failed(f"lookup: channel {channel} has no known id")
+        extra = {"include_all_metadata": True} if metadata else {}
         try:
             if thread_ts:
-                resp = self._client.conversations_replies(channel=resolved, ts=thread_ts, limit=200)
+                resp = self._client.conversations_replies(channel=resolved, ts=thread_ts, limit=200, **extra)
             else:
-                resp = self._client.conversations_history(channel=resolved, limit=200)
+                resp = self._client.conversations_history(channel=resolved, limit=200, **extra)
         except Exception as e:
             return self._classify(e, "lookup")
         for m in resp.get("messages") or []:
-            if any(f.get("name") == path.name and f.get("title") == title for f in m.get("files") or []):
-                return DeliveryResult.sent(thread_ts, resp.get("channel") or resolved)
+            if ours(m):
+                return m, resp.get("channel") or resolved
         return None
 
     def send_file(self, channel: str, path: Path, title: str, thread_ts: str | None) -> DeliveryResult:
