@@ -246,8 +246,9 @@ def load_util_hours(store: StateStore, start: datetime, end: datetime) -> list[U
     single = [r for r in agg if r[0] not in rows]
     # per series once, not per hour: its identity, signal and GPU key (`order_key`'s first part)
     series = {sid: (labels[sid][:8], labels[sid][8], key(labels[sid][:8])) for sid in {r[0] for r in single}}
-    container = container_hours(
-        [(series[r[0]][0], _CONTAINER, _when(r[1])) for r in single if series[r[0]][1] == _CONTAINER]
+    containers = {sid for sid, (_, signal, _) in series.items() if signal == Signal.CONTAINER_DUTY_CYCLE}
+    container = container_hours(  # only container series can have container hours: the others stay out
+        [(series[sid][0], series[sid][1], _when(hour)) for sid, hour, *_ in single if sid in containers]
         + [(ident_of(s), s.signal, s.start) for s in merged],
         key,
     )
@@ -261,9 +262,6 @@ def load_util_hours(store: StateStore, start: datetime, end: datetime) -> list[U
         keyed.append(((gpu_key, when, float(first)), h))
     keyed.sort(key=itemgetter(0))  # stable, as the sort by `order_key` over the same list was
     return [h for _, h in keyed]
-
-
-_CONTAINER = Signal.CONTAINER_DUTY_CYCLE.value
 
 
 @functools.lru_cache(maxsize=65536)
