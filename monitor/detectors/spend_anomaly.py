@@ -214,10 +214,9 @@ class SpendAnomaly(Detector):
                 # on the last of those too, is that jump still running while the project's total is
                 # not flagged (its other categories' billing still arriving): the project's finding
                 # carries it on, as it carries on the hours after it
+                every_day = {e.day for e in every}
                 carried = [
-                    f
-                    for f in cat_flagged
-                    if cat_starts[f.day] - _DAY in starts and cat_starts[f.day] - _DAY in {e.day for e in every}
+                    f for f in cat_flagged if (d := cat_starts[f.day] - _DAY) in starts and d in every_day
                 ]
                 for f in carried:
                     daily_flagged[project][f.day] = starts[cat_starts[f.day] - _DAY]
