@@ -13,6 +13,7 @@ timeout is an uncertain outcome, looked up with the message metadata before any 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -136,13 +137,14 @@ def test_a_crash_between_enqueue_and_send_sends_it_once_after_restart(cfg: Confi
     second.store.close()
 
 
-def test_a_crash_after_slack_took_the_post_does_not_post_it_twice(cfg: Config, slack: FakeSlack) -> None:
-    """Killed after Slack answered, before the outbox recorded it: the next process looks the
-    post up by its idempotency key (message metadata) and uploads only the chart."""
+def _killed_then_restarted(cfg: Config, slack: FakeSlack, killed_after: Callable[[], bool]) -> Deps:
+    """Queue the day's digest and deliver it in a process killed at the first "after_send" point
+    where `killed_after()` holds (Slack has answered, the outbox has not recorded it); then the next
+    process, a minute later."""
     from alerts.delivery import deliver_outbox
 
     def killed(point: str) -> None:
-        if point == "after_send":
+        if point == "after_send" and killed_after():
             raise SystemExit("killed")
 
     first = start(cfg)
@@ -150,9 +152,14 @@ def test_a_crash_after_slack_took_the_post_does_not_post_it_twice(cfg: Config, s
     with pytest.raises(SystemExit):
         deliver_outbox(replace(first.alert_deps, fault=killed), T0)
     first.store.close()
-    assert len(posts(slack)) == 1 and slack.files == []
+    return start(cfg, T0 + timedelta(minutes=1))
 
-    second = start(cfg, T0 + timedelta(minutes=1))
+
+def test_a_crash_after_slack_took_the_post_does_not_post_it_twice(cfg: Config, slack: FakeSlack) -> None:
+    """Killed after Slack answered, before the outbox recorded it: the next process looks the
+    post up by its idempotency key (message metadata) and uploads only the chart."""
+    second = _killed_then_restarted(cfg, slack, lambda: True)
+    assert len(posts(slack)) == 1 and slack.files == []
     run_delivery(second, T0 + timedelta(minutes=1))
     assert len(posts(slack)) == 1 and len(slack.files) == 1
     assert _digest_sent(second, DAY, "#digest")
@@ -162,20 +169,8 @@ def test_a_crash_after_slack_took_the_post_does_not_post_it_twice(cfg: Config, s
 def test_a_crash_after_slack_took_the_chart_does_not_upload_it_twice(cfg: Config, slack: FakeSlack) -> None:
     """Killed after the upload completed, before the outbox recorded it: the next process finds the
     chart in the digest's thread (a file of that name and title) and records it, uploading nothing."""
-    from alerts.delivery import deliver_outbox
-
-    def killed_after_the_upload(point: str) -> None:
-        if point == "after_send" and slack.files:
-            raise SystemExit("killed")
-
-    first = start(cfg)
-    run_digest(first, T0, send=True)
-    with pytest.raises(SystemExit):
-        deliver_outbox(replace(first.alert_deps, fault=killed_after_the_upload), T0)
-    first.store.close()
+    second = _killed_then_restarted(cfg, slack, lambda: bool(slack.files))
     assert len(posts(slack)) == 1 and len(slack.files) == 1
-
-    second = start(cfg, T0 + timedelta(minutes=1))
     run_delivery(second, T0 + timedelta(minutes=1))
     assert len(slack.files) == 1, "the chart was uploaded again"
     assert len(slack.calls("conversations.replies")) == 1  # looked up in the digest's thread
