@@ -33,7 +33,7 @@ from monitor.sources.presets import Signal
 from monitor.state.analytics import AggregateStore
 from monitor.state.store import StateStore
 from monitor.utilization.coverage import Coverage
-from monitor.utilization.hourly import UtilHour
+from monitor.utilization.hourly import UtilHour, UtilHours
 from monitor.utilization.state import load_util_hours
 
 __all__ = ["assemble_inputs", "cost_hours", "gpu_cost_hours", "gpu_hours", "gpu_node_hours", "stored_costs"]
@@ -211,7 +211,7 @@ def _host_keys(h: UtilHour) -> list[str]:
 
 def _estimates(
     nodes: GpuNodeHours,
-    hours: Sequence[UtilHour],
+    hours: UtilHours,
     prices: PriceLookup | None,
     threshold: float,
     end: datetime,
@@ -247,10 +247,14 @@ def _estimates(
     }
     by_hour: dict[tuple[str, datetime], list[UtilHour]] = defaultdict(list)
     aliases: dict[str, list[str]] = {}
-    for h in hours:
+    wanted = [
+        i
+        for i, hour in enumerate(hours["hour"])
+        if hour + _HOUR <= end and (provisional_from is None or hour >= provisional_from)
+    ]
+    for i in wanted:  # only these hours become `UtilHour`s
+        h = hours.row(i)
         hour = h.hour
-        if hour + _HOUR > end or (provisional_from is not None and hour < provisional_from):
-            continue
         keys = _host_keys(h)
         if keys:
             by_hour[(keys[0], hour)].append(h)
@@ -343,7 +347,7 @@ def _effective_ratio(known: GpuCostHour | None) -> Decimal:
 
 def gpu_hours(
     costs: Sequence[GpuCostHour] | GpuNodeHours,
-    hours: Sequence[UtilHour],
+    hours: UtilHours | Sequence[UtilHour],
     threshold: float,
     prices: PriceLookup | None,
     end: datetime,
@@ -352,8 +356,9 @@ def gpu_hours(
     """Billed GPU hours (`gpu_node_hours`) joined with utilization (per GPU and hour:
     `monitor.utilization.hourly`), plus estimated ones (see `_estimates`)."""
     nodes = costs if isinstance(costs, GpuNodeHours) else GpuNodeHours.from_rows(costs)
-    billed = _billed(nodes, join_node_hours(nodes, hours, threshold))
-    return billed + _estimates(nodes, hours, prices, threshold, end, provisional_from)
+    util = UtilHours.of(hours)
+    billed = _billed(nodes, join_node_hours(nodes, util, threshold))
+    return billed + _estimates(nodes, util, prices, threshold, end, provisional_from)
 
 
 def assemble_inputs(

@@ -20,17 +20,18 @@ Sums per node and rollups (per project, cluster, node pool, namespace, label) li
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from monitor.columns import Columns
 from monitor.gpu_identity import billed_identities, sample_identities
 from monitor.gpu_models import gpus_for_machine_type
 from monitor.sources.presets import Signal
-from monitor.utilization.hourly import UtilHour
+from monitor.utilization.hourly import UtilHour, UtilHours
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -163,40 +164,18 @@ ORDER BY idx
 
 _SIGNALS = list(Signal)
 _NODE = Signal.NODE_DUTY_CYCLE
-_COLUMNS = tuple(f.name for f in fields(GpuCostHour))
 
 
-class GpuNodeHours:
+class GpuNodeHours(Columns[GpuCostHour], row_type=GpuCostHour):
     """GPU spend per node-hour, one list per `GpuCostHour` field: what the billing engine returns,
     joined and priced without one Python object per node-hour (86k of them on 30 days of the bench's
     scale-5 fleet). `rows()` gives the `GpuCostHour`s back (tests, tools, estimates)."""
 
-    __slots__ = ("_identities", "columns")
+    __slots__ = ("_identities",)
 
     def __init__(self, columns: dict[str, list[Any]]) -> None:
-        if missing := set(_COLUMNS) - columns.keys():
-            raise ValueError(f"GpuNodeHours lacks columns {sorted(missing)}")
-        lengths = {len(v) for v in columns.values()}
-        if len(lengths) > 1:
-            raise ValueError(f"GpuNodeHours columns differ in length: {sorted(lengths)}")
-        self.columns = columns
+        super().__init__(columns)
         self._identities: tuple[list[int], list[list[str]]] | None = None
-
-    @classmethod
-    def from_rows(cls, rows: Sequence[GpuCostHour]) -> GpuNodeHours:
-        return cls({name: [getattr(r, name) for r in rows] for name in _COLUMNS})
-
-    def __len__(self) -> int:
-        return len(self.columns["hour"])
-
-    def __getitem__(self, name: str) -> list[Any]:
-        return self.columns[name]
-
-    def row(self, i: int) -> GpuCostHour:
-        return GpuCostHour(*(self.columns[name][i] for name in _COLUMNS))
-
-    def rows(self) -> list[GpuCostHour]:
-        return [self.row(i) for i in range(len(self))]
 
     def identities(self) -> tuple[list[int], list[list[str]]]:
         """(each node-hour's node number, each node's identity keys, primary first:
@@ -228,9 +207,9 @@ def _hour_numbers(hours: Sequence[datetime]) -> list[int]:
     return [seen[h] if h in seen else seen.setdefault(h, int(h.timestamp())) for h in hours]
 
 
-def _tables(nodes: GpuNodeHours, hours: Sequence[UtilHour]) -> dict[str, pa.Table]:
+def _tables(nodes: GpuNodeHours, hours: UtilHours) -> dict[str, pa.Table]:
     """costs (idx, node, hour), node keys (node, pos, key), hosts (sid, pos, key) and GPU-hours
-    (sid, gpu, hour, ...) as Arrow tables for the join.
+    (sid, gpu, hour, ...) as Arrow tables for the join, the GPU-hours straight from their columns.
 
     pyarrow is imported here: commands that join nothing do not pay for it."""
     import pyarrow as pa
@@ -244,12 +223,13 @@ def _tables(nodes: GpuNodeHours, hours: Sequence[UtilHour]) -> dict[str, pa.Tabl
     primary: dict[str, int] = {}
     aliases: dict[tuple[int, str], int] = {}
     sid_col: list[int] = []
-    ranks = {s: Signal.rank(s) for s in {h.signal for h in hours}}
-    for h in hours:
-        ids = (h.project, h.zone, h.instance_id, h.instance_name, h.cluster, h.node_name)
+    h = hours.columns
+    ranks = {s: Signal.rank(s) for s in set(h["signal"])}
+    idents = zip(h["project"], h["zone"], h["instance_id"], h["instance_name"], h["cluster"], h["node_name"], strict=True)
+    for ids in idents:
         sid = seen.get(ids)
         if sid is None:
-            keys = [n.key for n in sample_identities(*ids)] or [f"none|{h.project}"]
+            keys = [n.key for n in sample_identities(*ids)] or [f"none|{ids[0]}"]
             sid = seen[ids] = primary.setdefault(keys[0], len(primary))
             for pos, k in enumerate(keys):
                 aliases[(sid, k)] = min(pos, aliases.get((sid, k), pos))
@@ -276,13 +256,13 @@ def _tables(nodes: GpuNodeHours, hours: Sequence[UtilHour]) -> dict[str, pa.Tabl
         "hours": pa.table(
             {
                 "sid": pa.array(sid_col, pa.int64()),
-                "gpu": pa.array([h.gpu for h in hours], pa.string()),
-                "hour": pa.array(_hour_numbers([h.hour for h in hours]), pa.int64()),
-                "samples": pa.array([h.samples for h in hours], pa.int64()),
-                "pct_sum": pa.array([h.pct_sum for h in hours], pa.float64()),
-                "memory_max": pa.array([h.memory_max for h in hours], pa.float64()),
-                "rank": pa.array([ranks[h.signal] for h in hours], pa.int64()),
-                "container": pa.array([bool(h.container) for h in hours], pa.bool_()),
+                "gpu": pa.array(h["gpu"], pa.string()),
+                "hour": pa.array(_hour_numbers(h["hour"]), pa.int64()),
+                "samples": pa.array(h["samples"], pa.int64()),
+                "pct_sum": pa.array(h["pct_sum"], pa.float64()),
+                "memory_max": pa.array(h["memory_max"], pa.float64()),
+                "rank": pa.array([ranks[x] for x in h["signal"]], pa.int64()),
+                "container": pa.array([bool(x) for x in h["container"]], pa.bool_()),
             }
         ),
     }
@@ -301,10 +281,10 @@ class Joined:
 
 
 def join_node_hours(
-    nodes: GpuNodeHours, hours: Sequence[UtilHour], idle_threshold_pct: float
+    nodes: GpuNodeHours, hours: UtilHours | Sequence[UtilHour], idle_threshold_pct: float
 ) -> list[Joined | None]:
     """Per node-hour of `nodes`, in order: its utilization (per GPU and hour:
-    `monitor.utilization.hourly`), None when no monitored host matches it.
+    `monitor.utilization.hourly`, as columns or `UtilHour`s), None when no monitored host matches it.
 
     Each joined hour says which signal it was judged on (the best one seen in the hour) and, for a
     GKE node judged on its node duty cycle, whether it had container metrics at all.
@@ -319,7 +299,7 @@ def join_node_hours(
         # different order each run, so a finding's evidence changed in its last digits between
         # identical runs.
         con.execute("SET threads = 1")
-        for name, table in _tables(nodes, hours).items():
+        for name, table in _tables(nodes, UtilHours.of(hours)).items():
             con.register(name, table)
         result = con.execute(_JOIN_SQL, {"threshold": idle_threshold_pct}).fetchall()
     finally:

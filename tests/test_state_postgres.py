@@ -445,7 +445,7 @@ def test_utilization_hours_are_reduced_in_either_engine(store) -> None:
     migrate(store)
     samples = [gce("a", UTIL_T0 + i * M5, float(i), memory_used_bytes=1e9 if i == 0 else None) for i in range(14)]
     replace_window(store, "p1", "x", UTIL_T0, UTIL_T0 + 2 * HOUR, samples, now=UTIL_T0)
-    got = load_util_hours(store, UTIL_T0, UTIL_T0 + 2 * HOUR)
+    got = load_util_hours(store, UTIL_T0, UTIL_T0 + 2 * HOUR).rows()
     assert got == util_hours(load_samples(store, UTIL_T0, UTIL_T0 + 2 * HOUR))
     assert [(h.hour, h.samples, h.pct_sum, h.memory_max, h.idle_allocated) for h in got] == [
         (UTIL_T0, 12, 66.0, 1e9, True),

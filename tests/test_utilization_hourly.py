@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from monitor.state.store import SQLiteStore
 from monitor.utilization import GpuSample, load_samples, load_util_hours, migrate, replace_window, util_hours
+from monitor.utilization.hourly import UtilHours
 
 T0 = datetime(2026, 11, 1, 10, tzinfo=UTC)
 H = timedelta(hours=1)
@@ -41,7 +42,7 @@ def put(store, samples, *, preset: str = "gce_gpu_agent") -> None:
 
 
 def both(store, start=T0 - H, end=T0 + 4 * H):
-    fast = load_util_hours(store, start, end)
+    fast = load_util_hours(store, start, end).rows()
     assert fast == util_hours(load_samples(store, start, end))
     return fast
 
@@ -52,6 +53,19 @@ def test_one_series_is_reduced_per_hour_in_the_store(store) -> None:
     assert (first.hour, first.samples, first.pct_sum, first.mean_pct) == (T0, 12, 66.0, 5.5)
     assert (second.hour, second.samples, second.mean_pct) == (T0 + H, 3, 13.0)
     assert first.signal == "gpu_utilization" and not first.container and first.memory_max is None
+
+
+def test_columns_and_rows_are_the_same_hours(store) -> None:
+    """`UtilHours` is what the GPU join reads as columns; `of` and `rows` move between the two forms
+    without changing an hour, and an empty window is empty in both."""
+    put(store, [sample("1", T0 + i * M5, float(i)) for i in range(15)] + [sample("2", T0, 3.0, gpu="1")])
+    cols = load_util_hours(store, T0 - H, T0 + 4 * H)
+    rows = cols.rows()
+    assert len(cols) == len(rows) == 3
+    assert cols["hour"] == [h.hour for h in rows] and cols["gpu"] == [h.gpu for h in rows]
+    assert UtilHours.of(rows).columns == cols.columns and UtilHours.of(cols) is cols
+    empty = load_util_hours(store, T0 + 10 * H, T0 + 11 * H)
+    assert len(empty) == 0 and empty.rows() == [] and set(empty.columns) == set(UtilHours.names)
 
 
 def test_memory_held_and_idle_but_allocated(store) -> None:
@@ -120,7 +134,7 @@ def test_the_store_path_equals_the_reduction_of_its_samples(tmp_path_factory, dr
         for preset, samples in by_preset.items():
             replace_window(s, "p1", preset, T0, T0 + 3 * H, samples, now=T0 + 3 * H)
         start, end = T0 + lo * H, T0 + (lo + span) * H
-        fast = load_util_hours(s, start, end)
+        fast = load_util_hours(s, start, end).rows()
         ref = util_hours(load_samples(s, start, end))
         assert [h.ident for h in fast] == [h.ident for h in ref]
         for a, b in zip(fast, ref, strict=True):

@@ -28,7 +28,13 @@ from monitor.sources.presets import Signal
 from monitor.state.store import StateStore
 from monitor.timeutil import parse_timestamp
 from monitor.utilization.coverage import record_coverage
-from monitor.utilization.hourly import UtilHour, container_hours, ident_of, order_key, reduce_samples
+from monitor.utilization.hourly import (
+    UtilHours,
+    container_hours,
+    ident_of,
+    order_key,
+    reduce_samples,
+)
 from monitor.utilization.records import BUSY_EPSILON_PCT, GpuSample, SampleDraft, freeze
 from monitor.utilization.select import host_keys, merge, resolve_duty_cycles
 
@@ -219,10 +225,10 @@ def load_samples(store: StateStore, start: datetime, end: datetime) -> list[GpuS
     return _samples({r[0]: r[1:] for r in labels if r[0] in rows}, rows)
 
 
-def load_util_hours(store: StateStore, start: datetime, end: datetime) -> list[UtilHour]:
-    """Stored utilization per GPU and hour for hours starting in ``[start, end)``: what
-    `monitor.utilization.hourly.util_hours(load_samples(...))` gives, with the samples kept in the
-    store's engine wherever that is exact.
+def load_util_hours(store: StateStore, start: datetime, end: datetime) -> UtilHours:
+    """Stored utilization per GPU and hour for hours starting in ``[start, end)``, as columns: what
+    `monitor.utilization.hourly.util_hours(load_samples(...))` gives (`.rows()` are those
+    `UtilHour`s), with the samples kept in the store's engine wherever that is exact.
 
     A GPU stored as one series (the usual case) is reduced by the store's GROUP BY. A GPU seen
     through several (two presets, or a GKE node's node and container duty cycles) needs one sample
@@ -253,15 +259,14 @@ def load_util_hours(store: StateStore, start: datetime, end: datetime) -> list[U
         key,
     )
     order = order_key(key)
-    keyed = [(order(item), item[0]) for item in reduce_samples(resolved, container, key)]
+    keyed = [(order(item), UtilHours.astuple(item[0])) for item in reduce_samples(resolved, container, key)]
     for sid, hour, n, total, mem, idle, first in single:
         ident, signal, gpu_key = series[sid]
         when = _when(hour)
         held = (*gpu_key[:2], when) in container
-        h = UtilHour(*ident, when, signal, n, total, mem, bool(idle), held)  # type: ignore[arg-type]
-        keyed.append(((gpu_key, when, float(first)), h))
+        keyed.append(((gpu_key, when, float(first)), (*ident, when, signal, n, total, mem, bool(idle), held)))
     keyed.sort(key=itemgetter(0))  # stable, as the sort by `order_key` over the same list was
-    return [h for _, h in keyed]
+    return UtilHours.from_tuples([h for _, h in keyed])
 
 
 @functools.lru_cache(maxsize=65536)

@@ -1,0 +1,66 @@
+"""Rows of a frozen dataclass held as one list per field: what an engine returns, kept columnar.
+
+Tens of thousands of node-hours or GPU-hours cross from DuckDB or SQLite into Python on every
+detection; building a frozen dataclass for each costs more than the query (6-8 us apiece). Code
+that only reads a few fields reads the columns; `row` / `rows` build the objects for the callers
+that want them (tests, tools, the few live-estimated hours).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import fields
+from typing import Any, ClassVar, Generic, Self, TypeVar
+
+__all__ = ["Columns"]
+
+T = TypeVar("T")
+
+
+class Columns(Generic[T]):
+    """`columns`: field name -> values, one list per field of `row_type`, all of one length."""
+
+    __slots__ = ("columns",)
+    row_type: ClassVar[type]
+    names: ClassVar[tuple[str, ...]]
+
+    def __init_subclass__(cls, *, row_type: type | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if row_type is not None:
+            cls.row_type = row_type
+            cls.names = tuple(f.name for f in fields(row_type))
+
+    def __init__(self, columns: dict[str, list[Any]]) -> None:
+        if missing := set(self.names) - columns.keys():
+            raise ValueError(f"{type(self).__name__} lacks columns {sorted(missing)}")
+        lengths = {len(v) for v in columns.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"{type(self).__name__} columns differ in length: {sorted(lengths)}")
+        self.columns = columns
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[T]) -> Self:
+        return cls({name: [getattr(r, name) for r in rows] for name in cls.names})
+
+    @classmethod
+    def from_tuples(cls, rows: Sequence[tuple]) -> Self:
+        """From tuples of the fields in order."""
+        cols = list(zip(*rows, strict=True)) if rows else [()] * len(cls.names)
+        return cls({name: list(col) for name, col in zip(cls.names, cols, strict=True)})
+
+    def __len__(self) -> int:
+        return len(self.columns[self.names[0]])
+
+    def __getitem__(self, name: str) -> list[Any]:
+        return self.columns[name]
+
+    def row(self, i: int) -> T:
+        return self.row_type(*(self.columns[name][i] for name in self.names))
+
+    def rows(self) -> list[T]:
+        return [self.row(i) for i in range(len(self))]
+
+    @classmethod
+    def astuple(cls, row: T) -> tuple:
+        """A row's fields in order (shallow: `dataclasses.astuple` deep-copies)."""
+        return tuple(getattr(row, name) for name in cls.names)
