@@ -86,33 +86,33 @@ def _job_labels(labels: Iterable[tuple[str, str]], wanted: set[str]) -> str | No
     return ",".join(f"{k}={v}" for k, v in sorted(labels) if k in wanted and v) or None
 
 
-def stored_rows(rows: Iterable[Any], keys: Sequence[str]) -> list[dict[str, Any]]:
-    """`engine_rows(cost_hours(rows), keys)` straight from the stored aggregates (`HourlyCost`s,
-    money in integer micros): the same rows, without a `CostHour` and a parsed label dict per row
-    (the digest's chart reads two weeks of rows every day). Money as `CostHour` has it: gross, and
-    net = gross + credits."""
+def stored_rows(rows: Iterable[tuple], keys: Sequence[str]) -> list[dict[str, Any]]:
+    """`engine_rows(cost_hours(...), keys)` straight from the stored aggregates: the tuples of
+    `monitor.billing_poll.stored_job_columns` (hour, then `JOB_COLUMNS`, money in integer micros),
+    without a `CostHour` and a parsed label dict per row (the digest's chart reads two weeks of rows
+    every day). Money as `CostHour` has it: gross, and net = gross + credits."""
+    from monitor.billing_poll import parse_labels
+
     wanted = set(keys)
     formatted: dict[str, str | None] = {}
     out = []
-    for r in rows:
-        k = r.keys
-        raw = k.get("user_labels") or ""
-        if raw not in formatted:
-            formatted[raw] = _job_labels(r.labels.items(), wanted)  # parsed from `raw` once
-        gross = int(r.gross_micros)
+    for hour, raw, project, zone, cluster, resource, instance_id, sub, gross, credits, usage in rows:
+        raw = raw or ""
+        if raw not in formatted:  # each label set parsed once
+            formatted[raw] = _job_labels(dict(parse_labels(raw)).items(), wanted)
         out.append(
             {
-                "usage_hour": r.usage_hour,
+                "usage_hour": hour,
                 "job_labels": formatted[raw],
-                "project_id": k.get("project_id"),
-                "zone": k.get("zone"),
-                "cluster": k.get("cluster"),
-                "resource_name": k.get("resource_name"),
-                "instance_id": k.get("instance_id"),
-                "subcategory": r.subcategory,
-                "gross_micros": gross,
-                "net_micros": gross + int(r.credit_micros),
-                "usage_amount": Decimal(str(r.usage_amount)) if r.usage_amount is not None else ZERO,
+                "project_id": project,
+                "zone": zone,
+                "cluster": cluster,
+                "resource_name": resource,
+                "instance_id": instance_id,
+                "subcategory": sub,
+                "gross_micros": int(gross),
+                "net_micros": int(gross) + int(credits),
+                "usage_amount": Decimal(str(usage)) if usage is not None else ZERO,
             }
         )
     return out
@@ -236,11 +236,11 @@ def top_jobs(day_records: Sequence[Any], chart_records: Sequence[Any], tz: str, 
 
 
 def digest_jobs(
-    rows: Sequence[Any], gpu: Sequence[Any], day: date, tz: str, jobs: Any = None, n: int = 5
+    rows: Sequence[tuple], gpu: Sequence[Any], day: date, tz: str, jobs: Any = None, n: int = 5
 ) -> DigestJobs:
     """The "Top jobs" of `day` and the daily series, from the digest's stored aggregates of the chart's
-    days (`HourlyCost`s) and their GPU hours joined with utilization. `jobs`: `[jobs]` (None: its
-    defaults)."""
+    days (`monitor.billing_poll.stored_job_columns`) and their GPU hours joined with utilization.
+    `jobs`: `[jobs]` (None: its defaults)."""
     if jobs is None:
         from monitor.jobs.config import JobsConfig
 

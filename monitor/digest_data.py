@@ -36,7 +36,14 @@ from alerts.digest import DigestData, DigestFinding
 from alerts.digest_jobs import digest_jobs
 from monitor import month
 from monitor.assemble import gpu_hours, gpu_node_hours
-from monitor.billing_poll import HourlyCost, hourly_costs, month_net_by_category, provisional_since
+from monitor.billing_poll import (
+    HourlyCost,
+    hourly_costs,
+    month_net_by_category,
+    net_by_hour,
+    provisional_since,
+    stored_job_columns,
+)
 from monitor.state.analytics import AggregateStore
 from monitor.state.findings import open_findings
 from monitor.state.store import StateStore
@@ -64,24 +71,26 @@ def digest_data(
     end = datetime.combine(day + timedelta(days=1), time(), tz)
     invoice = month.current_month(end)
     chart_start = datetime.combine(day - timedelta(days=_CHART_DAYS - 1), time(), tz)
-    # Rows cross into Python for the chart's days (and the provisional ones, which it names); the
-    # invoice month's earlier rows only count in the month to date, summed in the engine.
+    # Days, projects and the month to date are sums from the engine (per hour, for the digest's time
+    # zone); rows cross into Python only for the jobs section and the two days compared row by row.
     start = min(chart_start, provisional_since(now, provisional_days))
-    rows = hourly_costs(aggregates, start, end, now=now, provisional_days=provisional_days)
 
     by_day_cat: dict[date, dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
     by_day_proj: dict[date, dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
     mtd: dict[str, Decimal] = defaultdict(Decimal)
     mtd.update(month_net_by_category(aggregates, month.read_start(invoice), start, invoice))
-    for r in rows:
-        d = r.usage_hour.astimezone(tz).date()
-        by_day_cat[d][r.category] += r.net
-        by_day_proj[d][r.keys.get("project_id") or "(no project)"] += r.net
-        if month.row_month(r.keys.get("invoice_month"), r.usage_hour) == invoice:
-            mtd[r.category] += r.net
+    for hour, category, project, invoice_month, net in net_by_hour(aggregates, start, end):
+        d = hour.astimezone(tz).date()
+        by_day_cat[d][category] += net
+        by_day_proj[d][project or "(no project)"] += net
+        if month.row_month(invoice_month, hour) == invoice:
+            mtd[category] += net
 
     prov_from = provisional_since(now, provisional_days).astimezone(tz).date()
     provisional = day >= prov_from
+    # Row by row only where rows are matched: the day and the day before (`_previous`).
+    before = datetime.combine(day - timedelta(days=1), time(), tz)
+    rows = hourly_costs(aggregates, before, end, now=now, provisional_days=provisional_days)
     latest = [r for r in rows if r.usage_hour.astimezone(tz).date() == day]
     billed = sorted({r.usage_hour for r in latest})
     arrived = {_match_key(r, tz) for r in latest} if provisional else None
@@ -89,7 +98,7 @@ def digest_data(
 
     idle: dict[date, Decimal] = defaultdict(Decimal)
     util = load_util_hours(store, chart_start, end)  # the chart's days only: not the month's reading
-    charted = [r for r in rows if r.usage_hour >= chart_start]
+    charted = stored_job_columns(aggregates, chart_start, end)
     since = provisional_since(now, provisional_days)
     joined = gpu_hours(gpu_node_hours(aggregates, chart_start, end, since), util, idle_threshold_pct, None, end)
     for g in joined:

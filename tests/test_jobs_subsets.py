@@ -201,7 +201,7 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The daemon's billing and utilization polls on the simulated fleet; its stored rows of the
     two days and its detection inputs."""
     from monitor.assemble import cost_hours
-    from monitor.billing_poll import hourly_costs, provisional_since
+    from monitor.billing_poll import hourly_costs, provisional_since, stored_job_columns
     from monitor.cycle import detection_inputs, run_billing_poll, run_utilization_poll
     from monitor.simulate import write_fleet
     from tests.test_digest_jobs import daemon_on_fleet
@@ -215,17 +215,19 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     try:
         inputs = detection_inputs(deps, now)
         rows = hourly_costs(deps.aggregates, T0, T0 + 48 * H, now=now, provisional_days=3)
+        columns = stored_job_columns(deps.aggregates, T0, T0 + 48 * H)
         hours = cost_hours(deps.aggregates, T0, T0 + 48 * H, provisional_since(now, 3))
     finally:
         deps.store.close()
-    return {"rows": rows, "hours": hours, "inputs": inputs}
+    return {"rows": rows, "columns": columns, "hours": hours, "inputs": inputs}
 
 
 @pytest.mark.slow
 def test_stored_rows_are_the_cost_hours_rows(stored: dict[str, Any]) -> None:
-    rows = stored["rows"]
+    rows, columns = stored["rows"], stored["columns"]
     assert len(rows) > 1000 and any(r.labels for r in rows)
-    assert stored_rows(rows, KEYS) == engine_rows(stored["hours"], KEYS)
+    assert [c[0] for c in columns] == [r.usage_hour for r in rows]  # the same rows, in the same order
+    assert stored_rows(columns, KEYS) == engine_rows(stored["hours"], KEYS)
 
 
 @pytest.mark.slow
@@ -240,7 +242,7 @@ def test_the_digest_sections_figures_are_the_full_engines(stored: dict[str, Any]
     yesterday = job_records(
         [h for h in hours if h.hour >= T0 + 24 * H], [g for g in gpu if g.hour >= T0 + 24 * H], JOBS, hi
     )
-    got = digest_jobs(stored["rows"], gpu, day, "UTC", JOBS)
+    got = digest_jobs(stored["columns"], gpu, day, "UTC", JOBS)
     assert got == top_jobs(yesterday, chart, "UTC") and len(got.lines) > 3
 
 
