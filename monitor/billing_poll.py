@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from monitor import month
 from monitor.billing_changes import MAX_PARTITION_QUERIES, MAX_RANGES, appended, hour_ranges
@@ -49,6 +49,7 @@ __all__ = [
     "currencies",
     "hourly_costs",
     "last_poll",
+    "load_stored_costs",
     "migrate",
     "net_by_hour",
     "parse_labels",
@@ -57,13 +58,15 @@ __all__ = [
     "provisional_since",
     "prune",
     "retire_state_tables",
-    "stored_cost_table",
     "stored_gpu_node_hours",
     "stored_job_columns",
     "write_rows",
 ]
 
 COMPONENT = "billing"
+_T = TypeVar("_T")
+#: Rows per Arrow batch when stored aggregates stream into the detectors' engine.
+_BATCH_ROWS = 100_000
 _HOUR = timedelta(hours=1)
 _DAY = timedelta(days=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -500,12 +503,16 @@ _COST_TABLE = (
 )
 
 
-def stored_cost_table(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> pa.Table:
-    """Stored aggregates with `start <= usage_hour < end` as an Arrow table of
-    `monitor.detectors.costs.columns()` (hours from `since` on provisional), engine to engine: no
-    Python object per row."""
+def load_stored_costs(
+    store: AggregateStore, start: datetime, end: datetime, since: datetime, load: Callable[[Any], _T]
+) -> _T:
+    """`load` (a `monitor.detectors.costs.Costs` constructor, say) of a `pyarrow.RecordBatchReader`
+    over the stored aggregates with `start <= usage_hour < end` as `monitor.detectors.costs.columns()`
+    (hours from `since` on provisional), called while the store is open: the rows stream from engine
+    to engine batch by batch, never a Python object per row nor the whole window in Arrow memory."""
     with _reading(store) as conn:
-        return conn.sql(_COST_TABLE, params=[naive_utc(since), naive_utc(start), naive_utc(end)]).to_arrow_table()
+        rel = conn.sql(_COST_TABLE, params=[naive_utc(since), naive_utc(start), naive_utc(end)])
+        return load(rel.to_arrow_reader(_BATCH_ROWS))
 
 
 def aggregate_summary(store: AggregateStore) -> tuple[int, datetime | None]:

@@ -144,3 +144,23 @@ def test_the_store_reads_what_the_rows_hold() -> None:
     assert costs.fetched > 0
     later = stored_costs(store, T0, end, T0 + 12 * H)
     assert [r.provisional for r in later.rows()] == [False, False, True, True]
+
+
+def test_rows_streamed_in_batches_are_the_rows_of_the_table() -> None:
+    """`Costs.from_reader` (what `stored_costs` uses: batches, loaded at once) holds what `from_table`
+    holds, batch boundaries anywhere; a closed engine says so rather than answering nothing."""
+    import pyarrow as pa
+
+    from monitor.detectors.costs import columns
+
+    rows = [CostHour(hour=T0 + i * H, project=f"p{i % 3}", subcategory="compute.gpu", cost=D(i) / 7) for i in range(7)]
+    table = Costs.from_rows(rows)._table
+    assert table is not None and table.schema == columns()
+    reader = pa.RecordBatchReader.from_batches(columns(), table.to_batches(max_chunksize=2))
+    streamed = Costs.from_reader(reader, parse_labels=lambda raw: {})
+    whole = Costs.from_table(table, parse_labels=lambda raw: {})
+    assert len(streamed) == 7 and streamed.rows() == whole.rows()
+    assert streamed.sums(("project",)) == whole.sums(("project",))
+    streamed.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        streamed.sums(("project",))

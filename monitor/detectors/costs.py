@@ -136,17 +136,20 @@ class Costs:
 
     def __init__(
         self,
-        table: pa.Table,
+        table: pa.Table | None,
         label_sets: Mapping[str, Mapping[str, str]] | None = None,
         originals: Sequence[CostHour] | None = None,
         parse_labels: Callable[[str], Mapping[str, str]] | None = None,
+        *,
+        conn: duckdb.DuckDBPyConnection | None = None,
     ):
+        """`table` (the rows, loaded on first use) or `conn` (an engine already holding them)."""
         self._table: pa.Table | None = table
-        self._rows = table.num_rows
+        self._conn: duckdb.DuckDBPyConnection | None = conn
+        self._rows = table.num_rows if table is not None else _count(conn)
         self._label_sets = dict(label_sets) if label_sets is not None else None
         self._parse = parse_labels
         self._originals = originals
-        self._conn: duckdb.DuckDBPyConnection | None = None
         self._lock = threading.Lock()
         #: Rows (and sums) handed to Python so far: what crossed out of the engine.
         self.fetched = 0
@@ -196,6 +199,13 @@ class Costs:
         """The engine over an Arrow table of `columns()` (rows in `i` order); `parse_labels` turns a
         `labels` key into its dict (each distinct key is parsed once)."""
         return cls(table.cast(columns()), parse_labels=parse_labels)
+
+    @classmethod
+    def from_reader(cls, reader: pa.RecordBatchReader, parse_labels: Callable[[str], Mapping[str, str]]) -> Costs:
+        """The engine over a stream of `columns()` batches (rows in `i` order), loaded now, batch by
+        batch: the window's rows never sit whole in Arrow memory (at 3.1 M stored aggregates, a
+        45-day window of the bench's scale-48 fleet, the whole table and its cast peaked at 4 GB)."""
+        return cls(None, parse_labels=parse_labels, conn=_load(reader))
 
     def __len__(self) -> int:
         return self._rows
@@ -292,12 +302,7 @@ class Costs:
     def _connect(self) -> duckdb.DuckDBPyConnection:
         """The engine, made on first use: a run whose detectors ask nothing starts no DuckDB."""
         if self._conn is None:
-            conn = duckdb.connect()
-            conn.execute("SET enable_progress_bar = false")
-            conn.register("costs_arrow", self._table)
-            conn.execute("CREATE TABLE costs AS SELECT * FROM costs_arrow")
-            conn.unregister("costs_arrow")
-            self._conn, self._table = conn, None  # the engine holds the rows now
+            self._conn, self._table = _load(self._table), None  # the engine holds the rows now
         return self._conn
 
     def close(self) -> None:
@@ -305,6 +310,29 @@ class Costs:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+#: `columns()`' Arrow types as DuckDB's, for the casts of `_load`.
+_SQL_TYPES = {"int64": "BIGINT", "timestamp[us]": "TIMESTAMP", "string": "VARCHAR", "double": "DOUBLE", "bool": "BOOLEAN"}
+
+
+def _load(rows: pa.Table | pa.RecordBatchReader | None) -> duckdb.DuckDBPyConnection:
+    """A new in-memory engine with `rows` as its `costs` table, each column cast to `columns()`'s type."""
+    if rows is None:
+        raise RuntimeError("Costs: the engine was closed")
+    conn = duckdb.connect()
+    conn.execute("SET enable_progress_bar = false")
+    conn.register("costs_arrow", rows)
+    casts = ", ".join(f"CAST({f.name} AS {_SQL_TYPES[str(f.type)]}) AS {f.name}" for f in columns())
+    conn.execute(f"CREATE TABLE costs AS SELECT {casts} FROM costs_arrow")
+    conn.unregister("costs_arrow")
+    return conn
+
+
+def _count(conn: duckdb.DuckDBPyConnection | None) -> int:
+    if conn is None:
+        raise ValueError("Costs needs a table or an engine")
+    return int(conn.execute("SELECT count(*) FROM costs").fetchone()[0])
 
 
 @dataclass(frozen=True)
