@@ -494,12 +494,12 @@ def month_net_by_category(
 
 # The stored aggregates as `monitor.detectors.costs.columns()`: `i` numbers them in the readers' order.
 _COST_TABLE = (
-    f"SELECT row_number() OVER (ORDER BY usage_hour, {_ORDER}) - 1 AS i, usage_hour AS hour,"
+    "SELECT usage_hour AS hour,"
     " project_id AS project, subcategory, gross_micros AS cost, credit_micros AS credits, region, zone,"
     " service_description AS service, sku_id, sku_description AS sku, pricing_model,"
     " resource_name AS instance, instance_id, cluster, invoice_month, user_labels AS labels,"
     " usage_amount AS usage, pricing_unit AS unit, usage_hour >= ? AS provisional"
-    " FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ? ORDER BY i"
+    f" FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ? ORDER BY usage_hour, {_ORDER}"
 )
 
 
@@ -510,9 +510,23 @@ def load_stored_costs(
     over the stored aggregates with `start <= usage_hour < end` as `monitor.detectors.costs.columns()`
     (hours from `since` on provisional), called while the store is open: the rows stream from engine
     to engine batch by batch, never a Python object per row nor the whole window in Arrow memory."""
+    import pyarrow as pa
+
     with _reading(store) as conn:
         rel = conn.sql(_COST_TABLE, params=[naive_utc(since), naive_utc(start), naive_utc(end)])
-        return load(rel.to_arrow_reader(_BATCH_ROWS))
+        reader = rel.to_arrow_reader(_BATCH_ROWS)
+        schema = reader.schema.insert(0, pa.field("i", pa.int64()))
+
+        def numbered() -> Iterator[pa.RecordBatch]:
+            # `i`, the readers' order, numbered as the ordered rows stream: one sort in the engine,
+            # not a window's sort and then another by its numbers
+            done = 0
+            for batch in reader:
+                i = pa.array(range(done, done + batch.num_rows), pa.int64())
+                done += batch.num_rows
+                yield pa.RecordBatch.from_arrays([i, *batch.columns], schema=schema)
+
+        return load(pa.RecordBatchReader.from_batches(schema, numbered()))
 
 
 def aggregate_summary(store: AggregateStore) -> tuple[int, datetime | None]:
