@@ -73,7 +73,8 @@ def digest_data(
     chart_start = datetime.combine(day - timedelta(days=_CHART_DAYS - 1), time(), tz)
     # Days, projects and the month to date are sums from the engine (per hour, for the digest's time
     # zone); rows cross into Python only for the jobs section and the two days compared row by row.
-    start = min(chart_start, provisional_since(now, provisional_days))
+    since = provisional_since(now, provisional_days)
+    start = min(chart_start, since)
 
     by_day_cat: dict[date, dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
     by_day_proj: dict[date, dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
@@ -86,7 +87,7 @@ def digest_data(
         if month.row_month(invoice_month, hour) == invoice:
             mtd[category] += net
 
-    prov_from = provisional_since(now, provisional_days).astimezone(tz).date()
+    prov_from = since.astimezone(tz).date()
     provisional = day >= prov_from
     # Row by row only where rows are matched: the day and the day before (`_previous`).
     before = datetime.combine(day - timedelta(days=1), time(), tz)
@@ -99,7 +100,6 @@ def digest_data(
     idle: dict[date, Decimal] = defaultdict(Decimal)
     util = load_util_hours(store, chart_start, end)  # the chart's days only: not the month's reading
     charted = stored_job_columns(aggregates, chart_start, end)
-    since = provisional_since(now, provisional_days)
     joined = gpu_hours(gpu_node_hours(aggregates, chart_start, end, since), util, idle_threshold_pct, None, end)
     for g in joined:
         idle[g.hour.astimezone(tz).date()] += g.idle_cost

@@ -147,8 +147,9 @@ def test_the_store_reads_what_the_rows_hold() -> None:
 
 
 def test_rows_streamed_in_batches_are_the_rows_of_the_table() -> None:
-    """`Costs.from_reader` (what `stored_costs` uses: batches, loaded at once) holds what `from_table`
-    holds, batch boundaries anywhere; a closed engine says so rather than answering nothing."""
+    """`Costs.from_reader` (what `stored_costs` uses: batches, loaded at once) holds what the same
+    rows loaded whole hold, batch boundaries anywhere; a closed engine says so rather than answering
+    nothing."""
     import pyarrow as pa
 
     from monitor.detectors.costs import columns
@@ -158,7 +159,7 @@ def test_rows_streamed_in_batches_are_the_rows_of_the_table() -> None:
     assert table is not None and table.schema == columns()
     reader = pa.RecordBatchReader.from_batches(columns(), table.to_batches(max_chunksize=2))
     streamed = Costs.from_reader(reader, parse_labels=lambda raw: {})
-    whole = Costs.from_table(table, parse_labels=lambda raw: {})
+    whole = Costs(table, parse_labels=lambda raw: {})  # no originals: its rows come from the engine too
     assert len(streamed) == 7 and streamed.rows() == whole.rows()
     assert streamed.sums(("project",)) == whole.sums(("project",))
     streamed.close()

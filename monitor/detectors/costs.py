@@ -127,7 +127,7 @@ class CostSum:
 class Costs:
     """A detection run's cost rows in an in-memory DuckDB table (`columns()`).
 
-    Build it with `from_rows` (a list of `CostHour`s: tests, tools) or `from_table` (an Arrow table of
+    Build it with `from_rows` (a list of `CostHour`s: tests, tools) or `from_reader` (Arrow batches of
     `columns()`, the aggregate store's rows: `monitor.assemble`). Filters shared by `sums` and `rows`:
     `start` / `end` (hours), `categories` / `subcategories` (exact), `exclude` (subcategories),
     `positive` (rows whose gross cost is above zero), `project`, `labels` (label-set keys, see
@@ -195,15 +195,10 @@ class Costs:
         return cls(pa.table(cols, schema=columns()), sets, rows)
 
     @classmethod
-    def from_table(cls, table: pa.Table, parse_labels: Callable[[str], Mapping[str, str]]) -> Costs:
-        """The engine over an Arrow table of `columns()` (rows in `i` order); `parse_labels` turns a
-        `labels` key into its dict (each distinct key is parsed once)."""
-        return cls(table.cast(columns()), parse_labels=parse_labels)
-
-    @classmethod
     def from_reader(cls, reader: pa.RecordBatchReader, parse_labels: Callable[[str], Mapping[str, str]]) -> Costs:
         """The engine over a stream of `columns()` batches (rows in `i` order), loaded now, batch by
-        batch: the window's rows never sit whole in Arrow memory (at 3.1 M stored aggregates, a
+        batch; `parse_labels` turns a `labels` key into its dict (each distinct key is parsed once).
+        The window's rows never sit whole in Arrow memory (at 3.1 M stored aggregates, a
         45-day window of the bench's scale-48 fleet, the whole table and its cast peaked at 4 GB)."""
         return cls(None, parse_labels=parse_labels, conn=_load(reader))
 

@@ -33,8 +33,6 @@ from monitor.state.store import StateStoreError
 
 __all__ = ["AggregateStore", "aggregates_path"]
 
-#: What one connection to a file-backed store may hold before it spills to disk.
-MEMORY_LIMIT = "1GB"
 _LOCKED = re.compile(r"Could not set lock on file|Conflicting lock", re.IGNORECASE)
 
 
@@ -80,10 +78,13 @@ class AggregateStore:
         conn.execute("SET TimeZone = 'UTC'")
         conn.execute("SET enable_progress_bar = false")
         if self.path is not None:
-            # DuckDB's default is 80% of RAM; past this it spills beside the file (`<file>.tmp`). The
-            # readers' ordered scan of a 45-day window (3.1 M aggregates at 7.4 M export rows) held
-            # 4 GB in its sort without it.
-            conn.execute("SET memory_limit = ?", [MEMORY_LIMIT])
+            # DuckDB's default is 80% of RAM; past the billing engine's limit it spills beside the
+            # file (`<file>.tmp`). The readers' ordered scan of a 45-day window (3.1 M aggregates at
+            # 7.4 M export rows) held 4 GB in its sort without it. Imported here, not at the top:
+            # that module loads pyarrow, which commands that only open this store do not need.
+            from monitor.sources.duckdb_conn import DEFAULT_MEMORY_LIMIT
+
+            conn.execute("SET memory_limit = ?", [DEFAULT_MEMORY_LIMIT])
         return conn
 
     def _open(self) -> duckdb.DuckDBPyConnection:
