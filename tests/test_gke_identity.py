@@ -25,7 +25,7 @@ from decimal import Decimal
 import pytest
 
 from monitor.assemble import gpu_hours, gpu_node_hours
-from monitor.billing_poll import HourlyCost
+from monitor.billing_poll import HourlyCost, parse_labels
 from monitor.detectors.idle_gpu import MPS_FALLBACK, IdleGpu
 from monitor.detectors.inputs import DetectorInputs, GpuHour
 from monitor.detectors.unmonitored_gpu import UnmonitoredGpu
@@ -577,3 +577,48 @@ def test_a_zero_dollar_reserved_gpu_still_shows_its_idle_gpu_hours() -> None:
     assert f.evidence["reserved"] is True and f.evidence["idle_gpu_hours"] == 32.0
     assert f.evidence["idle_cost_on_demand_usd"] == 352.0  # 32 GPU-hours at the $11 list price
     assert "reserved (billed at $0)" in f.summary
+
+
+def _readers_key(r: HourlyCost) -> tuple:
+    """The readers' order of a node-hour's rows (`billing_poll._ORDER`: every key, NULLs last)."""
+    names = ("invoice_month", "project_id", "region", "zone", "resource_name", "instance_id", "machine_type",
+             "cluster", "node_pool", "namespace", "user_labels", "service_id", "service_description", "sku_id",
+             "sku_description", "pricing_model", "cost_type", "currency", "pricing_unit")  # fmt: skip
+    return tuple((r.keys.get(k) is None, r.keys.get(k) or "") for k in names)
+
+
+def test_node_hours_of_several_rows_take_their_first_rows_keys_and_list_the_rest_in_order() -> None:
+    """The store groups one-row node-hours without sorting and numbers only the node-hours of
+    several rows: pinned against the row-by-row reading of the same rows (first row in the readers'
+    order gives the keys; usages, label sets, namespaces and gross listed in that order), with a
+    node-hour without an instance id (NULL keys group, and must match, as equals)."""
+    rows = []
+    for h in range(3):
+        rows += [billed(h, NODES[0]), billed(h, NODES[1], iid="")]  # one row each
+        split = split_by_namespace(h)
+        split[0].keys["user_labels"] = "team=llm"  # type: ignore[index]
+        split[1].keys["region"] = "us-central2"  # type: ignore[index]  # not the first row's: not kept
+        rows += reversed(split)  # stored out of order
+        rows += [billed(h, NODES[3], iid="", namespace=ns, gross=g) for ns, g in (("b", 2), ("a", 1))]
+    got = {(n.hour, n.instance): n for n in node_hours(rows)}
+    groups: dict[tuple, list[HourlyCost]] = {}
+    for r in rows:
+        groups.setdefault((r.usage_hour, r.keys["resource_name"]), []).append(r)
+    assert set(got) == set(groups)
+    for key, members in groups.items():
+        first, *_ = ordered = sorted(members, key=_readers_key)
+        n = got[key]
+        labels: dict[str, str] = {}
+        for r in ordered:  # merged in order: a later row's value wins
+            labels.update(parse_labels(r.keys.get("user_labels") or ""))
+        assert (n.region, n.instance_id, n.labels) == (first.keys["region"], first.keys["instance_id"], labels)
+        assert n.cost_micros == sum(r.gross_micros for r in members)
+        assert n.gpu_hours == sum(Decimal(str(r.usage_amount)) for r in ordered)
+        assert n.namespaces == (
+            {ns: sum(r.gross_micros for r in members if r.keys["namespace"] == ns)
+             for ns in {r.keys["namespace"] for r in members} if ns}
+        )  # fmt: skip
+    assert got[(T0, NODES[0])].labels == {"team": "llm"}  # the split's first row in the readers' order
+    assert got[(T0, NODES[0])].region == "us-central1"  # its second row's region is not kept
+    order = [(n.hour, n.instance) for n in node_hours(rows)]
+    assert order == sorted(order, key=lambda k: (k[0], k[1]))  # one project, region and zone per hour
