@@ -198,7 +198,7 @@ def routing_finding(r: Any) -> Finding:
 def announce_finished(
     store: StateStore,
     hourly: Costs | Sequence[Any],
-    gpu_hours: Sequence[Any],
+    gpu_hours: Sequence[Any] | Callable[[], Sequence[Any]],
     jobs: Any,
     *,
     now: datetime,
@@ -210,7 +210,7 @@ def announce_finished(
 ) -> list[str]:
     """Queue one message per newly finished job (outbox) and record it, in one transaction;
     returns the keys queued. `hourly` / `gpu_hours`: the detection inputs (`Costs` or `CostHour`s,
-    `GpuHour`s) of [window_start, window_end). `receiver`: the channel, or a function of the job's record
+    `GpuHour`s, or what returns them: `DetectorInputs.all_gpu_hours`) of [window_start, window_end). `receiver`: the channel, or a function of the job's record
     (routing). A job is told once, whichever channel it went to. Cheap: the engine runs only when a
     job's last billed hour is old enough and the job was not told, and then only on the jobs that
     can have finished (`build_jobs(only=...)`, over `_rows_for`)."""
@@ -234,7 +234,8 @@ def announce_finished(
     if not names:
         return []
     rows = _candidate_rows(costs, keys_of, names)  # only when a job can have finished
-    records = job_records(_rows_for(rows, _jobs_of(rows, keys_of), names), gpu_hours, jobs, window_end, prices, only=names)
+    gpu = gpu_hours() if callable(gpu_hours) else gpu_hours
+    records = job_records(_rows_for(rows, _jobs_of(rows, keys_of), names), gpu, jobs, window_end, prices, only=names)
     queued: list[str] = []
     with store.transaction() as conn:  # what was told is read again here: a concurrent run told it
         for r in finished_jobs(records, _announced(conn), history_cut):
@@ -389,7 +390,7 @@ def announce_jobs(deps: Any, inputs: Any, now: datetime) -> list[str]:
     return announce_finished(
         deps.store,
         inputs.hourly,
-        inputs.gpu_hours,
+        inputs.all_gpu_hours,  # joined before the detection window only when a job has finished
         jobs_config(deps.cfg),
         now=now,
         window_start=inputs.window_start,

@@ -9,6 +9,7 @@ invoice data lands. Estimated hours carry `estimated=True` and disappear once bi
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -397,19 +398,35 @@ def assemble_inputs(
     prices: PriceLookup | None,
     budgets: Sequence[BudgetSpec] = (),
     coverage: Coverage = None,
+    gpu_from: datetime | None = None,
 ) -> DetectorInputs:
     """Detector inputs for [start, end): billing from the `aggregates` store, utilization from the
     state `store`. `coverage`: which utilization was read (`monitor.utilization.coverage`); None: all
-    of it."""
+    of it.
+
+    `gpu_from` (the detection window's start): GPU hours are joined from there on now, the earlier
+    ones only if a reader asks (`DetectorInputs.all_gpu_hours`). The split is never after the first
+    provisional hour, so every estimated hour is on the joined side; an estimate takes its node's
+    GPU model and pricing from the node's latest billed hour on that side (a node billed only
+    before it is priced from its Monitoring labels, at on-demand rates, until its billing lands).
+    """
     since = provisional_since(now, provisional_days)
-    util = load_util_hours(store, start, end)
+    split = start if gpu_from is None else max(start, min(gpu_from, since, end))
+
+    def joined(lo: datetime, hi: datetime) -> list[GpuHour]:
+        util = load_util_hours(store, lo, hi)
+        nodes = gpu_node_hours(aggregates, lo, hi, since)
+        return gpu_hours(nodes, util, idle_threshold_pct, prices, hi, since)
+
     return DetectorInputs(
         window_start=start,
         window_end=end,
         provisional_from=since,
         hourly=stored_costs(aggregates, start, end, since),
-        gpu_hours=gpu_hours(gpu_node_hours(aggregates, start, end, since), util, idle_threshold_pct, prices, end, since),
+        gpu_hours=joined(split, end),
         prices=prices,
         budgets=tuple(budgets),
         utilization_coverage=coverage,
+        gpu_from=split if split > start else None,
+        earlier_gpu_hours=functools.cache(lambda: joined(start, split)) if split > start else None,
     )

@@ -279,6 +279,7 @@ def detection_inputs(
         budgets=budget_specs(deps.budgets.budgets()),
         aggregates=deps.aggregates,
         coverage=utilization_coverage(deps),
+        gpu_from=start,  # GPU detectors judge the window; history and month to date are costs
     )
 
 

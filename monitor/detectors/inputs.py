@@ -17,7 +17,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -219,6 +219,13 @@ class DetectorInputs:
     `utilization_coverage` (project -> ranges read, key "*" for any other project; see
     `monitor.utilization.coverage`) says which hours' utilization was actually read: an hour outside
     it was not yet read, so its GPU spend is neither monitored nor unmonitored. None: all was read.
+
+    `gpu_hours` start at `gpu_from` (None: at `window_start`): the GPU detectors judge only the
+    window, so the daemon joins the GPU hours of its 14-day detection window, not of the 45 days of
+    history and invoice month it reads for costs (at 5 M export rows a month, those hours as Python
+    objects were most of a detection run's time and memory). The few readers of a job's whole life
+    (a finished job's message, a job budget) ask `all_gpu_hours()`, which joins the earlier hours
+    (`earlier_gpu_hours`, cached) on first use, in the order a single join gives.
     """
 
     window_start: datetime
@@ -231,6 +238,15 @@ class DetectorInputs:
     budgets: Sequence[BudgetSpec] = ()
     currency: str = "USD"
     utilization_coverage: Mapping[str, Sequence[tuple[datetime, datetime]]] | None = None
+    gpu_from: datetime | None = None
+    earlier_gpu_hours: Callable[[], Sequence[GpuHour]] | None = field(default=None, repr=False, compare=False)
+
+    def all_gpu_hours(self) -> Sequence[GpuHour]:
+        """The GPU hours of the whole inputs, those before `gpu_from` first (the callable joins them
+        on first use and keeps them)."""
+        if self.earlier_gpu_hours is None:
+            return self.gpu_hours
+        return [*self.earlier_gpu_hours(), *self.gpu_hours]
 
     def __post_init__(self) -> None:
         # `hourly` is kept in the engine (`monitor.detectors.costs`): detectors ask it for sums and

@@ -118,6 +118,12 @@ class JobBudget(Detector):
                     rows[value].append(r)
                     label_key.setdefault(value, key)
         last_gpu = _last_gpu_hours(inputs.gpu_hours, budgets, keys)
+        # A job without GPU hours since `gpu_from` whose rows start before it may have earlier ones (a
+        # billed GPU hour is also a compute row of the job): only then are those hours joined.
+        split = inputs.gpu_from
+        earlier = {j for j, rs in rows.items() if j not in last_gpu and split is not None and rs[0].hour < split}
+        if earlier:
+            last_gpu |= _last_gpu_hours(inputs.all_gpu_hours(), {j: budgets[j] for j in earlier}, keys)
         findings = []
         for job in sorted(rows):
             amount = Decimal(str(budgets[job]))
