@@ -261,14 +261,14 @@ def test_poll_conserves_generated_fleet(conn, store) -> None:
 
 
 def test_a_file_store_spills_past_its_memory_limit_an_in_memory_one_has_none(store) -> None:
-    """A file store's connections are capped (the billing engine's `DEFAULT_MEMORY_LIMIT`; DuckDB's 80% of
-    RAM let the readers' sort of a 45-day window reach 4 GB); the in-memory store cannot spill, so it
-    keeps DuckDB's default."""
-    from monitor.sources.duckdb_conn import DEFAULT_MEMORY_LIMIT
+    """A file store's connections are capped (`analytics.MEMORY_LIMIT`; DuckDB's 80% of RAM let the
+    readers' sort of a 45-day window reach 4 GB); the in-memory store cannot spill, so it keeps
+    DuckDB's default."""
+    from monitor.state.analytics import MEMORY_LIMIT
 
     def limit(s: AggregateStore) -> str:
         with s.read() as conn:
             return conn.execute("SELECT current_setting('memory_limit')").fetchone()[0]
 
-    assert DEFAULT_MEMORY_LIMIT == "1GB" and limit(store) == "953.6 MiB"  # 1 GB in DuckDB's units
+    assert MEMORY_LIMIT == "512MB" and limit(store) == "488.2 MiB"  # 512 MB in DuckDB's units
     assert limit(AggregateStore(None)) != limit(store)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -148,8 +149,8 @@ def test_the_store_reads_what_the_rows_hold() -> None:
 
 def test_rows_streamed_in_batches_are_the_rows_of_the_table() -> None:
     """`Costs.from_reader` (what `stored_costs` uses: batches, loaded at once) holds what the same
-    rows loaded whole hold, batch boundaries anywhere; a closed engine says so rather than answering
-    nothing."""
+    rows loaded whole hold, batch boundaries anywhere, in a temporary file under the engine's memory
+    limit that `close` removes; a closed engine says so rather than answering nothing."""
     import pyarrow as pa
 
     from monitor.detectors.costs import columns
@@ -162,6 +163,12 @@ def test_rows_streamed_in_batches_are_the_rows_of_the_table() -> None:
     whole = Costs(table, parse_labels=lambda raw: {})  # no originals: its rows come from the engine too
     assert len(streamed) == 7 and streamed.rows() == whole.rows()
     assert streamed.sums(("project",)) == whole.sums(("project",))
+    paths = streamed._query("SELECT path FROM duckdb_databases() WHERE NOT internal AND path IS NOT NULL", [])
+    assert len(paths) == 1 and Path(paths[0][0]).is_file()
+    path = paths[0][0]
+    limit = streamed._query("SELECT current_setting('memory_limit')", [])[0][0]
+    assert limit == "244.1 MiB"  # `costs.MEMORY_LIMIT`, 256 MB, in DuckDB's units
     streamed.close()
+    assert not Path(path).parent.exists()
     with pytest.raises(RuntimeError, match="closed"):
         streamed.sums(("project",))
