@@ -228,10 +228,8 @@ def _billed(nodes: GpuNodeHours, joined: Sequence[Joined | None]) -> list[GpuHou
     return freeze(out, GpuHour)
 
 
-def _host_keys(h: UtilHour) -> list[str]:
-    """Every identity a monitored host answers to, primary first."""
-    ids = sample_identities(h.project, h.zone, h.instance_id, h.instance_name, h.cluster, h.node_name)
-    return [n.key for n in ids]
+#: The `UtilHours` columns that identify a monitored host (`sample_identities`' arguments, in order).
+_HOST_COLUMNS = ("project", "zone", "instance_id", "instance_name", "cluster", "node_name")
 
 
 def _estimates(
@@ -270,25 +268,34 @@ def _estimates(
     latest: dict[str, int] = {
         key: max((latest_of[n] for n in ns), key=lambda i: (hour_col[i], -i)) for key, ns in nodes_of.items()
     }
-    by_hour: dict[tuple[str, datetime], list[UtilHour]] = defaultdict(list)
-    aliases: dict[str, list[str]] = {}
     wanted = [
         i
         for i, hour in enumerate(hours["hour"])
         if hour + _HOUR <= end and (provisional_from is None or hour >= provisional_from)
     ]
-    for i in wanted:  # only these hours become `UtilHour`s
-        h = hours.row(i)
-        hour = h.hour
-        keys = _host_keys(h)
+    # A host's identities once per host, not per hour; a group (a primary key and an hour) is judged
+    # billed by the identities of the first host seen with that primary key.
+    hosts = list(zip(*(hours[c] for c in _HOST_COLUMNS), strict=True))
+    keys_of_host: dict[tuple, list[str]] = {}
+    aliases: dict[str, list[str]] = {}
+    grouped: list[tuple[int, str]] = []
+    for i in wanted:
+        host = hosts[i]
+        keys = keys_of_host.get(host)
+        if keys is None:
+            keys = keys_of_host[host] = [n.key for n in sample_identities(*host)]
         if keys:
-            by_hour[(keys[0], hour)].append(h)
             aliases.setdefault(keys[0], keys)
+            grouped.append((i, keys[0]))
+    hour_of = hours["hour"]
+    by_hour: dict[tuple[str, datetime], list[UtilHour]] = defaultdict(list)
+    for i, key in grouped:  # only the hours billing does not cover become `UtilHour`s
+        hour = hour_of[i]
+        if not any(hour in billed_hours[n] for k in aliases[key] for n in nodes_of.get(k, ())):
+            by_hour[(key, hour)].append(hours.row(i))
     out = []
     for (key, hour), group in sorted(by_hour.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         keys = aliases[key]
-        if any(hour in billed_hours[n] for k in keys for n in nodes_of.get(k, ())):
-            continue  # billed: never estimate over real rows
         known = next((nodes.row(latest[k]) for k in keys if k in latest), None)
         out.extend(_estimate_hour(hour, group, known, prices, threshold))
     return out
