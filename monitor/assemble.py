@@ -16,7 +16,13 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from monitor.billing_poll import load_stored_costs, parse_labels, provisional_since, stored_gpu_node_hours
+from monitor.billing_poll import (
+    COST_ORDER,
+    load_stored_costs,
+    parse_labels,
+    provisional_since,
+    stored_gpu_node_hours,
+)
 from monitor.detectors.costs import Costs
 from monitor.detectors.inputs import BudgetSpec, CostHour, DetectorInputs, GpuHour, PriceLookup
 from monitor.frozen import draft_class, freeze
@@ -79,7 +85,7 @@ def stored_costs(store: AggregateStore, start: datetime, end: datetime, since: d
     """The stored aggregates of [start, end) in the detectors' engine (`monitor.detectors.costs`),
     streamed engine to engine as Arrow batches; hours from `since` on are provisional."""
     parse = _LabelSets().__getitem__
-    return load_stored_costs(store, start, end, since, lambda reader: Costs.from_reader(reader, parse))
+    return load_stored_costs(store, start, end, since, lambda reader: Costs.from_reader(reader, parse, COST_ORDER))
 
 
 def cost_hours(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> list[CostHour]:

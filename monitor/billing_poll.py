@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMPONENT",
+    "COST_ORDER",
     "HOURLY_COLUMNS",
     "JOB_COLUMNS",
     "HourlyCost",
@@ -514,14 +515,23 @@ def month_net_by_category(
     return {category: micros_to_decimal(net) for category, net in rows}
 
 
-# The stored aggregates as `monitor.detectors.costs.columns()`: `i` numbers them in the readers' order.
+#: Stored columns -> their names in the detectors' engine (`monitor.detectors.costs.columns()`).
+_COST_NAMES = {
+    "usage_hour": "hour", "project_id": "project", "subcategory": "subcategory", "gross_micros": "cost",
+    "credit_micros": "credits", "region": "region", "zone": "zone", "service_description": "service",
+    "sku_id": "sku_id", "sku_description": "sku", "pricing_model": "pricing_model", "resource_name": "instance",
+    "instance_id": "instance_id", "cluster": "cluster", "invoice_month": "invoice_month", "user_labels": "labels",
+    "usage_amount": "usage", "pricing_unit": "unit", "machine_type": "machine_type", "node_pool": "node_pool",
+    "namespace": "namespace", "service_id": "service_id", "cost_type": "cost_type", "currency": "currency",
+}  # fmt: skip
+#: The readers' order (`_ORDER`) in the engine's names: what `Costs.rows` sorts by, so the rows are
+#: loaded as they come, without a sort of the whole window (the costs engine has every key).
+COST_ORDER: tuple[str, ...] = tuple(_COST_NAMES[c] for c in ("usage_hour", "subcategory", *_KEY_NAMES))
+# The stored aggregates as `columns()`, unsorted; `i` (a list's order, for `Costs.from_rows`) is null.
 _COST_TABLE = (
-    "SELECT usage_hour AS hour,"
-    " project_id AS project, subcategory, gross_micros AS cost, credit_micros AS credits, region, zone,"
-    " service_description AS service, sku_id, sku_description AS sku, pricing_model,"
-    " resource_name AS instance, instance_id, cluster, invoice_month, user_labels AS labels,"
-    " usage_amount AS usage, pricing_unit AS unit, usage_hour >= ? AS provisional"
-    f" FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ? ORDER BY usage_hour, {_ORDER}"
+    "SELECT CAST(NULL AS BIGINT) AS i, "
+    + ", ".join(f"{c} AS {n}" for c, n in _COST_NAMES.items())
+    + ", usage_hour >= ? AS provisional FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ?"
 )
 
 
@@ -530,25 +540,12 @@ def load_stored_costs(
 ) -> _T:
     """`load` (a `monitor.detectors.costs.Costs` constructor, say) of a `pyarrow.RecordBatchReader`
     over the stored aggregates with `start <= usage_hour < end` as `monitor.detectors.costs.columns()`
-    (hours from `since` on provisional), called while the store is open: the rows stream from engine
-    to engine batch by batch, never a Python object per row nor the whole window in Arrow memory."""
-    import pyarrow as pa
-
+    (hours from `since` on provisional; in no order: sort by `COST_ORDER`), called while the store is
+    open: the rows stream from engine to engine batch by batch, never a Python object per row nor
+    the whole window in Arrow memory (sorting it first held 1.4 GB at 3.1 M aggregates)."""
     with _reading(store) as conn:
         rel = conn.sql(_COST_TABLE, params=[naive_utc(since), naive_utc(start), naive_utc(end)])
-        reader = rel.to_arrow_reader(_BATCH_ROWS)
-        schema = reader.schema.insert(0, pa.field("i", pa.int64()))
-
-        def numbered() -> Iterator[pa.RecordBatch]:
-            # `i`, the readers' order, numbered as the ordered rows stream: one sort in the engine,
-            # not a window's sort and then another by its numbers
-            done = 0
-            for batch in reader:
-                i = pa.array(range(done, done + batch.num_rows), pa.int64())
-                done += batch.num_rows
-                yield pa.RecordBatch.from_arrays([i, *batch.columns], schema=schema)
-
-        return load(pa.RecordBatchReader.from_batches(schema, numbered()))
+        return load(rel.to_arrow_reader(_BATCH_ROWS))
 
 
 def aggregate_summary(store: AggregateStore) -> tuple[int, datetime | None]:

@@ -118,6 +118,7 @@ def billed_identities(
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=65536)  # asked of every GPU hour by the detectors, of a few hundred nodes
 def billed_identity(
     project: str | None,
     zone: str | None,

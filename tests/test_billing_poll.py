@@ -272,3 +272,35 @@ def test_a_file_store_spills_past_its_memory_limit_an_in_memory_one_has_none(sto
 
     assert MEMORY_LIMIT == "512MB" and limit(store) == "488.2 MiB"  # 512 MB in DuckDB's units
     assert limit(AggregateStore(None)) != limit(store)
+
+
+def test_streamed_costs_come_back_in_the_readers_order_without_a_sorted_load(store) -> None:
+    """The detectors' engine loads a window's aggregates as they come and `rows()` sorts by
+    `COST_ORDER`: the stored rows in the order `hourly_costs` reads them, also for rows that differ
+    only in keys a `CostHour` does not carry (cost type, namespace)."""
+    import random
+
+    from monitor.assemble import cost_hours
+    from monitor.billing_poll import HOURLY_COLUMNS, write_rows
+
+    t0 = datetime(2026, 11, 2, tzinfo=UTC)
+    rows = []
+    for h, project, cost_type, namespace in [
+        (h, p, c, n) for h in range(3) for p in ("b", "a") for c in ("regular", "adjustment") for n in (None, "x")
+    ]:  # fmt: skip
+        rows.append({c: None for c in HOURLY_COLUMNS} | {
+            "usage_hour": t0 + timedelta(hours=h), "subcategory": "compute.gpu", "project_id": project,
+            "cost_type": cost_type, "namespace": namespace, "row_count": 1, "usage_amount": 1.0,
+            "gross_micros": 1_000_000 * (h + 1) + (7 if cost_type == "adjustment" else 0) + (3 if namespace else 0),
+            "cud_micros": 0, "sud_micros": 0, "other_credit_micros": 0, "credit_micros": 0,
+            "net_micros": 1_000_000 * (h + 1) + (7 if cost_type == "adjustment" else 0) + (3 if namespace else 0),
+        })  # fmt: skip
+    random.Random(4).shuffle(rows)
+    write_rows(store, rows, datetime(2026, 11, 3, tzinfo=UTC))
+    end = t0 + timedelta(hours=3)
+    read = hourly_costs(store, t0, end, now=end, provisional_days=1)
+    streamed = cost_hours(store, t0, end, end)
+    assert len(streamed) == len(read) == 24
+    assert [(r.hour, r.project, r.cost) for r in streamed] == [
+        (h.usage_hour, h.keys["project_id"], h.gross) for h in read
+    ]

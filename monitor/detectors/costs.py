@@ -49,10 +49,16 @@ __all__ = ["CostSum", "Costs", "Touching", "as_costs", "columns"]
 _MICRO = Decimal("0.000001")
 _MICROS = Decimal(1_000_000)
 
+#: Keys of a stored aggregate that no `CostHour` carries: kept so that `rows()` can return a streamed
+#: window in the readers' order (`monitor.billing_poll.COST_ORDER`) without its having been sorted.
+_SORT_ONLY = ("machine_type", "node_pool", "namespace", "service_id", "cost_type", "currency")
+
+
 @functools.cache
 def columns() -> pa.Schema:
-    """The engine's columns, in order: `i` is the row's place in the readers' order (rows come back
-    in it), amounts are micros, `hour` is naive UTC, `labels` a label-set key (`Costs.label_sets`).
+    """The engine's columns, in order: `i` is a list's order (`from_rows`: rows come back in it; null
+    for the store's rows, which come back in `order`), amounts are micros, `hour` is naive UTC,
+    `labels` a label-set key (`Costs.label_sets`); the last ones only sort (`_SORT_ONLY`).
     A function: pyarrow is imported on first use, not by every command that imports the detectors."""
     import pyarrow as pa
 
@@ -78,6 +84,7 @@ def columns() -> pa.Schema:
             ("usage", pa.float64()),
             ("unit", pa.string()),
             ("provisional", pa.bool_()),
+            *((name, pa.string()) for name in _SORT_ONLY),
         ]
     )
 
@@ -146,12 +153,14 @@ class Costs:
         *,
         conn: duckdb.DuckDBPyConnection | None = None,
         scratch: tempfile.TemporaryDirectory | None = None,
+        order: Sequence[str] = ("i",),
     ):
         """`table` (the rows, loaded on first use) or `conn` (an engine already holding them, in the
-        file of `scratch`, removed by `close`)."""
+        file of `scratch`, removed by `close`); `order`: the columns `rows()` come back sorted by."""
         self._table: pa.Table | None = table
         self._conn: duckdb.DuckDBPyConnection | None = conn
         self._scratch = scratch
+        self._order = ", ".join(order)
         self._rows = table.num_rows if table is not None else _count(conn)
         self._label_sets = dict(label_sets) if label_sets is not None else None
         self._parse = parse_labels
@@ -195,15 +204,21 @@ class Costs:
             "usage": [float(r.usage_pricing_units) for r in rows],
             "unit": [r.pricing_unit for r in rows],
             "provisional": [r.provisional for r in rows],
-        }
+        } | {name: [None] * len(rows) for name in _SORT_ONLY}
         import pyarrow as pa
 
         return cls(pa.table(cols, schema=columns()), sets, rows)
 
     @classmethod
-    def from_reader(cls, reader: pa.RecordBatchReader, parse_labels: Callable[[str], Mapping[str, str]]) -> Costs:
-        """The engine over a stream of `columns()` batches (rows in `i` order), loaded now, batch by
-        batch; `parse_labels` turns a `labels` key into its dict (each distinct key is parsed once).
+    def from_reader(
+        cls,
+        reader: pa.RecordBatchReader,
+        parse_labels: Callable[[str], Mapping[str, str]],
+        order: Sequence[str] = ("i",),
+    ) -> Costs:
+        """The engine over a stream of `columns()` batches in any order, loaded now, batch by batch;
+        `rows()` come back sorted by `order`; `parse_labels` turns a `labels` key into its dict
+        (each distinct key is parsed once).
         The window's rows never sit whole in Arrow memory (at 3.1 M stored aggregates, a
         45-day window of the bench's scale-48 fleet, the whole table and its cast peaked at 4 GB)."""
         scratch = tempfile.TemporaryDirectory(prefix="gpucost-costs-")
@@ -212,7 +227,7 @@ class Costs:
         except BaseException:
             scratch.cleanup()
             raise
-        return cls(None, parse_labels=parse_labels, conn=conn, scratch=scratch)
+        return cls(None, parse_labels=parse_labels, conn=conn, scratch=scratch, order=order)
 
     def __len__(self) -> int:
         return self._rows
@@ -252,8 +267,8 @@ class Costs:
         if self._originals is not None:
             picked = self._query(f"SELECT i FROM costs{cond} ORDER BY i", params)
             return [self._originals[i] for (i,) in picked]
-        names = ", ".join(f for f in columns().names if f != "i")
-        raw = self._query(f"SELECT {names} FROM costs{cond} ORDER BY i", params)
+        names = ", ".join(f for f in columns().names if f != "i" and f not in _SORT_ONLY)
+        raw = self._query(f"SELECT {names} FROM costs{cond} ORDER BY {self._order}", params)
         return [
             CostHour(
                 hour=_aware(hour),
