@@ -366,16 +366,19 @@ def run_analysis(
             idle_threshold_pct=cfg.utilization.idle_threshold_pct,
             prices=prices,
             budgets=sources.budgets,
+            gpu_from=window.start,  # the history before the window is read for costs alone
         )
         _note_currencies(currencies(aggregates, window.start, window.end))
-    costs = inputs.hourly
-    lines = attribution(costs, window.start, window.end)
-    stage("detecting")
-    findings = run_in_window(inputs, built, window.as_of, window.start)
-    costs.close()
+        costs = inputs.hourly
+        lines = attribution(costs, window.start, window.end)
+        stage("detecting")
+        # inside: a job budget may join the GPU hours before the window (`all_gpu_hours`)
+        findings = run_in_window(inputs, built, window.as_of, window.start)
+        costs.close()
     gpu = tuple(g for g in inputs.gpu_hours if window.start <= g.hour < window.end)
     stats = _stats(metered, sources.billing.engine, data_start, window.end)
-    # what was read back into Python from the engines: cost rows and sums, and GPU node-hours
+    # what was read back into Python from the engines: cost rows and sums, and the window's GPU
+    # node-hours (not those before it, which only a job budget joins, when a job ran before it)
     stats.rows_fetched += costs.fetched + sum(1 for g in inputs.gpu_hours if not g.estimated)
     stats.seconds = time.monotonic() - began
     return Analysis(
