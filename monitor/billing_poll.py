@@ -19,12 +19,14 @@ Usage days within the last `billing.provisional_days` are provisional: their cos
 from __future__ import annotations
 
 import functools
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from monitor import month
@@ -375,14 +377,16 @@ def poll_billing(
     marks = source.run("partitions", window)
     bytes_total = _add(bytes_total, marks.bytes_processed)
     seen = {_ts(r["partition_time"]): r for r in marks.rows}
-    with ExitStack() as held:  # one open of the file for an idle poll: read the marks, record the poll
+    # `held`: one open of the file for an idle poll (read the marks, record the poll); `spool`: the
+    # results' files until they are in the store
+    with ExitStack() as held, ExitStack() as spool:
         held.enter_context(store.session())
         migrate(store)
         stored = _stored_marks(store, floor_day(scope_start) - _DAY)
         changed = sorted(p for p in seen.keys() | stored.keys() if _mark(seen.get(p)) != _mark(stored.get(p)))
 
         windows: tuple[tuple[datetime, datetime], ...] = ()
-        tables: list[Any] = []  # pyarrow Tables: the aggregates never become Python rows
+        spooled: list[Path] = []  # the aggregates, never Python rows nor a whole result in memory
         if changed:
             held.close()  # the source's queries may take minutes: the file is not held meanwhile
             hours, bytes_hours = _changed_hours(source, changed, seen, stored, window)
@@ -404,7 +408,10 @@ def poll_billing(
                 result = source.run("hourly", params | {"label_keys": keys}, arrow=True)
                 queries.append("hourly")
                 bytes_total = _add(bytes_total, result.bytes_processed)
-                tables.append(result.table)
+                if not spooled:  # beside a file store, as its own spill files; removed after the poll
+                    near = store.path.parent if store.path is not None else None
+                    directory = Path(spool.enter_context(tempfile.TemporaryDirectory(prefix="gpucost-poll-", dir=near)))
+                spooled.append(_spool(result.table, directory / f"hourly-{len(spooled)}.parquet"))
 
         with store.transaction() as conn:
             for lo, hi in windows:
@@ -412,7 +419,7 @@ def poll_billing(
                     "DELETE FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ?",
                     (naive_utc(lo), naive_utc(hi)),
                 )
-            written = _insert_hourly(conn, tables, now)
+            written = _insert_hourly(conn, spooled, now)
             _write_marks(conn, changed, seen, now)
             conn.execute(
                 "INSERT INTO billing_poll (id, polled_at, provisional_days, scope_start) VALUES (1, ?, ?, ?)"
@@ -639,24 +646,43 @@ def write_rows(store: AggregateStore, rows: Sequence[Mapping[str, Any]], now: da
         return _insert_hourly(conn, [pa.Table.from_pylist(cells, schema=schema)], now)
 
 
-def _insert_hourly(conn: Any, tables: Sequence[Any], now: datetime) -> int:
-    """Append `hourly.sql` results (Arrow tables, as the engine returned them) inside the engine:
-    each column cast to its stored type (BigQuery's INT64 / DuckDB's DECIMAL sums to BIGINT, the
-    UTC TIMESTAMP to a plain one). Returns the rows written."""
+def _spool(data: Any, path: Path) -> Path:
+    """An `hourly.sql` result (an Arrow table or a stream of batches, as the engine returns it)
+    written batch by batch to the Parquet file `path`, so it never sits whole in memory: a first
+    poll of the bench's scale-48 export returns 3.1 M aggregates, 1.3 GB as an Arrow table."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    reader = data.to_reader() if isinstance(data, pa.Table) else data
+    with pq.ParquetWriter(path, reader.schema) as out:
+        for batch in reader:
+            out.write_batch(batch)
+    return path
+
+
+def _insert_hourly(conn: Any, results: Sequence[Any], now: datetime) -> int:
+    """Append `hourly.sql` results (Arrow tables, or Parquet files of them: `_spool`) inside the
+    engine: each column cast to its stored type (BigQuery's INT64 / DuckDB's DECIMAL sums to BIGINT,
+    the UTC TIMESTAMP to a plain one). Returns the rows written."""
     cols = ", ".join((*HOURLY_COLUMNS, "polled_at"))
     select = ", ".join(f"CAST({c} AS {_TYPES[c].removesuffix(' NOT NULL')})" for c in HOURLY_COLUMNS)
     written = 0
-    for table in tables:
-        if table is None or table.num_rows == 0:
+    for result in results:
+        if isinstance(result, Path):
+            source, params = "read_parquet(?)", [str(result)]
+        elif result is None or result.num_rows == 0:
             continue
-        conn.register("hourly_result", table)
+        else:
+            conn.register("hourly_result", result)
+            source, params = "hourly_result", []
         try:
-            conn.execute(
-                f"INSERT INTO billing_hourly ({cols}) SELECT {select}, ? FROM hourly_result", (naive_utc(now),)
-            )
+            rows = conn.execute(
+                f"INSERT INTO billing_hourly ({cols}) SELECT {select}, ? FROM {source}", [naive_utc(now), *params]
+            ).fetchone()
         finally:
-            conn.unregister("hourly_result")
-        written += table.num_rows
+            if source == "hourly_result":
+                conn.unregister("hourly_result")
+        written += rows[0] if rows else 0
     return written
 
 

@@ -304,3 +304,45 @@ def test_streamed_costs_come_back_in_the_readers_order_without_a_sorted_load(sto
     assert [(r.hour, r.project, r.cost) for r in streamed] == [
         (h.usage_hour, h.keys["project_id"], h.gross) for h in read
     ]
+
+
+def test_results_stream_through_spool_files_that_the_poll_removes(conn, store, tmp_path) -> None:
+    """DuckDB streams `hourly` (a batch reader, not a table) and the poll writes it to Parquet
+    beside the store, then into the store; nothing is left beside it; a stream that fails is the
+    query's error, and the poll keeps nothing of it."""
+    import pyarrow as pa
+
+    from monitor.errors import PermanentSourceError
+
+    load_rows(conn, _day(D - timedelta(days=1)))
+    src = DuckDBBillingSource(conn)
+    result = src.run("hourly", {"usage_start": D - timedelta(days=1), "usage_end": D, "partition_end": D + timedelta(days=1),
+                                "label_keys": []}, arrow=True)  # fmt: skip
+    assert isinstance(result.table, pa.RecordBatchReader)
+    expected = result.table.read_all().num_rows
+    report = poll_billing(src, store, CFG, now=D + timedelta(hours=8))
+    assert report.hourly_rows_written == expected > 0
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("gpucost-poll-")) == []
+
+    class Failing:
+        engine = "duckdb"
+
+        def run(self, name: str, params: dict[str, Any], *, arrow: bool = False) -> QueryResult:
+            got = src.run(name, params, arrow=arrow)
+            if not arrow:
+                return got
+
+            def broken():
+                yield next(iter(got.table))
+                raise PermanentSourceError("DuckDB query 'hourly' failed: Out of Memory Error")
+
+            return QueryResult(name, [], table=pa.RecordBatchReader.from_batches(got.table.schema, broken()))
+
+        def dry_run(self, name: str, params: dict[str, Any]) -> int | None:
+            return None
+
+    load_rows(conn, _day(D))
+    with pytest.raises(PermanentSourceError, match="Out of Memory"):
+        poll_billing(Failing(), store, CFG, now=D + timedelta(hours=30))
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("gpucost-poll-")] == []
+    assert _stored_net(store, D, D + timedelta(days=1)) == 0  # the failed poll kept nothing of today

@@ -16,8 +16,9 @@ class QueryResult:
     never raw export rows). `bytes_processed` is BigQuery's billed figure (None on DuckDB);
     `rows_scanned` is the engine's count of input rows where it reports one (None otherwise).
     Asked for Arrow (`run(..., arrow=True)`), the result is `table` (a `pyarrow.Table` with the
-    query's columns) and `rows` is empty: the rows go on to the aggregate store without becoming
-    Python objects.
+    query's columns, or a `pyarrow.RecordBatchReader` of them, to read before the source's next
+    query: DuckDB streams) and `rows` is empty: the rows go on to the aggregate store without
+    becoming Python objects.
     """
 
     name: str
@@ -26,7 +27,7 @@ class QueryResult:
     rows_scanned: int | None = None
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
-    table: Any = None  # pyarrow.Table when run with arrow=True
+    table: Any = None  # pyarrow.Table or RecordBatchReader when run with arrow=True
 
 
 class BillingSource(Protocol):

@@ -8,7 +8,7 @@ open_billing_db` (session time zone UTC, table created from the schema).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -58,8 +58,8 @@ class DuckDBBillingSource:
         began = time.monotonic()
         try:
             if arrow:
-                table = self.conn.sql(sql, params=bound).to_arrow_table()
-                return QueryResult(name=name, rows=[], seconds=time.monotonic() - began, table=table)
+                reader = _stream(self.conn.sql(sql, params=bound).to_arrow_reader(_BATCH_ROWS), name)
+                return QueryResult(name=name, rows=[], seconds=time.monotonic() - began, table=reader)
             cursor = self.conn.execute(sql, bound)
             columns = [d[0] for d in cursor.description]
             stamps = [i for i, d in enumerate(cursor.description) if str(d[1]).startswith("TIMESTAMP")]
@@ -71,6 +71,23 @@ class DuckDBBillingSource:
     def dry_run(self, name: str, params: dict[str, Any]) -> int | None:
         """DuckDB has no bytes-billed figure; scanning the local file is free."""
         return None
+
+
+#: Rows per Arrow batch of a streamed result (`run(..., arrow=True)`).
+_BATCH_ROWS = 100_000
+
+
+def _stream(reader: Any, name: str) -> Any:
+    """`reader`, with a DuckDB error while it streams raised as the error of the query it is."""
+    import pyarrow as pa
+
+    def batches() -> Iterator[Any]:
+        try:
+            yield from reader
+        except duckdb.Error as e:
+            raise PermanentSourceError(f"DuckDB query {name!r} failed: {first_line(e)}") from e
+
+    return pa.RecordBatchReader.from_batches(reader.schema, batches())
 
 
 def _bind(value: Any) -> Any:
