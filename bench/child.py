@@ -19,6 +19,7 @@ import functools
 import io
 import json
 import resource
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -187,6 +188,14 @@ def setup(a: dict[str, Any]) -> dict[str, Any]:
     from monitor.sources.loader import load_billing
 
     root, parquet = Path(a["dir"]), a["parquet"]
+    # from nothing: a kept directory (`--keep`, measured again) would otherwise load the export
+    # into its tables a second time and poll it as corrections of every hour
+    for name in ("poll.duckdb", "full.duckdb", "poll-state", "detect-state"):
+        for path in (root / name, root / f"{name}.tmp", root / f"{name}.wal"):
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
     conn = duckdb.connect()
     # the export lands in deliveries (one export_time each, hours apart): the last one by the data's
     # end is the new load; the table before it holds every earlier delivery
