@@ -274,9 +274,10 @@ def _estimates(
     latest: dict[str, int] = {
         key: max((latest_of[n] for n in ns), key=lambda i: (hour_col[i], -i)) for key, ns in nodes_of.items()
     }
+    hour_of = hours["hour"]
     wanted = [
         i
-        for i, hour in enumerate(hours["hour"])
+        for i, hour in enumerate(hour_of)
         if hour + _HOUR <= end and (provisional_from is None or hour >= provisional_from)
     ]
     # A host's identities once per host, not per hour; a group (a primary key and an hour) is judged
@@ -293,7 +294,6 @@ def _estimates(
         if keys:
             aliases.setdefault(keys[0], keys)
             grouped.append((i, keys[0]))
-    hour_of = hours["hour"]
     by_hour: dict[tuple[str, datetime], list[UtilHour]] = defaultdict(list)
     for i, key in grouped:  # only the hours billing does not cover become `UtilHour`s
         hour = hour_of[i]

@@ -33,7 +33,7 @@ from monitor import month
 from monitor.billing_changes import MAX_PARTITION_QUERIES, MAX_RANGES, appended, hour_ranges
 from monitor.config import BillingConfig
 from monitor.model import CATEGORY_SQL, Scope, category_of, micros_to_decimal
-from monitor.sources.base import BillingSource
+from monitor.sources.base import ARROW_BATCH_ROWS, BillingSource
 from monitor.state.analytics import AggregateStore
 from monitor.state.store import StateStore
 from monitor.timeutil import floor_day, floor_hour, naive_utc, to_iso
@@ -68,8 +68,6 @@ __all__ = [
 
 COMPONENT = "billing"
 _T = TypeVar("_T")
-#: Rows per Arrow batch when stored aggregates stream into the detectors' engine.
-_BATCH_ROWS = 100_000
 _HOUR = timedelta(hours=1)
 _DAY = timedelta(days=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -552,7 +550,7 @@ def load_stored_costs(
     the whole window in Arrow memory (sorting it first held 1.4 GB at 3.1 M aggregates)."""
     with _reading(store) as conn:
         rel = conn.sql(_COST_TABLE, params=[naive_utc(since), naive_utc(start), naive_utc(end)])
-        return load(rel.to_arrow_reader(_BATCH_ROWS))
+        return load(rel.to_arrow_reader(ARROW_BATCH_ROWS))
 
 
 def aggregate_summary(store: AggregateStore) -> tuple[int, datetime | None]:
@@ -666,23 +664,21 @@ def _insert_hourly(conn: Any, results: Sequence[Any], now: datetime) -> int:
     the UTC TIMESTAMP to a plain one). Returns the rows written."""
     cols = ", ".join((*HOURLY_COLUMNS, "polled_at"))
     select = ", ".join(f"CAST({c} AS {_TYPES[c].removesuffix(' NOT NULL')})" for c in HOURLY_COLUMNS)
+
+    def insert(source: str, *params: Any) -> int:
+        sql = f"INSERT INTO billing_hourly ({cols}) SELECT {select}, ? FROM {source}"
+        return int(conn.execute(sql, [naive_utc(now), *params]).fetchone()[0])
+
     written = 0
     for result in results:
         if isinstance(result, Path):
-            source, params = "read_parquet(?)", [str(result)]
-        elif result is None or result.num_rows == 0:
-            continue
-        else:
+            written += insert("read_parquet(?)", str(result))
+        elif result is not None and result.num_rows:
             conn.register("hourly_result", result)
-            source, params = "hourly_result", []
-        try:
-            rows = conn.execute(
-                f"INSERT INTO billing_hourly ({cols}) SELECT {select}, ? FROM {source}", [naive_utc(now), *params]
-            ).fetchone()
-        finally:
-            if source == "hourly_result":
+            try:
+                written += insert("hourly_result")
+            finally:
                 conn.unregister("hourly_result")
-        written += rows[0] if rows else 0
     return written
 
 

@@ -25,7 +25,7 @@ from decimal import Decimal
 import pytest
 
 from monitor.assemble import gpu_hours, gpu_node_hours
-from monitor.billing_poll import HourlyCost, parse_labels
+from monitor.billing_poll import _KEY_NAMES, HourlyCost, parse_labels
 from monitor.detectors.idle_gpu import MPS_FALLBACK, IdleGpu
 from monitor.detectors.inputs import DetectorInputs, GpuHour
 from monitor.detectors.unmonitored_gpu import UnmonitoredGpu
@@ -581,10 +581,7 @@ def test_a_zero_dollar_reserved_gpu_still_shows_its_idle_gpu_hours() -> None:
 
 def _readers_key(r: HourlyCost) -> tuple:
     """The readers' order of a node-hour's rows (`billing_poll._ORDER`: every key, NULLs last)."""
-    names = ("invoice_month", "project_id", "region", "zone", "resource_name", "instance_id", "machine_type",
-             "cluster", "node_pool", "namespace", "user_labels", "service_id", "service_description", "sku_id",
-             "sku_description", "pricing_model", "cost_type", "currency", "pricing_unit")  # fmt: skip
-    return tuple((r.keys.get(k) is None, r.keys.get(k) or "") for k in names)
+    return tuple((r.keys.get(k) is None, r.keys.get(k) or "") for k in _KEY_NAMES)
 
 
 def test_node_hours_of_several_rows_take_their_first_rows_keys_and_list_the_rest_in_order() -> None:

@@ -5,7 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["BillingSource", "QueryResult"]
+__all__ = ["ARROW_BATCH_ROWS", "BillingSource", "QueryResult"]
+
+#: Rows per Arrow batch wherever results stream between engines (a DuckDB query's result, the stored
+#: aggregates into the detectors' engine): bounded memory, few enough batches to cost nothing.
+ARROW_BATCH_ROWS = 100_000
 
 
 @dataclass(frozen=True)

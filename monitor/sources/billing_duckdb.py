@@ -18,7 +18,7 @@ from monitor.attribution.compile import query_params, render_query
 from monitor.attribution.rules import Rule
 from monitor.errors import ConfigError, PermanentSourceError
 from monitor.schema import TABLE_NAME
-from monitor.sources.base import QueryResult
+from monitor.sources.base import ARROW_BATCH_ROWS, QueryResult
 from monitor.sources.duckdb_conn import first_line
 
 __all__ = ["DuckDBBillingSource"]
@@ -58,7 +58,7 @@ class DuckDBBillingSource:
         began = time.monotonic()
         try:
             if arrow:
-                reader = _stream(self.conn.sql(sql, params=bound).to_arrow_reader(_BATCH_ROWS), name)
+                reader = _stream(self.conn.sql(sql, params=bound).to_arrow_reader(ARROW_BATCH_ROWS), name)
                 return QueryResult(name=name, rows=[], seconds=time.monotonic() - began, table=reader)
             cursor = self.conn.execute(sql, bound)
             columns = [d[0] for d in cursor.description]
@@ -71,10 +71,6 @@ class DuckDBBillingSource:
     def dry_run(self, name: str, params: dict[str, Any]) -> int | None:
         """DuckDB has no bytes-billed figure; scanning the local file is free."""
         return None
-
-
-#: Rows per Arrow batch of a streamed result (`run(..., arrow=True)`).
-_BATCH_ROWS = 100_000
 
 
 def _stream(reader: Any, name: str) -> Any:
