@@ -161,6 +161,21 @@ def test_announced_once_across_runs_late_rows_and_restarts(store, tmp_path: Path
     again.close()
 
 
+def test_a_job_whose_utilization_runs_on_is_not_built(store) -> None:
+    """Billing lags usage by hours, so at each detection run a running job's last billed hour looks
+    old. Its estimated hours (utilization, no billing yet) show it running: nothing is built and the
+    GPU hours before the detection window are not joined. Once those too are old, it is told."""
+    hours, est = _train(0, 9), [_gpu(h, estimated=True) for h in (10, 11, 12)]
+
+    def never() -> list:
+        raise AssertionError("the earlier GPU hours were joined for a job still running")
+
+    kw = {"window_start": T0, "receiver": "#ml", "estimates": est}
+    assert announce_finished(store, hours, never, JOBS, now=T0 + 17 * H, window_end=T0 + 17 * H, **kw) == []
+    (key,) = announce_finished(store, hours, lambda: est, JOBS, now=T0 + 20 * H, window_end=T0 + 20 * H, **kw)
+    assert key == job_message_key("llm", "#ml", T0 + 12 * H)  # its last hour is its last estimated one
+
+
 def test_the_pipelines_repeat_interval_never_resends_it(store, tmp_path: Path) -> None:
     """Not a finding: `pipeline.process` with nothing firing, before and after `repeat_interval`,
     queues nothing, and the job message stays the one outbox row."""

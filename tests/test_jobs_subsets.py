@@ -25,6 +25,7 @@ from alerts.job_message import (
     _billed_spans,
     _Candidate,
     _candidate_rows,
+    _estimated_until,
     _jobs_of,
     _rows_for,
     announce_finished,
@@ -133,6 +134,21 @@ def test_only_gives_each_jobs_own_full_record(size: int) -> None:
         assert job_records(hours, gpu, JOBS, END, _Prices(), only=names) == want, names
         kept = _rows_for(hours, jobs_of, names)  # what the finished-job check converts
         assert job_records(kept, gpu, JOBS, END, _Prices(), only=names) == want, names
+
+
+def test_estimated_last_hours_never_pass_the_records() -> None:
+    """The check's estimated last hour per job (`_estimated_until`: per GPU node and label set, from
+    the engine) is the full record's: a, estimated on vm-a up to hour 6; the nameless node's
+    estimate is the unlabelled rest's, no job's. An estimate on n1, whose last billed hour a, b and
+    c share, is a's in the record (the largest usage) and no job's in the check: a lower bound."""
+    hours, gpu = _fleet()
+    full = {r.job: r for r in _full(hours, gpu)}
+    costs = Costs.from_rows(hours)
+    assert _estimated_until(costs, gpu, KEYS) == {"a": T0 + 6 * H} and full["a"].last_hour == T0 + 6 * H
+    shared = _gpu(8, "n1", "80", cluster="c1", instance_id="101", estimated=True)
+    assert {r.job: r for r in _full(hours, [*gpu, shared])}["a"].last_hour == T0 + 8 * H
+    assert _estimated_until(costs, [*gpu, shared], KEYS) == {"a": T0 + 6 * H}
+    assert _estimated_until(costs, [g for g in gpu if not g.estimated], KEYS) == {}
 
 
 @pytest.mark.parametrize("size", [1, 2, 3])

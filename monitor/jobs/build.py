@@ -31,7 +31,7 @@ What is decided here, with why:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -46,7 +46,16 @@ from monitor.jobs.identity import job_of, parse_labels
 from monitor.model import micros_to_decimal
 from monitor.timeutil import to_iso
 
-__all__ = ["JobHour", "JobRecord", "JobSpend", "build_jobs", "cents_summing_to", "job_spend"]
+__all__ = [
+    "JobHour",
+    "JobRecord",
+    "JobSpend",
+    "NodeBilling",
+    "build_jobs",
+    "cents_summing_to",
+    "estimated_last_hours",
+    "job_spend",
+]
 
 _HOUR = timedelta(hours=1)
 _ONE = Decimal(1)
@@ -389,6 +398,42 @@ def _add_gpu(
                 jh.busy_gpu_hours += gh - igh
             if h.pricing_model == "on_demand" and h.gpu_model:
                 a.on_demand.append((h, frac))
+
+
+#: A node's GPU billing as the engine sums it: (project, zone, instance, instance id, cluster), the
+#: job of one of its label sets (None: unlabelled), and that label set's last billed hour there.
+NodeBilling = tuple[tuple[str | None, ...], str | None, datetime]
+
+
+def estimated_last_hours(billed: Iterable[NodeBilling], gpu_hours: Iterable[GpuHour]) -> dict[str, datetime]:
+    """Each job's latest estimated GPU hour as `build_jobs` gives it one (`_add_gpu`: an estimated
+    hour is the job's of its node's latest billed GPU row), from per-(node, label set) sums rather
+    than the rows, so that whether a job still runs can be asked before any record is built.
+
+    A lower bound, never more: a node whose latest billed hour is several jobs' (or a job's and the
+    unlabelled rest's) gives its estimated hours to no job here, because which one the engine picks
+    turns on that hour's usage amounts. So a job found still running here is running in its record.
+    """
+    latest: dict[str, tuple[datetime, set[str | None]]] = {}
+    for ident, job, last in billed:
+        key = billed_identity(*ident).key
+        cur = latest.get(key)
+        if cur is None or last > cur[0]:
+            latest[key] = (last, {job})
+        elif last == cur[0]:
+            cur[1].add(job)
+    out: dict[str, datetime] = {}
+    seen: dict[tuple, str] = {}
+    for h in gpu_hours:
+        if not h.estimated:
+            continue
+        hit = latest.get(_gpu_key(h, seen))
+        if hit is None or len(hit[1]) != 1:
+            continue
+        (job,) = hit[1]
+        if job is not None and (job not in out or h.hour > out[job]):
+            out[job] = h.hour
+    return out
 
 
 #: A price quote for `_spot`: (per whole machine?, on-demand, Spot, where the prices came from).
