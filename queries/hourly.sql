@@ -69,10 +69,11 @@ attributed AS (
     GPUCOST_SUBCATEGORY(r.rule) AS subcategory,
     GPUCOST_PRICING_MODEL(r.rule, r.cud_micros) AS pricing_model,
     -- The grain detectors need: per resource (VM / GKE node, its pool and namespace) only for GPU
-    -- time, traffic and cluster / Vertex AI fees; CPU, RAM, disks, buckets and the rest sum per
-    -- project, zone, machine type, cluster, labels and SKU, so fewer rows leave the engine.
-    GPUCOST_SUBCATEGORY(r.rule) = 'compute.gpu'
-      OR STARTS_WITH(GPUCOST_SUBCATEGORY(r.rule), 'network.')
+    -- time, paid traffic between zones and regions (the egress detector names the VMs) and cluster
+    -- / Vertex AI fees; CPU, RAM, disks, buckets, internet egress, ingress, free intra-zone traffic
+    -- and the rest sum per project, zone, machine type, cluster, labels and SKU, so fewer rows leave
+    -- the engine (per-VM internet and intra-zone rows were a third of the aggregates at bench scale 48).
+    GPUCOST_SUBCATEGORY(r.rule) IN ('compute.gpu', 'network.inter_zone', 'network.inter_region')
       OR STARTS_WITH(GPUCOST_SUBCATEGORY(r.rule), 'orchestration.') AS detailed
   FROM ruled AS r
 ),
