@@ -20,8 +20,11 @@ the clean fleet check covers them: they never alert.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
 import json
+import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +55,7 @@ def run_fleet(out: Path, seed: int, inject: bool) -> dict[str, Any]:
     write_fleet(out, seed=seed, days=DAYS, inject=inject)
     src = ["--billing", str(out / "billing" / "export.parquet"), "--utilization", str(out / "utilization")]
     return {
+        "pin": f"seed{seed}" if inject else "clean",
         "truth": json.loads((out / "ground_truth.json").read_text()),
         "analyze": cli_json(["analyze", *src]),
         "gpus": cli_json(["gpus", *src]),
@@ -165,3 +169,76 @@ def test_a_clean_fleet_raises_no_warning(clean: dict[str, Any]) -> None:
     assert all(i["idle_cost_usd"] == 0 for i in clean["gpus"]["instances"])
     t = clean["truth"]["totals"]
     assert clean["analyze"]["totals"]["net_cost"] == t["net_cost"]
+
+
+# -- the analyze contract, pinned ---------------------------------------------------------------------
+
+PINNED = Path(__file__).parent / "fixtures" / "analyze"
+#: Set to re-pin after a change meant to move figures: the files are rewritten and the test fails,
+#: so the diff is read before it is committed.
+REPIN = os.environ.get("GPUCOST_REPIN") == "1"
+
+
+def differences(want: Any, got: Any, path: str = "$") -> list[str]:
+    """Where two JSON documents differ: exact, except floats to 1e-9 relative (utilization means,
+    summed in an order an engine may choose)."""
+    if isinstance(want, float) or isinstance(got, float):
+        same = isinstance(want, int | float) and isinstance(got, int | float)
+        return (
+            []
+            if same and math.isclose(want, got, rel_tol=1e-9, abs_tol=1e-9)
+            else [f"{path}: {want!r} -> {got!r}"]
+        )
+    if isinstance(want, dict) and isinstance(got, dict):
+        out = [
+            f"{path}.{k}: only {'pinned' if k in want else 'now'}" for k in sorted(want.keys() ^ got.keys())
+        ]
+        return out + [
+            d for k in sorted(want.keys() & got.keys()) for d in differences(want[k], got[k], f"{path}.{k}")
+        ]
+    if isinstance(want, list) and isinstance(got, list) and len(want) == len(got):
+        return [
+            d
+            for i, (w, g) in enumerate(zip(want, got, strict=True))
+            for d in differences(w, g, f"{path}[{i}]")
+        ]
+    return [] if want == got else [f"{path}: {want!r} -> {got!r}"]
+
+
+def check_pinned(run: dict[str, Any]) -> None:
+    """Every `analyze` JSON figure, finding (evidence included) and fingerprint is what was pinned in
+    tests/fixtures/analyze (README there: where the files come from); `stats` is how the figures
+    were read (time, rows fetched), not what they are."""
+    doc = {k: v for k, v in run["analyze"].items() if k != "stats"}
+    path = PINNED / f"{run['pin']}.json.gz"
+    if REPIN:
+        path.write_bytes(gzip.compress(json.dumps(doc, indent=1, sort_keys=True).encode(), mtime=0))
+        pytest.fail(f"re-pinned {path}: review its diff (zcat) before committing")
+    diff = differences(json.loads(gzip.decompress(path.read_bytes())), doc)
+    assert diff == [], f"{len(diff)} difference(s) from {path.name}:\n" + "\n".join(diff[:20])
+
+
+def test_analyze_json_is_the_pinned_one(fleet: dict[str, Any]) -> None:
+    check_pinned(fleet)
+
+
+def test_analyze_json_of_the_clean_fleet_is_the_pinned_one(clean: dict[str, Any]) -> None:
+    check_pinned(clean)
+
+
+def test_a_moved_figure_is_a_difference() -> None:
+    """The comparison can fail: a cent, a float past its tolerance, a finding more, a key renamed."""
+    doc = {"totals": {"cost": 10.25}, "findings": [{"fingerprint": "ab", "evidence": {"mean": 0.1}}]}
+    assert differences(doc, json.loads(json.dumps(doc))) == []
+    assert differences(doc, {**doc, "totals": {"cost": 10.26}}) == ["$.totals.cost: 10.25 -> 10.26"]
+    assert (
+        differences(doc, {**doc, "findings": [{"fingerprint": "ab", "evidence": {"mean": 0.1 + 1e-12}}]})
+        == []
+    )
+    assert differences(doc, {**doc, "findings": [{"fingerprint": "ab", "evidence": {"mean": 0.1001}}]})
+    assert differences(doc, {**doc, "findings": [*doc["findings"], doc["findings"][0]]})
+    assert differences(doc, {**doc, "findings": [{"fingerprint": "ac", "evidence": {"mean": 0.1}}]})
+    assert differences(doc, {"totals": doc["totals"], "finding": doc["findings"]}) == [
+        "$.finding: only now",
+        "$.findings: only pinned",
+    ]
