@@ -14,8 +14,10 @@ Group timers, as in Alertmanager: a group that must wait (`group_wait` for a new
 `group_interval` for an update) stores when it is due (`wait_until` in its log row), and `process`
 stores what fired (`alerts_firing`). `flush_due(deps, now)`, run by the outbox job before each
 delivery (`outbox_tick`), runs the same stages for the groups whose time has come, over what fired
-at the last detection run: a finding first seen at t reaches Slack by t + group_wait + the outbox
-interval, whether or not another detection runs, and after a restart too (both are in the store).
+at the last detection run: a finding first seen at t reaches Slack at t + group_wait, since the
+daemon wakes the outbox job when the earliest timer ends (`next_due`), and by t + group_wait + the
+outbox interval at worst, whether or not another detection runs, and after a restart too (both are
+in the store).
 A flush only acts on due groups; repeats and resolutions still come from detection runs.
 
 First start is not a flood: the `history` stage keeps findings that ended before gpucost first
@@ -281,6 +283,16 @@ def flush_due(deps: Deps, now: datetime) -> PipelineReport:
     if ctx.notified:
         fire_fault(deps.fault, "after_enqueue")
     return _report(ctx)
+
+
+def next_due(deps: Deps) -> datetime | None:
+    """When the earliest waiting group becomes due (its `group_wait` / `group_interval` timer), or
+    None: what the daemon wakes the outbox job for, so a group goes out when its wait ends rather
+    than at the next tick after it."""
+    ensure_schema(deps.store)
+    with deps.store.transaction() as conn:
+        row = conn.execute("SELECT MIN(wait_until) FROM alerts_nflog WHERE wait_until IS NOT NULL").fetchone()
+    return parse_ts(row[0]) if row and row[0] else None
 
 
 def outbox_tick(deps: Deps, now: datetime) -> tuple[PipelineReport, DeliveryReport]:

@@ -358,8 +358,9 @@ def run_retention(deps: Deps, now: datetime) -> dict[str, int]:
 
 def run_delivery(deps: Deps, now: datetime) -> dict[str, Any]:
     """The outbox job: flush the alert groups whose `group_wait` / `group_interval` ended (their
-    timers, `pipeline.flush_due`), then send what is due. Alert latency is therefore at most
-    `group_wait` + the outbox interval, independent of the detection cadence."""
+    timers, `pipeline.flush_due`), then send what is due. The daemon also runs it when the earliest
+    timer ends (`Service._wake_delivery`), so alert latency is `group_wait`, and at most `group_wait` +
+    the outbox interval, independent of the detection cadence."""
     flushed, report = pipeline.outbox_tick(_delivery_deps(deps), now)
     _record_sent_digests(deps)
     st = outbox_status(deps.store)

@@ -160,6 +160,21 @@ class Scheduler:
             return False
         return True
 
+    def run_at(self, name: str, when: datetime) -> bool:
+        """Run `name` at `when` (UTC, wall clock) if that is before its next trigger time; its
+        interval goes on from there. False if the scheduler has stopped or `name` is not scheduled."""
+        if not self._sched.running:
+            return False
+        try:
+            job = self._sched.get_job(name)
+            if job is None or job.next_run_time is None:
+                return False
+            if when < job.next_run_time:
+                self._sched.modify_job(name, next_run_time=max(when, datetime.now(UTC)))
+        except Exception:  # the scheduler is shutting down: nothing more will run anyway
+            return False
+        return True
+
     def running(self) -> list[str]:
         return [name for name, job in self.jobs.items() if job.running]
 

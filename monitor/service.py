@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from alerts.pipeline import next_due
 from monitor.attribution.compile import compile_rules
 from monitor.clock import Clock, SystemClock
 from monitor.config import Config
@@ -64,6 +65,8 @@ SHUTDOWN_BUDGET_S = 8.5
 #: How long a running job may take to finish before it is abandoned.
 JOB_GRACE_S = 5.0
 _POLLS = ("billing", "utilization")
+#: A woken outbox job runs this long after the timer's end, so the group is due when it looks.
+_WAKE_LATE = timedelta(milliseconds=200)
 
 
 class Service:
@@ -153,10 +156,25 @@ class Service:
             except Cancelled:
                 log.info("detection cancelled by shutdown; it runs again on the next start")
                 return
+            self._wake_delivery()
 
     def delivery_job(self) -> None:
         """The outbox tick; its outcome is kept for /readyz (which must not wait on the store)."""
         self._delivery = run_delivery(self.deps, self._now())
+        self._wake_delivery()
+
+    def _wake_delivery(self) -> None:
+        """Have the outbox job run when the earliest group timer ends (`pipeline.next_due`), as
+        Alertmanager flushes a group when its `group_wait` ends: a new finding reaches Slack
+        `group_wait` after the detection that found it, not at the next tick after that (up to
+        `outbox_seconds` + jitter later). Timers are on the daemon's clock, the scheduler on the wall
+        clock: the wait left is carried over."""
+        if self.sched is None:
+            return
+        due = next_due(self.deps.alert_deps)
+        if due is not None:
+            left = max(due - self._now(), timedelta(0))
+            self.sched.run_at("outbox_delivery", datetime.now(UTC) + left + _WAKE_LATE)
 
     def digest_job(self) -> None:
         """Yesterday's digest, from billing polled by this process (never from an empty store)."""

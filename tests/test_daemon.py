@@ -106,12 +106,12 @@ def test_a_stuck_job_is_abandoned_within_the_timeout() -> None:
 
 def test_the_outbox_job_flushes_a_group_whose_wait_ended(tmp_path) -> None:
     """`run_delivery` (the outbox job) sends a group once its group_wait ends, with no detection
-    run in between: the daemon's first alert comes group_wait + the outbox interval after detection."""
+    run in between; `next_due` tells the daemon when that is, so it runs the job then."""
     import io
     from datetime import UTC, datetime, timedelta
 
     from alerts.console import ConsoleNotifier
-    from alerts.pipeline import process
+    from alerts.pipeline import next_due, process
     from monitor.config import Config
     from monitor.cycle import Deps, run_delivery
     from monitor.state.store import SQLiteStore
@@ -124,7 +124,33 @@ def test_the_outbox_job_flushes_a_group_whose_wait_ended(tmp_path) -> None:
     t0 = datetime(2026, 11, 18, 14, 0, 8, tzinfo=UTC)
     process([finding()], t0, deps.alert_deps)
     wait = timedelta(seconds=cfg.alerts.group_wait_seconds)
+    assert next_due(deps.alert_deps) == t0 + wait  # what the daemon wakes the outbox job for
     assert run_delivery(deps, t0 + wait - timedelta(seconds=1))["flushed"] == 0
     result = run_delivery(deps, t0 + wait)
     assert result["flushed"] == 1 and result["pending"] == 0
+    assert next_due(deps.alert_deps) is None
     assert len((tmp_path / "alerts" / "alerts.jsonl").read_text().splitlines()) == 1
+
+
+def test_run_at_brings_a_job_forward_and_never_puts_it_off() -> None:
+    """The outbox job is woken when a group's wait ends (`Service._wake_delivery`): `run_at` moves
+    a job's next run earlier, and a later time leaves it where its trigger put it."""
+    from datetime import UTC, datetime, timedelta
+
+    ran = threading.Event()
+    sched = Scheduler(
+        [JobSpec("outbox", ran.set, IntervalTrigger(hours=1))], Metrics.create(), misfire_grace=5, jitter=0
+    )
+    sched.start()
+    try:
+        job = sched._sched.get_job("outbox")
+        planned = job.next_run_time
+        assert sched.run_at("outbox", datetime.now(UTC) + timedelta(hours=2))
+        assert sched._sched.get_job("outbox").next_run_time == planned  # not put off
+        assert not ran.is_set()
+        assert sched.run_at("outbox", datetime.now(UTC) + timedelta(milliseconds=100))
+        assert ran.wait(60), "the job was not run at the time asked"
+        assert sched.run_at("missing", datetime.now(UTC)) is False
+    finally:
+        assert sched.stop(timeout=60)
+    assert sched.run_at("outbox", datetime.now(UTC)) is False  # stopped
