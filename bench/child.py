@@ -77,37 +77,18 @@ def bench_config(state_dir: Path, util_dir: Path, db: Path, lookback_days: int) 
     return parse_config(raw, "bench")
 
 
-class _Metered:
-    """The billing source the daemon gets, recording each query's name, parameters and result."""
-
-    def __init__(self, inner: Any):
-        self.inner = inner
-        self.engine = inner.engine
-        self.runs: list[tuple[str, dict[str, Any], Any]] = []
-
-    def run(self, name: str, params: dict[str, Any], *, arrow: bool = False) -> Any:
-        result = self.inner.run(name, params, arrow=arrow)
-        self.runs.append((name, dict(params), result))
-        return result
-
-    def dry_run(self, name: str, params: dict[str, Any]) -> int | None:
-        return self.inner.dry_run(name, params)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
 def _deps(a: dict[str, Any], state_dir: Path, db: Path, lookback_days: int) -> Any:
     from monitor.attribution.compile import compile_rules
     from monitor.clock import FixedClock
     from monitor.cycle import build_deps
+    from monitor.sources.base import MeteredSource
     from monitor.sources.billing_duckdb import DuckDBBillingSource
     from monitor.sources.duckdb_conn import open_billing_db
 
     cfg = bench_config(state_dir, Path(a["util_dir"]), db, lookback_days)
     conn = open_billing_db(db)
     conn.execute("SET enable_progress_bar = false")
-    source = _Metered(DuckDBBillingSource(conn, rules=compile_rules(cfg.attribution.rules)))
+    source = MeteredSource(DuckDBBillingSource(conn, rules=compile_rules(cfg.attribution.rules)))
     return build_deps(cfg, FixedClock(_ts(a["now"])), source, stream=io.StringIO(), environ={})
 
 
@@ -285,13 +266,13 @@ def poll(a: dict[str, Any]) -> dict[str, Any]:
     deps.billing.runs.clear()
     report, out = _timed(lambda: run_billing_poll(deps, now))
     deps.store.close()
-    scanned = [rows_scanned(conn, name, params, result) for name, params, result in deps.billing.runs]
+    scanned = [rows_scanned(conn, result.name, params, result) for params, result in deps.billing.runs]
     return out | {
         "cold_seconds": cold["seconds"],
-        "queries": [name for name, _, _ in deps.billing.runs],
+        "queries": [result.name for _, result in deps.billing.runs],
         "rows_scanned": sum(n for n, _ in scanned),
         "scanned_how": sorted({how for _, how in scanned}),
-        "rows_fetched": sum(len(result.rows) for _, _, result in deps.billing.runs),
+        "rows_fetched": sum(len(result.rows) for _, result in deps.billing.runs),
         "hourly_rows_written": report["hourly_rows_written"],
         "table_rows": conn.execute("SELECT COUNT(*) FROM billing_export").fetchone()[0],
     }

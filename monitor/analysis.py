@@ -26,7 +26,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -44,7 +44,7 @@ from monitor.errors import UserError
 from monitor.model import Finding, category_of
 from monitor.progress import Progress
 from monitor.report import data_extent
-from monitor.sources.base import BillingSource, QueryResult
+from monitor.sources.base import BillingSource, MeteredSource
 from monitor.sources.factory import billing_source_from_config, billing_source_from_files, search_range
 from monitor.state.analytics import AggregateStore
 from monitor.state.store import SQLiteStore
@@ -260,25 +260,6 @@ def _utilization_source(cfg: Config, paths: Sequence[Path]) -> tuple[Utilization
 # ------------------------------------------------------------------------------------------- window
 
 
-class _Metered:
-    """A `BillingSource` that counts what it ran (for `stats`), delegating everything else."""
-
-    def __init__(self, inner: BillingSource):
-        self.inner = inner
-        self.engine = inner.engine
-        self.results: list[QueryResult] = []
-
-    def run(self, name: str, params: dict[str, Any], *, arrow: bool = False) -> QueryResult:
-        result = self.inner.run(name, params, arrow=arrow)
-        # without its Arrow table: a first poll's aggregates (1.3 GB at bench scale 48) were kept
-        # to the end of the run for a count
-        self.results.append(replace(result, table=None))
-        return result
-
-    def dry_run(self, name: str, params: dict[str, Any]) -> int | None:
-        return self.inner.dry_run(name, params)
-
-
 def resolve_window(
     source: BillingSource, start: datetime | None, end: datetime | None, now: datetime, *, live: bool
 ) -> Window:
@@ -316,7 +297,10 @@ def _scratch_stores() -> Iterator[tuple[SQLiteStore, AggregateStore]]:
     """A throwaway state store and aggregate store in a temp dir: files, as the daemon's, so DuckDB
     compresses the aggregates and its memory limit bounds what stays in memory."""
     with tempfile.TemporaryDirectory(prefix="gpucost-analyze-") as tmp:
-        store, aggregates = SQLiteStore(Path(tmp) / "state.sqlite"), AggregateStore(Path(tmp) / "aggregates.duckdb")
+        store, aggregates = (
+            SQLiteStore(Path(tmp) / "state.sqlite"),
+            AggregateStore(Path(tmp) / "aggregates.duckdb"),
+        )
         try:
             yield store, aggregates
         finally:
@@ -343,7 +327,7 @@ def run_analysis(
     table). `month_to_date=False` reads only the window (no budget forecast needs the month).
     """
     began = time.monotonic()
-    metered = _Metered(sources.billing)
+    metered = MeteredSource(sources.billing)
     window = resolve_window(metered, start, end, now, live=sources.live)
     built = _detectors(cfg, detectors, with_unmonitored=sources.utilization is not None)
     history = history_needed(built)
@@ -465,13 +449,13 @@ def _note_currencies(seen: set[str]) -> None:
         log.info("billing rows in %s converted to USD with currency_conversion_rate", ", ".join(other))
 
 
-def _stats(metered: _Metered, engine: str, start: datetime, end: datetime) -> Stats:
+def _stats(metered: MeteredSource, engine: str, start: datetime, end: datetime) -> Stats:
     """Totals over every query run. Engines that do not count input rows (DuckDB; BigQuery reports
     bytes instead) get one more cheap query: the export rows in the range read."""
-    scanned = [r.rows_scanned for r in metered.results if r.rows_scanned is not None]
+    scanned = [r.rows_scanned for _, r in metered.runs if r.rows_scanned is not None]
     if not scanned:
         scanned = [data_extent(metered, start, end)[3]]
-    results = metered.results
+    results = [r for _, r in metered.runs]
     reported = [r.bytes_processed for r in results if r.bytes_processed is not None]
     return Stats(
         engine=engine,

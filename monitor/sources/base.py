@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-__all__ = ["ARROW_BATCH_ROWS", "BillingSource", "QueryResult"]
+__all__ = ["ARROW_BATCH_ROWS", "BillingSource", "MeteredSource", "QueryResult"]
 
 #: Rows per Arrow batch wherever results stream between engines (a DuckDB query's result, the stored
 #: aggregates into the detectors' engine): bounded memory, few enough batches to cost nothing.
@@ -44,3 +44,26 @@ class BillingSource(Protocol):
     def dry_run(self, name: str, params: dict[str, Any]) -> int | None:
         """Bytes the query would process (BigQuery dry run), None where the engine cannot tell."""
         ...
+
+
+class MeteredSource:
+    """A `BillingSource` that records what it ran: each query's parameters and result, without its
+    Arrow table (a first poll's aggregates, 1.3 GB at bench scale 48, were kept to the end of a run
+    for a count). `gpucost analyze`'s `stats` and `make bench` read `runs`; everything else is the
+    inner source's."""
+
+    def __init__(self, inner: BillingSource):
+        self.inner = inner
+        self.engine = inner.engine
+        self.runs: list[tuple[dict[str, Any], QueryResult]] = []
+
+    def run(self, name: str, params: dict[str, Any], *, arrow: bool = False) -> QueryResult:
+        result = self.inner.run(name, params, arrow=arrow)
+        self.runs.append((dict(params), replace(result, table=None)))
+        return result
+
+    def dry_run(self, name: str, params: dict[str, Any]) -> int | None:
+        return self.inner.dry_run(name, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
