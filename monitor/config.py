@@ -34,6 +34,9 @@ from monitor.errors import ConfigError
 from monitor.jobs.config import JobsConfig
 from monitor.model import SUBCATEGORIES, PricingModel
 
+#: The billing engine's DuckDB memory limit unless `billing.duckdb_memory_limit` sets one.
+DUCKDB_MEMORY_LIMIT = "1GB"
+
 __all__ = [
     "AlertsConfig",
     "BillingConfig",
@@ -96,7 +99,7 @@ class BillingConfig(_Strict):
     labels: tuple[str, ...] = ("team", "job")
     # DuckDB's memory bound (it spills to disk beyond it); its own default is 80% of RAM, all of
     # which it would keep (monitor/sources/duckdb_conn.py).
-    duckdb_memory_limit: str = "1GB"
+    duckdb_memory_limit: str = DUCKDB_MEMORY_LIMIT
 
     @field_validator("table")
     @classmethod
@@ -317,7 +320,11 @@ class DaemonConfig(_Strict):
         # Jitter delays each run by up to that long: as long as an interval, a run could land after
         # the next one was due, and the job would run less often than configured.
         d = info.data
-        intervals = [d.get("outbox_seconds"), d.get("billing_poll_minutes"), d.get("utilization_poll_minutes")]
+        intervals = [
+            d.get("outbox_seconds"),
+            d.get("billing_poll_minutes"),
+            d.get("utilization_poll_minutes"),
+        ]
         if v and None not in intervals:
             shortest = min(intervals[0], intervals[1] * 60, intervals[2] * 60)
             if v >= shortest:

@@ -16,6 +16,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from monitor.config import DUCKDB_MEMORY_LIMIT
 from monitor.errors import InputError
 from monitor.schema import EXPORT_SCHEMA, TABLE_NAME, Column, arrow_schema, duckdb_create_table, duckdb_type
 from monitor.sources.foreign import foreign_hint
@@ -55,7 +56,7 @@ ARROW_SCHEMA = arrow_schema()
 #: (measured; bench/). Past the limit DuckDB spills to disk ("Memory Management in DuckDB",
 #: https://duckdb.org/2024/07/09/memory-management.html), beside a database file or in a
 #: temporary directory for an in-memory one.
-DEFAULT_MEMORY_LIMIT = "1GB"
+DEFAULT_MEMORY_LIMIT = DUCKDB_MEMORY_LIMIT
 
 #: A row's `_PARTITIONTIME`, loaded or viewed: its load day, `export_time` truncated to the UTC day.
 _LOAD_DAY = "date_trunc('day', \"export_time\")"
@@ -166,7 +167,9 @@ def parquet_counts(conn: duckdb.DuckDBPyConnection, path: Path) -> tuple[int, in
     """(rows, rows with a resource) of a Parquet export file: its metadata and one column."""
     present = _present(conn, path)
     counted = "count(resource)" if "resource" in present else "0"
-    ((rows, resources),) = conn.execute(f"SELECT count(*), {counted} FROM read_parquet($1)", [str(path)]).fetchall()
+    ((rows, resources),) = conn.execute(
+        f"SELECT count(*), {counted} FROM read_parquet($1)", [str(path)]
+    ).fetchall()
     return int(rows), int(resources)
 
 
@@ -215,10 +218,7 @@ def _checked(expr: str, col: Column) -> str:
 def _insert(conn: duckdb.DuckDBPyConnection, select: str, source: str, params: list) -> int:
     names = [c.name for c in EXPORT_SCHEMA] + [PARTITION_COLUMN]
     columns = ", ".join(f'"{n}"' for n in names)
-    sql = (
-        f'INSERT INTO "{TABLE_NAME}" ({columns}) '
-        f"SELECT *, {_LOAD_DAY} FROM (SELECT {select} FROM {source})"
-    )
+    sql = f'INSERT INTO "{TABLE_NAME}" ({columns}) SELECT *, {_LOAD_DAY} FROM (SELECT {select} FROM {source})'
     row = conn.execute(sql, params).fetchone()
     return int(row[0]) if row else 0
 
