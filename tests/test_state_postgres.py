@@ -56,6 +56,7 @@ from tests.test_pricing import CATALOG
 from tests.test_pricing import test_cache_second_call_makes_no_rpc_and_survives_restart as price_cache
 from tests.test_state_findings import T0 as FINDING_T0
 from tests.test_state_findings import finding as idle_finding
+from tests.test_utilization_hourly import assert_hours_kept
 from tests.test_utilization_state import M5, gce, stored
 from tests.test_utilization_state import T0 as UTIL_T0
 from tests.test_utilization_state import (
@@ -443,7 +444,9 @@ def test_utilization_signal_selection(store) -> None:
 def test_utilization_hours_are_reduced_in_either_engine(store) -> None:
     """The GROUP BY of `load_util_hours` (hour buckets by `%`, a CASE for memory held) on both stores."""
     migrate(store)
-    samples = [gce("a", UTIL_T0 + i * M5, float(i), memory_used_bytes=1e9 if i == 0 else None) for i in range(14)]
+    samples = [
+        gce("a", UTIL_T0 + i * M5, float(i), memory_used_bytes=1e9 if i == 0 else None) for i in range(14)
+    ]
     replace_window(store, "p1", "x", UTIL_T0, UTIL_T0 + 2 * HOUR, samples, now=UTIL_T0)
     got = load_util_hours(store, UTIL_T0, UTIL_T0 + 2 * HOUR).rows()
     assert got == util_hours(load_samples(store, UTIL_T0, UTIL_T0 + 2 * HOUR))
@@ -451,6 +454,22 @@ def test_utilization_hours_are_reduced_in_either_engine(store) -> None:
         (UTIL_T0, 12, 66.0, 1e9, True),
         (UTIL_T0 + HOUR, 2, 25.0, None, False),
     ]
+    # whole hours read the kept `utilization_hours`, other bounds the points: the same figures, also
+    # after an overlapping window and a retention cut inside an hour
+    from monitor.state.retention import prune
+
+    MINUTE = timedelta(minutes=1)
+    late = UTIL_T0 + M5
+    assert load_util_hours(store, late, UTIL_T0 + 2 * HOUR).rows() == util_hours(
+        load_samples(store, late, UTIL_T0 + 2 * HOUR)
+    )
+    more = [gce("a", UTIL_T0 + HOUR + i * M5, 50.0) for i in range(6)]
+    replace_window(store, "p1", "x", UTIL_T0 + 50 * MINUTE, UTIL_T0 + 80 * MINUTE, more, now=UTIL_T0)
+    prune(store, UTIL_T0 + 20 * MINUTE)
+    assert_hours_kept(store)
+    got = load_util_hours(store, UTIL_T0, UTIL_T0 + 2 * HOUR).rows()
+    assert got == util_hours(load_samples(store, UTIL_T0, UTIL_T0 + 2 * HOUR))
+    assert [(h.hour, h.samples) for h in got] == [(UTIL_T0, 6), (UTIL_T0 + HOUR, 6)]
 
 
 def test_utilization_v1_store_migrates_to_v2(store) -> None:

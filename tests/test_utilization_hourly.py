@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from monitor.state.store import SQLiteStore
 from monitor.utilization import GpuSample, load_samples, load_util_hours, migrate, replace_window, util_hours
 from monitor.utilization.hourly import UtilHours
+from monitor.utilization.records import BUSY_EPSILON_PCT
 
 T0 = datetime(2026, 11, 1, 10, tzinfo=UTC)
 H = timedelta(hours=1)
@@ -26,7 +27,9 @@ def sample(host: str, start: datetime, pct: float, *, gpu: str = "0", signal: st
            mem: float | None = None, node: str | None = None) -> GpuSample:  # fmt: skip
     if node is not None:  # a GKE node: no instance id, identified by cluster and node name
         return GpuSample("p1", "z1", None, None, "c1", node, gpu, "H100", start, start + M5, pct, signal, mem)
-    return GpuSample("p1", "z1", host, f"vm-{host}", None, None, gpu, "L4", start, start + M5, pct, signal, mem)
+    return GpuSample(
+        "p1", "z1", host, f"vm-{host}", None, None, gpu, "L4", start, start + M5, pct, signal, mem
+    )
 
 
 @pytest.fixture
@@ -69,7 +72,10 @@ def test_columns_and_rows_are_the_same_hours(store) -> None:
 
 
 def test_memory_held_and_idle_but_allocated(store) -> None:
-    put(store, [sample("1", T0, 0.5, mem=4e9), sample("1", T0 + M5, 50.0, mem=8e9), sample("2", T0, 0.5, mem=0.0)])
+    put(
+        store,
+        [sample("1", T0, 0.5, mem=4e9), sample("1", T0 + M5, 50.0, mem=8e9), sample("2", T0, 0.5, mem=0.0)],
+    )
     one, two = both(store)
     assert (one.memory_max, one.idle_allocated) == (8e9, True)  # memory held at 0.5% busy in one window
     assert (two.memory_max, two.idle_allocated) == (0.0, False)  # 0 bytes is not memory held
@@ -141,5 +147,94 @@ def test_the_store_path_equals_the_reduction_of_its_samples(tmp_path_factory, dr
             assert (a.hour, a.signal, a.samples, a.memory_max, a.idle_allocated, a.container) == (
                 b.hour, b.signal, b.samples, b.memory_max, b.idle_allocated, b.container)  # fmt: skip
             assert a.pct_sum == pytest.approx(b.pct_sum, rel=1e-12, abs=1e-9)
+    finally:
+        s.close()
+
+
+# -- the hours kept reduced by every write -------------------------------------------------------------
+
+_FRESH = (
+    "SELECT series, start - start % 3600, COUNT(*), SUM(utilization_pct), MAX(memory_used_bytes),"
+    " MAX(CASE WHEN memory_used_bytes <> 0 AND utilization_pct < ? THEN 1 ELSE 0 END), MIN(start)"
+    " FROM utilization_points GROUP BY series, start - start % 3600 ORDER BY 1, 2"
+)
+_KEPT = (
+    "SELECT series, hour, points, pct_sum, memory_max, idle_held, first_start FROM utilization_hours"
+    " ORDER BY series, hour"
+)
+
+
+def assert_hours_kept(store) -> None:
+    """`utilization_hours` is the stored points reduced per series and hour, figure for figure."""
+    with store.transaction() as conn:
+        kept = [tuple(r) for r in conn.execute(_KEPT).fetchall()]
+        fresh = [tuple(r) for r in conn.execute(_FRESH, (BUSY_EPSILON_PCT,)).fetchall()]
+    assert [r[:3] + r[4:] for r in kept] == [r[:3] + r[4:] for r in fresh]
+    assert [r[3] for r in kept] == pytest.approx([r[3] for r in fresh], rel=1e-12, abs=1e-9)
+
+
+_WRITE = st.tuples(
+    st.integers(0, 30),  # window start, in 5-minute steps from T0
+    st.integers(1, 20),  # window length, in 5-minute steps: hours cut anywhere
+    st.lists(_SAMPLE, max_size=12),  # samples; some start outside the window and replace stored ones
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_WRITE, min_size=1, max_size=4), st.integers(0, 3 * 3600))
+def test_the_kept_hours_are_the_points_reduced_after_any_writes_and_retention(
+    tmp_path_factory, writes, cut
+) -> None:
+    """Windows that overlap and cut hours anywhere, samples given outside their window, then a
+    retention cut inside an hour: after each step the kept hours are the points reduced, and a read
+    of whole hours (which reads them) equals the reduction of the samples."""
+    from monitor.state.retention import prune
+
+    s = SQLiteStore(tmp_path_factory.mktemp("k") / "state.sqlite")
+    try:
+        migrate(s)
+        for a, n, drawn in writes:
+            samples = [
+                sample(host, T0 + k * M5, pct, gpu=gpu, signal=signal, mem=mem,
+                       node=f"gke-c1-pool-1a2b3c4d-{host}" if is_node else None)
+                for host, gpu, k, pct, signal, mem, is_node in drawn
+            ]  # fmt: skip
+            replace_window(s, "p1", "any", T0 + a * M5, T0 + (a + n) * M5, samples, now=T0 + 3 * H)
+            assert_hours_kept(s)
+            both(s, T0, T0 + 3 * H)
+        prune(s, T0 + timedelta(seconds=cut))
+        assert_hours_kept(s)
+        both(s, T0, T0 + 3 * H)
+    finally:
+        s.close()
+
+
+def test_the_migration_reduces_the_points_already_stored(tmp_path) -> None:
+    """A store written before `utilization_hours` existed gets it filled from its points."""
+    from monitor.utilization.state import _MIGRATIONS, COMPONENT
+
+    s = SQLiteStore(tmp_path / "state.sqlite")
+    try:
+        s.migrate(COMPONENT, _MIGRATIONS[:3])
+        with s.transaction() as conn:
+            conn.execute(
+                "INSERT INTO utilization_series (id, scope, preset, project, host, gpu, signal)"
+                " VALUES (1, 'p1', 'agent', 'p1', 'vm-1', '0', 'gpu_utilization')"
+            )
+            conn.executemany(
+                'INSERT INTO utilization_points (start, series, "end", utilization_pct, memory_used_bytes)'
+                " VALUES (?, 1, ?, ?, ?)",
+                [
+                    (t, t + 300, pct, mem)
+                    for t, pct, mem in ((0, 0.5, 4e9), (300, 40.0, None), (3600, 7.0, 0.0))
+                ],
+            )
+        migrate(s)
+        assert_hours_kept(s)
+        with s.transaction() as conn:
+            assert [tuple(r) for r in conn.execute(_KEPT).fetchall()] == [
+                (1, 0, 2, 40.5, 4e9, 1, 0),
+                (1, 3600, 1, 7.0, 0.0, 0, 3600),
+            ]
     finally:
         s.close()

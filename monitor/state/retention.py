@@ -46,6 +46,7 @@ def prune(store: StateStore, cut: datetime) -> dict[str, int]:
     """Delete what lies before `cut`; returns the rows deleted per table (logged)."""
     from monitor.state.findings import MIGRATIONS as FINDINGS
     from monitor.utilization.state import migrate as migrate_utilization
+    from monitor.utilization.state import rebuild_hours
 
     migrate_utilization(store)
     store.migrate("findings", FINDINGS)
@@ -53,6 +54,8 @@ def prune(store: StateStore, cut: datetime) -> dict[str, int]:
     epoch, alerts = int(cut.timestamp()), fmt_ts(cut)
     statements = {
         "utilization_points": ("DELETE FROM utilization_points WHERE start < ?", (epoch,)),
+        # hours wholly before the cut; the hour it falls in is reduced again from what is left
+        "utilization_hours": ("DELETE FROM utilization_hours WHERE hour + 3600 <= ?", (epoch,)),
         "utilization_series": (
             "DELETE FROM utilization_series WHERE id NOT IN (SELECT DISTINCT series FROM utilization_points)",
             (),
@@ -74,13 +77,17 @@ def prune(store: StateStore, cut: datetime) -> dict[str, int]:
     with store.transaction() as conn:
         for table, (sql, params) in statements.items():
             deleted[table] = conn.execute(sql, params).rowcount
+        if epoch % 3600:
+            rebuild_hours(conn, epoch - epoch % 3600, epoch - epoch % 3600 + 3600)
         has_digest = conn.execute("SELECT 1 FROM schema_migrations WHERE component = 'digest'").fetchone()
         if has_digest:
             deleted["digest_sent"] = conn.execute(
                 "DELETE FROM digest_sent WHERE day < ?", (cut.date().isoformat(),)
             ).rowcount
         # a job run that ended before the horizon is past every window read: it cannot be announced again
-        has_jobs = conn.execute("SELECT 1 FROM schema_migrations WHERE component = 'jobs_finished'").fetchone()
+        has_jobs = conn.execute(
+            "SELECT 1 FROM schema_migrations WHERE component = 'jobs_finished'"
+        ).fetchone()
         if has_jobs:
             deleted["jobs_finished"] = conn.execute(
                 "DELETE FROM jobs_finished WHERE last_hour < ?", (alerts,)
