@@ -57,7 +57,7 @@ from monitor.simulate.simulator import FleetSimulator
 from monitor.simulate.truth import Tally
 from monitor.timeutil import floor_hour
 from tests.daemon_process import DaemonProcess, http_get
-from tests.emulators.fleet import BQ_PROJECT, DATASET, to_json_row
+from tests.emulators.fleet import BQ_PROJECT, DATASET, load_rows, to_json_row
 from tests.emulators.wire import PARTITION_STANDIN
 from tests.fakes.catalog_server import REAL_SKUS, FakeCatalog
 from tests.fakes.monitoring_server import ScopedMonitoringServer, from_rest_json
@@ -118,19 +118,15 @@ def live(bq_client: Any) -> LiveFleet:
     table.time_partitioning = bigquery.TimePartitioning(type_=bigquery.TimePartitioningType.DAY)
     bq_client.create_dataset(f"{BQ_PROJECT}.{DATASET}", exists_ok=True)
     bq_client.create_table(table, exists_ok=True)
-    tally, batch, loaded, lagging = Tally(), [], 0, 0
+    tally, batch, lagging = Tally(), [], 0
     for row in sim.billing_rows():
         tally.add(row)
         if row["export_time"] > now:  # not exported yet: billing lags behind usage
             lagging += 1
             continue
         batch.append(to_json_row(row))
-        loaded += 1
-        if len(batch) == 5000:
-            assert bq_client.insert_rows_json(table, batch) == []
-            batch = []
-    if batch:
-        assert bq_client.insert_rows_json(table, batch) == []
+    load_rows(bq_client, table, batch)
+    loaded = len(batch)
     truth = sim.ground_truth(tally)
     print(f"\nlive fleet: {loaded} rows loaded, {lagging} not exported yet, {time.monotonic() - began:.1f} s")
     return LiveFleet(now, truth, table_id, loaded, lagging)

@@ -30,7 +30,7 @@ from google.cloud import bigquery
 from monitor.schema import bigquery_schema
 from monitor.simulate import write_fleet
 from monitor.simulate.simulator import DEFAULT_START, FleetSimulator
-from tests.emulators.fleet import BQ_PROJECT, DATASET, to_json_row
+from tests.emulators.fleet import BQ_PROJECT, DATASET, load_rows, to_json_row
 from tests.emulators.wire import PARTITION_STANDIN
 from tests.fakes.monitoring_server import ScopedMonitoringServer, from_rest_json
 from tests.test_ground_truth import IMPACT_TOLERANCE, cli_json, matches, rel_error
@@ -202,14 +202,7 @@ def live(fleet_dir: Path, bq_client: Any, bq_wire: Any) -> Iterator[dict[str, An
     bq_client.create_dataset(f"{BQ_PROJECT}.{DATASET}", exists_ok=True)
     bq_client.create_table(table, exists_ok=True)
     sim = FleetSimulator(SEED, DEFAULT_START, DAYS)
-    batch: list[dict[str, Any]] = []
-    for row in sim.billing_rows():
-        batch.append(to_json_row(row))
-        if len(batch) == 5000:
-            assert bq_client.insert_rows_json(table, batch) == []
-            batch = []
-    if batch:
-        assert bq_client.insert_rows_json(table, batch) == []
+    load_rows(bq_client, table, [to_json_row(row) for row in sim.billing_rows()])
     truth = json.loads((out / "ground_truth.json").read_text())
     projects = sorted({v["project"] for v in truth["fleet"]["gpu_vms"]})
     with ScopedMonitoringServer(page_size=100) as server:

@@ -25,6 +25,7 @@ __all__ = [
     "LoadedExport",
     "billing_config",
     "fleet_rows",
+    "load_rows",
     "to_json_row",
 ]
 
@@ -126,6 +127,17 @@ def to_json_row(row: dict[str, Any]) -> dict[str, Any]:
     emulator's `_PARTITIONTIME` stand-in: the load day, as the DuckDB loader derives it."""
     day = row["export_time"].astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     return _jsonable({**row, PARTITION_STANDIN: day})
+
+
+def load_rows(client: Any, table: Any, rows: list[dict[str, Any]]) -> None:
+    """`rows` (`to_json_row`'s) into `table` through one load job, as `bq load` of an NDJSON file
+    would: the emulator takes 51 k rows in seconds where streaming inserts of 5,000 took half a
+    minute, and the daemon reads them the same way (queries) either way."""
+    from google.cloud import bigquery
+
+    job = client.load_table_from_json(rows, table, job_config=bigquery.LoadJobConfig(schema=table.schema))
+    job.result()
+    assert job.errors is None and client.get_table(table).num_rows == len(rows), job.errors
 
 
 def billing_config(endpoint: str, table: str, **extra: Any) -> BillingConfig:
