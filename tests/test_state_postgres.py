@@ -37,7 +37,7 @@ from monitor.errors import ConfigError
 from monitor.sources.duckdb_conn import open_billing_db
 from monitor.state.dialect import UntranslatableSQL, translate
 from monitor.state.findings import open_findings, record_findings
-from monitor.state.store import SQLiteStore, open_store, redact_url
+from monitor.state.store import SQLiteStore, StateStoreError, open_store, redact_url
 from monitor.utilization import (
     load_samples,
     load_util_hours,
@@ -669,3 +669,32 @@ def test_executemany_in_bulk_keeps_row_by_row_meaning(store) -> None:
         conn.executemany("INSERT INTO t (k, v) VALUES (?, ?)", [(1000 + i % 60, "x") for i in range(100)])
     with store.transaction() as conn:
         assert conn.execute("SELECT COUNT(*) FROM t").fetchone()[0] == 360  # the failed block left nothing
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_store_a_newer_release_migrated_is_refused(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A rollback run on the upgraded store: an older release would write utilization points
+    without the hours a newer one keeps from them. It is refused, naming the component, both
+    versions and what to do, and nothing is written."""
+    s = _open(kind, request, tmp_path)
+    try:
+        migrate(s)
+        with s.transaction() as conn:
+            conn.execute("INSERT INTO schema_migrations (component, version) VALUES ('utilization', 99)")
+    finally:
+        s.close()
+    again = _open(kind, request, tmp_path)  # a process of the older release
+    try:
+        with pytest.raises(StateStoreError, match=r"utilization tables are at version 99, written by a newer gpucost"
+                           r" \(this one knows 4\); run that release or a newer one, or restore a backup"):  # fmt: skip
+            migrate(again)
+        with again.transaction() as conn:
+            versions = [
+                r[0]
+                for r in conn.execute("SELECT version FROM schema_migrations WHERE component = 'utilization'")
+            ]
+        assert sorted(versions) == [1, 2, 3, 4, 99]
+    finally:
+        again.close()

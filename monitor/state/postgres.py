@@ -24,7 +24,7 @@ from typing import Any
 from monitor.errors import ConfigError
 from monitor.state.dialect import UntranslatableSQL
 from monitor.state.pg_conn import PgConnection, PgCursor, Row
-from monitor.state.store import redact_url
+from monitor.state.store import redact_url, refuse_newer
 
 __all__ = ["PgConnection", "PgCursor", "PostgresStore", "Row", "UntranslatableSQL"]
 
@@ -189,6 +189,7 @@ class PostgresStore:
                     "SELECT version FROM schema_migrations WHERE component = ?", (component,)
                 )
             }
+        refuse_newer(redact_url(self.url), component, done, len(migrations))
         for version, script in enumerate(migrations, start=1):
             if version in done:
                 continue

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +39,7 @@ __all__ = [
     "open_store",
     "recorded_first_start",
     "redact_url",
+    "refuse_newer",
 ]
 
 _POSTGRES = ("postgresql://", "postgres://")
@@ -193,7 +194,8 @@ class SQLiteStore:
         return StateStoreError(f"state store {self.path}: {text}; the step runs again next time")
 
     def migrate(self, component: str, migrations: Sequence[str]) -> None:
-        """Apply `migrations[i]` as version i+1 of `component` unless already applied."""
+        """Apply `migrations[i]` as version i+1 of `component` unless already applied; refuse a
+        store a newer release migrated further (`refuse_newer`)."""
         with self.transaction() as conn:
             done = {
                 r[0]
@@ -201,6 +203,7 @@ class SQLiteStore:
                     "SELECT version FROM schema_migrations WHERE component = ?", (component,)
                 )
             }
+        refuse_newer(str(self.path), component, done, len(migrations))
         for version, script in enumerate(migrations, start=1):
             if version in done:
                 continue
@@ -225,6 +228,20 @@ class SQLiteStore:
                 conn.close()
             self._all.clear()
         self._local = threading.local()
+
+
+def refuse_newer(store: str, component: str, done: Iterable[int], known: int) -> None:
+    """Raise if a newer gpucost migrated `component` past the `known` versions. Its tables may keep
+    figures derived from others (`utilization_hours` from the points): a release that does not know
+    them would write the points and leave the derived figures wrong, also after upgrading again. So
+    a rollback runs on a backup taken before the upgrade, not on the upgraded store."""
+    newest = max(done, default=0)
+    if newest > known:
+        raise StateStoreError(
+            f"state store {store}: its {component} tables are at version {newest}, written by a newer"
+            f" gpucost (this one knows {known}); run that release or a newer one, or restore a backup"
+            " taken before the upgrade"
+        )
 
 
 _META_MIGRATIONS = ["CREATE TABLE state_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"]
