@@ -80,21 +80,27 @@ CREATE TABLE utilization_coverage (
   scope TEXT NOT NULL, preset TEXT NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL,
   PRIMARY KEY (scope, preset, start))
 """
-#: Each series' points reduced per hour of their start, as `load_util_hours` reads them (points,
-#: sum of utilization, memory held, whether a window held memory while idle, the first start): kept
-#: by every write (`replace_window`, retention) for the hours it touches, so a read of weeks sums
-#: hours rather than twelve 5-minute points each. Filled from the stored points on migration. Its
-#: idle test bakes in `BUSY_EPSILON_PCT`: changing that constant needs a migration that rebuilds it.
+#: A series' points reduced per hour of their start, what `monitor.utilization.hourly.UtilHour`
+#: holds (points, sum of utilization, memory held, whether a window held memory while idle, the
+#: first start), as `utilization_hours` columns: the one definition the migration, every rebuild
+#: and reads of part of an hour use. Its idle test bakes in `BUSY_EPSILON_PCT`: changing that
+#: constant needs a migration that rebuilds `utilization_hours`.
+_HOUR_COLUMNS = "series, hour, points, pct_sum, memory_max, idle_held, first_start"
+_PER_HOUR = (
+    "series, start - start % 3600, COUNT(*), SUM(utilization_pct), MAX(memory_used_bytes),"
+    f" MAX(CASE WHEN memory_used_bytes <> 0 AND utilization_pct < {BUSY_EPSILON_PCT!r} THEN 1 ELSE 0 END),"
+    " MIN(start)"
+)
+_BY_HOUR = " GROUP BY series, start - start % 3600"
+#: `_PER_HOUR` kept for every series and hour by every write (`replace_window`, retention) for the
+#: hours it touches, so a read of weeks sums hours rather than twelve 5-minute points each; filled
+#: from the stored points on migration.
 _V4 = f"""
 CREATE TABLE utilization_hours (
   series INTEGER NOT NULL, hour INTEGER NOT NULL, points INTEGER NOT NULL, pct_sum REAL NOT NULL,
   memory_max REAL, idle_held INTEGER NOT NULL, first_start INTEGER NOT NULL,
   PRIMARY KEY (series, hour)) WITHOUT ROWID;
-INSERT INTO utilization_hours (series, hour, points, pct_sum, memory_max, idle_held, first_start)
-  SELECT series, start - start % 3600, COUNT(*), SUM(utilization_pct), MAX(memory_used_bytes),
-    MAX(CASE WHEN memory_used_bytes <> 0 AND utilization_pct < {BUSY_EPSILON_PCT!r} THEN 1 ELSE 0 END),
-    MIN(start)
-  FROM utilization_points GROUP BY series, start - start % 3600
+INSERT INTO utilization_hours ({_HOUR_COLUMNS}) SELECT {_PER_HOUR} FROM utilization_points{_BY_HOUR}
 """
 _MIGRATIONS = (_V1, _V2, _V3, _V4)
 
@@ -205,10 +211,8 @@ def replace_window(
 
 
 _HOURS_OF = (
-    "INSERT INTO utilization_hours (series, hour, points, pct_sum, memory_max, idle_held, first_start)"
-    " SELECT series, start - start % 3600, COUNT(*), SUM(utilization_pct), MAX(memory_used_bytes),"
-    " MAX(CASE WHEN memory_used_bytes <> 0 AND utilization_pct < ? THEN 1 ELSE 0 END), MIN(start)"
-    " FROM utilization_points WHERE start >= ? AND start < ?{scope} GROUP BY series, start - start % 3600"
+    f"INSERT INTO utilization_hours ({_HOUR_COLUMNS}) SELECT {_PER_HOUR} FROM utilization_points"
+    " WHERE start >= ? AND start < ?{scope}" + _BY_HOUR
 )
 
 
@@ -220,7 +224,7 @@ def rebuild_hours(conn: Any, lo: int, hi: int, scope: tuple[str, str] | None = N
         raise ValueError(f"rebuild_hours: [{lo}, {hi}) is not whole hours")
     where, params = (f" AND series IN ({_IN_SCOPE})", scope) if scope is not None else ("", ())
     conn.execute(f"DELETE FROM utilization_hours WHERE hour >= ? AND hour < ?{where}", (lo, hi, *params))
-    conn.execute(_HOURS_OF.format(scope=where), (BUSY_EPSILON_PCT, lo, hi, *params))
+    conn.execute(_HOURS_OF.format(scope=where), (lo, hi, *params))
 
 
 def _drop_outside(conn: Any, scope: str, preset: str, keys: list[tuple[tuple, int]]) -> None:
@@ -240,19 +244,14 @@ _POINTS = (
     'SELECT start, "end", utilization_pct, memory_used_bytes FROM utilization_points'
     " WHERE series = ? AND start >= ? AND start < ?"
 )
-# Per series and hour, what `monitor.utilization.hourly.UtilHour` holds: each series' points are one
-# primary-key range, so this reads the window's points and returns one row per series-hour.
+# `_PER_HOUR` of the points in a window that cuts hours: each series' points are one primary-key
+# range, so this reads the window's points and returns one row per series-hour.
 _HOURS = (
-    "SELECT p.series, p.start - p.start % 3600, COUNT(*), SUM(p.utilization_pct), MAX(p.memory_used_bytes),"
-    " MAX(CASE WHEN p.memory_used_bytes <> 0 AND p.utilization_pct < ? THEN 1 ELSE 0 END), MIN(p.start)"
-    " FROM utilization_series s JOIN utilization_points p ON p.series = s.id"
-    " WHERE p.start >= ? AND p.start < ? GROUP BY p.series, p.start - p.start % 3600"
+    f"SELECT {_PER_HOUR} FROM utilization_series s JOIN utilization_points p ON p.series = s.id"
+    " WHERE start >= ? AND start < ?" + _BY_HOUR
 )
-
-_STORED_HOURS = (
-    "SELECT series, hour, points, pct_sum, memory_max, idle_held, first_start FROM utilization_hours"
-    " WHERE hour >= ? AND hour < ? ORDER BY series, hour"
-)
+# The kept hours of a window of whole hours.
+_STORED_HOURS = f"SELECT {_HOUR_COLUMNS} FROM utilization_hours WHERE hour >= ? AND hour < ? ORDER BY series, hour"
 
 
 def load_samples(store: StateStore, start: datetime, end: datetime) -> list[GpuSample]:
@@ -286,7 +285,7 @@ def load_util_hours(store: StateStore, start: datetime, end: datetime) -> UtilHo
         if lo % 3600 == 0 and hi % 3600 == 0:  # whole hours: kept reduced by every write
             agg = cur.execute(_STORED_HOURS, (lo, hi)).fetchall()
         else:
-            agg = cur.execute(_HOURS, (BUSY_EPSILON_PCT, lo, hi)).fetchall()
+            agg = cur.execute(_HOURS, (lo, hi)).fetchall()
         present = sorted({r[0] for r in agg})
         key = host_keys(labels[sid][:8] for sid in present)
         by_gpu: dict[tuple, list[int]] = {}
