@@ -152,13 +152,9 @@ class Scheduler:
     def run_soon(self, name: str) -> bool:
         """Run `name` now instead of at its next trigger time; False if it is running already (the
         caller then leaves a flag the running instance picks up) or the scheduler has stopped."""
-        if self.jobs[name].running or not self._sched.running:
+        if self.jobs[name].running:
             return False
-        try:
-            self._sched.modify_job(name, next_run_time=datetime.now(UTC))
-        except Exception:  # the scheduler is shutting down: nothing more will run anyway
-            return False
-        return True
+        return self.run_at(name, datetime.now(UTC))
 
     def run_at(self, name: str, when: datetime) -> bool:
         """Run `name` at `when` (UTC, wall clock) if that is before its next trigger time; its

@@ -65,7 +65,7 @@ class DuckDBBillingSource:
             stamps = [i for i, d in enumerate(cursor.description) if str(d[1]).startswith("TIMESTAMP")]
             rows = [dict(zip(columns, _values(r, stamps), strict=True)) for r in cursor.fetchall()]
         except duckdb.Error as e:
-            raise PermanentSourceError(f"DuckDB query {name!r} failed: {first_line(e)}") from e
+            raise _failed(name, e) from e
         return QueryResult(name=name, rows=rows, seconds=time.monotonic() - began)
 
     def dry_run(self, name: str, params: dict[str, Any]) -> int | None:
@@ -81,9 +81,14 @@ def _stream(reader: Any, name: str) -> Any:
         try:
             yield from reader
         except duckdb.Error as e:
-            raise PermanentSourceError(f"DuckDB query {name!r} failed: {first_line(e)}") from e
+            raise _failed(name, e) from e
 
     return pa.RecordBatchReader.from_batches(reader.schema, batches())
+
+
+def _failed(name: str, e: duckdb.Error) -> PermanentSourceError:
+    """A DuckDB error as the error of the query it came from, run or streamed."""
+    return PermanentSourceError(f"DuckDB query {name!r} failed: {first_line(e)}")
 
 
 def _bind(value: Any) -> Any:
