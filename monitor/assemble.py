@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from monitor.billing_poll import (
     COST_ORDER,
-    load_stored_costs,
+    open_stored_costs,
     parse_labels,
     provisional_since,
     stored_gpu_node_hours,
@@ -82,10 +82,12 @@ class _Dollars(dict):
 
 
 def stored_costs(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> Costs:
-    """The stored aggregates of [start, end) in the detectors' engine (`monitor.detectors.costs`),
-    streamed engine to engine as Arrow batches; hours from `since` on are provisional."""
+    """The stored aggregates of [start, end) as the detectors' engine (`monitor.detectors.costs`):
+    a view on the aggregate store, read in one snapshot; hours from `since` on are provisional."""
     parse = _LabelSets().__getitem__
-    return load_stored_costs(store, start, end, since, lambda reader: Costs.from_reader(reader, parse, COST_ORDER))
+    return open_stored_costs(
+        store, start, end, since, lambda conn, select: Costs.over(conn, select, parse, COST_ORDER)
+    )
 
 
 def cost_hours(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> list[CostHour]:

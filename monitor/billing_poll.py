@@ -33,7 +33,7 @@ from monitor import month
 from monitor.billing_changes import MAX_PARTITION_QUERIES, MAX_RANGES, appended, hour_ranges
 from monitor.config import BillingConfig
 from monitor.model import CATEGORY_SQL, Scope, category_of, micros_to_decimal
-from monitor.sources.base import ARROW_BATCH_ROWS, BillingSource
+from monitor.sources.base import BillingSource
 from monitor.state.analytics import AggregateStore
 from monitor.state.store import StateStore
 from monitor.timeutil import floor_day, floor_hour, naive_utc, to_iso
@@ -52,9 +52,9 @@ __all__ = [
     "currencies",
     "hourly_costs",
     "last_poll",
-    "load_stored_costs",
     "migrate",
     "net_by_hour",
+    "open_stored_costs",
     "parse_labels",
     "poll_billing",
     "poll_scope",
@@ -116,8 +116,8 @@ def _hours_sql(columns: Sequence[str]) -> str:
 
 _READ = _hours_sql(("subcategory", *_MONEY, "row_count", "usage_amount", *_KEY_NAMES))
 # GPU spend per node-hour (what `monitor.gpus` joins), summed in the engine. A node-hour's descriptive
-# keys are those of its first row in the readers' order. Most node-hours are one row: they are grouped
-# with `any_value` (a one-row group's only value), without sorting. Only the node-hours of several rows
+# keys are those of its first row in the readers' order. Most node-hours are one row, taken as they are:
+# only their keys are grouped, to find the others (`many`). Only the node-hours of several rows
 # (GKE namespaces, corrections) are numbered in the readers' order (a window over those rows alone,
 # found by a semi join that matches NULL keys as GROUP BY does); their first row gives the keys, and
 # their usage amounts, label sets and per-namespace gross come as lists in that order, so Python sums
@@ -138,18 +138,19 @@ _OUT = (
     + ", ".join(c for c in _FIRST if c != "invoice_month")
     + ", " + ", ".join(n for _, n in _SUMS) + ", " + ", ".join(n for _, n in _OWN)
 )  # fmt: skip
+_MATCH = " AND ".join(f"gpu.{k} IS NOT DISTINCT FROM many.{k}" for k in _NODE_KEYS)
 _GPU_NODE_HOURS = f"""
-WITH gpu AS (
+WITH gpu AS NOT MATERIALIZED (
   SELECT * FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ? AND subcategory = 'compute.gpu'
-), grouped AS (
-  SELECT {_NODE}, count(*) AS rows_in_hour,
-    {", ".join(f"any_value({c}) AS {c}" for c in _FIRST)},
-    {", ".join(f"any_value({c}) AS {n}" for c, n in _OWN)}, {_SUMMED}
-  FROM gpu GROUP BY {_NODE}
+), many AS (
+  SELECT {_NODE} FROM gpu GROUP BY {_NODE} HAVING count(*) > 1
+), single AS (
+  SELECT {_NODE}, {", ".join(_FIRST)}, {", ".join(f"{c} AS {n}" for c, n in _OWN)},
+    {", ".join(f"{m}_micros AS {n}" for m, n in _SUMS)}
+  FROM gpu ANTI JOIN many ON {_MATCH}
 ), numbered AS (
   SELECT *, row_number() OVER (PARTITION BY {_NODE} ORDER BY {_ORDER}) AS n
-  FROM gpu SEMI JOIN (SELECT {_NODE} FROM grouped WHERE rows_in_hour > 1) AS many
-    ON {" AND ".join(f"gpu.{k} IS NOT DISTINCT FROM many.{k}" for k in _NODE_KEYS)}
+  FROM gpu SEMI JOIN many ON {_MATCH}
 ), several AS (
   SELECT {_NODE},
     {", ".join(f"first({c} ORDER BY n) AS {c}" for c in _FIRST)},
@@ -157,8 +158,7 @@ WITH gpu AS (
     {", ".join(f"list({c} ORDER BY n) AS {n}" for c, n in _LISTS)}
   FROM numbered GROUP BY {_NODE}
 ), node_hours AS (
-  SELECT {_OUT}, invoice_month, {", ".join(f"NULL AS {n}" for _, n in _LISTS)}
-  FROM grouped WHERE rows_in_hour = 1
+  SELECT {_OUT}, invoice_month, {", ".join(f"NULL AS {n}" for _, n in _LISTS)} FROM single
   UNION ALL BY NAME
   SELECT {_OUT}, invoice_month, {", ".join(n for _, n in _LISTS)} FROM several
 )
@@ -536,21 +536,35 @@ COST_ORDER: tuple[str, ...] = tuple(_COST_NAMES[c] for c in ("usage_hour", "subc
 _COST_TABLE = (
     "SELECT CAST(NULL AS BIGINT) AS i, "
     + ", ".join(f"{c} AS {n}" for c, n in _COST_NAMES.items())
-    + ", usage_hour >= ? AS provisional FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ?"
+    + ", usage_hour >= {since} AS provisional FROM billing_hourly WHERE usage_hour >= {start} AND usage_hour < {end}"
 )
 
 
-def load_stored_costs(
-    store: AggregateStore, start: datetime, end: datetime, since: datetime, load: Callable[[Any], _T]
+def _timestamp(dt: datetime) -> str:
+    """A TIMESTAMP literal (a view takes no parameters)."""
+    return f"TIMESTAMP '{naive_utc(dt).isoformat(sep=' ')}'"
+
+
+def open_stored_costs(
+    store: AggregateStore,
+    start: datetime,
+    end: datetime,
+    since: datetime,
+    over: Callable[[Any, str], _T],
 ) -> _T:
-    """`load` (a `monitor.detectors.costs.Costs` constructor, say) of a `pyarrow.RecordBatchReader`
-    over the stored aggregates with `start <= usage_hour < end` as `monitor.detectors.costs.columns()`
-    (hours from `since` on provisional; in no order: sort by `COST_ORDER`), called while the store is
-    open: the rows stream from engine to engine batch by batch, never a Python object per row nor
-    the whole window in Arrow memory (sorting it first held 1.4 GB at 3.1 M aggregates)."""
-    with _reading(store) as conn:
-        rel = conn.sql(_COST_TABLE, params=[naive_utc(since), naive_utc(start), naive_utc(end)])
-        return load(rel.to_arrow_reader(ARROW_BATCH_ROWS))
+    """`over(conn, select)` (`monitor.detectors.costs.Costs.over`, say): `select` reads the stored
+    aggregates with `start <= usage_hour < end` as `monitor.detectors.costs.columns()` (hours from
+    `since` on provisional; in no order: sort by `COST_ORDER`) on `conn`, a connection to the store
+    of its own that `over`'s result keeps and closes (it is closed here if `over` fails). The rows stay
+    where they are: never a Python object per row, nor a copy of the window."""
+    migrate(store)
+    select = _COST_TABLE.format(since=_timestamp(since), start=_timestamp(start), end=_timestamp(end))
+    conn = store.connect()
+    try:
+        return over(conn, select)
+    except BaseException:
+        conn.close()
+        raise
 
 
 def aggregate_summary(store: AggregateStore) -> tuple[int, datetime | None]:

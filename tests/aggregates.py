@@ -23,9 +23,9 @@ _HOUR = timedelta(hours=1)
 _POLLED = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def stored(rows: Sequence[HourlyCost]) -> AggregateStore:
-    """An in-memory aggregate store holding `rows`."""
-    store = AggregateStore(None)
+def stored(rows: Sequence[HourlyCost], into: AggregateStore | None = None) -> AggregateStore:
+    """An aggregate store holding `rows`: `into` (rows added), else a new one in memory."""
+    store = into if into is not None else AggregateStore(None)
     money = ("gross_micros", "cud_micros", "sud_micros", "other_credit_micros", "credit_micros", "net_micros")
     dicts = [
         {c: None for c in HOURLY_COLUMNS}

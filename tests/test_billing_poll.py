@@ -270,12 +270,12 @@ def test_a_file_store_spills_past_its_memory_limit_an_in_memory_one_has_none(sto
         with s.read() as conn:
             return conn.execute("SELECT current_setting('memory_limit')").fetchone()[0]
 
-    assert MEMORY_LIMIT == "512MB" and limit(store) == "488.2 MiB"  # 512 MB in DuckDB's units
+    assert MEMORY_LIMIT == "384MB" and limit(store) == "366.2 MiB"  # 384 MB in DuckDB's units
     assert limit(AggregateStore(None)) != limit(store)
 
 
 def test_streamed_costs_come_back_in_the_readers_order_without_a_sorted_load(store) -> None:
-    """The detectors' engine loads a window's aggregates as they come and `rows()` sorts by
+    """The detectors' engine reads a window's aggregates where they are and `rows()` sorts by
     `COST_ORDER`: the stored rows in the order `hourly_costs` reads them, also for rows that differ
     only in keys a `CostHour` does not carry (cost type, namespace)."""
     import random

@@ -23,6 +23,7 @@ from monitor.billing_poll import HourlyCost
 from monitor.detectors.base import q6
 from monitor.detectors.costs import Costs
 from monitor.detectors.inputs import CostHour, DetectorInputs
+from monitor.state.analytics import AggregateStore
 from tests.aggregates import cost_rows, stored
 
 T0 = datetime(2026, 10, 31, 20, tzinfo=UTC)  # 13:00 in Los Angeles: the billing month turns at 07:00 UTC
@@ -147,28 +148,36 @@ def test_the_store_reads_what_the_rows_hold() -> None:
     assert [r.provisional for r in later.rows()] == [False, False, True, True]
 
 
-def test_rows_streamed_in_batches_are_the_rows_of_the_table() -> None:
-    """`Costs.from_reader` (what `stored_costs` uses: batches, loaded at once) holds what the same
-    rows loaded whole hold, batch boundaries anywhere, in a temporary file under the engine's memory
-    limit that `close` removes; a closed engine says so rather than answering nothing."""
-    import pyarrow as pa
+def test_a_stored_window_is_read_in_place_in_one_snapshot_until_closed(tmp_path: Path) -> None:
+    """`stored_costs` is a view on the aggregate store, not a copy of the window: every query of a
+    detection run reads the snapshot it opened with (a poll landing meanwhile does not split its
+    sums), the file is held until `close` (another process waits for it, as for any read) and let go
+    then; a closed engine says so rather than answering nothing."""
+    import subprocess
+    import sys
 
-    from monitor.detectors.costs import columns
+    raw = [
+        _hourly(0, "compute.gpu", 88_000_000, -8_000_000, "job=llm,team=ml", "202610"),
+        _hourly(1, "compute.gpu", 88_000_000, 0, "job=llm,team=ml", "202610"),
+        _hourly(2, "network.inter_zone", 333_333, 0, None, "202610"),
+    ]
+    path = tmp_path / "aggregates.duckdb"
+    store = stored(raw[:2], into=AggregateStore(path))
+    end = T0 + 14 * H
+    costs = stored_costs(store, T0, end, end)
+    before = costs.sums(("subcategory",))
+    stored(raw[2:], into=store)  # a billing poll writes while the run reads
+    assert costs.sums(("subcategory",)) == before and len(costs.rows()) == 2
+    fresh = stored_costs(store, T0, end, end)
+    assert len(fresh.rows()) == 3
+    fresh.close()
 
-    rows = [CostHour(hour=T0 + i * H, project=f"p{i % 3}", subcategory="compute.gpu", cost=D(i) / 7) for i in range(7)]
-    table = Costs.from_rows(rows)._table
-    assert table is not None and table.schema == columns()
-    reader = pa.RecordBatchReader.from_batches(columns(), table.to_batches(max_chunksize=2))
-    streamed = Costs.from_reader(reader, parse_labels=lambda raw: {})
-    whole = Costs(table, parse_labels=lambda raw: {})  # no originals: its rows come from the engine too
-    assert len(streamed) == 7 and streamed.rows() == whole.rows()
-    assert streamed.sums(("project",)) == whole.sums(("project",))
-    paths = streamed._query("SELECT path FROM duckdb_databases() WHERE NOT internal AND path IS NOT NULL", [])
-    assert len(paths) == 1 and Path(paths[0][0]).is_file()
-    path = paths[0][0]
-    limit = streamed._query("SELECT current_setting('memory_limit')", [])[0][0]
-    assert limit == "244.1 MiB"  # `costs.MEMORY_LIMIT`, 256 MB, in DuckDB's units
-    streamed.close()
-    assert not Path(path).parent.exists()
+    def other_process_opens() -> bool:
+        probe = f"import duckdb; duckdb.connect({str(path)!r}).close()"
+        return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+
+    assert not other_process_opens()
+    costs.close()
+    assert other_process_opens()
     with pytest.raises(RuntimeError, match="closed"):
-        streamed.sums(("project",))
+        costs.sums(("project",))

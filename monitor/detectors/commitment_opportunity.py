@@ -92,8 +92,9 @@ class CommitmentOpportunity(Detector):
         )
         first: dict[tuple[str | None, str], GpuHour] = {}
         for r in sorted(rows, key=lambda r: r.hour):
-            per_hour[r.hour][instance_key(r)] += machine_hours(r)
-            first.setdefault(instance_key(r), r)
+            node = instance_key(r)
+            per_hour[r.hour][node] += machine_hours(r)
+            first.setdefault(node, r)
         counts = [sum(per_hour[h].values(), Decimal(0)) if h in per_hour else Decimal(0) for h in grid]
         steady = int(percentile(counts, self.config.steady_percentile))
         found = machine_prices(inputs.prices, machine, region, ("on_demand", self.config.term))

@@ -59,11 +59,15 @@ class UnmonitoredGpu(Detector):
         )
         unread: dict[str | None, list[GpuHour]] = defaultdict(list)  # hours whose utilization was not read
         coverage = inputs.utilization_coverage
+        covered: dict[tuple[str | None, datetime], bool] = {}  # per project and hour, not per node-hour
         for r in inputs.gpu_hours:
             in_window = inputs.window_start <= r.hour < inputs.window_end and r.hour < now
             if not (in_window and not r.monitored and r.gpu_cost > 0):
                 continue
-            if hour_covered(coverage, r.project, r.hour):
+            read = covered.get((r.project, r.hour))
+            if read is None:
+                read = covered[(r.project, r.hour)] = hour_covered(coverage, r.project, r.hour)
+            if read:
                 by_project[r.project][instance_key(r)].append(r)
             else:
                 unread[r.project].append(r)

@@ -34,9 +34,11 @@ from monitor.state.store import StateStoreError
 __all__ = ["AggregateStore", "aggregates_path"]
 
 #: What a file store's reads and writes may hold before they spill to disk. Its reads are windows of
-#: stored aggregates (a detection run's 45 days of costs, 14 of GPU node-hours): at bench scale 48
-#: (7.4 M export rows) the costs read took 6.6 s at 512 MB and 5.9 s at 1 GB, and 0.5 GB less.
-MEMORY_LIMIT = "512MB"
+#: stored aggregates (a detection run's 45 days of costs, read in place by the detectors' engine, and
+#: 14 of GPU node-hours): at bench scale 48 (7.4 M export rows) a detection run peaked at 1,041 MB
+#: under 512 MB, 808 MB under 384 MB and 694 MB under 256 MB, where its GPU node-hours query (as it
+#: was then) took 1.2, 1.8 and 2.4 s.
+MEMORY_LIMIT = "384MB"
 
 _LOCKED = re.compile(r"Could not set lock on file|Conflicting lock", re.IGNORECASE)
 
@@ -101,6 +103,12 @@ class AggregateStore:
                 if not _LOCKED.search(str(e)) or time.monotonic() >= deadline:
                     raise self._error(e) from e
                 time.sleep(0.05)
+
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        """A connection of the caller's own, to close when done (a detection run's costs engine
+        reads its window through one: `monitor.detectors.costs.Costs.over`). While it is open,
+        another process waits for the file as it waits for any read."""
+        return self._open()
 
     @contextmanager
     def session(self) -> Iterator[None]:
