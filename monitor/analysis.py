@@ -354,13 +354,15 @@ def run_analysis(
             budgets=sources.budgets,
             gpu_from=window.start,  # the history before the window is read for costs alone
         )
-        _note_currencies(currencies(aggregates, window.start, window.end))
-        costs = inputs.hourly
-        lines = attribution(costs, window.start, window.end)
-        stage("detecting")
-        # inside: a job budget may join the GPU hours before the window (`all_gpu_hours`)
-        findings = run_in_window(inputs, built, window.as_of, window.start)
-        costs.close()
+        costs = inputs.hourly  # a view on the scratch aggregate store: closed before it goes
+        try:
+            _note_currencies(currencies(aggregates, window.start, window.end))
+            lines = attribution(costs, window.start, window.end)
+            stage("detecting")
+            # inside: a job budget may join the GPU hours before the window (`all_gpu_hours`)
+            findings = run_in_window(inputs, built, window.as_of, window.start)
+        finally:
+            costs.close()
     gpu = tuple(g for g in inputs.gpu_hours if window.start <= g.hour < window.end)
     stats = _stats(metered, sources.billing.engine, data_start, window.end)
     # what was read back into Python from the engines: cost rows and sums, and the window's GPU

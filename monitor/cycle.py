@@ -297,7 +297,10 @@ def detect(
 ) -> list[Finding]:
     """Findings for [start, end) (default: the last 14 days up to the current hour)."""
     inputs = detection_inputs(deps, now, start, end)
-    return run_in_window(inputs, deps.detectors, now, detection_window(now, start, end)[0])
+    try:
+        return run_in_window(inputs, deps.detectors, now, detection_window(now, start, end)[0])
+    finally:
+        inputs.hourly.close()  # it reads the aggregate store in place: let go of the file now
 
 
 def month_to_date_by_category(inputs: DetectorInputs, now: datetime) -> dict[str, Decimal]:
