@@ -65,6 +65,16 @@ def _view(paths: list[Path]):
     return conn, view_billing(paths, conn)
 
 
+def test_a_viewed_file_is_checked_once_then_read_without_the_checks(tmp_path: Path) -> None:
+    """The row rules run over every row once, when the files are opened (the bad-row tests below);
+    the view then only casts and fills NULL lists with [], so no query pays for the checks again."""
+    path = write_parquet(tmp_path / "export.parquet", [export_row(), export_row(labels=None)])
+    conn, _ = _view([path])
+    ((sql,),) = conn.execute("SELECT sql FROM duckdb_views() WHERE view_name = 'billing_export'").fetchall()
+    assert "error(" not in sql.lower() and "coalesce(" in sql.lower()
+    assert sorted(len(labels) for (labels,) in conn.execute("SELECT labels FROM billing_export").fetchall())[0] == 0
+
+
 def test_two_parquet_files_are_one_view_with_older_shapes(tmp_path: Path) -> None:
     """An older export's Parquet (credits without `type`/`id`, no price/tags/resource columns)
     beside a current one: missing columns read as NULL, REPEATED ones as []."""

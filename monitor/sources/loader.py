@@ -405,6 +405,7 @@ def view_billing(
             if resources == 0 and str(path) not in standard:
                 standard.append(str(path))
         db.parquet_row_rules(conn)
+        db.create_parquet_view(conn, files, checked=False)  # every row passed: not checked again
     except (duckdb.Error, UnicodeDecodeError) as e:
         for path in files:
             _locate(path)

@@ -84,6 +84,10 @@ class AggregateStore:
     def _configure(self, conn: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         conn.execute("SET TimeZone = 'UTC'")
         conn.execute("SET enable_progress_bar = false")
+        # Stored aggregates have no order to keep: every reader sorts what it reads. Without it,
+        # DuckDB inserts from every core: a first poll's 2.28 M aggregates (bench scale 48, 7.4 M
+        # export rows) went in in 2.3 s instead of 5.7 s, into 73 MB instead of 83.
+        conn.execute("SET preserve_insertion_order = false")
         if self.path is not None:
             # DuckDB's default is 80% of RAM; past `MEMORY_LIMIT` it spills beside the file
             # (`<file>.tmp`). The readers' ordered scan of a 45-day window (3.1 M aggregates at 7.4 M
