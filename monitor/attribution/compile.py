@@ -37,7 +37,7 @@ from monitor.attribution.rules import BUILTIN_RULES, Rule
 from monitor.config import AttributionRule
 from monitor.errors import ConfigError
 from monitor.schema import TABLE_NAME
-from monitor.sql import for_bigquery, for_duckdb
+from monitor.sql import RULE_INPUTS, for_bigquery, for_duckdb
 
 __all__ = [
     "SLOTS",
@@ -378,7 +378,7 @@ def classify(
     """
     tree = exp.select(rule_case(tuple(rules)).as_("rule")).from_(
         exp.select(
-            *(exp.cast(exp.Placeholder(this=k), exp.DataType.build("VARCHAR")).as_(k) for k in _INPUTS)
+            *(exp.cast(exp.Placeholder(this=k), exp.DataType.build("VARCHAR")).as_(k) for k in RULE_INPUTS)
         ).subquery("t")
     )
     values = {
@@ -394,12 +394,3 @@ def classify(
     name = row[0] if row else None
     return next((r for r in rules if r.name == name), None)
 
-
-_INPUTS = (
-    "service_id",
-    "service_description",
-    "sku_id",
-    "sku_description",
-    "cost_type",
-    "transaction_type",
-)
