@@ -41,6 +41,7 @@ from monitor.detectors import build_detectors, history_needed, run_in_window
 from monitor.detectors.costs import Costs, as_costs
 from monitor.detectors.inputs import BudgetSpec, CostHour, GpuHour
 from monitor.errors import UserError
+from monitor.gcpause import collector_paused
 from monitor.model import Finding, category_of
 from monitor.progress import Progress
 from monitor.report import data_extent
@@ -334,7 +335,8 @@ def run_analysis(
     data_start = detection_start(window, history) if month_to_date else window.start - history
     days = cfg.billing.provisional_days
     stage = progress.describe if progress is not None else (lambda _label: None)
-    with _scratch_stores() as (store, aggregates):
+    # the GPU hours and findings live to the end: no collector passes over them (`monitor.gcpause`)
+    with collector_paused(), _scratch_stores() as (store, aggregates):
         stage("reading billing")
         _poll(metered, aggregates, cfg, window, data_start)
         # utilization is joined to the window's GPU hours only: the history is billing alone

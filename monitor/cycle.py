@@ -36,6 +36,7 @@ from monitor.config import Config
 from monitor.detectors import Detector, build_detectors, history_needed, run_in_window
 from monitor.detectors.inputs import BudgetSpec, DetectorInputs
 from monitor.digest_data import digest_data
+from monitor.gcpause import collector_paused
 from monitor.metrics import Metrics
 from monitor.model import Finding
 from monitor.sources.base import BillingSource
@@ -296,11 +297,12 @@ def detect(
     deps: Deps, now: datetime, start: datetime | None = None, end: datetime | None = None
 ) -> list[Finding]:
     """Findings for [start, end) (default: the last 14 days up to the current hour)."""
-    inputs = detection_inputs(deps, now, start, end)
-    try:
-        return run_in_window(inputs, deps.detectors, now, detection_window(now, start, end)[0])
-    finally:
-        inputs.hourly.close()  # it reads the aggregate store in place: let go of the file now
+    with collector_paused():
+        inputs = detection_inputs(deps, now, start, end)
+        try:
+            return run_in_window(inputs, deps.detectors, now, detection_window(now, start, end)[0])
+        finally:
+            inputs.hourly.close()  # it reads the aggregate store in place: let go of the file now
 
 
 def month_to_date_by_category(inputs: DetectorInputs, now: datetime) -> dict[str, Decimal]:
@@ -322,22 +324,23 @@ def run_detection(deps: Deps, now: datetime, cancelled: Callable[[], bool] | Non
         if cancelled is not None and cancelled():
             raise Cancelled("detection")
 
-    inputs = detection_inputs(deps, now)
-    try:
-        checkpoint()
-        findings = run_in_window(inputs, deps.detectors, now, detection_window(now)[0])
-        checkpoint()
-        counts = record_findings(deps.store, findings, now)
-        report = pipeline.process(findings, now, deps.alert_deps, history_read=history_read(deps, now))
-        jobs_told = announce_jobs(deps, inputs, now)  # finished jobs: one message each, outbox only
-        deps.findings = findings
-        deps.metrics.findings.clear()
-        for f in findings:
-            deps.metrics.findings.labels(f.kind, f.severity.value).inc()
-        for cat, amount in month_to_date_by_category(inputs, now).items():
-            deps.metrics.spend_usd.labels(cat).set(float(amount))  # exported as a float; summed exactly
-    finally:
-        inputs.hourly.close()  # the cost engine's memory goes now, not at the next collection
+    with collector_paused():  # the run's objects live to its end: no collector passes over them
+        inputs = detection_inputs(deps, now)
+        try:
+            checkpoint()
+            findings = run_in_window(inputs, deps.detectors, now, detection_window(now)[0])
+            checkpoint()
+            counts = record_findings(deps.store, findings, now)
+            report = pipeline.process(findings, now, deps.alert_deps, history_read=history_read(deps, now))
+            jobs_told = announce_jobs(deps, inputs, now)  # finished jobs: one message each, outbox only
+            deps.findings = findings
+            deps.metrics.findings.clear()
+            for f in findings:
+                deps.metrics.findings.labels(f.kind, f.severity.value).inc()
+            for cat, amount in month_to_date_by_category(inputs, now).items():
+                deps.metrics.spend_usd.labels(cat).set(float(amount))  # exported as a float; summed exactly
+        finally:
+            inputs.hourly.close()  # the cost engine's memory goes now, not at the next collection
     _ok(deps, "detection", now)
     log.info(
         "detection",

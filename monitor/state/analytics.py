@@ -13,8 +13,9 @@ aggregate row takes tens of bytes instead of hundreds, and sums over weeks of ho
 
 A DuckDB file admits one writing process at a time, and it is locked while a process has it open.
 The daemon holds it only for the length of each read or write (`read()` / `transaction()` open and
-close it), so `gpucost digest` beside a running daemon waits at most one such step
-(`lock_timeout_s`); within a process, writes are serialised by a lock. `path=None` keeps the store
+close it; a detection run's costs are one read, from its start to its end: `connect()`), so
+`gpucost digest` beside a running daemon waits at most one such step (`lock_timeout_s`); within a
+process, writes are serialised by a lock. `path=None` keeps the store
 in memory (`gpucost analyze`'s throwaway store).
 """
 
