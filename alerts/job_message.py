@@ -320,11 +320,10 @@ def _billed_spans(costs: Costs, keys: Sequence[str]) -> dict[str, tuple[datetime
     group per label set."""
     from monitor.jobs.identity import job_of  # lazily, like `job_records`
 
-    sets = costs.label_sets
     compute: dict[str, tuple[datetime, datetime]] = {}
     other: dict[str, tuple[datetime, datetime]] = {}
     for (labels, is_compute), s in costs.sums(("labels", "compute")).items():
-        job = job_of(sets[labels], keys) if labels is not None else None
+        job = job_of(costs.labels_of(labels), keys)
         if job is None:
             continue
         spans = compute if is_compute else other
@@ -342,14 +341,10 @@ def _estimated_until(costs: Costs, gpu_hours: Sequence[Any], keys: Sequence[str]
     from monitor.jobs.build import estimated_last_hours  # lazily, like `job_records`
     from monitor.jobs.identity import job_of
 
-    sets = costs.label_sets
     groups = costs.sums(
         ("project", "zone", "instance", "instance_id", "cluster", "labels"), subcategories=["compute.gpu"]
     )
-    billed = [
-        (ident, job_of(sets[labels], keys) if labels is not None else None, s.last)
-        for (*ident, labels), s in groups.items()
-    ]
+    billed = [(ident, job_of(costs.labels_of(labels), keys), s.last) for (*ident, labels), s in groups.items()]
     return estimated_last_hours(billed, gpu_hours)
 
 
