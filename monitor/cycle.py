@@ -9,7 +9,8 @@ and a crash in one never corrupts another: billing poll -> utilization poll -> d
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -284,6 +285,21 @@ def detection_inputs(
     )
 
 
+@contextmanager
+def _run_inputs(
+    deps: Deps, now: datetime, start: datetime | None = None, end: datetime | None = None
+) -> Iterator[DetectorInputs]:
+    """`detection_inputs` for the length of one run: built and used with the cyclic collector
+    paused (their objects live to the run's end: `monitor.gcpause`), and their costs, a view that
+    holds the aggregate store's file, closed at its end, not at the next collection."""
+    with collector_paused():
+        inputs = detection_inputs(deps, now, start, end)
+        try:
+            yield inputs
+        finally:
+            inputs.hourly.close()
+
+
 def utilization_coverage(deps: Deps) -> dict[str, tuple[Interval, ...]]:
     """What utilization the store has read: per polled project (and "*" for the rest) for Cloud
     Monitoring, one range set for every project with files."""
@@ -297,12 +313,8 @@ def detect(
     deps: Deps, now: datetime, start: datetime | None = None, end: datetime | None = None
 ) -> list[Finding]:
     """Findings for [start, end) (default: the last 14 days up to the current hour)."""
-    with collector_paused():
-        inputs = detection_inputs(deps, now, start, end)
-        try:
-            return run_in_window(inputs, deps.detectors, now, detection_window(now, start, end)[0])
-        finally:
-            inputs.hourly.close()  # it reads the aggregate store in place: let go of the file now
+    with _run_inputs(deps, now, start, end) as inputs:
+        return run_in_window(inputs, deps.detectors, now, detection_window(now, start, end)[0])
 
 
 def month_to_date_by_category(inputs: DetectorInputs, now: datetime) -> dict[str, Decimal]:
@@ -324,23 +336,19 @@ def run_detection(deps: Deps, now: datetime, cancelled: Callable[[], bool] | Non
         if cancelled is not None and cancelled():
             raise Cancelled("detection")
 
-    with collector_paused():  # the run's objects live to its end: no collector passes over them
-        inputs = detection_inputs(deps, now)
-        try:
-            checkpoint()
-            findings = run_in_window(inputs, deps.detectors, now, detection_window(now)[0])
-            checkpoint()
-            counts = record_findings(deps.store, findings, now)
-            report = pipeline.process(findings, now, deps.alert_deps, history_read=history_read(deps, now))
-            jobs_told = announce_jobs(deps, inputs, now)  # finished jobs: one message each, outbox only
-            deps.findings = findings
-            deps.metrics.findings.clear()
-            for f in findings:
-                deps.metrics.findings.labels(f.kind, f.severity.value).inc()
-            for cat, amount in month_to_date_by_category(inputs, now).items():
-                deps.metrics.spend_usd.labels(cat).set(float(amount))  # exported as a float; summed exactly
-        finally:
-            inputs.hourly.close()  # the cost engine's memory goes now, not at the next collection
+    with _run_inputs(deps, now) as inputs:
+        checkpoint()
+        findings = run_in_window(inputs, deps.detectors, now, detection_window(now)[0])
+        checkpoint()
+        counts = record_findings(deps.store, findings, now)
+        report = pipeline.process(findings, now, deps.alert_deps, history_read=history_read(deps, now))
+        jobs_told = announce_jobs(deps, inputs, now)  # finished jobs: one message each, outbox only
+        deps.findings = findings
+        deps.metrics.findings.clear()
+        for f in findings:
+            deps.metrics.findings.labels(f.kind, f.severity.value).inc()
+        for cat, amount in month_to_date_by_category(inputs, now).items():
+            deps.metrics.spend_usd.labels(cat).set(float(amount))  # exported as a float; summed exactly
     _ok(deps, "detection", now)
     log.info(
         "detection",
