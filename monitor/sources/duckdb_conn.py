@@ -187,7 +187,7 @@ def _present(conn: duckdb.DuckDBPyConnection, path: Path) -> set[str]:
 
 def _parquet_columns(conn: duckdb.DuckDBPyConnection, path: Path, checked: bool = True) -> list[str]:
     """The cast select list of a Parquet file's export columns (NULL where absent), under the row
-    rules (`_checked`) or, for files that passed them, only filled (`_filled`)."""
+    rules (`_checked`) or, for files that passed them (`checked=False`), without them."""
     present = _present(conn, path)
     missing = [name for name in REQUIRED_COLUMNS if name not in present]
     if missing:
@@ -196,7 +196,7 @@ def _parquet_columns(conn: duckdb.DuckDBPyConnection, path: Path, checked: bool 
     for c in EXPORT_SCHEMA:
         source = _quote(c.name) if c.name in present else "NULL"
         cast = f"CAST({source} AS {duckdb_type(c)})"
-        select.append(_checked(cast, c) if checked else _filled(cast, c))
+        select.append(_checked(cast, c, rules=checked))
     return select
 
 
@@ -209,28 +209,20 @@ def _literal(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-def _checked(expr: str, col: Column) -> str:
-    """`expr` with the loader's row rules: REPEATED NULL -> [], required NULL -> error().
+def _checked(expr: str, col: Column, rules: bool = True) -> str:
+    """`expr` with the loader's row rules: REPEATED NULL -> [], required NULL -> error(); with
+    `rules=False` (rows that passed them already) only the first, which is a value, not a check.
 
     A NULL list element is rejected like the Python path does (BigQuery arrays cannot hold NULL):
     a list with fewer non-NULL elements than elements (`list_position(x, NULL)` found the same and
     took twice as long: 1.7 s against 1.0 s for the labels of 7.4 M rows on one core).
     """
-    if col.mode == "REPEATED":
-        expr = (
-            f"CASE WHEN len({expr}) <> list_count({expr}) THEN error('{col.name}: null element') "
-            f"ELSE COALESCE({expr}, CAST([] AS {duckdb_type(col)})) END"
-        )
-    if col.name in REQUIRED_COLUMNS:
-        expr = f"CASE WHEN {expr} IS NULL THEN error('{col.name}: required field is missing') ELSE {expr} END"
-    return f'{expr} AS "{col.name}"'
-
-
-def _filled(expr: str, col: Column) -> str:
-    """`expr` as `_checked` gives it for rows that pass the rules: a REPEATED NULL is []."""
-    if col.mode == "REPEATED":
-        expr = f"COALESCE({expr}, CAST([] AS {duckdb_type(col)}))"
-    return f'{expr} AS "{col.name}"'
+    value = f"COALESCE({expr}, CAST([] AS {duckdb_type(col)}))" if col.mode == "REPEATED" else expr
+    if rules and col.mode == "REPEATED":
+        value = f"CASE WHEN len({expr}) <> list_count({expr}) THEN error('{col.name}: null element') ELSE {value} END"
+    if rules and col.name in REQUIRED_COLUMNS:
+        value = f"CASE WHEN {value} IS NULL THEN error('{col.name}: required field is missing') ELSE {value} END"
+    return f'{value} AS "{col.name}"'
 
 
 def _insert(conn: duckdb.DuckDBPyConnection, select: str, source: str, params: list) -> int:
