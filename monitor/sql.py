@@ -148,8 +148,9 @@ def plain_regexp_extract(tree: exp.Expression) -> exp.Expression:
     11.3 s of the hourly query at bench scale 48 (7.4 M rows)."""
 
     def swap(node: exp.Expression) -> exp.Expression:
-        inner = node.this if isinstance(node, exp.Nullif) else None
-        empty = node.expression if isinstance(node, exp.Nullif) else None
+        if not isinstance(node, exp.Nullif):
+            return node
+        inner, empty = node.this, node.expression
         if not (isinstance(inner, exp.RegexpExtract) and isinstance(empty, exp.Literal) and empty.this == ""):
             return node
         if any(inner.args.get(k) is not None for k in ("position", "occurrence", "parameters")):

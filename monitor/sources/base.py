@@ -7,8 +7,8 @@ from typing import Any, Protocol
 
 __all__ = ["ARROW_BATCH_ROWS", "BillingSource", "MeteredSource", "QueryResult"]
 
-#: Rows per Arrow batch wherever results stream between engines (a DuckDB query's result, the stored
-#: aggregates into the detectors' engine): bounded memory, few enough batches to cost nothing.
+#: Rows per Arrow batch where a DuckDB query's result streams out of the engine (the hourly query's,
+#: into the poll's spool files): bounded memory, few enough batches to cost nothing.
 ARROW_BATCH_ROWS = 100_000
 
 
