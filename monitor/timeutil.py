@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, date, datetime, timedelta
 
-__all__ = ["floor_hour", "naive_utc", "parse_timestamp", "to_iso"]
+__all__ = ["floor_hour", "from_naive_utc", "naive_utc", "parse_timestamp", "to_iso"]
 
 _UTC_SUFFIX = re.compile(r"\s*(UTC|Z)$", re.IGNORECASE)
 
@@ -67,3 +67,8 @@ def naive_utc(dt: datetime) -> datetime:
     '2026-11-01T08:00:00'
     """
     return dt.astimezone(UTC).replace(tzinfo=None)
+
+
+def from_naive_utc(dt: datetime) -> datetime:
+    """A DuckDB TIMESTAMP read back (`naive_utc`'s inverse): the same instant, as aware UTC."""
+    return dt.replace(tzinfo=UTC)

@@ -9,7 +9,7 @@ from monitor.detectors.idle_orchestration import IdleOrchestration
 from monitor.detectors.spot_opportunity import SpotOpportunity, SpotOpportunityConfig
 from monitor.detectors.unmonitored_gpu import UnmonitoredGpu
 from monitor.model import Severity
-from tests.test_detectors_common import D, FakePrices, cost, gpu, inputs
+from tests.test_detectors_common import D, FakePrices, at, cost, gpu, inputs
 
 
 def ev(det, inp):
@@ -113,6 +113,65 @@ def test_a_commitment_fee_is_not_compute_running() -> None:
     rows += [cost(h, "compute.commitment_fee", "30", cluster="old-cluster", sku=fee) for h in range(336)]
     (f,) = ev(IdleOrchestration(), inputs(rows))
     assert f.scope.cluster == "old-cluster" and f.impact_usd == 336
+
+
+def test_idle_runs_bridge_missing_hours_break_at_compute_and_keep_the_long_ones() -> None:
+    """A run of idle fee hours survives `max_gap_hours` hours with no fee row (late data) but not a
+    longer hole, and any fee hour with compute behind it ends it; only runs of `min_idle_hours` count,
+    each with its own cost in the evidence."""
+    fee_hours = [h for h in range(200) if h not in (10, 60, 61)]  # 10: a 1 h hole, 60-61: 2 h
+    rows = gke_fee(fee_hours, amount="1.00")
+    rows += [cost(h, "compute.gpu", "88", cluster="old-cluster", instance="n") for h in (120, 121)]
+    (f,) = ev(IdleOrchestration(), inputs(rows))
+    runs = [(r["start"][11:13], r["hours"], r["cost_usd"]) for r in f.evidence["runs"]]
+    # 0-59 (the 1 h hole bridged: 59 fee hours), 62-119 (58), 122-199 (78); a run's end is its last hour + 1
+    assert [r["hours"] for r in f.evidence["runs"]] == [59, 58, 78]
+    assert [r[2] for r in runs] == [59.0, 58.0, 78.0]
+    assert f.evidence["idle_hours"] == 195 and f.impact_usd == 195
+    assert f.evidence["fee_cost_in_window_usd"] == 197.0  # the two busy hours' fees are not idle
+    assert f.window_start == at(0) and f.window_end == at(200)
+    short = gke_fee(range(47), cluster="brief", amount="1") + gke_fee(
+        range(100, 148), cluster="long", amount="1"
+    )
+    (g,) = ev(IdleOrchestration(), inputs(short))
+    assert g.scope.cluster == "long" and g.evidence["idle_hours"] == 48
+
+
+def test_idle_fees_are_keyed_by_cluster_else_by_share_and_checked_against_the_project() -> None:
+    """A GKE fee row without a cluster name and each Filestore share are their own resource, judged
+    against their project's compute; two clusters of one project are judged apart."""
+    rows = gke_fee(range(100), cluster=None, amount="0.5")
+    rows += [
+        cost(h, "storage.filestore", "0.25", instance=s, service="Cloud Filestore")
+        for h in range(100)
+        for s in ("a", "b")
+    ]
+    rows += gke_fee(range(100), cluster="busy", amount="0.5")
+    rows += [
+        cost(h, "compute.gpu", "88", project="ml-prod", cluster="busy", instance="n") for h in range(50, 100)
+    ]
+    findings = ev(IdleOrchestration(), inputs(rows))
+    got = sorted(
+        (f.evidence["resource"], f.scope.cluster or "", f.scope.instance or "", f.evidence["idle_hours"])
+        for f in findings
+    )
+    assert got == [
+        ("orchestration.gke", "", "", 50),
+        ("orchestration.gke", "busy", "", 50),
+        ("storage.filestore", "", "a", 50),
+        ("storage.filestore", "", "b", 50),
+    ]
+
+
+def test_only_the_idle_resources_fee_rows_leave_the_engine() -> None:
+    """The idle runs are found in the engine: a busy cluster's fees and the compute rows behind them
+    never cross into Python, only the idle cluster's own fee rows and its one run do."""
+    rows = gke_fee(range(336), cluster="busy", amount="1") + gke_fee(range(100), cluster="old", amount="1")
+    rows += [cost(h, "compute.gpu", "88", cluster="busy", instance="n") for h in range(336)]
+    inp = inputs(rows)
+    (f,) = ev(IdleOrchestration(), inp)
+    assert f.scope.cluster == "old" and f.impact_usd == 100
+    assert inp.hourly.fetched == 1 + 100  # the run, then the old cluster's fee rows
 
 
 # -- opportunities --------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import functools
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -37,12 +37,12 @@ import duckdb
 from monitor import month
 from monitor.detectors.inputs import CostHour
 from monitor.model import CATEGORY_SQL, micros_to_decimal
-from monitor.timeutil import naive_utc
+from monitor.timeutil import from_naive_utc, naive_utc
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["CostSum", "Costs", "Touching", "as_costs", "columns"]
+__all__ = ["Condition", "CostSum", "Costs", "Touching", "as_costs", "columns"]
 
 _MICRO = Decimal("0.000001")
 _MICROS = Decimal(1_000_000)
@@ -110,10 +110,6 @@ def _to_micros(amount: Decimal) -> int:
     return int(amount.quantize(_MICRO) * _MICROS)
 
 
-def _aware(dt: datetime) -> datetime:
-    return dt.replace(tzinfo=UTC)
-
-
 @dataclass(frozen=True, slots=True)
 class CostSum:
     """Sums over a group of rows: gross `cost`, `credits` (<= 0), whether any row is provisional,
@@ -139,7 +135,8 @@ class Costs:
     on a connection: the aggregate store's window, `monitor.assemble`). Filters shared by `sums` and `rows`:
     `start` / `end` (hours), `categories` / `subcategories` (exact), `exclude` (subcategories),
     `positive` (rows whose gross cost is above zero), `project`, `labels` (label-set keys, see
-    `label_sets`), `month` (`YYYYMM`, by `monitor.month.row_month`), `has_zone`.
+    `label_sets`), `month` (`YYYYMM`, by `monitor.month.row_month`), `has_zone`, `touching`
+    (`Touching`), `condition` (`Condition`, SQL of a detector's own).
     """
 
     def __init__(
@@ -250,14 +247,14 @@ class Costs:
             n = len(keys)
             if row[n + 5] == 0:  # no row at all (an ungrouped sum over nothing)
                 continue
-            values = tuple(_aware(v) if b == "hour" else v for b, v in zip(by, row[:n], strict=True))
+            values = tuple(from_naive_utc(v) if b == "hour" else v for b, v in zip(by, row[:n], strict=True))
             cost, credits, prov, first, last, count = row[n:]
             out[values] = CostSum(
                 micros_to_decimal(cost),
                 micros_to_decimal(credits),
                 bool(prov),
-                _aware(first),
-                _aware(last),
+                from_naive_utc(first),
+                from_naive_utc(last),
                 count,
             )
         return out
@@ -272,7 +269,7 @@ class Costs:
         raw = self._query(f"SELECT {names} FROM costs{cond} ORDER BY {self._order}", params)
         return [
             CostHour(
-                hour=_aware(hour),
+                hour=from_naive_utc(hour),
                 project=project,
                 subcategory=sub,
                 cost=micros_to_decimal(cost),
@@ -295,6 +292,17 @@ class Costs:
             for (hour, project, sub, cost, credits, region, zone, service, sku_id, sku, pricing, instance,
                  iid, cluster, invoice, labels, usage, unit, prov) in raw
         ]  # fmt: skip
+
+    def select(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        """The rows of a detector's own query over `costs` (`columns()`), for work that belongs in the
+        engine (a join, runs over hours) so that only its result crosses into Python. `where(...)`
+        gives the filters `sums` and `rows` take as SQL."""
+        return self._query(sql, params)
+
+    @staticmethod
+    def where(**where: Any) -> tuple[str, list[Any]]:
+        """`sums` / `rows`' filters as a WHERE clause (with its leading space, or "") and parameters."""
+        return _where(**where)
 
     @property
     def label_sets(self) -> dict[str, Mapping[str, str]]:
@@ -394,6 +402,18 @@ class Touching:
         return cond, [list(self.labels), list(self.clusters), names, list(self.gpu_instance_ids)]
 
 
+@dataclass(frozen=True)
+class Condition:
+    """A filter of `costs`' columns in SQL, with its `?` parameters: what a detector computed in the
+    engine (`select`) and now wants the rows of."""
+
+    cond: str
+    params: Sequence[Any] = ()
+
+    def sql(self) -> tuple[str, list[Any]]:
+        return f"({self.cond})", list(self.params)
+
+
 def _where(
     *,
     start: datetime | None = None,
@@ -407,14 +427,16 @@ def _where(
     month_of: str | None = None,
     has_zone: bool = False,
     touching: Touching | None = None,
+    condition: Condition | None = None,
 ) -> tuple[str, list[Any]]:
     """The WHERE clause (with its leading space, or "") and its parameters."""
     conds: list[str] = []
     params: list[Any] = []
-    if touching is not None:
-        cond, more = touching.sql()
-        conds.append(cond)
-        params += more
+    for raw in (touching, condition):
+        if raw is not None:
+            cond, more = raw.sql()
+            conds.append(cond)
+            params += more
     if start is not None:
         conds.append("hour >= ?")
         params.append(naive_utc(start))
