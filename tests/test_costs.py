@@ -8,7 +8,9 @@ holds for the same rows.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -115,7 +117,9 @@ def test_detector_inputs_take_rows_into_the_engine() -> None:
     assert inputs.hourly.sums(("category",))[("network",)].net == D("2.5")
 
 
-def _hourly(hour: int, sub: str, gross: int, credit: int, labels: str | None, invoice: str | None) -> HourlyCost:
+def _hourly(
+    hour: int, sub: str, gross: int, credit: int, labels: str | None, invoice: str | None
+) -> HourlyCost:
     return HourlyCost(
         usage_hour=T0 + hour * H, subcategory=sub, gross_micros=gross, cud_micros=0, sud_micros=0,
         other_credit_micros=credit, credit_micros=credit, net_micros=gross + credit, row_count=1,
@@ -146,6 +150,28 @@ def test_the_store_reads_what_the_rows_hold() -> None:
     assert costs.fetched > 0
     later = stored_costs(store, T0, end, T0 + 12 * H)
     assert [r.provisional for r in later.rows()] == [False, False, True, True]
+
+
+@pytest.fixture
+def far_from_utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The machine's local time zone 5:30 east of UTC (DuckDB sessions start in it)."""
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_the_store_reads_the_same_whatever_the_machines_time_zone(far_from_utc: None, tmp_path: Path) -> None:
+    """Every connection of the aggregate store runs in UTC, a cursor of the in-memory store too (it
+    started in the machine's zone and the window's hours moved by 5:30: 2 of these 4 rows read)."""
+    test_the_store_reads_what_the_rows_hold()
+    for store in (AggregateStore(), AggregateStore(tmp_path / "aggregates.duckdb")):
+        conn = store.connect()
+        try:
+            assert conn.execute("SELECT current_setting('TimeZone')").fetchone()[0] == "UTC"
+        finally:
+            conn.close()
 
 
 def test_a_stored_window_is_read_in_place_in_one_snapshot_until_closed(tmp_path: Path) -> None:

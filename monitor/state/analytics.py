@@ -99,7 +99,9 @@ class AggregateStore:
     def _open(self) -> duckdb.DuckDBPyConnection:
         """A connection to the file, waiting while another process holds it (see the module docstring)."""
         if self._memory is not None:
-            return self._memory.cursor()
+            # a cursor is a session of its own: it does not inherit the session's TimeZone (it
+            # took the machine's, and a window's hours moved by its offset)
+            return self._configure(self._memory.cursor())
         deadline = time.monotonic() + self._lock_timeout
         while True:
             try:
