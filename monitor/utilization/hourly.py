@@ -24,9 +24,17 @@ from monitor.sources.presets import Signal
 from monitor.utilization.records import GpuSample
 from monitor.utilization.select import HostHour, Ident, host_keys, resolve_duty_cycles
 
-__all__ = ["UtilHour", "UtilHours", "container_hours", "ident_of", "order_key", "reduce_samples", "util_hours"]
+__all__ = [
+    "UtilHour",
+    "UtilHours",
+    "container_hours",
+    "ident_of",
+    "order_key",
+    "reduce_samples",
+    "util_hours",
+]
 
-_CONTAINER = Signal.CONTAINER_DUTY_CYCLE.value
+
 @dataclass(frozen=True, slots=True)
 class UtilHour:
     """One GPU (its identity labels, as `GpuSample`'s first eight fields) over one usage hour.
@@ -95,9 +103,11 @@ def _hour(dt: datetime) -> datetime:
     return dt.replace(minute=0, second=0, microsecond=0)
 
 
-def container_hours(signals: Iterable[tuple[Ident, str, datetime]], key: Callable[[Ident], tuple]) -> set[HostHour]:
+def container_hours(
+    signals: Iterable[tuple[Ident, str, datetime]], key: Callable[[Ident], tuple]
+) -> set[HostHour]:
     """(project, host, hour) of every host with a container duty cycle in that hour."""
-    return {(*key(i)[:2], _hour(t)) for i, signal, t in signals if signal == _CONTAINER}  # type: ignore[misc]
+    return {(*key(i)[:2], _hour(t)) for i, signal, t in signals if signal == Signal.CONTAINER_DUTY_CYCLE}  # type: ignore[misc]
 
 
 def order_key(key: Callable[[Ident], tuple]) -> Callable[[tuple[UtilHour, float]], tuple]:
