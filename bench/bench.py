@@ -219,7 +219,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         "--util-days", type=int, default=None, help="days of utilization (default: all, or 3 at scale > 2)"
     )
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--keep", type=Path, default=None, help="write here and keep the files")
+    ap.add_argument("--keep", type=Path, default=None, help="write here and keep the files (a new or empty directory)")
     ap.add_argument("--analysis", action="store_true", help="run the analysis stage at any scale")
     ap.add_argument("--repeat", type=int, default=3, help="runs per figure (the median is printed)")
     ap.add_argument("--growth", action="store_true", help="the figures at scales K, 2K and 4K")
@@ -233,6 +233,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         ap.error(f"--stages: unknown {', '.join(unknown)}; choose from {', '.join(STAGES)}")
     if args.repeat < 1 or args.scale < 1 or args.days < 1:
         ap.error("--repeat, --scale and --days must be at least 1")
+    if args.keep is not None and args.keep.is_dir() and any(args.keep.iterdir()):
+        ap.error(
+            f"--keep: {args.keep} is not empty; the bench simulates a new fleet there: give a new or empty directory"
+        )
     return args
 
 

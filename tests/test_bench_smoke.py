@@ -45,3 +45,11 @@ def test_bench_rejects_an_unknown_stage_in_one_line() -> None:
     proc = _bench("--stages", "floor,bogus")
     assert proc.returncode == 2
     assert "--stages: unknown bogus; choose from analyze, floor, naive, detection, poll" in proc.stderr
+
+
+def test_bench_refuses_to_write_a_fleet_into_a_directory_in_use(tmp_path: Path) -> None:
+    """`--keep` writes a new fleet: a directory already holding one got a traceback (FileExistsError)."""
+    (tmp_path / "fleet-1").mkdir()
+    proc = _bench("--keep", str(tmp_path), "--figures-only")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"--keep: {tmp_path} is not empty" in proc.stderr
