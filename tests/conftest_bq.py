@@ -18,7 +18,6 @@ import pyarrow as pa
 import pytest
 from google.cloud import bigquery
 
-from monitor.schema import bigquery_schema
 from monitor.sources.billing_bigquery import make_client
 from monitor.sources.duckdb_conn import ARROW_SCHEMA, insert_arrow, open_billing_db
 from tests.emulators.bqemu import Emulator, emulator_missing_reason
@@ -28,10 +27,11 @@ from tests.emulators.fleet import (
     DATASET,
     LoadedExport,
     billing_config,
+    export_table,
     fleet_rows,
     to_json_row,
 )
-from tests.emulators.wire import PARTITION_STANDIN, WireProxy
+from tests.emulators.wire import WireProxy
 
 __all__ = ["bq_client", "bq_emulator", "bq_export", "bq_wire", "duck_conn"]
 
@@ -66,11 +66,7 @@ def bq_export(bq_client: bigquery.Client) -> LoadedExport:
     """The fleet in `gpucost-test.billing.export`: the export schema, DAY ingestion-time partitions,
     plus the emulator's `_PARTITIONTIME` stand-in column (see tests/emulators/wire.py)."""
     began = time.perf_counter()
-    bq_client.create_dataset(f"{BQ_PROJECT}.{DATASET}", exists_ok=True)
-    standin = bigquery.SchemaField(PARTITION_STANDIN, "TIMESTAMP")
-    table = bigquery.Table(f"{BQ_PROJECT}.{DATASET}.export", schema=[*bigquery_schema(), standin])
-    table.time_partitioning = bigquery.TimePartitioning(type_=bigquery.TimePartitioningType.DAY)
-    bq_client.create_table(table, exists_ok=True)
+    table = export_table(bq_client, "export")
     rows = fleet_rows()
     errors = bq_client.insert_rows_json(table, [to_json_row(r) for r in rows])
     assert errors == [], errors[:3]

@@ -49,16 +49,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from google.cloud import bigquery
 
 from alerts.escape import escape_mrkdwn as esc
-from monitor.schema import bigquery_schema
 from monitor.simulate.simulator import FleetSimulator
 from monitor.simulate.truth import Tally
 from monitor.timeutil import floor_hour
 from tests.daemon_process import DaemonProcess, http_get
-from tests.emulators.fleet import BQ_PROJECT, DATASET, load_rows, to_json_row
-from tests.emulators.wire import PARTITION_STANDIN
+from tests.emulators.fleet import BQ_PROJECT, DATASET, export_table, load_rows, to_json_row
 from tests.fakes.catalog_server import REAL_SKUS, FakeCatalog
 from tests.fakes.monitoring_server import ScopedMonitoringServer, from_rest_json
 from tests.fakes.slack_server import FakeSlack
@@ -111,13 +108,8 @@ def live(bq_client: Any) -> LiveFleet:
     end = floor_hour(now) + timedelta(hours=1)
     sim = FleetSimulator(SEED, end - timedelta(days=DAYS), DAYS)
     _hang_now(sim, HUNG_HOURS)
-    table_id = f"{BQ_PROJECT}.{DATASET}.live_{int(now.timestamp())}"
-    table = bigquery.Table(
-        table_id, schema=[*bigquery_schema(), bigquery.SchemaField(PARTITION_STANDIN, "TIMESTAMP")]
-    )
-    table.time_partitioning = bigquery.TimePartitioning(type_=bigquery.TimePartitioningType.DAY)
-    bq_client.create_dataset(f"{BQ_PROJECT}.{DATASET}", exists_ok=True)
-    bq_client.create_table(table, exists_ok=True)
+    name = f"live_{int(now.timestamp())}"
+    table, table_id = export_table(bq_client, name), f"{BQ_PROJECT}.{DATASET}.{name}"
     tally, batch, lagging = Tally(), [], 0
     for row in sim.billing_rows():
         tally.add(row)

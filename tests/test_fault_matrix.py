@@ -56,7 +56,6 @@ from monitor.config import Config
 from monitor.daemon import Scheduler
 from monitor.http import HealthServer
 from monitor.logs import configure_logging
-from monitor.schema import bigquery_schema
 from monitor.service import Service
 from monitor.sources.billing_bigquery import BigQueryBillingSource
 from monitor.sources.monitoring import CloudMonitoringSource
@@ -65,8 +64,8 @@ from monitor.state.analytics import AggregateStore
 from monitor.state.store import SQLiteStore
 from monitor.timeutil import floor_day, floor_hour
 from tests.daemon_process import DaemonProcess, http_get
-from tests.emulators.fleet import BQ_PROJECT, DATASET, FLEET_START, fleet_rows, to_json_row
-from tests.emulators.wire import PARTITION_STANDIN, WireProxy
+from tests.emulators.fleet import BQ_PROJECT, DATASET, FLEET_START, export_table, fleet_rows, to_json_row
+from tests.emulators.wire import WireProxy
 from tests.fakes.bigquery_faults import HoldingProxy, fault_body, running_job
 from tests.fakes.catalog_server import REAL_SKUS, FakeCatalog
 from tests.fakes.monitoring_server import FakeMonitoringServer, gauge_series
@@ -144,13 +143,7 @@ def make_world(label: str, bq_client: bigquery.Client, bq_wire: WireProxy) -> It
     """An export table holding the rows exported by T0 (new for each `label`), fresh stand-ins."""
     table_id = f"{BQ_PROJECT}.{DATASET}.faults_" + "".join(c if c.isalnum() else "_" for c in label)[:60]
     if table_id not in _TABLES:
-        bq_client.create_dataset(f"{BQ_PROJECT}.{DATASET}", exists_ok=True)
-        table = bigquery.Table(
-            table_id, schema=[*bigquery_schema(), bigquery.SchemaField(PARTITION_STANDIN, "TIMESTAMP")]
-        )
-        table.time_partitioning = bigquery.TimePartitioning(type_=bigquery.TimePartitioningType.DAY)
-        bq_client.delete_table(table_id, not_found_ok=True)
-        bq_client.create_table(table)
+        export_table(bq_client, table_id.rsplit(".", 1)[1], replace=True)
         errors = bq_client.insert_rows_json(table_id, [to_json_row(r) for r in _batches()[0]])
         assert errors == [], errors[:3]
         _TABLES.add(table_id)
@@ -435,7 +428,9 @@ def _aggregates_locked(d: Daemon, _w: World) -> Iterator[None]:
         deps.aggregates = AggregateStore(path)
 
 
-_HOLD_DUCKDB = "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True); time.sleep(600)"
+_HOLD_DUCKDB = (
+    "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True); time.sleep(600)"
+)
 
 
 @contextmanager
@@ -643,13 +638,7 @@ def live(bq_client: bigquery.Client, bq_wire: WireProxy) -> Iterator[Live]:
         if moved["export_time"] <= now:
             rows.append(moved)
     table_id = f"{BQ_PROJECT}.{DATASET}.faults_live"
-    table = bigquery.Table(
-        table_id, schema=[*bigquery_schema(), bigquery.SchemaField(PARTITION_STANDIN, "TIMESTAMP")]
-    )
-    table.time_partitioning = bigquery.TimePartitioning(type_=bigquery.TimePartitioningType.DAY)
-    bq_client.create_dataset(f"{BQ_PROJECT}.{DATASET}", exists_ok=True)
-    bq_client.delete_table(table_id, not_found_ok=True)
-    bq_client.create_table(table)
+    export_table(bq_client, "faults_live", replace=True)
     assert bq_client.insert_rows_json(table_id, [to_json_row(r) for r in rows]) == []
     mon = FakeMonitoringServer(page_size=2).start()
     start = floor_hour(now) - timedelta(days=3)

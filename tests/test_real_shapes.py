@@ -25,13 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from google.cloud import bigquery
 
-from monitor.schema import bigquery_schema
 from monitor.simulate import write_fleet
 from monitor.simulate.simulator import DEFAULT_START, FleetSimulator
-from tests.emulators.fleet import BQ_PROJECT, DATASET, load_rows, to_json_row
-from tests.emulators.wire import PARTITION_STANDIN
+from tests.emulators.fleet import BQ_PROJECT, DATASET, export_table, load_rows, to_json_row
 from tests.fakes.monitoring_server import ScopedMonitoringServer, from_rest_json
 from tests.test_ground_truth import IMPACT_TOLERANCE, cli_json, matches, rel_error
 
@@ -195,12 +192,7 @@ def live(fleet_dir: Path, bq_client: Any, bq_wire: Any) -> Iterator[dict[str, An
     emulator through the real client, its utilization served by the gRPC stand-in."""
     out = fleet_dir
     table_id = f"{BQ_PROJECT}.{DATASET}.mixed_fleet"
-    table = bigquery.Table(
-        table_id, schema=[*bigquery_schema(), bigquery.SchemaField(PARTITION_STANDIN, "TIMESTAMP")]
-    )
-    table.time_partitioning = bigquery.TimePartitioning(type_=bigquery.TimePartitioningType.DAY)
-    bq_client.create_dataset(f"{BQ_PROJECT}.{DATASET}", exists_ok=True)
-    bq_client.create_table(table, exists_ok=True)
+    table = export_table(bq_client, "mixed_fleet")
     sim = FleetSimulator(SEED, DEFAULT_START, DAYS)
     load_rows(bq_client, table, [to_json_row(row) for row in sim.billing_rows()])
     truth = json.loads((out / "ground_truth.json").read_text())

@@ -21,7 +21,6 @@ from google.cloud import bigquery
 from monitor.attribution import BUILTIN_RULES
 from monitor.gpu_models import GpuModel, PriceKind, parse_sku_description
 from monitor.model import SUBCATEGORIES, PricingModel
-from monitor.schema import bigquery_schema
 from monitor.sku import (
     BIGQUERY_STORAGE,
     COMMITMENT,
@@ -40,8 +39,7 @@ from monitor.sku import (
 from monitor.sources.billing_bigquery import BigQueryBillingSource
 from monitor.sources.billing_duckdb import DuckDBBillingSource
 from monitor.sources.duckdb_conn import open_billing_db
-from tests.emulators.fleet import ANONYMOUS, BQ_PROJECT, DATASET, billing_config, to_json_row
-from tests.emulators.wire import PARTITION_STANDIN
+from tests.emulators.fleet import ANONYMOUS, BQ_PROJECT, DATASET, billing_config, export_table, to_json_row
 from tests.test_queries import T0, export_row, load_rows, params
 
 pytest_plugins = ("tests.conftest_bq",)
@@ -138,8 +136,13 @@ def test_fixture_is_big_real_and_well_formed() -> None:
     assert any(s.startswith("Reserved") for s in skus) and any("DWS" in s for s in skus)
     assert any("attached to preemptible VMs" in s for s in skus)  # the older Spot wording
     assert any(s.startswith("Vertex AI:") and "management fee" in s for s in skus)
-    assert {r.subcategory for r in ROWS} >= {"storage.bigquery", "other", "network.inter_zone",
-                                              "orchestration.vertex_ai", "storage.filestore"}
+    assert {r.subcategory for r in ROWS} >= {
+        "storage.bigquery",
+        "other",
+        "network.inter_zone",
+        "orchestration.vertex_ai",
+        "storage.filestore",
+    }
 
 
 # --- (1) Python ---------------------------------------------------------------------------------
@@ -268,12 +271,8 @@ def test_every_capacity_rule_is_reached_by_real_wording(duck_rows: dict[str, dic
 
 @pytest.fixture(scope="module")
 def bq_table(bq_client: bigquery.Client) -> str:
-    bq_client.create_dataset(f"{BQ_PROJECT}.{DATASET}", exists_ok=True)
     name = f"{BQ_PROJECT}.{DATASET}.real_skus"
-    standin = bigquery.SchemaField(PARTITION_STANDIN, "TIMESTAMP")
-    table = bigquery.Table(name, schema=[*bigquery_schema(), standin])
-    table.time_partitioning = bigquery.TimePartitioning(type_=bigquery.TimePartitioningType.DAY)
-    bq_client.create_table(table, exists_ok=True)
+    table = export_table(bq_client, "real_skus")
     errors = bq_client.insert_rows_json(table, [to_json_row(r) for r in _export_rows()])
     assert errors == [], errors[:3]
     return name

@@ -24,6 +24,7 @@ __all__ = [
     "FLEET_START",
     "LoadedExport",
     "billing_config",
+    "export_table",
     "fleet_rows",
     "load_rows",
     "to_json_row",
@@ -127,6 +128,26 @@ def to_json_row(row: dict[str, Any]) -> dict[str, Any]:
     emulator's `_PARTITIONTIME` stand-in: the load day, as the DuckDB loader derives it."""
     day = row["export_time"].astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     return _jsonable({**row, PARTITION_STANDIN: day})
+
+
+def export_table(client: Any, name: str, *, replace: bool = False) -> Any:
+    """An empty `BQ_PROJECT.DATASET.<name>` as Cloud Billing makes its detailed export table: the
+    export schema and DAY ingestion-time partitions, plus the emulator's `_PARTITIONTIME` stand-in
+    (tests/emulators/wire.py). `replace`: drop a table of that name first (else it is kept)."""
+    from google.cloud import bigquery
+
+    from monitor.schema import bigquery_schema
+
+    table_id = f"{BQ_PROJECT}.{DATASET}.{name}"
+    table = bigquery.Table(
+        table_id, schema=[*bigquery_schema(), bigquery.SchemaField(PARTITION_STANDIN, "TIMESTAMP")]
+    )
+    table.time_partitioning = bigquery.TimePartitioning(type_=bigquery.TimePartitioningType.DAY)
+    client.create_dataset(f"{BQ_PROJECT}.{DATASET}", exists_ok=True)
+    if replace:
+        client.delete_table(table_id, not_found_ok=True)
+    client.create_table(table, exists_ok=not replace)
+    return table
 
 
 def load_rows(client: Any, table: Any, rows: list[dict[str, Any]]) -> None:
