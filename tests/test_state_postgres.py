@@ -374,6 +374,34 @@ def test_exclusive_admits_one_holder_across_stores_and_threads(store) -> None:
         other.close()
 
 
+def test_delivery_passes_reuse_one_lock_session(pg: Any) -> None:
+    """The outbox lock's session is kept between passes (a pass every few seconds opened and closed
+    a PostgreSQL session each time) and unlocked after each; a nested caller still gets its own."""
+    import psycopg
+
+    from monitor.state.postgres import NAMED_LOCK_CLASS
+
+    def holder(admin: Any) -> list[int]:
+        return [
+            pid
+            for (pid,) in admin.execute(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %s::oid AND granted",
+                (NAMED_LOCK_CLASS,),
+            )
+        ]
+
+    with psycopg.connect(pg.url, autocommit=True) as admin:
+        pids = []
+        for _ in range(3):
+            with pg.exclusive("outbox", 0) as held:
+                assert held
+                pids += holder(admin)
+            assert holder(admin) == []  # let go after the pass
+        assert len(pids) == 3 and len(set(pids)) == 1, pids
+        with pg.exclusive("outbox", 0) as outer, pg.exclusive("outbox", 0) as inner:
+            assert outer and not inner
+
+
 def _hold(s: Any, wait_s: float) -> bool:
     with s.exclusive("outbox", wait_s) as held:
         return held

@@ -67,6 +67,7 @@ class PostgresStore:
         self._connect_timeout_s = connect_timeout_s
         self._local = threading.local()
         self._all: list[Any] = []
+        self._lock_sessions: list[Any] = []  # `exclusive`'s idle sessions, holding no lock
         self._lock = threading.Lock()
         self.sql_cache: dict[tuple[str, bool, bool], tuple[str, bool]] = {}
         self.catalog_cache: dict[tuple[str, str], Any] = {}
@@ -98,8 +99,13 @@ class PostgresStore:
     def exclusive(self, name: str, wait_s: float) -> Iterator[bool]:
         """`SQLiteStore.exclusive` for every process on this schema: a session-level advisory lock,
         on a connection of its own held for the work. The server releases it when that session ends,
-        so a crashed process (its connection closed) never leaves it held."""
-        raw = self._connect()
+        so a crashed process (its connection closed) never leaves it held.
+
+        The connection is unlocked and kept for the next caller (a delivery pass every few seconds
+        opened a session each time); a nested caller in this process takes another one, so it is
+        refused as another process would be (a session's advisory locks are re-entrant)."""
+        raw = self._lock_session()
+        got = False
         try:
             deadline = time.monotonic() + max(wait_s, 0)
             while True:
@@ -112,7 +118,33 @@ class PostgresStore:
                 time.sleep(_NAMED_POLL_S)
             yield bool(got)
         finally:
-            raw.close()  # ends the session, which releases the lock
+            self._release(raw, name if got else None)
+
+    def _lock_session(self) -> Any:
+        with self._lock:
+            while self._lock_sessions:
+                raw = self._lock_sessions.pop()
+                if not (raw.closed or raw.broken):
+                    return raw
+        return self._connect()
+
+    def _release(self, raw: Any, held: str | None) -> None:
+        """Unlock `held` and keep the session, or close it: ending the session releases the lock."""
+        try:
+            kept = (
+                held is None
+                or raw.execute(
+                    "SELECT pg_advisory_unlock(%s, hashtext(current_schema() || '/' || %s))",
+                    (NAMED_LOCK_CLASS, held),
+                ).fetchone()[0]
+            )
+        except self._psycopg.Error:  # the server went away, and the lock with the session
+            kept = False
+        if not kept:
+            raw.close()
+            return
+        with self._lock:
+            self._lock_sessions.append(raw)
 
     def _raw(self) -> Any:
         raw = getattr(self._local, "raw", None)
@@ -212,7 +244,8 @@ class PostgresStore:
 
     def close(self) -> None:
         with self._lock:
-            for raw in self._all:
+            for raw in [*self._all, *self._lock_sessions]:
                 raw.close()
             self._all.clear()
+            self._lock_sessions.clear()
         self._local = threading.local()
