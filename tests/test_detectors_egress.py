@@ -148,3 +148,17 @@ def test_cross_region_gcs_reads_from_a_bucket_elsewhere() -> None:
     assert vm.evidence["by_sku"][0]["from"] == "Americas" and vm.evidence["by_sku"][0]["to"] == "EMEA"
     assert gcs.evidence["by_sku"][0]["to"] == "within Northern America"
     assert evaluate(CrossZoneEgress(), rows) == []  # inter-region is not inter-zone
+
+
+def test_traffic_rows_stay_in_the_engine() -> None:
+    """Workloads, their sums per SKU and sender, and their hours cross into Python, not the traffic
+    rows: two nodes' fortnight of hourly rows (672) and a small sender's (336) fetch a handful."""
+    rows = []
+    for node, zone in (("gke-n1", "us-central1-a"), ("gke-n2", "us-central1-b")):
+        rows += zone_rows(336, "3.00", "0.1", instance=node, zone=zone, cluster="train")
+    rows += zone_rows(336, "0.01", "0.1", instance="quiet")  # $3.36: below the minimum
+    inp = inputs(rows)
+    (f,) = CrossZoneEgress().evaluate(inp, inp.window_end)
+    assert f.impact_usd == D("2016") and f.evidence["gib"] == 67.2 and f.evidence["hours"] == 336
+    assert [s["instance"] for s in f.evidence["senders"]] == ["gke-n1", "gke-n2"]  # tied: as read
+    assert inp.hourly.fetched < 20, inp.hourly.fetched

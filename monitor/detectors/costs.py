@@ -223,6 +223,11 @@ class Costs:
     def __len__(self) -> int:
         return self._rows
 
+    @property
+    def order(self) -> str:
+        """The readers' order, as an ORDER BY list over `costs` (`rows()` come back in it)."""
+        return self._order
+
     # ------------------------------------------------------------------------------------ queries
 
     def sums(self, by: Sequence[str], **where: Any) -> dict[tuple, CostSum]:
