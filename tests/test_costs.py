@@ -23,7 +23,7 @@ from monitor import month
 from monitor.assemble import stored_costs
 from monitor.billing_poll import HourlyCost
 from monitor.detectors.base import q6
-from monitor.detectors.costs import Costs
+from monitor.detectors.costs import Costs, one_of
 from monitor.detectors.inputs import CostHour, DetectorInputs
 from monitor.state.analytics import AggregateStore
 from tests.aggregates import cost_rows, stored
@@ -207,3 +207,18 @@ def test_a_stored_window_is_read_in_place_in_one_snapshot_until_closed(tmp_path:
     assert other_process_opens()
     with pytest.raises(RuntimeError, match="closed"):
         costs.sums(("project",))
+
+
+def test_one_of_matches_keys_null_safely_and_nothing_for_no_keys() -> None:
+    """`one_of`: a row is kept when its values equal one key's, a None in a key matching a NULL
+    (a fee row without a cluster), and no key keeps no row."""
+    h = T0
+    rows = [
+        CostHour(hour=h, project="a", subcategory="orchestration.gke", cost=D(1), cluster="c1"),
+        CostHour(hour=h, project="a", subcategory="orchestration.gke", cost=D(2), cluster=None),
+        CostHour(hour=h, project="b", subcategory="orchestration.gke", cost=D(4), cluster="c1"),
+    ]
+    costs = Costs.from_rows(rows)
+    pick = one_of(("project", "cluster"), [("a", None), ("b", "c1")])
+    assert [r.cost for r in costs.rows(condition=pick)] == [D(2), D(4)]
+    assert costs.rows(condition=one_of(("project", "cluster"), [])) == []

@@ -42,7 +42,7 @@ from monitor.timeutil import from_naive_utc, naive_utc
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["Condition", "CostSum", "Costs", "Touching", "as_costs", "columns"]
+__all__ = ["Condition", "CostSum", "Costs", "Touching", "as_costs", "columns", "one_of"]
 
 _MICRO = Decimal("0.000001")
 _MICROS = Decimal(1_000_000)
@@ -417,6 +417,16 @@ class Condition:
 
     def sql(self) -> tuple[str, list[Any]]:
         return f"({self.cond})", list(self.params)
+
+
+def one_of(exprs: Sequence[str], keys: Sequence[Sequence[Any]]) -> Condition:
+    """The rows whose `exprs` (SQL over the query's columns) equal one of `keys`, a None matching a
+    NULL: a semi-join on the keys passed as one list per column, so thousands of keys cost one hash
+    join, not a chain of ORs."""
+    columns = [list(col) for col in zip(*keys, strict=True)] if keys else [[] for _ in exprs]
+    listed = ", ".join(f"unnest(?::VARCHAR[]) AS k{i}" for i in range(len(exprs)))
+    same = " AND ".join(f"k.k{i} IS NOT DISTINCT FROM {e}" for i, e in enumerate(exprs))
+    return Condition(f"EXISTS (SELECT 1 FROM (SELECT {listed}) AS k WHERE {same})", columns)
 
 
 def _where(

@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import Field
 
 from monitor.detectors.base import ONE_HOUR, Detector, DetectorConfig, fmt_usd, money, register
-from monitor.detectors.costs import Costs
+from monitor.detectors.costs import Costs, one_of
 from monitor.detectors.inputs import DetectorInputs
 from monitor.model import Finding, Scope, fingerprint, micros_to_decimal
 from monitor.timeutil import from_naive_utc, naive_utc
@@ -140,14 +140,9 @@ class _Egress(Detector):
         their 33,600 per-VM traffic rows, three quarters of `analyze`'s cost rows. Dollars are
         exact (integer micros); GiB are summed per part as floats, as the store sums usage per
         hour, and shown to the MiB (`_round_gib`)."""
-        own = (
-            "EXISTS (SELECT 1 FROM (SELECT unnest(?::VARCHAR[]) AS p, unnest(?::VARCHAR[]) AS k,"
-            " unnest(?::VARCHAR[]) AS v) AS m WHERE m.p IS NOT DISTINCT FROM t.project AND m.k = t.wk"
-            " AND m.v = t.wv)"
-        )
-        keyed = f"{traffic}, g AS (SELECT t.*, {own} AS own FROM t)"
-        lists = [list(x) for x in zip(*mine, strict=True)] if mine else [[], [], []]
-        args = [*params, *lists]
+        own = one_of(("t.project", "t.wk", "t.wv"), mine)
+        keyed = f"{traffic}, g AS (SELECT t.*, {own.cond} AS own FROM t)"
+        args = [*params, *own.params]
         group = "project, CASE WHEN own THEN wk END, CASE WHEN own THEN wv END"
         out: dict[tuple[str | None, Workload], _Group] = {}
         for project, kind, value, hours in costs.select(

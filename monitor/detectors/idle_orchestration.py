@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import Field
 
 from monitor.detectors.base import ONE_HOUR, Detector, DetectorConfig, fmt_usd, iso, money, q6, register
-from monitor.detectors.costs import Condition, Costs
+from monitor.detectors.costs import Costs, one_of
 from monitor.detectors.inputs import CostHour, DetectorInputs
 from monitor.model import Finding, Scope, fingerprint
 from monitor.timeutil import from_naive_utc
@@ -47,11 +47,6 @@ Key = tuple[str, str | None, str | None, str | None]  # (subcategory, project, c
 _INSTANCE = (
     "CASE WHEN subcategory = 'orchestration.gke' AND coalesce(cluster, '') <> '' THEN NULL ELSE instance END"
 )
-#: A row of one `Key` (its four values as parameters; a None matches a NULL).
-_SAME_KEY = (
-    "(subcategory = ? AND project IS NOT DISTINCT FROM ? AND cluster IS NOT DISTINCT FROM ?"
-    f" AND {_INSTANCE} IS NOT DISTINCT FROM ?)"
-)
 
 
 def _key(r: CostHour) -> Key:
@@ -74,7 +69,7 @@ class IdleOrchestration(Detector):
         # only the fee rows of the resources with a long enough idle run cross into Python
         keys = sorted(runs, key=str)
         fees: dict[Key, dict[datetime, list[CostHour]]] = {k: defaultdict(list) for k in keys}
-        on = Condition(" OR ".join([_SAME_KEY] * len(keys)), [v for k in keys for v in k])
+        on = one_of(("subcategory", "project", "cluster", _INSTANCE), keys)
         for r in costs.rows(start=inputs.window_start, end=end, subcategories=tuple(_KINDS), condition=on):
             fees[_key(r)][r.hour].append(r)
         findings = []
