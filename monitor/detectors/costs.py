@@ -4,8 +4,10 @@ A detection run over 45 days of a large fleet holds hundreds of thousands of sto
 detectors only need sums of them (spend per project and day, per project and hour, per category this
 month), so `Costs` keeps the rows in DuckDB (a view of the aggregate store's window, a table in
 memory for a list of `CostHour`s) and answers `sums(by=...)` with one `GROUP BY`.
-`rows(...)` turns only the rows a detector really needs row by row (egress traffic, cluster fees,
-a budget's rows) into `CostHour`s.
+`rows(...)` turns only the rows a detector really needs row by row (an idle cluster's fees, a
+budget's rows) into `CostHour`s; `select(...)` runs a detector's own query over `costs` (the egress
+detectors' sums per workload and sender, `idle_orchestration`'s idle runs), so that only its
+answer crosses into Python.
 
 Amounts are integer micros in the engine, so sums are exact: `sums` equals summing each row's
 micro-rounded amount (`q6(cost) + q6(credits)`), which is what every detector summed before.
