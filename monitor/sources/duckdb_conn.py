@@ -32,6 +32,7 @@ __all__ = [
     "insert_ndjson",
     "insert_parquet",
     "open_billing_db",
+    "parquet_columns",
     "parquet_counts",
     "parquet_row_rules",
 ]
@@ -141,38 +142,48 @@ def insert_parquet(conn: duckdb.DuckDBPyConnection, path: Path) -> int:
     return _insert(conn, ", ".join(_parquet_columns(conn, path)), "read_parquet($1)", [str(path)])
 
 
-def create_parquet_view(
-    conn: duckdb.DuckDBPyConnection, paths: Sequence[Path], *, checked: bool = True
-) -> None:
-    """`billing_export` as a view over Parquet export files, read in place by every query: columns
-    cast as `insert_parquet` casts them, under the same row rules, which DuckDB applies to the
-    columns a query reads (`parquet_row_rules` reads them all once). The connection must not hold
-    the table (`open_billing_db(..., table=False)`), or hold this view (replaced).
+def parquet_columns(conn: duckdb.DuckDBPyConnection, paths: Sequence[Path]) -> list[set[str]]:
+    """The columns each Parquet file has (its metadata, read once per file for the steps below);
+    a file without a required column is an `InputError` naming it."""
+    out = []
+    for path in paths:
+        present = _present(conn, path)
+        missing = [name for name in REQUIRED_COLUMNS if name not in present]
+        if missing:
+            raise InputError(str(path), f'missing required column "{missing[0]}"{foreign_hint(present)}')
+        out.append(present)
+    return out
 
-    `checked=False` once `parquet_row_rules` passed on the same files: the view casts and fills a
-    NULL list with [] as before, without the rules' checks on every read (1.6 s of the hourly
-    query's 15 s at bench scale 48, 7.4 M rows)."""
-    selects = [
-        f"SELECT {', '.join(_parquet_columns(conn, p, checked))} FROM read_parquet({_literal(p)})"
-        for p in paths
-    ]
+
+def parquet_row_rules(
+    conn: duckdb.DuckDBPyConnection, paths: Sequence[Path], present: Sequence[set[str]]
+) -> None:
+    """Apply the loader's row rules (`_checked`) of every checked column to every row of the files
+    (`present`: `parquet_columns`), in one scan: raises `duckdb.Error` on the first violation, as
+    loading the files would. The view (`create_parquet_view`) then reads them without the rules."""
+    checked = [c.name for c in EXPORT_SCHEMA if c.mode == "REPEATED" or c.name in REQUIRED_COLUMNS]
+    rows = _parquet_union(paths, present, rules=True)
+    conn.execute(f"SELECT {', '.join(f'count({_quote(n)})' for n in checked)} FROM ({rows})").fetchall()
+
+
+def create_parquet_view(
+    conn: duckdb.DuckDBPyConnection, paths: Sequence[Path], present: Sequence[set[str]]
+) -> None:
+    """`billing_export` as a view over Parquet export files that passed `parquet_row_rules`, read in
+    place by every query: columns cast as `insert_parquet` casts them and a NULL list read as [],
+    without the rules' checks on every read (checked in the view, they were 1.6 s of the hourly
+    query's 15 s at bench scale 48, 7.4 M rows). The connection must not hold the table
+    (`open_billing_db(..., table=False)`)."""
     names = ", ".join(_quote(c.name) for c in EXPORT_SCHEMA)
     conn.execute(
         f'CREATE OR REPLACE VIEW "{TABLE_NAME}" AS SELECT {names}, {_LOAD_DAY} AS "{PARTITION_COLUMN}"'
-        f" FROM ({' UNION ALL '.join(selects)})"
+        f" FROM ({_parquet_union(paths, present, rules=False)})"
     )
 
 
-def parquet_row_rules(conn: duckdb.DuckDBPyConnection) -> None:
-    """Apply the row rules of every checked column of the view (`create_parquet_view`) to every
-    row: raises `duckdb.Error` on the first violation, as loading the files would."""
-    checked = [c.name for c in EXPORT_SCHEMA if c.mode == "REPEATED" or c.name in REQUIRED_COLUMNS]
-    conn.execute(f'SELECT {", ".join(f"count({_quote(n)})" for n in checked)} FROM "{TABLE_NAME}"').fetchall()
-
-
-def parquet_counts(conn: duckdb.DuckDBPyConnection, path: Path) -> tuple[int, int]:
-    """(rows, rows with a resource) of a Parquet export file: its metadata and one column."""
-    present = _present(conn, path)
+def parquet_counts(conn: duckdb.DuckDBPyConnection, path: Path, present: set[str]) -> tuple[int, int]:
+    """(rows, rows with a resource) of a Parquet export file (`present`: its columns): its metadata
+    and one column."""
     counted = "count(resource)" if "resource" in present else "0"
     ((rows, resources),) = conn.execute(
         f"SELECT count(*), {counted} FROM read_parquet($1)", [str(path)]
@@ -185,19 +196,27 @@ def _present(conn: duckdb.DuckDBPyConnection, path: Path) -> set[str]:
     return {d[0] for d in probe.description}
 
 
-def _parquet_columns(conn: duckdb.DuckDBPyConnection, path: Path, checked: bool = True) -> list[str]:
-    """The cast select list of a Parquet file's export columns (NULL where absent), under the row
-    rules (`_checked`) or, for files that passed them (`checked=False`), without them."""
-    present = _present(conn, path)
-    missing = [name for name in REQUIRED_COLUMNS if name not in present]
-    if missing:
-        raise InputError(str(path), f'missing required column "{missing[0]}"{foreign_hint(present)}')
-    select = []
-    for c in EXPORT_SCHEMA:
-        source = _quote(c.name) if c.name in present else "NULL"
-        cast = f"CAST({source} AS {duckdb_type(c)})"
-        select.append(_checked(cast, c, rules=checked))
-    return select
+def _parquet_union(paths: Sequence[Path], present: Sequence[set[str]], *, rules: bool) -> str:
+    return " UNION ALL ".join(
+        f"SELECT {', '.join(_parquet_select(has, rules))} FROM read_parquet({_literal(p)})"
+        for p, has in zip(paths, present, strict=True)
+    )
+
+
+def _parquet_columns(conn: duckdb.DuckDBPyConnection, path: Path) -> list[str]:
+    """The checked, cast select list of a Parquet file's export columns (NULL where absent)."""
+    return _parquet_select(parquet_columns(conn, [path])[0], rules=True)
+
+
+def _parquet_select(present: set[str], rules: bool) -> list[str]:
+    """The cast select list of a file's export columns (`present`; NULL where absent), under the row
+    rules (`_checked`) or, for files that passed them, without them."""
+    return [
+        _checked(
+            f"CAST({_quote(c.name) if c.name in present else 'NULL'} AS {duckdb_type(c)})", c, rules=rules
+        )
+        for c in EXPORT_SCHEMA
+    ]
 
 
 def _quote(name: str) -> str:
@@ -221,7 +240,9 @@ def _checked(expr: str, col: Column, rules: bool = True) -> str:
     if rules and col.mode == "REPEATED":
         value = f"CASE WHEN len({expr}) <> list_count({expr}) THEN error('{col.name}: null element') ELSE {value} END"
     if rules and col.name in REQUIRED_COLUMNS:
-        value = f"CASE WHEN {value} IS NULL THEN error('{col.name}: required field is missing') ELSE {value} END"
+        value = (
+            f"CASE WHEN {value} IS NULL THEN error('{col.name}: required field is missing') ELSE {value} END"
+        )
     return f'{value} AS "{col.name}"'
 
 

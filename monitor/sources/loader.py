@@ -398,14 +398,14 @@ def view_billing(
     per_file: dict[str, int] = {}
     standard: list[str] = []
     try:
-        db.create_parquet_view(conn, files)
-        for path in files:
-            rows, resources = db.parquet_counts(conn, path)
+        present = db.parquet_columns(conn, files)
+        for path, has in zip(files, present, strict=True):
+            rows, resources = db.parquet_counts(conn, path, has)
             per_file[str(path)] = per_file.get(str(path), 0) + _nonempty(rows, path)
             if resources == 0 and str(path) not in standard:
                 standard.append(str(path))
-        db.parquet_row_rules(conn)
-        db.create_parquet_view(conn, files, checked=False)  # every row passed: not checked again
+        db.parquet_row_rules(conn, files, present)
+        db.create_parquet_view(conn, files, present)  # every row passed: the view does not check again
     except (duckdb.Error, UnicodeDecodeError) as e:
         for path in files:
             _locate(path)
