@@ -162,3 +162,17 @@ def test_traffic_rows_stay_in_the_engine() -> None:
     assert f.impact_usd == D("2016") and f.evidence["gib"] == 67.2 and f.evidence["hours"] == 336
     assert [s["instance"] for s in f.evidence["senders"]] == ["gke-n1", "gke-n2"]  # tied: as read
     assert inp.hourly.fetched < 20, inp.hourly.fetched
+
+
+def test_a_workloads_zones_come_from_all_its_rows_not_only_its_traffic() -> None:
+    """Only one node of the cluster is billed the traffic; the other shows up by its GPU rows: the
+    evidence names both zones and the traffic's destination."""
+    rows = zone_rows(24, "3.00", "300", instance="gke-n1", zone="us-central1-a", cluster="train")
+    rows += [
+        cost(h, "compute.gpu", "88", instance="gke-n2", zone="us-central1-b", cluster="train")
+        for h in range(24)
+    ]
+    rows += [cost(h, "compute.gpu", "88", instance="elsewhere", zone="us-east1-c") for h in range(24)]
+    (f,) = evaluate(CrossZoneEgress(), rows)
+    assert f.evidence["zones"] == ["us-central1-a", "us-central1-b"]
+    assert [(s["from"], s["to"]) for s in f.evidence["by_sku"]] == [("us-central1-a", "us-central1-b")]

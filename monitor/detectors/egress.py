@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -64,19 +64,9 @@ class _Egress(Detector):
     subcategory: str = ""
     noun: str = ""
 
-    def _workload(self, cluster: str | None, labels: Mapping[str, str], instance: str | None) -> Workload:
-        if cluster:
-            return ("cluster", cluster)
-        lbl = self.config.workload_label
-        if lbl and labels.get(lbl):
-            return ("label", f"{lbl}={labels[lbl]}")
-        if instance:
-            return ("instance", instance)
-        return None
-
     def evaluate(self, inputs: DetectorInputs, now: datetime) -> list[Finding]:
         costs, span = inputs.hourly, {"start": inputs.window_start, "end": min(inputs.window_end, now)}
-        traffic, params = self._traffic(costs, **span)
+        traffic, params = self._tagged(costs, **span, subcategories=(self.subcategory,))
         # each workload's net dollars and hours of traffic: which are worth a finding of their own
         worth: dict[str | None, dict[Workload, bool]] = defaultdict(dict)
         for project, kind, value, net, hours in costs.select(
@@ -88,13 +78,12 @@ class _Egress(Detector):
         mine = [(p, *wl) for p, wls in worth.items() for wl, ok in wls.items() if ok and wl is not None]
         groups = self._groups(costs, traffic, params, mine, inputs.provisional_from)
         # the zones each workload ran in, from any of its rows (compute, disks, traffic)
+        every, more = self._tagged(costs, **span, has_zone=True)
         zones: dict[tuple[str | None, Workload], set[str]] = defaultdict(set)
-        for project, cluster, labels, instance, zone in costs.sums(
-            ("project", "cluster", "labels", "instance", "zone"), **span, has_zone=True
+        for project, kind, value, zone in costs.select(
+            f"{every} SELECT DISTINCT project, wk, wv, zone FROM t WHERE wk IS NOT NULL", more
         ):
-            wl = self._workload(cluster, costs.labels_of(labels), instance)
-            if wl is not None:
-                zones[(project, wl)].add(zone)
+            zones[(project, (kind, value))].add(zone)
         findings: list[Finding] = []
         for project in sorted(worth, key=str):
             for wl in sorted(worth[project], key=str):
@@ -105,10 +94,12 @@ class _Egress(Detector):
                 findings.append(self._finding(project, None, rest, set()))
         return findings
 
-    def _traffic(self, costs: Costs, **span: datetime) -> tuple[str, list[Any]]:
-        """`t`: this detector's traffic rows in the window, each with its workload (`wk`, `wv`: the
-        kind and value of `_workload`, NULL for none) and its place in the readers' order (`pos`)."""
-        where, params = costs.where(**span, subcategories=(self.subcategory,))
+    def _tagged(self, costs: Costs, **where: Any) -> tuple[str, list[Any]]:
+        """`t`: the rows `where` selects (`Costs.sums`' filters), each with its workload and its place
+        in the readers' order (`pos`). The workload (`wk`, `wv`: kind and value, NULL for none) is
+        the GKE cluster when the row has one, else the value of `workload_label`, else the sending
+        instance (see the module docstring)."""
+        where, params = costs.where(**where)
         lbl = self.config.workload_label
         sets = {k: f"{lbl}={v[lbl]}" for k, v in costs.label_sets.items() if lbl and v.get(lbl)}
         named = {
