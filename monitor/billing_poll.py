@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from monitor import month
 from monitor.billing_changes import MAX_PARTITION_QUERIES, MAX_RANGES, appended, hour_ranges
@@ -48,12 +48,14 @@ __all__ = [
     "JOB_COLUMNS",
     "HourlyCost",
     "PollReport",
+    "ResourceHourNet",
     "aggregate_summary",
     "currencies",
     "hourly_costs",
     "last_poll",
     "migrate",
     "net_by_hour",
+    "net_by_resource_hour",
     "open_stored_costs",
     "parse_labels",
     "poll_billing",
@@ -61,6 +63,7 @@ __all__ = [
     "provisional_since",
     "prune",
     "retire_state_tables",
+    "rows_by_hour",
     "stored_gpu_node_hours",
     "stored_job_columns",
     "write_rows",
@@ -501,6 +504,46 @@ def net_by_hour(
     with _reading(store) as conn:
         raw = conn.execute(sql, (naive_utc(start), naive_utc(end))).fetchall()
     return [(_parse_ts(h), cat, project, inv, micros_to_decimal(net)) for h, cat, project, inv, net in raw]
+
+
+def rows_by_hour(store: AggregateStore, start: datetime, end: datetime) -> list[tuple[datetime, int]]:
+    """How many aggregates are stored per usage hour of [start, end), in hour order: what a reader
+    that takes a window a few hours at a time cuts it by (`monitor.digest_data`)."""
+    sql = (
+        f"SELECT {_HOUR_TEXT}, COUNT(*) FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ?"
+        " GROUP BY 1 ORDER BY 1"
+    )
+    with _reading(store) as conn:
+        raw = conn.execute(sql, (naive_utc(start), naive_utc(end))).fetchall()
+    return [(_parse_ts(h), n) for h, n in raw]
+
+
+class ResourceHourNet(NamedTuple):
+    """Net cost of one (usage hour, project, resource, SKU, subcategory, cost type): `net_by_resource_hour`."""
+
+    hour: datetime
+    category: str
+    project: str | None
+    resource: str | None
+    sku_id: str | None
+    subcategory: str
+    cost_type: str | None
+    net: Decimal
+
+
+def net_by_resource_hour(store: AggregateStore, start: datetime, end: datetime) -> list[ResourceHourNet]:
+    """Net cost per (usage hour, project, resource, SKU, subcategory, cost type) of the stored
+    aggregates with `start <= usage_hour < end`, summed in the engine to the micro: what the digest
+    compares one day with the day before on (`monitor.digest_data._match_key`), without a
+    `HourlyCost` and its keys dict per stored row (two days at bench scale 48: 101,592 rows, 216 MB)."""
+    sql = (
+        f"SELECT {_HOUR_TEXT}, {CATEGORY_SQL}, project_id, resource_name, sku_id, subcategory, cost_type,"
+        " CAST(SUM(net_micros) AS BIGINT) FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ?"
+        " GROUP BY ALL ORDER BY 1, subcategory, project_id, resource_name, sku_id, cost_type"
+    )
+    with _reading(store) as conn:
+        raw = conn.execute(sql, (naive_utc(start), naive_utc(end))).fetchall()
+    return [ResourceHourNet(_parse_ts(h), *keys, micros_to_decimal(net)) for h, *keys, net in raw]
 
 
 def month_net_by_category(

@@ -29,19 +29,21 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
+from itertools import pairwise
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from alerts.digest import DigestData, DigestFinding
-from alerts.digest_jobs import digest_jobs
+from alerts.digest_jobs import JobsSection
 from monitor import month
 from monitor.assemble import gpu_hours, gpu_node_hours
 from monitor.billing_poll import (
-    HourlyCost,
-    hourly_costs,
+    ResourceHourNet,
     month_net_by_category,
     net_by_hour,
+    net_by_resource_hour,
     provisional_since,
+    rows_by_hour,
     stored_job_columns,
 )
 from monitor.state.analytics import AggregateStore
@@ -52,6 +54,11 @@ from monitor.utilization.state import load_util_hours
 __all__ = ["digest_data"]
 
 _CHART_DAYS = 14
+#: Stored rows the digest's chart reads at a time. A stored row of the chart held about 2.3 KB in
+#: Python with its share of GPU hours and utilization (bench scale 48: 710,207 rows, 1.6 GB), so a
+#: piece holds about 230 MB; fewer, larger pieces are faster (each costs a few queries: on a small
+#: fleet, 14 one-day pieces made the digest 0.3 s slower than one).
+ROWS_AT_ONCE = 100_000
 
 
 def digest_data(
@@ -64,15 +71,35 @@ def digest_data(
     jobs: Any = None,
     *,
     aggregates: AggregateStore,
+    rows_at_once: int = ROWS_AT_ONCE,
 ) -> DigestData:
     """Billing from the `aggregates` store, utilization and findings from the state `store`.
-    `jobs`: the `[jobs]` config naming jobs in "Top jobs" (None: its defaults)."""
+    `jobs`: the `[jobs]` config naming jobs in "Top jobs" (None: its defaults). `rows_at_once`:
+    the stored rows the chart reads at a time (see `ROWS_AT_ONCE`)."""
+    with aggregates.session():  # one open of the aggregate file for all the digest's reads
+        return _digest_data(
+            store, day, timezone, now, provisional_days, idle_threshold_pct, jobs, aggregates, rows_at_once
+        )
+
+
+def _digest_data(
+    store: StateStore,
+    day: date,
+    timezone: str,
+    now: datetime,
+    provisional_days: int,
+    idle_threshold_pct: float,
+    jobs: Any,
+    aggregates: AggregateStore,
+    rows_at_once: int,
+) -> DigestData:
     tz = ZoneInfo(timezone)
     end = datetime.combine(day + timedelta(days=1), time(), tz)
     invoice = month.current_month(end)
     chart_start = datetime.combine(day - timedelta(days=_CHART_DAYS - 1), time(), tz)
     # Days, projects and the month to date are sums from the engine (per hour, for the digest's time
-    # zone); rows cross into Python only for the jobs section and the two days compared row by row.
+    # zone); so is the comparison of the day with the day before (per resource-hour). Rows cross into
+    # Python only for the jobs section, a piece of hours at a time.
     since = provisional_since(now, provisional_days)
     start = min(chart_start, since)
 
@@ -89,20 +116,27 @@ def digest_data(
 
     prov_from = since.astimezone(tz).date()
     provisional = day >= prov_from
-    # Row by row only where rows are matched: the day and the day before (`_previous`).
+    # Net per resource-hour only where rows are matched: the day and the day before (`_previous`).
     before = datetime.combine(day - timedelta(days=1), time(), tz)
-    rows = hourly_costs(aggregates, before, end, now=now, provisional_days=provisional_days)
-    latest = [r for r in rows if r.usage_hour.astimezone(tz).date() == day]
-    billed = sorted({r.usage_hour for r in latest})
+    sums = net_by_resource_hour(aggregates, before, end)
+    latest = [r for r in sums if r.hour.astimezone(tz).date() == day]
+    billed = sorted({r.hour for r in latest})
     arrived = {_match_key(r, tz) for r in latest} if provisional else None
-    prev_cat, prev_proj, held = _previous(rows, day - timedelta(days=1), tz, arrived)
+    prev_cat, prev_proj, held = _previous(sums, day - timedelta(days=1), tz, arrived)
 
+    # The chart's hours a piece at a time (`JobsSection`): at most `rows_at_once` stored rows, with
+    # their GPU node-hours and utilization, in Python at once, never two weeks of them (1.7 GB at
+    # bench scale 48). The idle dollars and the jobs' figures are per hour (the digest joins billed GPU
+    # hours only: no prices, no estimates), so the pieces add up exactly.
     idle: dict[date, Decimal] = defaultdict(Decimal)
-    util = load_util_hours(store, chart_start, end)  # the chart's days only: not the month's reading
-    charted = stored_job_columns(aggregates, chart_start, end)
-    joined = gpu_hours(gpu_node_hours(aggregates, chart_start, end, since), util, idle_threshold_pct, None, end)
-    for g in joined:
-        idle[g.hour.astimezone(tz).date()] += g.idle_cost
+    section = JobsSection(day, timezone, jobs)
+    for lo, hi in _pieces(aggregates, chart_start, end, rows_at_once):
+        util = load_util_hours(store, lo, hi)
+        joined = gpu_hours(gpu_node_hours(aggregates, lo, hi, since), util, idle_threshold_pct, None, hi)
+        for g in joined:
+            idle[g.hour.astimezone(tz).date()] += g.idle_cost
+        section.add(stored_job_columns(aggregates, lo, hi), joined)
+        del util, joined  # before the next piece's are read
 
     chart_from = day - timedelta(days=_CHART_DAYS - 1)
     findings = [r.payload for r in open_findings(store)]
@@ -124,42 +158,49 @@ def digest_data(
         last_billed_hour=billed[-1].astimezone(tz) if billed else None,
         like_for_like=provisional,
         not_compared=held,
-        jobs=digest_jobs(charted, joined, day, timezone, jobs),
+        jobs=section.result(),
     )
 
 
 def _previous(
-    rows: list[HourlyCost], previous: date, tz: ZoneInfo, arrived: set[tuple] | None
+    rows: list[ResourceHourNet], previous: date, tz: ZoneInfo, arrived: set[tuple] | None
 ) -> tuple[dict[str, Decimal], dict[str, Decimal], Decimal]:
-    """The day before by category and by project: all of it, or (`arrived` given) only its rows whose
+    """The day before by category and by project: all of it, or (`arrived` given) only its sums whose
     `_match_key` the latest day has rows for; and the net cost left out (see the module docstring)."""
     by_cat: dict[str, Decimal] = defaultdict(Decimal)
     by_proj: dict[str, Decimal] = defaultdict(Decimal)
     held = Decimal(0)
     for r in rows:
-        if r.usage_hour.astimezone(tz).date() != previous:
+        if r.hour.astimezone(tz).date() != previous:
             continue
         if arrived is None or _match_key(r, tz) in arrived:
             by_cat[r.category] += r.net
-            by_proj[r.keys.get("project_id") or "(no project)"] += r.net
+            by_proj[r.project or "(no project)"] += r.net
         else:
             held += r.net
     return dict(by_cat), dict(by_proj), held
 
 
-def _match_key(r: HourlyCost, tz: ZoneInfo) -> tuple:
+def _match_key(r: ResourceHourNet, tz: ZoneInfo) -> tuple:
     """What makes a row of one day "the same" as a row of the day before: clock hour (in the
     digest's zone, so DST days line up), project, resource, SKU and cost type. Labels and the invoice
-    month are left out: they may change from one day to the next for the same usage."""
-    k = r.keys
-    return (
-        _slot(r.usage_hour, tz),
-        k.get("project_id"),
-        k.get("resource_name"),
-        k.get("sku_id"),
-        r.subcategory,
-        k.get("cost_type"),
-    )
+    month are left out: they may change from one day to the next for the same usage (the sums
+    `net_by_resource_hour` gives are already over them)."""
+    return (_slot(r.hour, tz), r.project, r.resource, r.sku_id, r.subcategory, r.cost_type)
+
+
+def _pieces(
+    aggregates: AggregateStore, start: datetime, end: datetime, rows_at_once: int
+) -> list[tuple[datetime, datetime]]:
+    """[start, end) cut between hours into pieces of at most `rows_at_once` stored rows (an hour
+    of more is a piece of its own): a small fleet's two weeks are one piece, read in one go."""
+    cuts, rows = [start], 0
+    for hour, n in rows_by_hour(aggregates, start, end):
+        if rows and rows + n > rows_at_once:
+            cuts.append(hour)
+            rows = 0
+        rows += n
+    return list(pairwise([*cuts, end]))
 
 
 def _hours(start: datetime, end: datetime) -> int:

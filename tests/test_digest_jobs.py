@@ -224,3 +224,49 @@ def test_the_daemons_digest_has_top_jobs_matching_gpucost_jobs(tmp_path: Path, f
     assert abs(pretrain.idle_cost - engine["llm-pretrain"].gpu.idle_cost) < D("0.01")
     assert pretrain.cross_zone_cost == engine["llm-pretrain"].single_zone_savings > 0
     deps.store.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tz", ["UTC", "Asia/Kolkata"])
+def test_the_digest_reads_its_chart_in_pieces_and_shows_the_whole_windows_figures(
+    tmp_path: Path, fleet: Path, tz: str
+) -> None:
+    """The digest reads its chart a piece of hours at a time (`rows_at_once` stored rows with their
+    GPU node-hours and utilization in memory: two weeks of them held 1.7 GB at bench scale 48). Its
+    idle dollars per day and its jobs section are those of the whole window read at once, in a
+    half-hour zone too (days cut at 18:30 UTC), with pieces of a few hours."""
+    from collections import defaultdict
+    from zoneinfo import ZoneInfo
+
+    from alerts.digest_jobs import digest_jobs
+    from monitor.assemble import gpu_hours, gpu_node_hours
+    from monitor.billing_poll import provisional_since, rows_by_hour, stored_job_columns
+    from monitor.cycle import run_billing_poll, run_utilization_poll
+    from monitor.digest_data import digest_data
+    from monitor.utilization.state import load_util_hours
+
+    now = datetime(2026, 11, 3, 9, tzinfo=UTC)
+    deps = daemon_on_fleet(tmp_path, fleet)
+    run_billing_poll(deps, now)
+    run_utilization_poll(deps, now)
+    zone = ZoneInfo(tz)
+    day = now.astimezone(zone).date() - timedelta(days=1)
+    lo = datetime.combine(day - timedelta(days=13), datetime.min.time(), zone)
+    hi = datetime.combine(day + timedelta(days=1), datetime.min.time(), zone)
+    stored = sum(n for _, n in rows_by_hour(deps.aggregates, lo, hi))
+    pieces = digest_data(deps.store, day, tz, now, 3, jobs=JOBS, aggregates=deps.aggregates, rows_at_once=300)
+
+    since = provisional_since(now, 3)
+    joined = gpu_hours(
+        gpu_node_hours(deps.aggregates, lo, hi, since), load_util_hours(deps.store, lo, hi), 10.0, None, hi
+    )
+    idle: dict[date, Decimal] = defaultdict(Decimal)
+    for g in joined:
+        idle[g.hour.astimezone(zone).date()] += g.idle_cost
+    whole = digest_jobs(stored_job_columns(deps.aggregates, lo, hi), joined, day, tz, JOBS)
+    one = digest_data(deps.store, day, tz, now, 3, jobs=JOBS, aggregates=deps.aggregates)  # one piece here
+    deps.store.close()
+    assert stored > 10 * 300  # so over ten pieces
+    assert pieces.idle_gpu_by_day == dict(idle) and sum(idle.values()) > 0
+    assert pieces.jobs == whole and len(whole.daily) >= 2 and len(whole.lines) > 3
+    assert pieces == one

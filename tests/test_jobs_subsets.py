@@ -13,13 +13,21 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
-from itertools import combinations
+from itertools import combinations, pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from alerts.digest_jobs import _build, digest_jobs, engine_rows, job_records, stored_rows, top_jobs
+from alerts.digest_jobs import (
+    JobsSection,
+    _build,
+    digest_jobs,
+    engine_rows,
+    job_records,
+    stored_rows,
+    top_jobs,
+)
 from alerts.job_message import (
     Announced,
     _billed_spans,
@@ -260,6 +268,26 @@ def test_the_digest_sections_figures_are_the_full_engines(stored: dict[str, Any]
     )
     got = digest_jobs(stored["columns"], gpu, day, "UTC", JOBS)
     assert got == top_jobs(yesterday, chart, "UTC") and len(got.lines) > 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cuts", [(24,), (13, 30, 31), (1, 24, 47)], ids=["days", "mid_day", "hours"])
+def test_the_section_fed_in_pieces_is_the_whole_windows(
+    stored: dict[str, Any], cuts: tuple[int, ...]
+) -> None:
+    """`JobsSection` (the digest feeds it a piece of hours at a time) against `digest_jobs` over both days at
+    once: every figure is per hour, so pieces cut anywhere between hours give the same lines and
+    daily series to the micro, even when the digest's day is itself cut in pieces."""
+    gpu = [g for g in stored["inputs"].gpu_hours if T0 <= g.hour < T0 + 48 * H]
+    columns, day = stored["columns"], date(2026, 11, 2)
+    whole = digest_jobs(columns, gpu, day, "UTC", JOBS)
+    edges = [T0, *(T0 + c * H for c in cuts), T0 + 48 * H]
+    pieces = JobsSection(day, "UTC", JOBS)
+    for lo, hi in pairwise(edges):
+        pieces.add([c for c in columns if lo <= c[0] < hi], [g for g in gpu if lo <= g.hour < hi])
+    got = pieces.result()
+    assert got == whole and len(got.lines) > 3 and len(got.daily) == 2
+    assert any(j.idle_cost for j in got.lines) and any(j.cross_zone_cost for j in got.lines)
 
 
 @pytest.mark.slow
