@@ -246,6 +246,18 @@ def detection(a: dict[str, Any]) -> dict[str, Any]:
     return out | {"findings": report["findings"]}
 
 
+def digest(a: dict[str, Any]) -> dict[str, Any]:
+    """The daemon's daily digest (`run_digest`: the day before `now`, its chart's two weeks of
+    stored aggregates, GPU hours and jobs, Markdown and charts written, nothing sent) on a fresh copy
+    of the filled state directory."""
+    from monitor.cycle import run_digest
+
+    deps = _deps(a, Path(a["state"]), Path(a["db"]), a["lookback_days"])
+    result, out = _timed(lambda: run_digest(deps, _ts(a["now"])))
+    deps.store.close()
+    return out | {"day": result["day"]}
+
+
 def poll(a: dict[str, Any]) -> dict[str, Any]:
     """The daemon's billing poll on copies of `poll.duckdb` + `poll-state/`, after appending the
     new load `a["load"]` (one export delivery) when given (the append is the export's work, not timed).
@@ -310,6 +322,7 @@ STAGES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "naive": naive,
     "setup": setup,
     "detection": detection,
+    "digest": digest,
     "poll": poll,
 }
 

@@ -6,6 +6,8 @@ fresh child process (`bench/child.py`) so the peak RSS is that work's alone.
 - `naive`: pandas reads the export, a regex classifies each row (`.apply`), group by class;
 - `detection`: the daemon's `run_detection` over a state store filled by its billing poll (lookback
   over the whole simulated window) and utilization poll; a fresh copy of the store per run;
+- `digest`: the daemon's daily digest (`run_digest`) of the data's last day on the same store (its
+  chart reads two weeks of aggregates, GPU hours and jobs); a fresh copy of the store per run;
 - `poll`: the daemon's billing poll with nothing new loaded, and after one new load is appended (the
   export's last delivery by the data's end: the rows of one `export_time`; the simulated export,
   like Google's, delivers every few hours), each on a fresh copy of the DuckDB table and store.
@@ -29,7 +31,7 @@ __all__ = ["STAGES", "Fleet", "Measure", "ScaleFigures", "measure_fleet", "run_c
 
 CHILD = Path(__file__).resolve().with_name("child.py")
 MARKER = "BENCH-RESULT "  # as bench/child.py prints it
-STAGES = ("analyze", "floor", "naive", "detection", "poll")
+STAGES = ("analyze", "floor", "naive", "detection", "digest", "poll")
 _DAY = timedelta(days=1)
 _DAEMON_LOOKBACK = 10  # billing.lookback_days' default: what the daemon's poll covers
 _MAX_LOOKBACK = 62  # billing.lookback_days' ceiling
@@ -150,10 +152,12 @@ def measure_fleet(fleet: Fleet, stages: Sequence[str], repeat: int) -> ScaleFigu
             _line(
                 label, m[stage], f"{fleet.rows / m[stage].seconds:,.0f} rows/s, {m[stage]['groups']} groups"
             )
-    if "detection" in stages or "poll" in stages:
+    if {"detection", "digest", "poll"} & set(stages):
         out.setup = _setup(fleet, base)
     if "detection" in stages:
         _detection(out, base, repeat)
+    if "digest" in stages:
+        _digest(out, base, repeat)
     if "poll" in stages:
         _polls(out, base, repeat)
     return out
@@ -194,6 +198,14 @@ def _detection(out: ScaleFigures, base: dict[str, Any], repeat: int) -> None:
     fresh = _copy_state(fleet.work / "detect-state", "state")
     out.measures["detection"] = d = _repeat("detection", args, repeat, fresh, fleet.work)
     _line(f"detection ({fleet.days} d stored)", d, f"{d['findings']} findings")
+
+
+def _digest(out: ScaleFigures, base: dict[str, Any], repeat: int) -> None:
+    fleet = out.fleet
+    args = base | {"db": str(fleet.work / "full.duckdb"), "now": fleet.end, "lookback_days": _lookback(fleet)}
+    fresh = _copy_state(fleet.work / "detect-state", "state")
+    out.measures["digest"] = d = _repeat("digest", args, repeat, fresh, fleet.work)
+    _line("digest (14 d chart)", d, f"day {d['day']}")
 
 
 def _polls(out: ScaleFigures, base: dict[str, Any], repeat: int) -> None:

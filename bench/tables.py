@@ -28,6 +28,8 @@ FIGURE_HEADERS = (
     "naive MB",
     "detection s",
     "detection MB",
+    "digest s",
+    "digest MB",
     "poll idle ms",
     "poll +1 load ms",
 )
@@ -118,6 +120,8 @@ def _figures_row(s: ScaleFigures) -> list[str]:
         _get(s, "naive", lambda m: f"{m.peak_mb:,.0f}"),
         _get(s, "detection", lambda m: f"{m.seconds:.2f}"),
         _get(s, "detection", lambda m: f"{m.peak_mb:,.0f}"),
+        _get(s, "digest", lambda m: f"{m.seconds:.2f}"),
+        _get(s, "digest", lambda m: f"{m.peak_mb:,.0f}"),
         _get(s, "poll_idle", lambda m: f"{1000 * m.seconds:,.0f}"),
         _get(s, "poll_load", lambda m: f"{1000 * m.seconds:,.0f}"),
     ]
@@ -166,6 +170,8 @@ _GROWTH: tuple[tuple[str, Callable[[ScaleFigures], float | None]], ...] = (
     ("stored aggregate rows", lambda s: s.setup.get("hourly_rows")),
     ("detection s", _figure("detection", "seconds")),
     ("detection peak MB", _figure("detection", "peak_mb")),
+    ("digest s", _figure("digest", "seconds")),
+    ("digest peak MB", _figure("digest", "peak_mb")),
     ("poll idle s", _figure("poll_idle", "seconds")),
     ("poll +1 load s", _figure("poll_load", "seconds")),
     ("poll +1 load rows scanned", _figure("poll_load", "rows_scanned")),
