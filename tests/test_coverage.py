@@ -237,6 +237,51 @@ def test_daemon_file_poll_covers_its_window_and_fills_what_it_never_read(tmp_pat
         state.close()
 
 
+def test_daemon_file_poll_reads_day_by_day_what_one_read_gives(tmp_path) -> None:
+    """The first file poll reads its window a UTC day at a time (one day's samples in memory, not
+    the window's): it stores what one read of the whole window gives, midnight windows included
+    (their points are in the next day's file), and counts a file's skipped point once, though the
+    three days' reads share files."""
+    from monitor.utilization.state import load_samples
+    from tests.test_utilization_files import point, series, write
+
+    now = datetime(2026, 11, 20, 12, 2, tzinfo=UTC)
+    day0 = datetime(2026, 11, 18, tzinfo=UTC)
+    ends = [day0 + i * timedelta(minutes=5) for i in range(1, 60 * 12)]  # 5-minute points to the 20th, 12:00
+    for d in range(3):
+        lo, hi = day0 + d * 24 * H, day0 + (d + 1) * 24 * H
+        pts = [point(e, 10.0 + i % 50) for i, e in enumerate(ends) if lo <= e < hi]  # by end date
+        if d == 1:
+            pts[100] = point(ends[400], 150.0)  # out of range: skipped
+        write(tmp_path / f"{lo.date().isoformat()}.json", {"timeSeries": [series("1001", pts[::-1])]})
+    cfg = parse_config({"utilization": {"files": [str(tmp_path)]}})
+    state = SQLiteStore(tmp_path / "state.sqlite")
+    try:
+        polled = run_utilization_poll(_deps(cfg, FileUtilizationSource([tmp_path]), state), now)
+        start, end = datetime(2026, 11, 6, 13, tzinfo=UTC), datetime(2026, 11, 20, 13, tzinfo=UTC)
+        whole = FileUtilizationSource([tmp_path]).fetch(start, end)
+        stored = load_samples(state, start, end)
+    finally:
+        state.close()
+
+    def key(s: Any) -> tuple:
+        return (s.instance_id, s.gpu, s.start, s.end, s.utilization_pct)
+
+    assert (
+        polled
+        == {"samples": len(whole.samples), "skipped": {"out_of_range": 1}}
+        == {
+            "samples": len(stored),
+            "skipped": whole.skipped,
+        }
+    )
+    assert [key(s) for s in stored] == [key(s) for s in whole.samples]
+    assert {s.start for s in stored} >= {
+        day0 + 24 * H - timedelta(minutes=5),
+        day0 + 48 * H - timedelta(minutes=5),
+    }
+
+
 @pytest.mark.parametrize(
     ("over", "message"),
     [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -358,3 +359,38 @@ def test_every_preset_metric_has_a_documented_unit_that_fits_its_role():
     assert {t: factor(DOCUMENTED_UNITS[t], m.role) is not None for t, m in METRICS.items()} == dict.fromkeys(
         METRICS, True
     )
+
+
+def test_a_window_read_day_by_day_gives_what_one_read_gives_points_with_intervals_too(tmp_path):
+    """`fetch_days` (the daemon's file poll) against `fetch` over the same window across midnight:
+    the same samples, each file's skipped point counted once, though both days read both files.
+    Points with intervals (start before end: the parser takes them) reach into windows before
+    their end, so a day uses points that end after it (`ParsedSeries.span`)."""
+    midnight = datetime(2026, 11, 2, tzinfo=UTC)
+    ends = [midnight + i * M5 for i in range(-24, 25)]  # 22:00 to 02:00, every 5 minutes
+
+    def spanning(end: datetime, value: float) -> dict:
+        return {
+            "interval": {"startTime": iso(end - 30 * M1), "endTime": iso(end)},
+            "value": {"doubleValue": value},
+        }
+
+    for day, pts in (
+        ("2026-11-01", [e for e in ends if e < midnight]),
+        ("2026-11-02", [e for e in ends if e >= midnight]),
+    ):
+        points = [spanning(e, 10.0 + i) for i, e in enumerate(pts)][::-1]
+        points[3] = point(pts[-4], 150.0)  # out of range: one skipped point per file
+        write(tmp_path / f"{day}.json", {"timeSeries": [series("1001", points)]})
+    start, end = midnight - timedelta(hours=2), midnight + timedelta(hours=2)
+
+    whole = FileUtilizationSource([tmp_path]).fetch(start, end)
+    days = list(FileUtilizationSource([tmp_path]).fetch_days(start, end))
+
+    assert [(lo, hi) for lo, hi, _ in days] == [(start, midnight), (midnight, end)]
+    assert [s for _, _, r in days for s in r.samples] == whole.samples and len(whole.samples) > 40
+    assert (
+        whole.skipped == {"out_of_range": 2} == dict(sum((Counter(r.skipped) for _, _, r in days), Counter()))
+    )
+    before = [s for s in days[0][2].samples if s.start >= midnight - 30 * M1]
+    assert len(before) == 6  # the last half hour of the first day: points ending after midnight reach it

@@ -12,15 +12,20 @@ only GPUs seen through several series (metrics, or label changes) need a merge.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from itertools import islice
+from operator import itemgetter
 
 from monitor.sources.presets import MetricSpec, Role
 from monitor.utilization.records import IDENT_FIELDS, GpuSample, ParsedSeries, SampleDraft, SkipReason, freeze
 from monitor.utilization.select import HostKey, Ident, host_keys, merge
 
 __all__ = ["assemble"]
+
+_END = itemgetter(1)
 
 
 class _Head:
@@ -59,7 +64,14 @@ def _average(series: Iterable[ParsedSeries], align: int, lo: float, hi: float) -
             head = number[(s.spec.metric_type, ident)] = _Head(s.spec, ident)
             heads.append(head)
         sums, counts, seqs = head.sums, head.counts, head.seqs
-        for start, end, value in s.points:
+        # Only the points a window in [lo, hi) can use (they run in end order): a window read in
+        # pieces (the daemon's file poll, a day at a time) visits each piece's points, not all of the
+        # files'. A point ending at or before lo - align falls in windows ending before lo; one ending
+        # at or after hi + align + span starts at or after hi + align.
+        points = s.points
+        i = bisect_right(points, lo - align, key=_END) if lo > -math.inf else 0
+        j = bisect_left(points, hi + align + s.span, key=_END) if hi < math.inf else len(points)
+        for start, end, value in islice(points, i, j):
             e = ceil(end)
             last = -(-e // align) * align
             first = last if start == end or int(start) >= e else (int(start) // align) * align + align

@@ -289,4 +289,5 @@ def parse_series(
         skips[SkipReason.MISSING_LABELS] += len(raw_points)
         return None
     points = _points(raw_points, scale, spec.role is Role.UTILIZATION, skips)
-    return ParsedSeries(spec, ident, _in_order(points, skips))
+    kept = _in_order(points, skips)
+    return ParsedSeries(spec, ident, kept, max((e - s for s, e, _ in kept), default=0.0))

@@ -116,3 +116,6 @@ class ParsedSeries:
     spec: MetricSpec
     ident: dict[str, str | None]
     points: list[tuple[float, float, float]]  # epoch seconds: cheap to bucket by the million
+    #: The longest interval (end - start) among the points, which run in end order: what bounds the
+    #: points a window can use (`monitor.utilization.assemble`). 0 for points in time (GAUGE).
+    span: float = 0.0
