@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -414,12 +415,18 @@ def _load_utilization(
     if source is None:
         return
     # whole hours (a live window ends at "now"): Monitoring aligns its buckets to the interval end
-    result = source.fetch(data_start, ceil_hour(window.end))
-    replace_window(store, "analyze", "analyze", data_start, window.end, result.samples, now=window.as_of)
-    skipped = sum(result.skipped.values())
-    log.info("utilization read", extra={"samples": len(result.samples), "skipped": skipped})
-    if skipped:
-        log.warning("utilization points skipped: %s", dict(result.skipped))
+    end = ceil_hour(window.end)
+    days = getattr(source, "fetch_days", None)  # files: a day's samples at a time, stored before the next
+    pieces = days(data_start, end) if days is not None else [(data_start, end, source.fetch(data_start, end))]
+    count, skips = 0, Counter[str]()
+    for lo, hi, result in pieces:
+        replace_window(store, "analyze", "analyze", lo, min(hi, window.end), result.samples, now=window.as_of)
+        count += len(result.samples)
+        skips.update(result.skipped)
+        del result
+    log.info("utilization read", extra={"samples": count, "skipped": sum(skips.values())})
+    if skips:
+        log.warning("utilization points skipped: %s", dict(skips))
 
 
 def _detectors(cfg: Config, override: Any, *, with_unmonitored: bool) -> list[Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
@@ -394,3 +395,57 @@ def test_a_window_read_day_by_day_gives_what_one_read_gives_points_with_interval
     )
     before = [s for s in days[0][2].samples if s.start >= midnight - 30 * M1]
     assert len(before) == 6  # the last half hour of the first day: points ending after midnight reach it
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gz"])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        *SHAPES.values(),
+        lambda ts: {"unit": "10^2.%", "timeSeries": ts},  # the page's unit before its series
+        lambda ts: {"timeSeries": ts, "unit": "1", "nextPageToken": "x", "unit ": "%"},
+    ],
+    ids=[*SHAPES, "page, unit first", "page, unit among other keys"],
+)
+def test_files_are_streamed_a_series_at_a_time_as_read_whole(tmp_path, doc, gz):
+    """A file's TimeSeries come from the stream parser one at a time (a large fleet's day file held
+    1.2 GB as one document), the same as the whole document gives them, page units included."""
+    from monitor.sources.utilization_files import _streamed, read_time_series
+
+    ts = [series("1001"), {k: v for k, v in series("1002", gpu="3").items() if k != "valueType"}]
+    path = write(tmp_path / ("u.json.gz" if gz else "u.json"), doc(ts), gz=gz)
+    data = path.read_bytes()
+    assert list(_streamed(path, data)) == read_time_series(path, data)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"timeSeries": [{"points": [NaN]}]}', {"unknown_metric": 1}),  # json takes NaN, ijson does not
+        (
+            '{"timeSeries": [], "x": 1',
+            "u.json:1: not valid JSON (Expecting ',' delimiter, column 26)",
+        ),  # truncated
+        ('{"timeSeries": {}}', "expected an array"),
+        ('{"nextPageToken": "x"}', {}),  # a page without series: nothing, read whole
+        (
+            '[{"timeSeries": []}, 3, {"timeSeries": [}',
+            "u.json:1: not valid JSON (Expecting value, column 41)",
+        ),
+    ],
+    ids=["NaN", "truncated", "not an array", "no series", "JSON error after a shape error"],
+)
+def test_what_the_stream_parser_stops_at_is_read_whole(tmp_path, text, expected):
+    """Where the stream parser stops (or the shape is wrong), the file is read whole: the same
+    series, or the same error as before streaming (a JSON error anywhere before a shape error)."""
+    from monitor.sources.utilization_files import _streamed, _Unstreamable
+
+    path = tmp_path / "u.json"
+    path.write_text(text)
+    with pytest.raises(_Unstreamable):
+        list(_streamed(path, path.read_bytes()))
+    if isinstance(expected, dict):
+        assert FileUtilizationSource([path]).fetch(T0, T0 + M5).skipped == expected
+    else:
+        with pytest.raises(InputError, match=re.escape(expected)):
+            FileUtilizationSource([path]).fetch(T0, T0 + M5)
