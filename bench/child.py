@@ -258,6 +258,17 @@ def digest(a: dict[str, Any]) -> dict[str, Any]:
     return out | {"day": result["day"]}
 
 
+def util_poll(a: dict[str, Any]) -> dict[str, Any]:
+    """The daemon's first utilization poll (`run_utilization_poll`: the window's day files read, a
+    day at a time, into the state store) on a fresh copy of a state directory with no samples yet."""
+    from monitor.cycle import run_utilization_poll
+
+    deps = _deps(a, Path(a["state"]), Path(a["db"]), a["lookback_days"])
+    report, out = _timed(lambda: run_utilization_poll(deps, _ts(a["now"])))
+    deps.store.close()
+    return out | {"samples": report["samples"]}
+
+
 def poll(a: dict[str, Any]) -> dict[str, Any]:
     """The daemon's billing poll on copies of `poll.duckdb` + `poll-state/`, after appending the
     new load `a["load"]` (one export delivery) when given (the append is the export's work, not timed).
@@ -323,6 +334,7 @@ STAGES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "setup": setup,
     "detection": detection,
     "digest": digest,
+    "util_poll": util_poll,
     "poll": poll,
 }
 

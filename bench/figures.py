@@ -8,6 +8,8 @@ fresh child process (`bench/child.py`) so the peak RSS is that work's alone.
   over the whole simulated window) and utilization poll; a fresh copy of the store per run;
 - `digest`: the daemon's daily digest (`run_digest`) of the data's last day on the same store (its
   chart reads two weeks of aggregates, GPU hours and jobs); a fresh copy of the store per run;
+- `util_poll`: the daemon's first utilization poll of the utilization day files (`run_utilization_poll`)
+  into a state store with none yet; a fresh copy per run;
 - `poll`: the daemon's billing poll with nothing new loaded, and after one new load is appended (the
   export's last delivery by the data's end: the rows of one `export_time`; the simulated export,
   like Google's, delivers every few hours), each on a fresh copy of the DuckDB table and store.
@@ -31,7 +33,7 @@ __all__ = ["STAGES", "Fleet", "Measure", "ScaleFigures", "measure_fleet", "run_c
 
 CHILD = Path(__file__).resolve().with_name("child.py")
 MARKER = "BENCH-RESULT "  # as bench/child.py prints it
-STAGES = ("analyze", "floor", "naive", "detection", "digest", "poll")
+STAGES = ("analyze", "floor", "naive", "detection", "digest", "util_poll", "poll")
 _DAY = timedelta(days=1)
 _DAEMON_LOOKBACK = 10  # billing.lookback_days' default: what the daemon's poll covers
 _MAX_LOOKBACK = 62  # billing.lookback_days' ceiling
@@ -152,12 +154,14 @@ def measure_fleet(fleet: Fleet, stages: Sequence[str], repeat: int) -> ScaleFigu
             _line(
                 label, m[stage], f"{fleet.rows / m[stage].seconds:,.0f} rows/s, {m[stage]['groups']} groups"
             )
-    if {"detection", "digest", "poll"} & set(stages):
+    if {"detection", "digest", "util_poll", "poll"} & set(stages):
         out.setup = _setup(fleet, base)
     if "detection" in stages:
         _detection(out, base, repeat)
     if "digest" in stages:
         _digest(out, base, repeat)
+    if "util_poll" in stages:
+        _util_poll(out, base, repeat)
     if "poll" in stages:
         _polls(out, base, repeat)
     return out
@@ -206,6 +210,14 @@ def _digest(out: ScaleFigures, base: dict[str, Any], repeat: int) -> None:
     fresh = _copy_state(fleet.work / "detect-state", "state")
     out.measures["digest"] = d = _repeat("digest", args, repeat, fresh, fleet.work)
     _line("digest (14 d chart)", d, f"day {d['day']}")
+
+
+def _util_poll(out: ScaleFigures, base: dict[str, Any], repeat: int) -> None:
+    fleet = out.fleet
+    args = base | {"db": str(fleet.work / "full.duckdb"), "now": fleet.end, "lookback_days": _lookback(fleet)}
+    fresh = _copy_state(fleet.work / "poll-state", "state")  # billing polled, no utilization yet
+    out.measures["util_poll"] = u = _repeat("util_poll", args, repeat, fresh, fleet.work)
+    _line("first utilization poll", u, f"{u['samples']:,} samples")
 
 
 def _polls(out: ScaleFigures, base: dict[str, Any], repeat: int) -> None:

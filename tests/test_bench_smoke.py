@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 FIGURES = (
     "| scale | days | export rows | analyze s | analyze rows/s | analyze MB | floor s | floor MB | naive s"
-    " | naive MB | detection s | detection MB | digest s | digest MB | poll idle ms | poll +1 load ms |"
+    " | naive MB | detection s | detection MB | digest s | digest MB | first util poll s | first util poll MB"
+    " | poll idle ms | poll +1 load ms |"
 )
 RATIOS = (
     "| scale | analyze / floor (time) | naive / analyze (time) | analyze fetched / scanned"
@@ -44,7 +45,10 @@ def test_bench_prints_machine_and_tables_with_the_measured_figures() -> None:
 def test_bench_rejects_an_unknown_stage_in_one_line() -> None:
     proc = _bench("--stages", "floor,bogus")
     assert proc.returncode == 2
-    assert "--stages: unknown bogus; choose from analyze, floor, naive, detection, digest, poll" in proc.stderr
+    assert (
+        "--stages: unknown bogus; choose from analyze, floor, naive, detection, digest, util_poll, poll"
+        in proc.stderr
+    )
 
 
 def test_bench_refuses_to_write_a_fleet_into_a_directory_in_use(tmp_path: Path) -> None:
