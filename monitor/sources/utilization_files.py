@@ -259,11 +259,11 @@ class _Unstreamable(Exception):
 def _streamed(path: Path, data: bytes) -> Iterator[Any]:
     """`read_time_series(path, data)`, one TimeSeries at a time (ijson): a day file of a large fleet
     (bench scale 48: 4,895 series, 1.38 M points) held 1.2 GB as one `json.loads` document, and
-    about 14 MB streamed. A page's `unit` may follow its `timeSeries` (the API's field order), so a
-    page is read twice: its unit first (1.7 s of such a file, in C), then its series (2.1 s;
-    `json.loads` took 3.4 s). Raises `_Unstreamable` where the stream parser stops (bad gzip,
-    UTF-8 or JSON; NaN, which `json` takes) or the shape is not a page with a list of series or a
-    list (a page without series is small: read whole)."""
+    about 14 MB streamed. A page's `unit` may come after its `timeSeries` (a JSON object's keys
+    have no order), so a page is read twice: its unit first (1.7 s of such a file, in C), then its
+    series (2.1 s; `json.loads` took 3.4 s). Raises `_Unstreamable` where the stream parser stops
+    (bad gzip, UTF-8 or JSON; NaN, which `json` takes) or the shape is not a page with a list of
+    series or a list (a page without series is small: read whole)."""
 
     def stream() -> Any:
         raw = io.BytesIO(data)
