@@ -32,7 +32,7 @@ import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ import ijson
 from monitor.errors import InputError
 from monitor.sources.presets import METRICS
 from monitor.sources.units import NO_UNIT, UnknownUnitWarnings, declared, factor, resolve_unit
+from monitor.timeutil import floor_day
 from monitor.utilization import FetchResult, ParsedSeries, assemble, parse_series
 from monitor.utilization.records import SkipReason
 
@@ -122,6 +123,13 @@ def _day_of(path: Path) -> date | None:
         return None
 
 
+def _files_for(files: Iterable[Path], start: datetime, end: datetime) -> list[Path]:
+    """Of `files`, those that can hold samples starting in [start, end): day files of the day
+    before through the day of `end`, and every file whose name is not a day."""
+    first, last = (start - timedelta(days=1)).date(), end.date()
+    return [f for f in files if (d := _day_of(f)) is None or first <= d <= last]
+
+
 class FileUtilizationSource:
     """`UtilizationSource` over exported or simulated Cloud Monitoring JSON."""
 
@@ -161,14 +169,10 @@ class FileUtilizationSource:
         once for the whole read, and its skipped points count in the first day that reads it."""
         days, lo = [], start
         while lo < end:
-            hi = min(datetime.combine(lo.astimezone(UTC).date() + timedelta(days=1), time(), UTC), end)
+            hi = min(floor_day(lo) + timedelta(days=1), end)
             days.append((lo, hi))
             lo = hi
         return self._pieces(start, end, days)
-
-    def _files_of(self, start: datetime, end: datetime) -> list[Path]:
-        first, last = (start - timedelta(days=1)).date(), end.date()
-        return [f for f in self.files() if (d := _day_of(f)) is None or first <= d <= last]
 
     def _pieces(
         self, start: datetime, end: datetime, pieces: Sequence[tuple[datetime, datetime]]
@@ -176,12 +180,12 @@ class FileUtilizationSource:
         # Only this read's files stay parsed: the daemon re-reads its last days every poll (hits),
         # while older days leave its window for good; caching every file ever read grew the
         # process by a day of parsed series per simulated day (tests/test_soak.py).
-        files = self._files_of(start, end)
+        files = _files_for(self.files(), start, end)  # listed once for the whole read
         self._cache = {f: self._cache[f] for f in files if f in self._cache}
         counted: set[Path] = set()
         unknown: dict[str, str] = {}
         for lo, hi in pieces:
-            mine = self._files_of(lo, hi)
+            mine = _files_for(files, lo, hi)
             skips: Counter[str] = Counter()
             parsed: list[ParsedSeries] = []
             for f in mine:
