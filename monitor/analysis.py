@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -51,7 +50,7 @@ from monitor.sources.factory import billing_source_from_config, billing_source_f
 from monitor.state.analytics import AggregateStore
 from monitor.state.store import SQLiteStore
 from monitor.timeutil import floor_day, floor_hour, to_iso
-from monitor.utilization import UtilizationSource, replace_window
+from monitor.utilization import UtilizationSource, replace_windows
 from monitor.utilization import migrate as migrate_utilization
 
 __all__ = [
@@ -418,15 +417,10 @@ def _load_utilization(
     end = ceil_hour(window.end)
     days = getattr(source, "fetch_days", None)  # files: a day's samples at a time, stored before the next
     pieces = days(data_start, end) if days is not None else [(data_start, end, source.fetch(data_start, end))]
-    count, skips = 0, Counter[str]()
-    for lo, hi, result in pieces:
-        replace_window(store, "analyze", "analyze", lo, min(hi, window.end), result.samples, now=window.as_of)
-        count += len(result.samples)
-        skips.update(result.skipped)
-        del result
-    log.info("utilization read", extra={"samples": count, "skipped": sum(skips.values())})
-    if skips:
-        log.warning("utilization points skipped: %s", dict(skips))
+    count, skipped = replace_windows(store, "analyze", "analyze", pieces, now=window.as_of, until=window.end)
+    log.info("utilization read", extra={"samples": count, "skipped": sum(skipped.values())})
+    if skipped:
+        log.warning("utilization points skipped: %s", skipped)
 
 
 def _detectors(cfg: Config, override: Any, *, with_unmonitored: bool) -> list[Any]:

@@ -9,7 +9,6 @@ and a crash in one never corrupts another: billing poll -> utilization poll -> d
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -50,7 +49,7 @@ from monitor.state.retention import horizon, prune
 from monitor.state.store import SQLiteStore, open_store
 from monitor.timeutil import floor_hour
 from monitor.utilization import migrate as migrate_utilization
-from monitor.utilization import replace_window
+from monitor.utilization import replace_windows
 from monitor.utilization.coverage import Interval, gaps, load_coverage, read_coverage
 
 __all__ = [
@@ -190,17 +189,11 @@ def run_utilization_poll(deps: Deps, now: datetime, *, backfill: bool = True) ->
         end = floor_hour(now) + timedelta(hours=1)
         unread = gaps(read_coverage(deps.store, "files", "files"), floor_hour(since), end - _FILE_REREAD)
         start = unread[0][0] if unread else end - _FILE_REREAD
-        count, skips = 0, Counter[str]()
         # A UTC day at a time, each stored (and recorded as read) before the next is read: a first
         # read holds one day's samples, not the window's (bench scale 48: three days of files,
         # 4.14 M samples, peaked at 2.6 GB read at once, 1.9 GB so). A crash between days leaves
         # the days stored so far recorded as read, the rest unread.
-        for lo, hi, result in src.fetch_days(start, end):
-            replace_window(deps.store, "files", "files", lo, hi, result.samples, now=now)
-            count += len(result.samples)
-            skips.update(result.skipped)
-            del result  # before the next day's are read
-        skipped = dict(skips)
+        count, skipped = replace_windows(deps.store, "files", "files", src.fetch_days(start, end), now=now)
     deps.metrics.set_unknown_units(getattr(src, "unknown_units", {}))
     deps.metrics.utilization_samples.labels(deps.cfg.utilization.source).inc(count)
     _ok(deps, "utilization", now)

@@ -36,6 +36,7 @@ from monitor.utilization.state import (
     migrate,
     read_watermark,
     replace_window,
+    replace_windows,
 )
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "parse_series",
     "read_watermark",
     "replace_window",
+    "replace_windows",
     "resolve_duty_cycles",
     "select_signals",
     "to_rest_json",

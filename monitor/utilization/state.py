@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from operator import itemgetter
@@ -35,10 +36,18 @@ from monitor.utilization.hourly import (
     order_key,
     reduce_samples,
 )
-from monitor.utilization.records import BUSY_EPSILON_PCT, GpuSample, SampleDraft, freeze
+from monitor.utilization.records import BUSY_EPSILON_PCT, FetchResult, GpuSample, SampleDraft, freeze
 from monitor.utilization.select import host_keys, merge, resolve_duty_cycles
 
-__all__ = ["COMPONENT", "load_samples", "load_util_hours", "migrate", "read_watermark", "replace_window"]
+__all__ = [
+    "COMPONENT",
+    "load_samples",
+    "load_util_hours",
+    "migrate",
+    "read_watermark",
+    "replace_window",
+    "replace_windows",
+]
 
 COMPONENT = "utilization"
 
@@ -208,6 +217,30 @@ def replace_window(
             (scope, preset, _iso(end), _iso(now)),
         )
     return given
+
+
+def replace_windows(
+    store: StateStore,
+    scope: str,
+    preset: str,
+    pieces: Iterable[tuple[datetime, datetime, FetchResult]],
+    *,
+    now: datetime,
+    until: datetime | None = None,
+) -> tuple[int, dict[str, int]]:
+    """`replace_window` for each (start, end, result) of a read in pieces, in turn
+    (`FileUtilizationSource.fetch_days`): a piece is stored, and let go, before the next is read,
+    so a read holds one piece's samples. `until`: no window reaches past it (samples given after it
+    replace what they identify, as `replace_window` does). Returns the samples given and the
+    points skipped, summed over the pieces."""
+    count, skips = 0, Counter[str]()
+    for start, end, result in pieces:
+        stop = end if until is None else min(end, until)
+        replace_window(store, scope, preset, start, stop, result.samples, now=now)
+        count += len(result.samples)
+        skips.update(result.skipped)
+        del result  # before the next piece is read
+    return count, dict(skips)
 
 
 _HOURS_OF = (
