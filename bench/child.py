@@ -235,14 +235,22 @@ def aggregate_size(db: Path) -> dict[str, Any]:
     return {"agg_rows": rows, "agg_bytes": used, "agg_index_bytes": 0}
 
 
+def _daemon_job(
+    a: dict[str, Any], job: Callable[[Any, datetime], dict[str, Any]]
+) -> tuple[dict[str, Any], dict]:
+    """One of the daemon's jobs, timed, on the state directory `a["state"]` (a fresh copy)."""
+    deps = _deps(a, Path(a["state"]), Path(a["db"]), a["lookback_days"])
+    result, out = _timed(lambda: job(deps, _ts(a["now"])))
+    deps.store.close()
+    return result, out
+
+
 def detection(a: dict[str, Any]) -> dict[str, Any]:
     """The daemon's detection job (`run_detection`: inputs from the store, detectors, findings
     recorded, alerts enqueued) on a fresh copy of the filled state directory."""
     from monitor.cycle import run_detection
 
-    deps = _deps(a, Path(a["state"]), Path(a["db"]), a["lookback_days"])
-    report, out = _timed(lambda: run_detection(deps, _ts(a["now"])))
-    deps.store.close()
+    report, out = _daemon_job(a, run_detection)
     return out | {"findings": report["findings"]}
 
 
@@ -252,9 +260,7 @@ def digest(a: dict[str, Any]) -> dict[str, Any]:
     of the filled state directory."""
     from monitor.cycle import run_digest
 
-    deps = _deps(a, Path(a["state"]), Path(a["db"]), a["lookback_days"])
-    result, out = _timed(lambda: run_digest(deps, _ts(a["now"])))
-    deps.store.close()
+    result, out = _daemon_job(a, run_digest)
     return out | {"day": result["day"]}
 
 
@@ -263,9 +269,7 @@ def util_poll(a: dict[str, Any]) -> dict[str, Any]:
     day at a time, into the state store) on a fresh copy of a state directory with no samples yet."""
     from monitor.cycle import run_utilization_poll
 
-    deps = _deps(a, Path(a["state"]), Path(a["db"]), a["lookback_days"])
-    report, out = _timed(lambda: run_utilization_poll(deps, _ts(a["now"])))
-    deps.store.close()
+    report, out = _daemon_job(a, run_utilization_poll)
     return out | {"samples": report["samples"]}
 
 

@@ -154,14 +154,11 @@ def measure_fleet(fleet: Fleet, stages: Sequence[str], repeat: int) -> ScaleFigu
             _line(
                 label, m[stage], f"{fleet.rows / m[stage].seconds:,.0f} rows/s, {m[stage]['groups']} groups"
             )
-    if {"detection", "digest", "util_poll", "poll"} & set(stages):
+    if {*_DAEMON_JOBS, "poll"} & set(stages):
         out.setup = _setup(fleet, base)
-    if "detection" in stages:
-        _detection(out, base, repeat)
-    if "digest" in stages:
-        _digest(out, base, repeat)
-    if "util_poll" in stages:
-        _util_poll(out, base, repeat)
+    for stage in _DAEMON_JOBS:
+        if stage in stages:
+            _daemon_job(out, base, repeat, stage)
     if "poll" in stages:
         _polls(out, base, repeat)
     return out
@@ -196,28 +193,27 @@ def _setup(fleet: Fleet, base: dict[str, Any]) -> dict[str, Any]:
     return setup
 
 
-def _detection(out: ScaleFigures, base: dict[str, Any], repeat: int) -> None:
+#: The daemon's jobs measured on a fresh copy of a state directory `_setup` filled: stage -> (the
+#: directory, the figure's label, what its line adds).
+_DAEMON_JOBS: dict[str, tuple[str, Callable[[Fleet], str], Callable[[Measure], str]]] = {
+    "detection": (
+        "detect-state",
+        lambda f: f"detection ({f.days} d stored)",
+        lambda m: f"{m['findings']} findings",
+    ),
+    "digest": ("detect-state", lambda f: "digest (14 d chart)", lambda m: f"day {m['day']}"),
+    # the state of the billing poll alone: no utilization yet
+    "util_poll": ("poll-state", lambda f: "first utilization poll", lambda m: f"{m['samples']:,} samples"),
+}
+
+
+def _daemon_job(out: ScaleFigures, base: dict[str, Any], repeat: int, stage: str) -> None:
     fleet = out.fleet
+    state, label, extra = _DAEMON_JOBS[stage]
     args = base | {"db": str(fleet.work / "full.duckdb"), "now": fleet.end, "lookback_days": _lookback(fleet)}
-    fresh = _copy_state(fleet.work / "detect-state", "state")
-    out.measures["detection"] = d = _repeat("detection", args, repeat, fresh, fleet.work)
-    _line(f"detection ({fleet.days} d stored)", d, f"{d['findings']} findings")
-
-
-def _digest(out: ScaleFigures, base: dict[str, Any], repeat: int) -> None:
-    fleet = out.fleet
-    args = base | {"db": str(fleet.work / "full.duckdb"), "now": fleet.end, "lookback_days": _lookback(fleet)}
-    fresh = _copy_state(fleet.work / "detect-state", "state")
-    out.measures["digest"] = d = _repeat("digest", args, repeat, fresh, fleet.work)
-    _line("digest (14 d chart)", d, f"day {d['day']}")
-
-
-def _util_poll(out: ScaleFigures, base: dict[str, Any], repeat: int) -> None:
-    fleet = out.fleet
-    args = base | {"db": str(fleet.work / "full.duckdb"), "now": fleet.end, "lookback_days": _lookback(fleet)}
-    fresh = _copy_state(fleet.work / "poll-state", "state")  # billing polled, no utilization yet
-    out.measures["util_poll"] = u = _repeat("util_poll", args, repeat, fresh, fleet.work)
-    _line("first utilization poll", u, f"{u['samples']:,} samples")
+    fresh = _copy_state(fleet.work / state, "state")
+    out.measures[stage] = m = _repeat(stage, args, repeat, fresh, fleet.work)
+    _line(label(fleet), m, extra(m))
 
 
 def _polls(out: ScaleFigures, base: dict[str, Any], repeat: int) -> None:
