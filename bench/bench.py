@@ -23,7 +23,8 @@ memory; pass --util-days to change it).
 Then issue 12's figures (`bench/figures.py`), each the median of `--repeat` runs (default 3), each
 run a fresh child process (`bench/child.py`) whose own peak RSS is reported: `analyze` end to end,
 the DuckDB floor, the naive pandas baseline, a daemon detection run over the stored window, the
-daemon's daily digest on the same store, its first utilization poll of the day files, and the
+daemon's daily digest on the same store, its first utilization poll of the day files and its first
+read of them from Cloud Monitoring (the real client, a gRPC stand-in serving them), and the
 billing poll with nothing new / one new export delivery (rows scanned, rows fetched). `--growth`
 measures them at scales K, 2K and 4K; `--figures-only` skips the throughput stages. The run ends
 with Markdown tables (machine, figures, ratios, growth) to paste into README.

@@ -10,7 +10,8 @@ stage's own counts. Each stage imports only what it needs, so the floor's proces
 alone and the naive baseline's pandas alone.
 
 Stages: `analyze`, `floor`, `naive` (over the Parquet export), `setup` (prepare the stores the
-next two read; not a measured figure), `detection`, `poll`.
+daemon's jobs read; not a measured figure), `detection`, `digest`, `util_poll`, `monitoring_poll`
+(with `serve_monitoring`, the Cloud Monitoring stand-in it reads from; not a figure), `poll`.
 """
 
 from __future__ import annotations
@@ -62,14 +63,17 @@ def _ts(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
-def bench_config(state_dir: Path, util_dir: Path, db: Path, lookback_days: int) -> Any:
-    """The daemon's config for the benchmark: DuckDB export at `db`, utilization files, a SQLite
-    state store in `state_dir` (whatever the store keeps beside it lands there too)."""
+def bench_config(
+    state_dir: Path, util_dir: Path, db: Path, lookback_days: int, utilization: dict[str, Any] | None = None
+) -> Any:
+    """The daemon's config for the benchmark: DuckDB export at `db`, utilization files (or the
+    `[utilization]` table given), a SQLite state store in `state_dir` (whatever the store keeps
+    beside it lands there too)."""
     from monitor.config import parse_config
 
     raw = {
         "billing": {"source": "duckdb", "db": str(db), "lookback_days": lookback_days},
-        "utilization": {"source": "files", "files": [str(util_dir)]},
+        "utilization": utilization or {"source": "files", "files": [str(util_dir)]},
         "state": {"url": f"sqlite:///{state_dir / 'state.sqlite'}"},
         "alerts": {"console_dir": str(state_dir / "alerts")},
         "digest": {"out_dir": str(state_dir / "digest")},
@@ -77,7 +81,13 @@ def bench_config(state_dir: Path, util_dir: Path, db: Path, lookback_days: int) 
     return parse_config(raw, "bench")
 
 
-def _deps(a: dict[str, Any], state_dir: Path, db: Path, lookback_days: int) -> Any:
+def _deps(
+    a: dict[str, Any],
+    state_dir: Path,
+    db: Path,
+    lookback_days: int,
+    utilization: dict[str, Any] | None = None,
+) -> Any:
     from monitor.attribution.compile import compile_rules
     from monitor.clock import FixedClock
     from monitor.cycle import build_deps
@@ -85,7 +95,7 @@ def _deps(a: dict[str, Any], state_dir: Path, db: Path, lookback_days: int) -> A
     from monitor.sources.billing_duckdb import DuckDBBillingSource
     from monitor.sources.duckdb_conn import open_billing_db
 
-    cfg = bench_config(state_dir, Path(a["util_dir"]), db, lookback_days)
+    cfg = bench_config(state_dir, Path(a["util_dir"]), db, lookback_days, utilization)
     conn = open_billing_db(db)
     conn.execute("SET enable_progress_bar = false")
     source = MeteredSource(DuckDBBillingSource(conn, rules=compile_rules(cfg.attribution.rules)))
@@ -273,6 +283,78 @@ def util_poll(a: dict[str, Any]) -> dict[str, Any]:
     return out | {"samples": report["samples"]}
 
 
+def monitoring_poll(a: dict[str, Any]) -> dict[str, Any]:
+    """The daemon's first utilization read from Cloud Monitoring, through the real client and the
+    gRPC stand-in `serve_monitoring` runs: the live windows and then the backfill, run after run
+    until the whole window is read (what the daemon's backfill job does over its runs), on a fresh
+    copy of a state directory with no samples yet. Peak memory is set by the largest chunk (one
+    project and preset, `backfill_chunk_hours`), not by the window."""
+    from monitor.cycle import history_read, run_utilization_backfill, run_utilization_poll
+
+    util = {
+        "source": "cloud_monitoring",
+        "projects": a["projects"],
+        "presets": a["presets"],
+        "api_endpoint": a["address"],
+        "insecure": True,
+    }
+    deps = _deps(a, Path(a["state"]), Path(a["db"]), a["lookback_days"], utilization=util)
+    now = _ts(a["now"])
+
+    def work() -> dict[str, int]:
+        samples = run_utilization_poll(deps, now, backfill=False)["samples"]
+        runs = 0
+        while not history_read(deps, now):
+            runs += 1
+            if not run_utilization_backfill(deps, now):
+                raise RuntimeError("the backfill read nothing while hours are still unread")
+        return {"samples": samples, "backfill_runs": runs}
+
+    result, out = _timed(work)
+    with deps.store.transaction() as conn:
+        stored = conn.execute("SELECT COUNT(*) FROM utilization_points").fetchone()[0]
+    deps.store.close()
+    return out | result | {"stored": stored}
+
+
+def serve_monitoring(a: dict[str, Any]) -> dict[str, Any]:
+    """Not a figure: the Cloud Monitoring stand-in (`tests/fakes/monitoring_server.py`, the real
+    `MetricService` over gRPC on 127.0.0.1) serving the fleet's utilization day files, each GPU's
+    points of every day in one series as the API returns them. Prints `BENCH-SERVING {address,
+    projects, presets}` and serves until its stdin closes."""
+    import gzip
+
+    import ijson
+    from google.cloud import monitoring_v3
+
+    from monitor.sources.presets import PRESETS
+    from tests.fakes.monitoring_server import ScopedMonitoringServer, from_rest_json
+
+    server = ScopedMonitoringServer(page_size=a.get("page_size", 100))
+    merged: dict[str, Any] = {}
+    for path in sorted(Path(a["util_dir"]).glob("*.json.gz")):
+        with gzip.open(path, "rb") as f:
+            for ts in ijson.items(f, "timeSeries.item", use_float=True):
+                key = json.dumps([ts["metric"], ts["resource"]], sort_keys=True)
+                pb = monitoring_v3.TimeSeries.pb(from_rest_json(ts))
+                if key in merged:
+                    merged[key].points.extend(pb.points)
+                else:
+                    merged[key] = pb
+    server.add(*(monitoring_v3.TimeSeries.wrap(pb) for pb in merged.values()))
+    types = {pb.metric.type for pb in merged.values()}
+    presets = [name for name, p in PRESETS.items() if any(m.metric_type in types for m in p.metrics)]
+    projects = sorted({pb.resource.labels["project_id"] for pb in merged.values()})
+    points = sum(len(pb.points) for pb in merged.values())
+    merged.clear()
+    server.start()
+    info = {"address": server.address, "projects": projects, "presets": presets, "points": points}
+    print("BENCH-SERVING " + json.dumps(info), flush=True)
+    sys.stdin.read()  # until the bench closes it
+    server.stop()
+    return {"seconds": 0.0}
+
+
 def poll(a: dict[str, Any]) -> dict[str, Any]:
     """The daemon's billing poll on copies of `poll.duckdb` + `poll-state/`, after appending the
     new load `a["load"]` (one export delivery) when given (the append is the export's work, not timed).
@@ -339,6 +421,8 @@ STAGES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "detection": detection,
     "digest": digest,
     "util_poll": util_poll,
+    "monitoring_poll": monitoring_poll,
+    "serve_monitoring": serve_monitoring,
     "poll": poll,
 }
 

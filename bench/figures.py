@@ -10,6 +10,9 @@ fresh child process (`bench/child.py`) so the peak RSS is that work's alone.
   chart reads two weeks of aggregates, GPU hours and jobs); a fresh copy of the store per run;
 - `util_poll`: the daemon's first utilization poll of the utilization day files (`run_utilization_poll`)
   into a state store with none yet; a fresh copy per run;
+- `monitoring_poll`: the same first read from Cloud Monitoring instead (its live windows, then its
+  backfill job until the whole window is read), through the real client against the gRPC stand-in
+  serving the same day files (`bench/child.py serve_monitoring`, a process of its own, not measured);
 - `poll`: the daemon's billing poll with nothing new loaded, and after one new load is appended (the
   export's last delivery by the data's end: the rows of one `export_time`; the simulated export,
   like Google's, delivers every few hours), each on a fresh copy of the DuckDB table and store.
@@ -33,7 +36,7 @@ __all__ = ["STAGES", "Fleet", "Measure", "ScaleFigures", "measure_fleet", "run_c
 
 CHILD = Path(__file__).resolve().with_name("child.py")
 MARKER = "BENCH-RESULT "  # as bench/child.py prints it
-STAGES = ("analyze", "floor", "naive", "detection", "digest", "util_poll", "poll")
+STAGES = ("analyze", "floor", "naive", "detection", "digest", "util_poll", "monitoring_poll", "poll")
 _DAY = timedelta(days=1)
 _DAEMON_LOOKBACK = 10  # billing.lookback_days' default: what the daemon's poll covers
 _MAX_LOOKBACK = 62  # billing.lookback_days' ceiling
@@ -154,11 +157,13 @@ def measure_fleet(fleet: Fleet, stages: Sequence[str], repeat: int) -> ScaleFigu
             _line(
                 label, m[stage], f"{fleet.rows / m[stage].seconds:,.0f} rows/s, {m[stage]['groups']} groups"
             )
-    if {*_DAEMON_JOBS, "poll"} & set(stages):
+    if {*_DAEMON_JOBS, "monitoring_poll", "poll"} & set(stages):
         out.setup = _setup(fleet, base)
     for stage in _DAEMON_JOBS:
         if stage in stages:
             _daemon_job(out, base, repeat, stage)
+    if "monitoring_poll" in stages:
+        _monitoring_poll(out, base, repeat)
     if "poll" in stages:
         _polls(out, base, repeat)
     return out
@@ -214,6 +219,41 @@ def _daemon_job(out: ScaleFigures, base: dict[str, Any], repeat: int, stage: str
     fresh = _copy_state(fleet.work / state, "state")
     out.measures[stage] = m = _repeat(stage, args, repeat, fresh, fleet.work)
     _line(label(fleet), m, extra(m))
+
+
+_SERVING = "BENCH-SERVING "
+
+
+def _monitoring_poll(out: ScaleFigures, base: dict[str, Any], repeat: int) -> None:
+    """The first read from Cloud Monitoring, with the stand-in serving in a process of its own (its
+    memory is not the daemon's) until its stdin is closed."""
+    fleet = out.fleet
+    cmd = [sys.executable, str(CHILD), "serve_monitoring", json.dumps(base)]
+    server = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        line = next((ln for ln in server.stdout if ln.startswith(_SERVING)), None)
+        if line is None:
+            raise BenchError(f"the Cloud Monitoring stand-in did not start (exit {server.wait()})")
+        served = json.loads(line.removeprefix(_SERVING))
+        args = base | {
+            "db": str(fleet.work / "full.duckdb"),
+            "now": fleet.end,
+            "lookback_days": _lookback(fleet),
+            **{k: served[k] for k in ("address", "projects", "presets")},
+        }
+        fresh = _copy_state(fleet.work / "poll-state", "state")
+        out.measures["monitoring_poll"] = m = _repeat("monitoring_poll", args, repeat, fresh, fleet.work)
+    finally:
+        if server.stdin is not None:
+            server.stdin.close()
+        server.wait(timeout=60)
+    _line(
+        "first util poll (Monitoring)",
+        m,
+        f"{m['stored']:,} samples stored of {served['points']:,} served; {m['backfill_runs']} backfill runs"
+        f" ({len(served['projects'])} projects x {len(served['presets'])} presets)",
+    )
 
 
 def _polls(out: ScaleFigures, base: dict[str, Any], repeat: int) -> None:

@@ -32,6 +32,8 @@ FIGURE_HEADERS = (
     "digest MB",
     "first util poll s",
     "first util poll MB",
+    "Monitoring first poll s",
+    "Monitoring first poll MB",
     "poll idle ms",
     "poll +1 load ms",
 )
@@ -126,6 +128,8 @@ def _figures_row(s: ScaleFigures) -> list[str]:
         _get(s, "digest", lambda m: f"{m.peak_mb:,.0f}"),
         _get(s, "util_poll", lambda m: f"{m.seconds:.2f}"),
         _get(s, "util_poll", lambda m: f"{m.peak_mb:,.0f}"),
+        _get(s, "monitoring_poll", lambda m: f"{m.seconds:.2f}"),
+        _get(s, "monitoring_poll", lambda m: f"{m.peak_mb:,.0f}"),
         _get(s, "poll_idle", lambda m: f"{1000 * m.seconds:,.0f}"),
         _get(s, "poll_load", lambda m: f"{1000 * m.seconds:,.0f}"),
     ]
@@ -178,6 +182,8 @@ _GROWTH: tuple[tuple[str, Callable[[ScaleFigures], float | None]], ...] = (
     ("digest peak MB", _figure("digest", "peak_mb")),
     ("first utilization poll s", _figure("util_poll", "seconds")),
     ("first utilization poll peak MB", _figure("util_poll", "peak_mb")),
+    ("Monitoring first poll s", _figure("monitoring_poll", "seconds")),
+    ("Monitoring first poll peak MB", _figure("monitoring_poll", "peak_mb")),
     ("poll idle s", _figure("poll_idle", "seconds")),
     ("poll +1 load s", _figure("poll_load", "seconds")),
     ("poll +1 load rows scanned", _figure("poll_load", "rows_scanned")),

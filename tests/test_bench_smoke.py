@@ -7,6 +7,7 @@ closing Markdown.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 FIGURES = (
     "| scale | days | export rows | analyze s | analyze rows/s | analyze MB | floor s | floor MB | naive s"
     " | naive MB | detection s | detection MB | digest s | digest MB | first util poll s | first util poll MB"
-    " | poll idle ms | poll +1 load ms |"
+    " | Monitoring first poll s | Monitoring first poll MB | poll idle ms | poll +1 load ms |"
 )
 RATIOS = (
     "| scale | analyze / floor (time) | naive / analyze (time) | analyze fetched / scanned"
@@ -42,11 +43,25 @@ def test_bench_prints_machine_and_tables_with_the_measured_figures() -> None:
     assert cells["analyze s"] == "-" and cells["detection s"] == "-"  # not asked for
 
 
+def test_bench_reads_the_first_utilization_from_cloud_monitoring_whole() -> None:
+    """The Monitoring stage's daemon (real client, gRPC stand-in in its own process) stores every
+    point the stand-in serves, the backfill run after run, and its figure reaches the table."""
+    proc = _bench("--days", "1", "--repeat", "1", "--figures-only", "--stages", "monitoring_poll")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    line = next(ln for ln in lines if "first util poll (Monitoring)" in ln)
+    stored, served = re.search(r"([\d,]+) samples stored of ([\d,]+) served", line).groups()  # type: ignore[union-attr]
+    assert stored == served and int(served.replace(",", "")) > 0
+    row = lines[lines.index(FIGURES) + 2].split(" | ")
+    cells = dict(zip(FIGURES.strip("| ").split(" | "), [c.strip("| ") for c in row], strict=True))
+    assert float(cells["Monitoring first poll s"]) > 0 and float(cells["Monitoring first poll MB"]) > 0
+
+
 def test_bench_rejects_an_unknown_stage_in_one_line() -> None:
     proc = _bench("--stages", "floor,bogus")
     assert proc.returncode == 2
     assert (
-        "--stages: unknown bogus; choose from analyze, floor, naive, detection, digest, util_poll, poll"
+        "--stages: unknown bogus; choose from analyze, floor, naive, detection, digest, util_poll, monitoring_poll, poll"
         in proc.stderr
     )
 
