@@ -18,6 +18,7 @@ import pytest
 
 from monitor.sources.presets import Role, Signal
 from monitor.utilization import GpuSample, assemble, parse_series, select_signals
+from monitor.utilization.records import Points
 
 T0 = datetime(2026, 11, 1, 10, tzinfo=UTC)
 ALIGN = 300
@@ -251,3 +252,14 @@ def test_whole_numbers_and_missing_start_times_are_instants():
     parsed = parse_series(nvml(points), Counter())
     end = T0.timestamp()
     assert parsed.points == [(end, end, 100.0), (end + 300, end + 300, 50.0)]
+
+
+def test_parsed_points_read_as_the_list_of_tuples_they_were_built_from():
+    """`Points` (three arrays, a quarter of a tuple list's memory) stands for a list of (start, end,
+    value) tuples wherever parsed points are read: iterated, indexed, compared, sliced for a window."""
+    pts = [(0.0, 300.0, 12.5), (300.0, 600.0, 0.0), (600.0, 600.0, 99.9), (900.0, 1200.0, 50.0)]
+    points = Points(pts)
+    assert len(points) == 4 and points == pts and list(points) == pts and points != pts[:3]
+    assert [points[i] for i in range(4)] == pts and points[-1] == pts[-1]
+    assert list(points.between(1, 3)) == pts[1:3] and list(points.between(3, 3)) == []
+    assert list(points.ends) == [300.0, 600.0, 600.0, 1200.0] and not Points()

@@ -16,16 +16,12 @@ from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from itertools import islice
-from operator import itemgetter
 
 from monitor.sources.presets import MetricSpec, Role
 from monitor.utilization.records import IDENT_FIELDS, GpuSample, ParsedSeries, SampleDraft, SkipReason, freeze
 from monitor.utilization.select import HostKey, Ident, host_keys, merge
 
 __all__ = ["assemble"]
-
-_END = itemgetter(1)
 
 
 class _Head:
@@ -69,9 +65,10 @@ def _average(series: Iterable[ParsedSeries], align: int, lo: float, hi: float) -
         # files'. A point ending at or before lo - align falls in windows ending before lo; one ending
         # at or after hi + align + span starts at or after hi + align.
         points = s.points
-        i = bisect_right(points, lo - align, key=_END) if lo > -math.inf else 0
-        j = bisect_left(points, hi + align + s.span, key=_END) if hi < math.inf else len(points)
-        for start, end, value in islice(points, i, j):
+        ends = points.ends
+        i = bisect_right(ends, lo - align) if lo > -math.inf else 0
+        j = bisect_left(ends, hi + align + s.span) if hi < math.inf else len(ends)
+        for start, end, value in points.between(i, j):
             e = ceil(end)
             last = -(-e // align) * align
             first = last if start == end or int(start) >= e else (int(start) // align) * align + align

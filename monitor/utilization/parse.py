@@ -26,7 +26,7 @@ from typing import Any
 from monitor.sources.presets import METRICS, MetricSpec, Role
 from monitor.sources.units import NO_UNIT, UNKNOWN_UNIT, factor, resolve_unit
 from monitor.timeutil import parse_timestamp
-from monitor.utilization.records import IDENT_FIELDS, ParsedSeries, SkipReason
+from monitor.utilization.records import IDENT_FIELDS, ParsedSeries, Points, SkipReason
 
 __all__ = ["parse_series", "to_rest_json"]
 
@@ -290,4 +290,4 @@ def parse_series(
         return None
     points = _points(raw_points, scale, spec.role is Role.UTILIZATION, skips)
     kept = _in_order(points, skips)
-    return ParsedSeries(spec, ident, kept, max((e - s for s, e, _ in kept), default=0.0))
+    return ParsedSeries(spec, ident, Points(kept), max((e - s for s, e, _ in kept), default=0.0))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -16,6 +18,7 @@ __all__ = [
     "FetchResult",
     "GpuSample",
     "ParsedSeries",
+    "Points",
     "SampleDraft",
     "SkipReason",
     "UtilizationSource",
@@ -109,13 +112,55 @@ class UtilizationSource(Protocol):
     def fetch(self, start: datetime, end: datetime) -> FetchResult: ...
 
 
+class Points:
+    """(start, end, value) points, epoch seconds and scaled values, as three arrays of doubles.
+
+    A file source keeps its parsed files between polls (the daemon re-reads its last days every
+    poll), so this is the daemon's resident size: as a list of 3-tuples a point took 104 bytes (one
+    day file of bench scale 48, 1.38 M points, held 144 MB parsed); as arrays it takes 24. It reads
+    like that list: iteration and indexing give tuples, and it equals a list of the same tuples.
+    """
+
+    __slots__ = ("ends", "starts", "values")
+
+    def __init__(self, points: Iterable[tuple[float, float, float]] = ()):
+        self.starts, self.ends, self.values = array("d"), array("d"), array("d")
+        for start, end, value in points:
+            self.starts.append(start)
+            self.ends.append(end)
+            self.values.append(value)
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __iter__(self) -> Iterator[tuple[float, float, float]]:
+        return zip(self.starts, self.ends, self.values, strict=True)
+
+    def __getitem__(self, i: int) -> tuple[float, float, float]:
+        return self.starts[i], self.ends[i], self.values[i]
+
+    def between(self, i: int, j: int) -> Iterator[tuple[float, float, float]]:
+        """The points at indexes [i, j), as tuples."""
+        return zip(self.starts[i:j], self.ends[i:j], self.values[i:j], strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Points | list | tuple):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the list it stands for
+
+    def __repr__(self) -> str:
+        return f"Points({list(self)!r})"
+
+
 @dataclass
 class ParsedSeries:
     """One TimeSeries reduced to what we use: its spec, identity and (start, end, scaled value) points."""
 
     spec: MetricSpec
     ident: dict[str, str | None]
-    points: list[tuple[float, float, float]]  # epoch seconds: cheap to bucket by the million
+    points: Points  # in end order: `assemble` bisects them on `Points.ends`
     #: The longest interval (end - start) among the points, which run in end order: what bounds the
     #: points a window can use (`monitor.utilization.assemble`). 0 for points in time (GAUGE).
     span: float = 0.0
