@@ -275,8 +275,8 @@ def digest(a: dict[str, Any]) -> dict[str, Any]:
 
 
 def util_poll(a: dict[str, Any]) -> dict[str, Any]:
-    """The daemon's first utilization poll (`run_utilization_poll`: the window's day files read, a
-    day at a time, into the state store) on a fresh copy of a state directory with no samples yet."""
+    """The daemon's first utilization poll (`run_utilization_poll`: the window's day files read six
+    hours at a time into the state store) on a fresh copy of a state directory with no samples yet."""
     from monitor.cycle import run_utilization_poll
 
     report, out = _daemon_job(a, run_utilization_poll)

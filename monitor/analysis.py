@@ -415,8 +415,8 @@ def _load_utilization(
         return
     # whole hours (a live window ends at "now"): Monitoring aligns its buckets to the interval end
     end = ceil_hour(window.end)
-    days = getattr(source, "fetch_days", None)  # files: a day's samples at a time, stored before the next
-    pieces = days(data_start, end) if days is not None else [(data_start, end, source.fetch(data_start, end))]
+    cut = getattr(source, "fetch_pieces", None)  # files: a piece's samples at a time, stored before the next
+    pieces = cut(data_start, end) if cut is not None else [(data_start, end, source.fetch(data_start, end))]
     count, skipped = replace_windows(store, "analyze", "analyze", pieces, now=window.as_of, until=window.end)
     log.info("utilization read", extra={"samples": count, "skipped": sum(skipped.values())})
     if skipped:

@@ -238,10 +238,10 @@ def test_daemon_file_poll_covers_its_window_and_fills_what_it_never_read(tmp_pat
 
 
 def test_daemon_file_poll_reads_day_by_day_what_one_read_gives(tmp_path) -> None:
-    """The first file poll reads its window a UTC day at a time (one day's samples in memory, not
+    """The first file poll reads its window six hours at a time (one piece's samples in memory, not
     the window's): it stores what one read of the whole window gives, midnight windows included
     (their points are in the next day's file), and counts a file's skipped point once, though the
-    three days' reads share files."""
+    pieces' reads share files."""
     from monitor.utilization.state import load_samples
     from tests.test_utilization_files import point, series, write
 

@@ -363,7 +363,7 @@ def test_every_preset_metric_has_a_documented_unit_that_fits_its_role():
 
 
 def test_a_window_read_day_by_day_gives_what_one_read_gives_points_with_intervals_too(tmp_path):
-    """`fetch_days` (the daemon's file poll) against `fetch` over the same window across midnight:
+    """`fetch_pieces` (the daemon's file poll) against `fetch` over the same window across midnight:
     the same samples, each file's skipped point counted once, though both days read both files.
     Points with intervals (start before end: the parser takes them) reach into windows before
     their end, so a day uses points that end after it (`ParsedSeries.span`)."""
@@ -386,9 +386,16 @@ def test_a_window_read_day_by_day_gives_what_one_read_gives_points_with_interval
     start, end = midnight - timedelta(hours=2), midnight + timedelta(hours=2)
 
     whole = FileUtilizationSource([tmp_path]).fetch(start, end)
-    days = list(FileUtilizationSource([tmp_path]).fetch_days(start, end))
+    days = list(FileUtilizationSource([tmp_path]).fetch_pieces(start, end))
 
     assert [(lo, hi) for lo, hi, _ in days] == [(start, midnight), (midnight, end)]
+    H = timedelta(hours=1)
+    later = midnight + 7 * H  # pieces of six hours from midnight (`PIECE`), the last one cut short
+    assert [(lo, hi) for lo, hi, _ in FileUtilizationSource([tmp_path]).fetch_pieces(start, later)] == [
+        (start, midnight),
+        (midnight, midnight + 6 * H),
+        (midnight + 6 * H, later),
+    ]
     assert [s for _, _, r in days for s in r.samples] == whole.samples and len(whole.samples) > 40
     assert (
         whole.skipped == {"out_of_range": 2} == dict(sum((Counter(r.skipped) for _, _, r in days), Counter()))

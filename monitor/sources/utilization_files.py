@@ -130,6 +130,12 @@ def _files_for(files: Iterable[Path], start: datetime, end: datetime) -> list[Pa
     return [f for f in files if (d := _day_of(f)) is None or first <= d <= last]
 
 
+#: How much of a read is assembled and stored at once (`fetch_pieces`): a day of bench scale 48
+#: (1.38 M samples) peaked at 1,060 MB in the daemon's first file poll, six hours at 469 MB; the
+#: daemon's regular polls (three days re-read) take as long either way.
+PIECE = timedelta(hours=6)
+
+
 class FileUtilizationSource:
     """`UtilizationSource` over exported or simulated Cloud Monitoring JSON."""
 
@@ -162,17 +168,21 @@ class FileUtilizationSource:
         [(_, _, result)] = self._pieces(start, end, [(start, end)])
         return result
 
-    def fetch_days(self, start: datetime, end: datetime) -> Iterator[tuple[datetime, datetime, FetchResult]]:
-        """`fetch(start, end)` cut at UTC midnights: (day start, day end, its samples), a day at a
-        time, so the caller can store each day before the next is read (the daemon's first read at
-        bench scale 48, three days of files, peaked at 2.6 GB read at once). Each file is parsed
-        once for the whole read, and its skipped points count in the first day that reads it."""
-        days, lo = [], start
+    def fetch_pieces(
+        self, start: datetime, end: datetime
+    ) -> Iterator[tuple[datetime, datetime, FetchResult]]:
+        """`fetch(start, end)` cut every `PIECE` from UTC midnight: (piece start, piece end, its
+        samples), a piece at a time, so the caller can store each piece before the next is read
+        (the daemon's first read at bench scale 48, three days of files, peaked at 2.6 GB read at
+        once). Each file is parsed once for the whole read, and its skipped points count in the
+        first piece that reads it."""
+        pieces, lo = [], start
         while lo < end:
-            hi = min(floor_day(lo) + timedelta(days=1), end)
-            days.append((lo, hi))
+            day = floor_day(lo)
+            hi = min(day + PIECE * ((lo - day) // PIECE + 1), end)
+            pieces.append((lo, hi))
             lo = hi
-        return self._pieces(start, end, days)
+        return self._pieces(start, end, pieces)
 
     def _pieces(
         self, start: datetime, end: datetime, pieces: Sequence[tuple[datetime, datetime]]

@@ -61,7 +61,7 @@ def _average(series: Iterable[ParsedSeries], align: int, lo: float, hi: float) -
             heads.append(head)
         sums, counts, seqs = head.sums, head.counts, head.seqs
         # Only the points a window in [lo, hi) can use (they run in end order): a window read in
-        # pieces (the daemon's file poll, a day at a time) visits each piece's points, not all of the
+        # pieces (the daemon's file poll, six hours at a time) visits each piece's points, not all of the
         # files'. A point ending at or before lo - align falls in windows ending before lo; one ending
         # at or after hi + align + span starts at or after hi + align.
         points = s.points

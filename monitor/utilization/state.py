@@ -229,7 +229,7 @@ def replace_windows(
     until: datetime | None = None,
 ) -> tuple[int, dict[str, int]]:
     """`replace_window` for each (start, end, result) of a read in pieces, in turn
-    (`FileUtilizationSource.fetch_days`): a piece is stored, and let go, before the next is read,
+    (`FileUtilizationSource.fetch_pieces`): a piece is stored, and let go, before the next is read,
     so a read holds one piece's samples. `until`: no window reaches past it (samples given after it
     replace what they identify, as `replace_window` does). Returns the samples given and the
     points skipped, summed over the pieces."""
