@@ -8,6 +8,7 @@ files) must give identical samples and skip counts.
 
 from __future__ import annotations
 
+import importlib
 import math
 import random
 from collections import Counter, defaultdict
@@ -19,6 +20,9 @@ import pytest
 from monitor.sources.presets import Role, Signal
 from monitor.utilization import GpuSample, assemble, parse_series, select_signals
 from monitor.utilization.records import Points
+
+# the module itself (the package exports its `assemble` function under the same name)
+assemble_module = importlib.import_module("monitor.utilization.assemble")
 
 T0 = datetime(2026, 11, 1, 10, tzinfo=UTC)
 ALIGN = 300
@@ -168,8 +172,13 @@ def random_series(r: random.Random) -> dict:
     return ts
 
 
+@pytest.mark.parametrize("vectored", [False, True], ids=["as-built", "every-series-vectored"])
 @pytest.mark.parametrize("seed", range(40))
-def test_assemble_matches_the_reference(seed):
+def test_assemble_matches_the_reference(seed, vectored, monkeypatch):
+    """As built, series of 16 points or more take numpy's path (`_by_window`), which these
+    short random series never reach; with the threshold at 1, every series tries it first."""
+    if vectored:
+        monkeypatch.setattr(assemble_module, "_VECTORED", 1)
     r = random.Random(seed)
     raw = [random_series(r) for _ in range(r.randint(1, 30))]
     skips: Counter = Counter()
@@ -207,6 +216,31 @@ def test_the_random_fleets_exercise_collisions_memory_and_aliases():
         starts = Counter((s.node_name, s.gpu, s.start) for s in samples if s.node_name and not s.instance_id)
         seen["pair"] += sum(n == 2 for n in starts.values())
     assert min(seen.values()) > 10, seen
+
+
+def test_the_random_fleets_take_and_decline_the_vectored_path(monkeypatch):
+    """The vectored comparison above means something only if numpy's path both serves series
+    (one point per window) and hands some back to the loop (spread points, two in a window)."""
+    seen: Counter = Counter()
+    real = assemble_module._by_window
+
+    def counted(spans, *args):
+        out = real(spans, *args)
+        for (_, i, j), got in zip(spans, out, strict=True):
+            seen["loop" if j - i < 1 else "declined" if got is None else "taken" if got[0] else "empty"] += 1
+        return out
+
+    monkeypatch.setattr(assemble_module, "_VECTORED", 1)
+    monkeypatch.setattr(assemble_module, "_by_window", counted)
+    for seed in range(40):
+        r = random.Random(seed)
+        parsed = [
+            p
+            for ts in (random_series(r) for _ in range(r.randint(1, 30)))
+            if (p := parse_series(ts, Counter()))
+        ]
+        assemble(parsed, ALIGN, Counter(), window=(T0 - timedelta(hours=1), T0 + timedelta(hours=2)))
+    assert seen["taken"] > 50 and seen["declined"] > 50, seen
 
 
 def nvml(points: list) -> dict:

@@ -17,6 +17,8 @@ from collections import Counter
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
+import numpy as np
+
 from monitor.sources.presets import MetricSpec, Role
 from monitor.utilization.records import IDENT_FIELDS, GpuSample, ParsedSeries, SampleDraft, SkipReason, freeze
 from monitor.utilization.select import HostKey, Ident, host_keys, merge
@@ -53,21 +55,33 @@ def _average(series: Iterable[ParsedSeries], align: int, lo: float, hi: float) -
     heads: list[_Head] = []
     ceil = math.ceil
     seq = 0
-    for s in series:
+    # Only the points a window in [lo, hi) can use (they run in end order): a window read in pieces
+    # (the daemon's file poll, six hours at a time) visits each piece's points, not all of the
+    # files'. A point ending at or before lo - align falls in windows ending before lo; one ending
+    # at or after hi + align + span starts at or after hi + align.
+    spans = [
+        (
+            s,
+            bisect_right(s.points.ends, lo - align) if lo > -math.inf else 0,
+            bisect_left(s.points.ends, hi + align + s.span) if hi < math.inf else len(s.points),
+        )
+        for s in series
+    ]
+    for (s, i, j), fast in zip(spans, _by_window(spans, align, lo, hi), strict=True):
         ident = tuple(s.ident[f] for f in IDENT_FIELDS)
         head = number.get((s.spec.metric_type, ident))
         if head is None:
             head = number[(s.spec.metric_type, ident)] = _Head(s.spec, ident)
             heads.append(head)
         sums, counts, seqs = head.sums, head.counts, head.seqs
-        # Only the points a window in [lo, hi) can use (they run in end order): a window read in
-        # pieces (the daemon's file poll, six hours at a time) visits each piece's points, not all of the
-        # files'. A point ending at or before lo - align falls in windows ending before lo; one ending
-        # at or after hi + align + span starts at or after hi + align.
+        if fast is not None and sums.keys().isdisjoint(fast[0]):
+            windows, totals, several = fast  # windows new to this head: what the loop would store
+            sums.update(zip(windows, totals, strict=True))
+            counts.update(several)
+            seqs.update(zip(windows, range(seq, seq + len(windows)), strict=True))
+            seq += len(windows)
+            continue
         points = s.points
-        ends = points.ends
-        i = bisect_right(ends, lo - align) if lo > -math.inf else 0
-        j = bisect_left(ends, hi + align + s.span) if hi < math.inf else len(ends)
         for start, end, value in points.between(i, j):
             e = ceil(end)
             last = -(-e // align) * align
@@ -82,6 +96,69 @@ def _average(series: Iterable[ParsedSeries], align: int, lo: float, hi: float) -
                         seqs[b] = seq
                         seq += 1
     return heads
+
+
+#: Series with fewer points in the window than this go through `_average`'s loop.
+_VECTORED = 2
+
+_Windows = tuple[list[int], list[float], dict[int, int]]
+
+
+def _by_window(
+    spans: list[tuple[ParsedSeries, int, int]], align: int, lo: float, hi: float
+) -> list[_Windows | None]:
+    """`_average`'s loop done by numpy over the points [i, j) of every series at once, for the
+    usual series, each point in one window: per series, the ends of the windows in [lo, hi) its
+    points fall in, in order, their sums, and the counts of those with several points. None for a
+    series with a point over several windows, which the loop handles. Sums add a window's points
+    one by one in order, as the loop does, so they are the same to the bit. At bench scale 5 the
+    loop took 7 s of the 32 s that `analyze` spent on 30 days of utilization (cProfile), a numpy
+    pass per series 4.6 s (a six-hour piece holds 72 points of a series: numpy's fixed cost per call
+    weighs), one pass a piece for all its series 1.9 s with the loop's dict updates."""
+    out: list[_Windows | None] = [None] * len(spans)
+    chosen = [k for k, (_, i, j) in enumerate(spans) if j - i >= _VECTORED]
+    if not chosen:
+        return out
+
+    def column(name: str) -> np.ndarray:
+        return np.concatenate(
+            [
+                np.frombuffer(getattr(spans[k][0].points, name), dtype=np.float64)[spans[k][1] : spans[k][2]]
+                for k in chosen
+            ]
+        )
+
+    starts, ends, values = column("starts"), column("ends"), column("values")
+    owner = np.repeat(np.arange(len(chosen)), [spans[k][2] - spans[k][1] for k in chosen])
+    e = np.ceil(ends).astype(np.int64)
+    last = -(-e // align) * align  # the window the point ends in
+    first = starts.astype(np.int64)  # int(start): toward zero, as astype
+    spread = (starts != ends) & (first < e) & ((first // align) * align + align != last)
+    declined = np.zeros(len(chosen), dtype=bool)
+    declined[owner[spread]] = True
+    begins = last - align
+    keep = (begins >= lo) & (begins < hi)
+    owner, windows, values = owner[keep], last[keep], values[keep]
+    if windows.size == 0:  # no window in [lo, hi) for any of them
+        for n, k in enumerate(chosen):
+            out[k] = None if declined[n] else ([], [], {})
+        return out
+    # points run in end order (`ParsedSeries.points`), so a series' windows do: runs of one window
+    same = owner[1:] == owner[:-1]
+    firsts = np.flatnonzero(np.concatenate(([True], ~same | (windows[1:] != windows[:-1]))))
+    sizes = np.diff(np.append(firsts, windows.size))
+    totals = values[firsts].copy()
+    for k in range(1, int(sizes.max(initial=1))):  # the k-th point of every window that has one
+        more = sizes > k
+        totals[more] += values[firsts[more] + k]
+    bounds = np.searchsorted(owner[firsts], np.arange(len(chosen) + 1)).tolist()
+    ends_of, totals_of, sizes_of = windows[firsts].tolist(), totals.tolist(), sizes.tolist()
+    for n, k in enumerate(chosen):
+        if not declined[n]:
+            a, b = bounds[n], bounds[n + 1]
+            several = {w: c for w, c in zip(ends_of[a:b], sizes_of[a:b], strict=True) if c > 1}
+            out[k] = (ends_of[a:b], totals_of[a:b], several)
+    return out
 
 
 def _in_order(heads: list[_Head], memory: bool) -> list[_Head]:

@@ -124,11 +124,12 @@ class Points:
     __slots__ = ("ends", "starts", "values")
 
     def __init__(self, points: Iterable[tuple[float, float, float]] = ()):
-        self.starts, self.ends, self.values = array("d"), array("d"), array("d")
-        for start, end, value in points:
-            self.starts.append(start)
-            self.ends.append(end)
-            self.values.append(value)
+        # a column at a time from a list (a parse's points arrive as one): three appends a point
+        # were a tenth of parsing a day file
+        rows = points if isinstance(points, list | tuple) else list(points)
+        self.starts = array("d", [p[0] for p in rows])
+        self.ends = array("d", [p[1] for p in rows])
+        self.values = array("d", [p[2] for p in rows])
 
     def __len__(self) -> int:
         return len(self.ends)
