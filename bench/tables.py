@@ -1,6 +1,6 @@
 """The benchmark's closing Markdown: the machine, the figures per scale, the ratios, the growth.
 
-Compact on purpose: pasted as is into README's benchmark section.
+Compact on purpose: pasted as is into README's Performance section (and docs/performance.md).
 """
 
 from __future__ import annotations
