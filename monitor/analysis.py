@@ -296,10 +296,12 @@ def detection_start(window: Window, history: timedelta = timedelta(0)) -> dateti
 @contextmanager
 def _scratch_stores() -> Iterator[tuple[SQLiteStore, AggregateStore]]:
     """A throwaway state store and aggregate store in a temp dir: files, as the daemon's, so DuckDB
-    compresses the aggregates and its memory limit bounds what stays in memory."""
+    compresses the aggregates and its memory limit bounds what stays in memory. The state store
+    skips fsync (`synchronous=OFF`): it dies with the run, and storing 30 days of bench scale 5's
+    utilization (120 six-hour pieces, a commit each) took 5.2 s with it, 4.0 s without."""
     with tempfile.TemporaryDirectory(prefix="gpucost-analyze-") as tmp:
         store, aggregates = (
-            SQLiteStore(Path(tmp) / "state.sqlite"),
+            SQLiteStore(Path(tmp) / "state.sqlite", pragmas={"synchronous": "OFF"}),
             AggregateStore(Path(tmp) / "aggregates.duckdb"),
         )
         try:
