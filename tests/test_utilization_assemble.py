@@ -172,13 +172,10 @@ def random_series(r: random.Random) -> dict:
     return ts
 
 
-@pytest.mark.parametrize("vectored", [False, True], ids=["as-built", "every-series-vectored"])
 @pytest.mark.parametrize("seed", range(40))
-def test_assemble_matches_the_reference(seed, vectored, monkeypatch):
-    """As built, series of 16 points or more take numpy's path (`_by_window`), which these
-    short random series never reach; with the threshold at 1, every series tries it first."""
-    if vectored:
-        monkeypatch.setattr(assemble_module, "_VECTORED", 1)
+def test_assemble_matches_the_reference(seed):
+    """Every series with points in the window tries numpy's path first (`_by_window`); those with
+    a point over several windows go through the loop (see the next test but one)."""
     r = random.Random(seed)
     raw = [random_series(r) for _ in range(r.randint(1, 30))]
     skips: Counter = Counter()
@@ -219,8 +216,8 @@ def test_the_random_fleets_exercise_collisions_memory_and_aliases():
 
 
 def test_the_random_fleets_take_and_decline_the_vectored_path(monkeypatch):
-    """The vectored comparison above means something only if numpy's path both serves series
-    (one point per window) and hands some back to the loop (spread points, two in a window)."""
+    """The comparison above tests both paths only if numpy's serves series (each point in one
+    window, one or several to a window) and hands some back to the loop (points over several)."""
     seen: Counter = Counter()
     real = assemble_module._by_window
 
@@ -230,7 +227,6 @@ def test_the_random_fleets_take_and_decline_the_vectored_path(monkeypatch):
             seen["loop" if j - i < 1 else "declined" if got is None else "taken" if got[0] else "empty"] += 1
         return out
 
-    monkeypatch.setattr(assemble_module, "_VECTORED", 1)
     monkeypatch.setattr(assemble_module, "_by_window", counted)
     for seed in range(40):
         r = random.Random(seed)

@@ -98,9 +98,6 @@ def _average(series: Iterable[ParsedSeries], align: int, lo: float, hi: float) -
     return heads
 
 
-#: Series with fewer points in the window than this go through `_average`'s loop.
-_VECTORED = 2
-
 _Windows = tuple[list[int], list[float], dict[int, int]]
 
 
@@ -116,7 +113,7 @@ def _by_window(
     pass per series 4.6 s (a six-hour piece holds 72 points of a series: numpy's fixed cost per call
     weighs), one pass a piece for all its series 1.9 s with the loop's dict updates."""
     out: list[_Windows | None] = [None] * len(spans)
-    chosen = [k for k, (_, i, j) in enumerate(spans) if j - i >= _VECTORED]
+    chosen = [k for k, (_, i, j) in enumerate(spans) if j > i]
     if not chosen:
         return out
 
