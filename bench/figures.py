@@ -179,6 +179,11 @@ def _lookback(fleet: Fleet) -> int:
     return min(fleet.days + 1, _MAX_LOOKBACK)
 
 
+def _on_filled_store(fleet: Fleet, base: dict[str, Any]) -> dict[str, Any]:
+    """A daemon job's arguments over the export `_setup` filled the stores from, as of its end."""
+    return base | {"db": str(fleet.work / "full.duckdb"), "now": fleet.end, "lookback_days": _lookback(fleet)}
+
+
 def _setup(fleet: Fleet, base: dict[str, Any]) -> dict[str, Any]:
     args = base | {
         "dir": str(fleet.work),
@@ -215,7 +220,7 @@ _DAEMON_JOBS: dict[str, tuple[str, Callable[[Fleet], str], Callable[[Measure], s
 def _daemon_job(out: ScaleFigures, base: dict[str, Any], repeat: int, stage: str) -> None:
     fleet = out.fleet
     state, label, extra = _DAEMON_JOBS[stage]
-    args = base | {"db": str(fleet.work / "full.duckdb"), "now": fleet.end, "lookback_days": _lookback(fleet)}
+    args = _on_filled_store(fleet, base)
     fresh = _copy_state(fleet.work / state, "state")
     out.measures[stage] = m = _repeat(stage, args, repeat, fresh, fleet.work)
     _line(label(fleet), m, extra(m))
@@ -236,12 +241,7 @@ def _monitoring_poll(out: ScaleFigures, base: dict[str, Any], repeat: int) -> No
         if line is None:
             raise BenchError(f"the Cloud Monitoring stand-in did not start (exit {server.wait()})")
         served = json.loads(line.removeprefix(_SERVING))
-        args = base | {
-            "db": str(fleet.work / "full.duckdb"),
-            "now": fleet.end,
-            "lookback_days": _lookback(fleet),
-            **{k: served[k] for k in ("address", "projects", "presets")},
-        }
+        args = _on_filled_store(fleet, base) | {k: served[k] for k in ("address", "projects", "presets")}
         fresh = _copy_state(fleet.work / "poll-state", "state")
         out.measures["monitoring_poll"] = m = _repeat("monitoring_poll", args, repeat, fresh, fleet.work)
     finally:
