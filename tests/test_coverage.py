@@ -237,7 +237,7 @@ def test_daemon_file_poll_covers_its_window_and_fills_what_it_never_read(tmp_pat
         state.close()
 
 
-def test_daemon_file_poll_reads_day_by_day_what_one_read_gives(tmp_path) -> None:
+def test_daemon_file_poll_reads_in_pieces_what_one_read_gives(tmp_path) -> None:
     """The first file poll reads its window six hours at a time (one piece's samples in memory, not
     the window's): it stores what one read of the whole window gives, midnight windows included
     (their points are in the next day's file), and counts a file's skipped point once, though the

@@ -362,7 +362,7 @@ def test_every_preset_metric_has_a_documented_unit_that_fits_its_role():
     )
 
 
-def test_a_window_read_day_by_day_gives_what_one_read_gives_points_with_intervals_too(tmp_path):
+def test_a_window_read_in_pieces_gives_what_one_read_gives_points_with_intervals_too(tmp_path):
     """`fetch_pieces` (the daemon's file poll) against `fetch` over the same window across midnight:
     the same samples, each file's skipped point counted once, though both days read both files.
     Points with intervals (start before end: the parser takes them) reach into windows before
