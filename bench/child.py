@@ -111,7 +111,9 @@ def analyze(a: dict[str, Any]) -> dict[str, Any]:
     from monitor.config import Config
 
     cfg, now, paths = Config(), _ts(a["now"]), [Path(a["parquet"])]
-    result, out = _timed(lambda: analyze_once(cfg, now=now, billing_paths=paths, with_budgets=False))
+    result, out = _timed(
+        lambda: analyze_once(cfg, now=now, billing_paths=paths, with_budgets=False, keep_gpu_hours=False)
+    )
     stats = result.stats
     return out | {
         "rows_scanned": stats.rows_scanned,

@@ -39,7 +39,7 @@ from monitor.billing_poll import currencies, poll_billing, provisional_since
 from monitor.config import Config
 from monitor.detectors import build_detectors, history_needed, run_in_window
 from monitor.detectors.costs import Costs, as_costs
-from monitor.detectors.inputs import BudgetSpec, CostHour, GpuHour
+from monitor.detectors.inputs import BudgetSpec, CostHour, GpuHour, UnmonitoredGpuHours
 from monitor.errors import UserError
 from monitor.gcpause import collector_paused
 from monitor.model import Finding, category_of
@@ -321,6 +321,7 @@ def run_analysis(
     detectors: Any = None,
     month_to_date: bool = True,
     progress: Progress | None = None,
+    keep_gpu_hours: bool = True,
 ) -> Analysis:
     """The pipeline once over [start, end) (defaults: see `resolve_window`).
 
@@ -328,6 +329,8 @@ def run_analysis(
 
     `detectors` overrides `cfg.detectors` (a built list, `[]` for none, or a raw `[detectors]`
     table). `month_to_date=False` reads only the window (no budget forecast needs the month).
+    `keep_gpu_hours=False` leaves `Analysis.gpu_hours` empty (`gpucost analyze` prints none), so GPU
+    hours are read only as far as the detectors read them (`UnmonitoredGpuHours`).
     """
     began = time.monotonic()
     metered = MeteredSource(sources.billing)
@@ -360,6 +363,8 @@ def run_analysis(
         )
         costs = inputs.hourly  # a view on the scratch aggregate store: closed before it goes
         try:
+            if keep_gpu_hours:  # all of them now, so the detectors filter them rather than read twice
+                len(inputs.gpu_hours)
             _note_currencies(currencies(aggregates, window.start, window.end))
             lines = attribution(costs, window.start, window.end)
             stage("detecting")
@@ -367,11 +372,15 @@ def run_analysis(
             findings = run_in_window(inputs, built, window.as_of, window.start)
         finally:
             costs.close()
-    gpu = tuple(g for g in inputs.gpu_hours if window.start <= g.hour < window.end)
+    window_gpu = inputs.gpu_hours
+    gpu = tuple(g for g in window_gpu if window.start <= g.hour < window.end) if keep_gpu_hours else ()
     stats = _stats(metered, sources.billing.engine, data_start, window.end)
     # what was read back into Python from the engines: cost rows and sums, and the window's GPU
     # node-hours (not those before it, which only a job budget joins, when a job ran before it)
-    stats.rows_fetched += costs.fetched + sum(1 for g in inputs.gpu_hours if not g.estimated)
+    if isinstance(window_gpu, UnmonitoredGpuHours):
+        stats.rows_fetched += costs.fetched + window_gpu.fetched
+    else:
+        stats.rows_fetched += costs.fetched + sum(1 for g in window_gpu if not g.estimated)
     stats.seconds = time.monotonic() - began
     return Analysis(
         window=window,
@@ -485,6 +494,7 @@ def analyze_once(
     detectors: Any = None,
     month_to_date: bool = True,
     progress: Progress | None = None,
+    keep_gpu_hours: bool = True,
 ) -> Analysis:
     """Open the sources, run the analysis, close the sources (what the CLI commands call)."""
     sources = open_sources(
@@ -500,6 +510,7 @@ def analyze_once(
             detectors=detectors,
             month_to_date=month_to_date,
             progress=progress,
+            keep_gpu_hours=keep_gpu_hours,
         )
     finally:
         sources.close()

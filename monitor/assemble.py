@@ -24,7 +24,14 @@ from monitor.billing_poll import (
     stored_gpu_node_hours,
 )
 from monitor.detectors.costs import Costs
-from monitor.detectors.inputs import BudgetSpec, CostHour, DetectorInputs, GpuHour, PriceLookup
+from monitor.detectors.inputs import (
+    BudgetSpec,
+    CostHour,
+    DetectorInputs,
+    GpuHour,
+    PriceLookup,
+    UnmonitoredGpuHours,
+)
 from monitor.frozen import draft_class, freeze
 from monitor.gpu_identity import node_pool_from_name, sample_identities
 from monitor.gpu_models import normalize_gpu_model, parse_sku_description, region_of
@@ -120,11 +127,19 @@ def _shared(column: pa.ChunkedArray, convert: Callable[[Any], Any] | None = None
     return [values[i] for i in encoded.indices.fill_null(-1).to_pylist()]
 
 
-def gpu_node_hours(store: AggregateStore, start: datetime, end: datetime, since: datetime) -> GpuNodeHours:
+def gpu_node_hours(
+    store: AggregateStore,
+    start: datetime,
+    end: datetime,
+    since: datetime,
+    *,
+    pricing_model: str | None = None,
+) -> GpuNodeHours:
     """GPU spend per node-hour of [start, end), summed over SKUs, corrections and (GKE cost
     allocation) namespaces in the engine (`stored_gpu_node_hours`), column by column; the gross cost
-    per `k8s-namespace` is kept for the rollups. GPU-hours are summed as the export's decimal amounts."""
-    table = stored_gpu_node_hours(store, start, end)
+    per `k8s-namespace` is kept for the rollups. GPU-hours are summed as the export's decimal amounts.
+    `pricing_model`: only the node-hours of that pricing model."""
+    table = stored_gpu_node_hours(store, start, end, pricing_model=pricing_model)
     col = {
         name: _shared(table.column(name)) if name in _REPEATED else table.column(name).to_pylist()
         for name in table.column_names
@@ -428,17 +443,30 @@ def assemble_inputs(
     since = provisional_since(now, provisional_days)
     split = start if gpu_from is None else max(start, min(gpu_from, since, end))
 
-    def joined(lo: datetime, hi: datetime) -> list[GpuHour]:
-        util = load_util_hours(store, lo, hi)
+    def joined(lo: datetime, hi: datetime, util: UtilHours | None = None) -> list[GpuHour]:
+        util = load_util_hours(store, lo, hi) if util is None else util
         nodes = gpu_node_hours(aggregates, lo, hi, since)
         return gpu_hours(nodes, util, idle_threshold_pct, prices, hi, since)
+
+    def window_hours() -> Sequence[GpuHour]:
+        """Joined now when utilization overlaps the window; else built when (and as far as) a
+        detector reads them: no utilization, nothing to join (`UnmonitoredGpuHours`)."""
+        util = load_util_hours(store, split, end)
+        if len(util):
+            return joined(split, end, util)
+        return UnmonitoredGpuHours(
+            lambda pricing: gpu_hours(
+                gpu_node_hours(aggregates, split, end, since, pricing_model=pricing),
+                util, idle_threshold_pct, prices, end, since,
+            )
+        )  # fmt: skip
 
     return DetectorInputs(
         window_start=start,
         window_end=end,
         provisional_from=since,
         hourly=stored_costs(aggregates, start, end, since),
-        gpu_hours=joined(split, end),
+        gpu_hours=window_hours(),
         prices=prices,
         budgets=tuple(budgets),
         utilization_coverage=coverage,

@@ -142,6 +142,8 @@ _OUT = (
     + ", " + ", ".join(n for _, n in _SUMS) + ", " + ", ".join(n for _, n in _OWN)
 )  # fmt: skip
 _MATCH = " AND ".join(f"gpu.{k} IS NOT DISTINCT FROM many.{k}" for k in _NODE_KEYS)
+#: Where `stored_gpu_node_hours` puts its filter on the node-hours (nothing when there is none).
+_WHERE = "/* node-hours filter */"
 _GPU_NODE_HOURS = f"""
 WITH gpu AS NOT MATERIALIZED (
   SELECT * FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ? AND subcategory = 'compute.gpu'
@@ -165,7 +167,7 @@ WITH gpu AS NOT MATERIALIZED (
   UNION ALL BY NAME
   SELECT {_OUT}, invoice_month, {", ".join(n for _, n in _LISTS)} FROM several
 )
-SELECT * EXCLUDE (invoice_month) FROM node_hours
+SELECT * EXCLUDE (invoice_month) FROM node_hours{_WHERE}
 ORDER BY hour, invoice_month, project, region, zone, instance, instance_id
 """
 
@@ -624,15 +626,20 @@ def currencies(store: AggregateStore, start: datetime, end: datetime) -> set[str
         return {r[0] for r in conn.execute(sql, (naive_utc(start), naive_utc(end))).fetchall() if r[0]}
 
 
-def stored_gpu_node_hours(store: AggregateStore, start: datetime, end: datetime) -> pa.Table:
+def stored_gpu_node_hours(
+    store: AggregateStore, start: datetime, end: datetime, *, pricing_model: str | None = None
+) -> pa.Table:
     """GPU spend per node-hour in [start, end) (`_GPU_NODE_HOURS`) as an Arrow table: hour (a UTC
     TIMESTAMP without zone), project, zone, instance, instance id, the first row's region, machine type, cluster, node
     pool, SKU and pricing model, gross, credits, CUD and SUD micros, the first row's usage amount,
     label set and namespace, then, for a node-hour of several rows, each row's usage amounts, label
     sets, namespaces and gross (else null); ordered as the node-hours first appear in the readers'
-    order."""
+    order. `pricing_model`: only the node-hours whose (first row's) pricing model it is, the same
+    rows in the same order as filtering the whole result."""
+    where, params = (" WHERE pricing_model = ?", [pricing_model]) if pricing_model is not None else ("", [])
     with _reading(store) as conn:
-        return conn.sql(_GPU_NODE_HOURS, params=[naive_utc(start), naive_utc(end)]).to_arrow_table()
+        sql = _GPU_NODE_HOURS.replace(_WHERE, where)
+        return conn.sql(sql, params=[naive_utc(start), naive_utc(end), *params]).to_arrow_table()
 
 
 def _changed_hours(

@@ -100,7 +100,9 @@ def analyze_cmd(billing_paths, utilization_paths, config_path, start, end, fmt) 
 
     # stages (reading billing, detecting...) with the elapsed time; a heartbeat off a terminal
     with progress("analyze", None, clock=context_clock(), heartbeat=1.0) as bar:
-        _, result = cli_analysis(billing_paths, utilization_paths, config_path, start, end, progress=bar)
+        _, result = cli_analysis(
+            billing_paths, utilization_paths, config_path, start, end, progress=bar, keep_gpu_hours=False
+        )
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2))
     elif fmt == "markdown":

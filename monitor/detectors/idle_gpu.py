@@ -184,6 +184,8 @@ class IdleGpu(Detector):
         return [run for run in runs if len(run) >= self.config.min_idle_hours]
 
     def evaluate(self, inputs: DetectorInputs, now: datetime) -> list[Finding]:
+        if not inputs.gpu_monitored:  # every hour "unknown": no run, and no need to join the hours
+            return []
         groups: dict[tuple[str | None, str], list[GpuHour]] = defaultdict(list)
         for r in inputs.gpu_hours:
             if inputs.window_start <= r.hour < inputs.window_end and r.hour < now:

@@ -17,11 +17,11 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from monitor.model import category_of
 
@@ -36,6 +36,7 @@ __all__ = [
     "GpuHour",
     "MachinePriceLookup",
     "PriceLookup",
+    "UnmonitoredGpuHours",
     "to_usd",
 ]
 
@@ -167,6 +168,49 @@ class GpuHour:
         return self.monitored and self.idle_gpu_hours < self.gpu_hours
 
 
+class UnmonitoredGpuHours(Sequence[GpuHour]):
+    """GPU hours no utilization overlaps, built on first use (`build(None)`), so a run whose
+    detectors never read them never fetches them.
+
+    Without utilization every hour is billed and unmonitored, none estimated, and each is built from
+    its own node-hour alone: `on_demand()` asks the engine for the on-demand ones only
+    (`build("on_demand")`), the same rows in the same order as filtering them all. That is what a
+    billing-only `gpucost analyze` reads: the opportunity detectors price on-demand hours, and the
+    idle detector has nothing to judge (`DetectorInputs.gpu_monitored`). `fetched` counts the
+    node-hours read from the engine.
+    """
+
+    def __init__(self, build: Callable[[str | None], Sequence[GpuHour]]) -> None:
+        self._build = build
+        self._all: Sequence[GpuHour] | None = None
+        self._on_demand: list[GpuHour] | None = None
+        self.fetched = 0
+
+    def _rows(self) -> Sequence[GpuHour]:
+        if self._all is None:
+            self._all = self._build(None)
+            self.fetched += len(self._all)
+        return self._all
+
+    def __len__(self) -> int:
+        return len(self._rows())
+
+    def __getitem__(self, index: int | slice) -> Any:
+        return self._rows()[index]
+
+    def __iter__(self) -> Iterator[GpuHour]:
+        return iter(self._rows())
+
+    def on_demand(self) -> list[GpuHour]:
+        """The on-demand hours, in order: from the engine alone unless they are all built already."""
+        if self._all is not None:
+            return [r for r in self._all if r.pricing_model == "on_demand"]
+        if self._on_demand is None:
+            self._on_demand = list(self._build("on_demand"))
+            self.fetched += len(self._on_demand)
+        return self._on_demand
+
+
 class PriceLookup(Protocol):
     """Unit GPU prices in USD per GPU-hour, from the Catalog API or the bundled snapshot."""
 
@@ -240,6 +284,20 @@ class DetectorInputs:
     utilization_coverage: Mapping[str, Sequence[tuple[datetime, datetime]]] | None = None
     gpu_from: datetime | None = None
     earlier_gpu_hours: Callable[[], Sequence[GpuHour]] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def gpu_monitored(self) -> bool:
+        """False when no GPU hour can be monitored (no utilization overlaps them:
+        `UnmonitoredGpuHours`), known without building them; True otherwise, even for a list without
+        a monitored hour."""
+        return not isinstance(self.gpu_hours, UnmonitoredGpuHours)
+
+    def on_demand_gpu_hours(self) -> Sequence[GpuHour]:
+        """The on-demand GPU hours, in order (without building the others when none can be
+        monitored: `UnmonitoredGpuHours.on_demand`)."""
+        if isinstance(self.gpu_hours, UnmonitoredGpuHours):
+            return self.gpu_hours.on_demand()
+        return [r for r in self.gpu_hours if r.pricing_model == "on_demand"]
 
     def all_gpu_hours(self) -> Sequence[GpuHour]:
         """The GPU hours of the whole inputs, those before `gpu_from` first (the callable joins them

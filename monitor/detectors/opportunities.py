@@ -74,12 +74,10 @@ class OpportunityConfig(DetectorConfig):
 
 
 def on_demand_hours(inputs: DetectorInputs, now: datetime) -> list[GpuHour]:
+    """The window's on-demand GPU hours of a known GPU model (without joining the others when none
+    can be monitored: `DetectorInputs.on_demand_gpu_hours`)."""
     end = min(inputs.window_end, now)
-    return [
-        r
-        for r in inputs.gpu_hours
-        if r.pricing_model == "on_demand" and r.gpu_model and inputs.window_start <= r.hour < end
-    ]
+    return [r for r in inputs.on_demand_gpu_hours() if r.gpu_model and inputs.window_start <= r.hour < end]
 
 
 def price_source(prices: PriceLookup, model: str, region: str | None, kinds: Sequence[str]) -> str:
