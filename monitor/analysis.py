@@ -360,6 +360,7 @@ def run_analysis(
             prices=prices,
             budgets=sources.budgets,
             gpu_from=window.start,  # the history before the window is read for costs alone
+            defer_unmonitored=True,  # the scratch store: nothing else writes it
         )
         costs = inputs.hourly  # a view on the scratch aggregate store: closed before it goes
         try:

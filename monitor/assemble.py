@@ -429,6 +429,7 @@ def assemble_inputs(
     budgets: Sequence[BudgetSpec] = (),
     coverage: Coverage = None,
     gpu_from: datetime | None = None,
+    defer_unmonitored: bool = False,
 ) -> DetectorInputs:
     """Detector inputs for [start, end): billing from the `aggregates` store, utilization from the
     state `store`. `coverage`: which utilization was read (`monitor.utilization.coverage`); None: all
@@ -439,6 +440,11 @@ def assemble_inputs(
     provisional hour, so every estimated hour is on the joined side; an estimate takes its node's
     GPU model and pricing from the node's latest billed hour on that side (a node billed only
     before it is priced from its Monitoring labels, at on-demand rates, until its billing lands).
+
+    `defer_unmonitored`: when no utilization overlaps the window, its GPU hours are built as the
+    detectors read them (`UnmonitoredGpuHours`), from the store as it is then: only for a store
+    nothing else writes while the inputs live (`analyze`'s scratch store; the daemon's billing poll
+    may commit during a detection run, so the daemon reads them here, with the costs).
     """
     since = provisional_since(now, provisional_days)
     split = start if gpu_from is None else max(start, min(gpu_from, since, end))
@@ -449,10 +455,10 @@ def assemble_inputs(
         return gpu_hours(nodes, util, idle_threshold_pct, prices, hi, since)
 
     def window_hours() -> Sequence[GpuHour]:
-        """Joined now when utilization overlaps the window; else built when (and as far as) a
-        detector reads them: no utilization, nothing to join (`UnmonitoredGpuHours`)."""
+        """Joined now when utilization overlaps the window (or nothing may be deferred); else built
+        when (and as far as) a detector reads them: no utilization, nothing to join."""
         util = load_util_hours(store, split, end)
-        if len(util):
+        if len(util) or not defer_unmonitored:
             return joined(split, end, util)
         return UnmonitoredGpuHours(
             lambda pricing: gpu_hours(

@@ -32,6 +32,7 @@ from monitor.sources.pricing import SnapshotPriceSource
 from tests.test_detectors_common import gpu, inputs
 
 DETECTORS = (SpotOpportunity, CommitmentOpportunity, IdleGpu)
+NOW = datetime(2026, 11, 3, 9, tzinfo=UTC)
 
 
 def _fleet_hours() -> list[GpuHour]:
@@ -131,3 +132,50 @@ def test_the_analyze_command_reports_the_lean_fetch(fleet: Path) -> None:
     every = _analysis(fleet, keep=True)
     stats = json.loads(buf.getvalue())["stats"]
     assert stats["rows_fetched"] < every.stats.rows_fetched
+
+
+# -- the store: deferred only where asked, the same hours either way -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def billed_only(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A daemon's stores after a billing poll and no utilization poll (a first start, say)."""
+    from monitor.cycle import run_billing_poll
+    from tests.test_digest_jobs import daemon_on_fleet
+
+    tmp: Path = tmp_path_factory.mktemp("billed-only")
+    write_fleet(tmp / "fleet", seed=7, days=2)
+    deps = daemon_on_fleet(tmp, tmp / "fleet")
+    run_billing_poll(deps, NOW)
+    yield deps
+    deps.store.close()
+
+
+def _assembled(deps: Any, *, defer: bool) -> Any:
+    from monitor.assemble import assemble_inputs
+    from monitor.utilization.state import migrate as migrate_utilization
+
+    migrate_utilization(deps.store)
+    return assemble_inputs(
+        deps.store,
+        datetime(2026, 11, 1, tzinfo=UTC),
+        NOW,
+        NOW,
+        aggregates=deps.aggregates,
+        provisional_days=1,
+        idle_threshold_pct=deps.cfg.utilization.idle_threshold_pct,
+        prices=deps.prices.price_book(NOW),
+        defer_unmonitored=defer,
+    )
+
+
+def test_the_daemon_reads_its_gpu_hours_with_its_costs_and_analyze_defers_them(billed_only: Any) -> None:
+    read = _assembled(billed_only, defer=False)
+    assert isinstance(read.gpu_hours, list) and read.gpu_monitored  # a poll may commit mid-detection
+    deferred = _assembled(billed_only, defer=True)
+    assert isinstance(deferred.gpu_hours, UnmonitoredGpuHours) and not deferred.gpu_monitored
+    on_demand = [g for g in read.gpu_hours if g.pricing_model == "on_demand"]
+    assert 0 < len(on_demand) < len(read.gpu_hours)
+    assert deferred.on_demand_gpu_hours() == on_demand  # from the store alone: the same, in order
+    assert list(deferred.gpu_hours) == read.gpu_hours
+    assert deferred.gpu_hours.fetched == len(on_demand) + len(read.gpu_hours)
