@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import matplotlib.image as mpimg
 import pytest
@@ -172,6 +173,20 @@ def daemon_on_fleet(tmp: Path, fleet: Path, **extra: dict) -> object:
     )
     billing = billing_source_from_files([fleet / "billing" / "export.parquet"])
     return build_deps(cfg, FixedClock(datetime(2026, 11, 3, 9, tzinfo=UTC)), billing, environ={})
+
+
+def polled_daemon(tmp: Path, *, seed: int, days: int, now: datetime, utilization: bool = True) -> Any:
+    """`daemon_on_fleet` on a fleet simulated into `tmp`, its billing polled at `now` (and its
+    utilization, unless not wanted: a first start before the utilization poll)."""
+    from monitor.cycle import run_billing_poll, run_utilization_poll
+    from monitor.simulate import write_fleet
+
+    write_fleet(tmp / "fleet", seed=seed, days=days)
+    deps: Any = daemon_on_fleet(tmp, tmp / "fleet")
+    run_billing_poll(deps, now)
+    if utilization:
+        run_utilization_poll(deps, now)
+    return deps
 
 
 @pytest.fixture(scope="module")

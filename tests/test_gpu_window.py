@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,15 +23,9 @@ NOW = datetime(2026, 11, 3, 9, tzinfo=UTC)
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from monitor.cycle import run_billing_poll, run_utilization_poll
-    from monitor.simulate import write_fleet
-    from tests.test_digest_jobs import daemon_on_fleet
+    from tests.test_digest_jobs import polled_daemon
 
-    tmp: Path = tmp_path_factory.mktemp("gpu-window")
-    write_fleet(tmp / "fleet", seed=7, days=2)
-    deps = daemon_on_fleet(tmp, tmp / "fleet")
-    run_billing_poll(deps, NOW)
-    run_utilization_poll(deps, NOW)
+    deps = polled_daemon(tmp_path_factory.mktemp("gpu-window"), seed=7, days=2, now=NOW)
     yield deps
     deps.store.close()
 

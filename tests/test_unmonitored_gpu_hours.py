@@ -140,13 +140,9 @@ def test_the_analyze_command_reports_the_lean_fetch(fleet: Path) -> None:
 @pytest.fixture(scope="module")
 def billed_only(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A daemon's stores after a billing poll and no utilization poll (a first start, say)."""
-    from monitor.cycle import run_billing_poll
-    from tests.test_digest_jobs import daemon_on_fleet
+    from tests.test_digest_jobs import polled_daemon
 
-    tmp: Path = tmp_path_factory.mktemp("billed-only")
-    write_fleet(tmp / "fleet", seed=7, days=2)
-    deps = daemon_on_fleet(tmp, tmp / "fleet")
-    run_billing_poll(deps, NOW)
+    deps = polled_daemon(tmp_path_factory.mktemp("billed-only"), seed=7, days=2, now=NOW, utilization=False)
     yield deps
     deps.store.close()
 
