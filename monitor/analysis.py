@@ -39,7 +39,7 @@ from monitor.billing_poll import currencies, poll_billing, provisional_since
 from monitor.config import Config
 from monitor.detectors import build_detectors, history_needed, run_in_window
 from monitor.detectors.costs import Costs, as_costs
-from monitor.detectors.inputs import BudgetSpec, CostHour, GpuHour, UnmonitoredGpuHours
+from monitor.detectors.inputs import BudgetSpec, CostHour, GpuHour, JudgedGpuHours, UnmonitoredGpuHours
 from monitor.errors import UserError
 from monitor.gcpause import collector_paused
 from monitor.model import Finding, category_of
@@ -330,7 +330,7 @@ def run_analysis(
     `detectors` overrides `cfg.detectors` (a built list, `[]` for none, or a raw `[detectors]`
     table). `month_to_date=False` reads only the window (no budget forecast needs the month).
     `keep_gpu_hours=False` leaves `Analysis.gpu_hours` empty (`gpucost analyze` prints none), so GPU
-    hours are read only as far as the detectors read them (`UnmonitoredGpuHours`).
+    hours are read only as far as the detectors read them (`assemble_inputs(defer=True)`).
     """
     began = time.monotonic()
     metered = MeteredSource(sources.billing)
@@ -360,12 +360,10 @@ def run_analysis(
             prices=prices,
             budgets=sources.budgets,
             gpu_from=window.start,  # the history before the window is read for costs alone
-            defer_unmonitored=True,  # the scratch store: nothing else writes it
+            defer=not keep_gpu_hours,  # the scratch store: nothing else writes it
         )
         costs = inputs.hourly  # a view on the scratch aggregate store: closed before it goes
         try:
-            if keep_gpu_hours:  # all of them now, so the detectors filter them rather than read twice
-                len(inputs.gpu_hours)
             _note_currencies(currencies(aggregates, window.start, window.end))
             lines = attribution(costs, window.start, window.end)
             stage("detecting")
@@ -378,7 +376,7 @@ def run_analysis(
     stats = _stats(metered, sources.billing.engine, data_start, window.end)
     # what was read back into Python from the engines: cost rows and sums, and the window's GPU
     # node-hours (not those before it, which only a job budget joins, when a job ran before it)
-    if isinstance(window_gpu, UnmonitoredGpuHours):
+    if isinstance(window_gpu, UnmonitoredGpuHours | JudgedGpuHours):
         stats.rows_fetched += costs.fetched + window_gpu.fetched
     else:
         stats.rows_fetched += costs.fetched + sum(1 for g in window_gpu if not g.estimated)

@@ -10,6 +10,7 @@ invoice data lands. Estimated hours carry `estimated=True` and disappear once bi
 from __future__ import annotations
 
 import functools
+import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -18,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from monitor.billing_poll import (
     COST_ORDER,
+    NodeHours,
     open_stored_costs,
+    over_gpu_node_hours,
     parse_labels,
     provisional_since,
     stored_gpu_node_hours,
@@ -29,13 +32,15 @@ from monitor.detectors.inputs import (
     CostHour,
     DetectorInputs,
     GpuHour,
+    JudgedGpuHours,
     PriceLookup,
     UnmonitoredGpuHours,
 )
 from monitor.frozen import draft_class, freeze
-from monitor.gpu_identity import node_pool_from_name, sample_identities
+from monitor.gpu_identity import billed_identity, node_pool_from_name, sample_identities
 from monitor.gpu_models import normalize_gpu_model, parse_sku_description, region_of
 from monitor.gpus import (
+    NODE_COLUMNS,
     GpuCostHour,
     GpuNodeHours,
     Joined,
@@ -43,6 +48,7 @@ from monitor.gpus import (
     gpus_from_usage,
     idle_share,
     join_node_hours,
+    judge_nodes,
 )
 from monitor.model import micros_to_decimal
 from monitor.sources.presets import Signal
@@ -55,7 +61,17 @@ from monitor.utilization.state import load_util_hours
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["assemble_inputs", "cost_hours", "gpu_cost_hours", "gpu_hours", "gpu_node_hours", "stored_costs"]
+__all__ = [
+    "assemble_inputs",
+    "cost_hours",
+    "gpu_cost_hours",
+    "gpu_hours",
+    "gpu_node_hours",
+    "judged_gpu_hours",
+    "stored_costs",
+]
+
+log = logging.getLogger("gpucost.assemble")
 
 _HOUR = timedelta(hours=1)
 _MICROS = Decimal(1_000_000)
@@ -133,13 +149,13 @@ def gpu_node_hours(
     end: datetime,
     since: datetime,
     *,
-    pricing_model: str | None = None,
+    only: NodeHours | None = None,
 ) -> GpuNodeHours:
     """GPU spend per node-hour of [start, end), summed over SKUs, corrections and (GKE cost
     allocation) namespaces in the engine (`stored_gpu_node_hours`), column by column; the gross cost
     per `k8s-namespace` is kept for the rollups. GPU-hours are summed as the export's decimal amounts.
-    `pricing_model`: only the node-hours of that pricing model."""
-    table = stored_gpu_node_hours(store, start, end, pricing_model=pricing_model)
+    `only`: those node-hours alone, in the same order."""
+    table = stored_gpu_node_hours(store, start, end, only=only)
     col = {
         name: _shared(table.column(name)) if name in _REPEATED else table.column(name).to_pylist()
         for name in table.column_names
@@ -416,6 +432,74 @@ def gpu_hours(
     return billed + _estimates(nodes, util, prices, threshold, end, provisional_from)
 
 
+def judged_gpu_hours(
+    aggregates: AggregateStore,
+    util: UtilHours,
+    start: datetime,
+    end: datetime,
+    since: datetime,
+    threshold: float,
+    prices: PriceLookup | None,
+) -> tuple[list[GpuHour], int]:
+    """The GPU hours of [start, end) the GPU detectors judge (`JudgedGpuHours`), read from the store
+    as far as they need, and the rows read from it.
+
+    The nodes are read (one row each) and the join's matching is run where the node-hours are
+    (`judge_nodes`): which nodes have an unmonitored node-hour, which a host-hour with a GPU below
+    the threshold. The node-hours read are every one of those nodes and of every node of the same
+    instance (`instance_key`: `idle_gpu` reads an instance's hours whole), every on-demand one, and
+    every one the estimates read: from `since` on (`_estimates` tests billed hours from the first
+    provisional hour) and each node's latest (an estimate is priced from its node's latest billed
+    hour). The join and `_billed` build each hour from its own node-hour alone, so these are the
+    hours the whole gives, in its order. An instance they show idle or unmonitored whose nodes were
+    not all read (an estimated idle hour; a host the join matched that the judging did not) has its
+    nodes read, and the hours built again.
+    """
+    from monitor.detectors.idle_gpu import instance_key  # the detectors' package imports this one's
+
+    distinct = f"SELECT DISTINCT {', '.join(NODE_COLUMNS)} FROM node_hours"
+    nodes = [tuple(r) for r in over_gpu_node_hours(aggregates, start, end, distinct)]
+
+    def run(sql: str, tables: Any) -> list[tuple]:
+        return over_gpu_node_hours(aggregates, start, end, sql, tables)
+
+    unmonitored, idle = judge_nodes(nodes, util, threshold, run)
+    fetched = 2 * len(nodes)  # the nodes, then one judgement each
+    instance_of = [(node[0], billed_identity(*node).key) for node in nodes]
+    number = {node: i for i, node in enumerate(nodes)}
+    keep = _whole_instances(unmonitored | idle, instance_of)
+    while True:
+        only = NodeHours(since, "on_demand", _node_table([nodes[i] for i in sorted(keep)]), NODE_COLUMNS)
+        nodes_read = gpu_node_hours(aggregates, start, end, since, only=only)
+        hours = gpu_hours(nodes_read, util, threshold, prices, end, since)
+        fetched += sum(1 for h in hours if not h.estimated)
+        shown = {instance_key(h) for h in hours if h.idle_gpu_hours > 0}
+        missing = {i for i, key in enumerate(instance_of) if key in shown}
+        missing |= {
+            number[node]
+            for h in hours
+            if not h.estimated and not h.monitored
+            and (node := (h.project, h.zone, h.instance, h.instance_id, h.cluster)) in number
+        }  # fmt: skip
+        if missing <= keep:
+            return hours, fetched
+        log.debug("GPU hours read again", extra={"nodes": len(missing - keep)})
+        keep = _whole_instances(keep | missing, instance_of)
+
+
+def _whole_instances(nodes: set[int], instance_of: Sequence[tuple]) -> set[int]:
+    """`nodes` and every node of the same instance."""
+    wanted = {instance_of[i] for i in nodes}
+    return {i for i, key in enumerate(instance_of) if key in wanted}
+
+
+def _node_table(nodes: Sequence[tuple]) -> pa.Table:
+    import pyarrow as pa
+
+    columns = list(zip(*nodes, strict=True)) if nodes else [()] * len(NODE_COLUMNS)
+    return pa.table({k: pa.array(v, pa.string()) for k, v in zip(NODE_COLUMNS, columns, strict=True)})
+
+
 def assemble_inputs(
     store: StateStore,
     start: datetime,
@@ -429,7 +513,7 @@ def assemble_inputs(
     budgets: Sequence[BudgetSpec] = (),
     coverage: Coverage = None,
     gpu_from: datetime | None = None,
-    defer_unmonitored: bool = False,
+    defer: bool = False,
 ) -> DetectorInputs:
     """Detector inputs for [start, end): billing from the `aggregates` store, utilization from the
     state `store`. `coverage`: which utilization was read (`monitor.utilization.coverage`); None: all
@@ -441,10 +525,11 @@ def assemble_inputs(
     GPU model and pricing from the node's latest billed hour on that side (a node billed only
     before it is priced from its Monitoring labels, at on-demand rates, until its billing lands).
 
-    `defer_unmonitored`: when no utilization overlaps the window, its GPU hours are built as the
-    detectors read them (`UnmonitoredGpuHours`), from the store as it is then: only for a store
+    `defer`: the window's GPU hours are read as far as the detectors read them, all of them only
+    if a reader needs them all: `JudgedGpuHours` (`judged_gpu_hours`) or, when no utilization
+    overlaps the window, `UnmonitoredGpuHours`, built when a detector reads them. Only for a store
     nothing else writes while the inputs live (`analyze`'s scratch store; the daemon's billing poll
-    may commit during a detection run, so the daemon reads them here, with the costs).
+    may commit during a detection run, so the daemon reads them all here, with the costs).
     """
     since = provisional_since(now, provisional_days)
     split = start if gpu_from is None else max(start, min(gpu_from, since, end))
@@ -455,17 +540,18 @@ def assemble_inputs(
         return gpu_hours(nodes, util, idle_threshold_pct, prices, hi, since)
 
     def window_hours() -> Sequence[GpuHour]:
-        """Joined now when utilization overlaps the window (or nothing may be deferred); else built
-        when (and as far as) a detector reads them: no utilization, nothing to join."""
         util = load_util_hours(store, split, end)
-        if len(util) or not defer_unmonitored:
+        if not defer:
             return joined(split, end, util)
-        return UnmonitoredGpuHours(
-            lambda pricing: gpu_hours(
-                gpu_node_hours(aggregates, split, end, since, pricing_model=pricing),
-                util, idle_threshold_pct, prices, end, since,
-            )
-        )  # fmt: skip
+        if not len(util):  # nothing to join: built when (and as far as) a detector reads them
+            return UnmonitoredGpuHours(
+                lambda pricing: gpu_hours(
+                    gpu_node_hours(aggregates, split, end, since, only=NodeHours(pricing_model=pricing) if pricing else None),
+                    util, idle_threshold_pct, prices, end, since,
+                )
+            )  # fmt: skip
+        judged, fetched = judged_gpu_hours(aggregates, util, split, end, since, idle_threshold_pct, prices)
+        return JudgedGpuHours(judged, lambda: joined(split, end, util), fetched)
 
     return DetectorInputs(
         window_start=start,

@@ -47,6 +47,7 @@ __all__ = [
     "HOURLY_COLUMNS",
     "JOB_COLUMNS",
     "HourlyCost",
+    "NodeHours",
     "PollReport",
     "ResourceHourNet",
     "aggregate_summary",
@@ -57,6 +58,7 @@ __all__ = [
     "net_by_hour",
     "net_by_resource_hour",
     "open_stored_costs",
+    "over_gpu_node_hours",
     "parse_labels",
     "poll_billing",
     "poll_scope",
@@ -144,7 +146,7 @@ _OUT = (
 _MATCH = " AND ".join(f"gpu.{k} IS NOT DISTINCT FROM many.{k}" for k in _NODE_KEYS)
 #: Where `stored_gpu_node_hours` puts its filter on the node-hours (nothing when there is none).
 _WHERE = "/* node-hours filter */"
-_GPU_NODE_HOURS = f"""
+_NODE_HOURS_CTES = f"""
 WITH gpu AS NOT MATERIALIZED (
   SELECT * FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ? AND subcategory = 'compute.gpu'
 ), many AS (
@@ -166,8 +168,9 @@ WITH gpu AS NOT MATERIALIZED (
   SELECT {_OUT}, invoice_month, {", ".join(f"NULL AS {n}" for _, n in _LISTS)} FROM single
   UNION ALL BY NAME
   SELECT {_OUT}, invoice_month, {", ".join(n for _, n in _LISTS)} FROM several
-)
-SELECT * EXCLUDE (invoice_month) FROM node_hours{_WHERE}
+)"""
+_GPU_NODE_HOURS = f"""{_NODE_HOURS_CTES}
+SELECT * EXCLUDE (invoice_month) FROM node_hours AS n{_WHERE}
 ORDER BY hour, invoice_month, project, region, zone, instance, instance_id
 """
 
@@ -626,20 +629,78 @@ def currencies(store: AggregateStore, start: datetime, end: datetime) -> set[str
         return {r[0] for r in conn.execute(sql, (naive_utc(start), naive_utc(end))).fetchall() if r[0]}
 
 
+@dataclass(frozen=True)
+class NodeHours:
+    """Which GPU node-hours `stored_gpu_node_hours` reads: any that is at or after `since`, is of
+    `pricing_model`, is of one of `nodes` (an Arrow table of node-hour columns naming nodes) or is
+    its node's latest, a node being the values of the `latest_of` columns. Nothing set: none."""
+
+    since: datetime | None = None
+    pricing_model: str | None = None
+    nodes: pa.Table | None = None
+    latest_of: tuple[str, ...] = ()
+
+    def where(self) -> tuple[str, list[Any], dict[str, pa.Table]]:
+        """The WHERE clause over `node_hours AS n`, its parameters and the tables it reads."""
+        terms: list[str] = []
+        params: list[Any] = []
+        tables: dict[str, pa.Table] = {}
+        if self.since is not None:
+            terms.append("n.hour >= ?")
+            params.append(naive_utc(self.since))
+        if self.pricing_model is not None:
+            terms.append("n.pricing_model = ?")
+            params.append(self.pricing_model)
+        if self.nodes is not None:
+            same = " AND ".join(f"k.{c} IS NOT DISTINCT FROM n.{c}" for c in self.nodes.column_names)
+            terms.append(f"EXISTS (SELECT 1 FROM gpu_nodes_read AS k WHERE {same})")
+            tables["gpu_nodes_read"] = self.nodes
+        if self.latest_of:
+            same = " AND ".join(f"o.{c} IS NOT DISTINCT FROM n.{c}" for c in self.latest_of)
+            terms.append(f"n.hour = (SELECT max(o.hour) FROM node_hours AS o WHERE {same})")
+        return f" WHERE {' OR '.join(terms) or 'false'}", params, tables
+
+
 def stored_gpu_node_hours(
-    store: AggregateStore, start: datetime, end: datetime, *, pricing_model: str | None = None
+    store: AggregateStore, start: datetime, end: datetime, *, only: NodeHours | None = None
 ) -> pa.Table:
     """GPU spend per node-hour in [start, end) (`_GPU_NODE_HOURS`) as an Arrow table: hour (a UTC
     TIMESTAMP without zone), project, zone, instance, instance id, the first row's region, machine type, cluster, node
     pool, SKU and pricing model, gross, credits, CUD and SUD micros, the first row's usage amount,
     label set and namespace, then, for a node-hour of several rows, each row's usage amounts, label
     sets, namespaces and gross (else null); ordered as the node-hours first appear in the readers'
-    order. `pricing_model`: only the node-hours whose (first row's) pricing model it is, the same
-    rows in the same order as filtering the whole result."""
-    where, params = (" WHERE pricing_model = ?", [pricing_model]) if pricing_model is not None else ("", [])
-    with _reading(store) as conn:
+    order. `only`: those node-hours alone, the same rows in the same order as filtering the whole
+    result (the order is total: a node has one node-hour an hour)."""
+    where, params, tables = only.where() if only is not None else ("", [], {})
+    with _reading(store) as conn, _registered(conn, tables):
         sql = _GPU_NODE_HOURS.replace(_WHERE, where)
         return conn.sql(sql, params=[naive_utc(start), naive_utc(end), *params]).to_arrow_table()
+
+
+def over_gpu_node_hours(
+    store: AggregateStore,
+    start: datetime,
+    end: datetime,
+    sql: str,
+    tables: Mapping[str, pa.Table] | None = None,
+) -> list[tuple]:
+    """The rows of `sql` over the GPU node-hours of [start, end) (named `node_hours` in it, with the
+    node-hours' columns and `invoice_month`), Arrow `tables` registered for it: for work on them that
+    belongs where they are stored, so that only its result crosses into Python."""
+    with _reading(store) as conn, _registered(conn, tables or {}):
+        full = f"{_NODE_HOURS_CTES}\nSELECT * FROM ({sql})"
+        return conn.execute(full, [naive_utc(start), naive_utc(end)]).fetchall()
+
+
+@contextmanager
+def _registered(conn: Any, tables: Mapping[str, pa.Table]) -> Iterator[None]:
+    for name, table in tables.items():
+        conn.register(name, table)
+    try:
+        yield
+    finally:
+        for name in tables:
+            conn.unregister(name)
 
 
 def _changed_hours(

@@ -19,7 +19,7 @@ Sums per node and rollups (per project, cluster, node pool, namespace, label) li
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
+    "NODE_COLUMNS",
     "GpuCostHour",
     "GpuNodeHours",
     "Joined",
@@ -46,6 +47,7 @@ __all__ = [
     "idle_share",
     "join_gpu_hours",
     "join_node_hours",
+    "judge_nodes",
 ]
 
 
@@ -125,11 +127,10 @@ def idle_share(gpu_hours: Decimal, effective: int, idle_gpus: int, gpus: int) ->
     return gpu_hours * idle_gpus / gpus, effective * idle_gpus // gpus
 
 
-# GPU-hours are merged per host (`sid`: samples of one node may differ in zone or name labels), then
-# matched through the identity keys both sides answer to; of several matching hosts the one with most
-# GPUs wins, then the primary key.
-_JOIN_SQL = """
-WITH per_gpu AS (
+#: Each host-hour's GPUs: how many were seen, their mean utilization, how many sat below the
+#: threshold (`$threshold`), whether one held memory while below it, the best signal.
+_PER_HOST = """
+per_gpu AS (
     SELECT sid, gpu, hour,
            SUM(pct_sum) / SUM(samples) AS util,
            MAX(memory_max) AS mem,
@@ -147,7 +148,12 @@ WITH per_gpu AS (
            BOOL_OR(container) AS container
     FROM per_gpu
     GROUP BY ALL
-)
+)"""
+# GPU-hours are merged per host (`sid`: samples of one node may differ in zone or name labels), then
+# matched through the identity keys both sides answer to; of several matching hosts the one with most
+# GPUs wins, then the primary key.
+_JOIN_SQL = f"""
+WITH {_PER_HOST}
 SELECT * FROM (
     SELECT c.idx, u.gpus_seen, u.mean_util, u.idle_gpus, u.memory_held, u.rank, u.container
     FROM costs AS c
@@ -160,6 +166,27 @@ SELECT * FROM (
 )
 WHERE gpus_seen IS NOT NULL
 ORDER BY idx
+"""
+
+#: What identifies a GPU node among node-hours (`GpuNodeHours.identities`).
+NODE_COLUMNS = ("project", "zone", "instance", "instance_id", "cluster")
+# `_JOIN_SQL`'s matching, per node over its node-hours where they are stored (`node_hours`, their
+# nodes numbered in `nodes`): whether some node-hour has no host-hour (unmonitored), whether some
+# matching host-hour had a GPU below the threshold. The join keeps one host per node-hour, so the
+# second is a superset of the nodes with an idle GPU-hour.
+_JUDGE_SQL = f"""WITH {_PER_HOST}, at_node AS (
+    SELECT n.node, epoch(c.hour)::BIGINT AS hour
+    FROM node_hours AS c
+    JOIN nodes AS n ON {" AND ".join(f"n.{k} IS NOT DISTINCT FROM c.{k}" for k in NODE_COLUMNS)}
+), matched AS (
+    SELECT c.node, c.hour, BOOL_OR(u.sid IS NOT NULL) AS monitored, BOOL_OR(u.idle_gpus > 0) AS idle
+    FROM at_node AS c
+    JOIN node_keys AS k ON k.node = c.node
+    LEFT JOIN hosts AS h ON k.key = h.key
+    LEFT JOIN per_host AS u ON u.sid = h.sid AND u.hour = c.hour
+    GROUP BY c.node, c.hour
+)
+SELECT node, BOOL_OR(NOT monitored), COALESCE(BOOL_OR(idle), false) FROM matched GROUP BY node
 """
 
 _SIGNALS = list(Signal)
@@ -185,7 +212,7 @@ class GpuNodeHours(Columns[GpuCostHour], row_type=GpuCostHour):
             numbers: dict[tuple, int] = {}
             node_of = [
                 numbers.setdefault(ident, len(numbers))
-                for ident in zip(c["project"], c["zone"], c["instance"], c["instance_id"], c["cluster"], strict=True)
+                for ident in zip(*(c[k] for k in NODE_COLUMNS), strict=True)
             ]
             keys_of = [[n.key for n in billed_identities(*ident)] for ident in numbers]
             self._identities = (node_of, keys_of)
@@ -215,8 +242,35 @@ def _tables(nodes: GpuNodeHours, hours: UtilHours) -> dict[str, pa.Table]:
     import pyarrow as pa
 
     node_of, keys_of = nodes.identities()
-    node_keys = [(n, pos, k) for n, keys in enumerate(keys_of) for pos, k in enumerate(keys)]
-    node_keys += [(n, 0, None) for n, keys in enumerate(keys_of) if not keys]
+    costs = {
+        "idx": pa.array(range(len(nodes)), pa.int64()),
+        "node": pa.array(node_of, pa.int64()),
+        "hour": pa.array(_hour_numbers(nodes["hour"]), pa.int64()),
+    }
+    return {"costs": pa.table(costs), "node_keys": _node_keys(keys_of), **_util_tables(hours)}
+
+
+def _table(names: Sequence[str], rows: Sequence[tuple], types: Sequence[pa.DataType]) -> pa.Table:
+    import pyarrow as pa
+
+    cols = list(zip(*rows, strict=True)) if rows else [()] * len(names)
+    return pa.table([pa.array(c, type=t) for c, t in zip(cols, types, strict=True)], names=list(names))
+
+
+def _node_keys(keys_of: Sequence[Sequence[str]]) -> pa.Table:
+    """node keys (node, pos, key): each node's identity keys, primary first; a node without any
+    has one NULL key, which matches no host."""
+    import pyarrow as pa
+
+    rows = [(n, pos, k) for n, keys in enumerate(keys_of) for pos, k in enumerate(keys)]
+    rows += [(n, 0, None) for n, keys in enumerate(keys_of) if not keys]
+    return _table(("node", "pos", "key"), rows, (pa.int64(), pa.int64(), pa.string()))
+
+
+def _util_tables(hours: UtilHours) -> dict[str, pa.Table]:
+    """hosts (sid, pos, key) and GPU-hours (sid, gpu, hour, ...) for the join."""
+    import pyarrow as pa
+
     # a host is its primary identity (samples of one node may differ in zone or name labels); it
     # answers to every alias any of its samples has
     seen: dict[tuple, int] = {}
@@ -234,21 +288,8 @@ def _tables(nodes: GpuNodeHours, hours: UtilHours) -> dict[str, pa.Table]:
             for pos, k in enumerate(keys):
                 aliases[(sid, k)] = min(pos, aliases.get((sid, k), pos))
         sid_col.append(sid)
-
-    def table(names: Sequence[str], rows: Sequence[tuple], types: Sequence[pa.DataType]) -> pa.Table:
-        cols = list(zip(*rows, strict=True)) if rows else [()] * len(names)
-        return pa.table([pa.array(c, type=t) for c, t in zip(cols, types, strict=True)], names=list(names))
-
     return {
-        "costs": pa.table(
-            {
-                "idx": pa.array(range(len(nodes)), pa.int64()),
-                "node": pa.array(node_of, pa.int64()),
-                "hour": pa.array(_hour_numbers(nodes["hour"]), pa.int64()),
-            }
-        ),
-        "node_keys": table(("node", "pos", "key"), node_keys, (pa.int64(), pa.int64(), pa.string())),
-        "hosts": table(
+        "hosts": _table(
             ("sid", "pos", "key"),
             [(sid, pos, k) for (sid, k), pos in aliases.items()],
             (pa.int64(), pa.int64(), pa.string()),
@@ -315,6 +356,30 @@ def join_node_hours(
             bool(container) if signal == _NODE else None,
         )
     return out
+
+
+def judge_nodes(
+    nodes: Sequence[tuple],
+    hours: UtilHours,
+    idle_threshold_pct: float,
+    run: Callable[[str, Mapping[str, pa.Table]], list[tuple]],
+) -> tuple[set[int], set[int]]:
+    """Of the GPU `nodes` (`NODE_COLUMNS` values, distinct), by position: those with a node-hour no
+    monitored host matches, and those with a node-hour a matching host had a GPU below the threshold
+    in (a superset of those with an idle GPU-hour), as the join (`_JOIN_SQL`) matches them.
+
+    `run(sql, tables)` runs `sql` where the node-hours are stored (as `node_hours`), with `tables`
+    registered: the node-hours stay there, one row per node comes back."""
+    import pyarrow as pa
+
+    keys_of = [[n.key for n in billed_identities(*node)] for node in nodes]
+    columns = list(zip(*nodes, strict=True)) if nodes else [()] * len(NODE_COLUMNS)
+    numbered = {"node": pa.array(range(len(nodes)), pa.int64())}
+    numbered |= {k: pa.array(v, pa.string()) for k, v in zip(NODE_COLUMNS, columns, strict=True)}
+    tables = {"nodes": pa.table(numbered), "node_keys": _node_keys(keys_of), **_util_tables(hours)}
+    # a literal, not a parameter: `run`'s SQL binds the node-hours' range positionally
+    rows = run(_JUDGE_SQL.replace("$threshold", repr(float(idle_threshold_pct))), tables)
+    return {n for n, unmonitored, _ in rows if unmonitored}, {n for n, _, idle in rows if idle}
 
 
 def join_gpu_hours(

@@ -161,7 +161,7 @@ def _assembled(deps: Any, *, defer: bool) -> Any:
         provisional_days=1,
         idle_threshold_pct=deps.cfg.utilization.idle_threshold_pct,
         prices=deps.prices.price_book(NOW),
-        defer_unmonitored=defer,
+        defer=defer,
     )
 
 

@@ -187,7 +187,7 @@ class IdleGpu(Detector):
         if not inputs.gpu_monitored:  # every hour "unknown": no run, and no need to join the hours
             return []
         groups: dict[tuple[str | None, str], list[GpuHour]] = defaultdict(list)
-        for r in inputs.gpu_hours:
+        for r in inputs.judged_gpu_hours():
             if inputs.window_start <= r.hour < inputs.window_end and r.hour < now:
                 groups[instance_key(r)].append(r)
         findings = []

@@ -34,6 +34,7 @@ __all__ = [
     "CostHour",
     "DetectorInputs",
     "GpuHour",
+    "JudgedGpuHours",
     "MachinePriceLookup",
     "PriceLookup",
     "UnmonitoredGpuHours",
@@ -168,7 +169,23 @@ class GpuHour:
         return self.monitored and self.idle_gpu_hours < self.gpu_hours
 
 
-class UnmonitoredGpuHours(Sequence[GpuHour]):
+class _BuiltOnUse(Sequence[GpuHour]):
+    """GPU hours built by `_rows()` the first time a reader needs every one of them."""
+
+    def _rows(self) -> Sequence[GpuHour]:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return len(self._rows())
+
+    def __getitem__(self, index: int | slice) -> Any:
+        return self._rows()[index]
+
+    def __iter__(self) -> Iterator[GpuHour]:
+        return iter(self._rows())
+
+
+class UnmonitoredGpuHours(_BuiltOnUse):
     """GPU hours no utilization overlaps, built on first use (`build(None)`), so a run whose
     detectors never read them never fetches them.
 
@@ -192,15 +209,6 @@ class UnmonitoredGpuHours(Sequence[GpuHour]):
             self.fetched += len(self._all)
         return self._all
 
-    def __len__(self) -> int:
-        return len(self._rows())
-
-    def __getitem__(self, index: int | slice) -> Any:
-        return self._rows()[index]
-
-    def __iter__(self) -> Iterator[GpuHour]:
-        return iter(self._rows())
-
     def on_demand(self) -> list[GpuHour]:
         """The on-demand hours, in order: from the engine alone unless they are all built already."""
         if self._all is not None:
@@ -209,6 +217,42 @@ class UnmonitoredGpuHours(Sequence[GpuHour]):
             self._on_demand = list(self._build("on_demand"))
             self.fetched += len(self._on_demand)
         return self._on_demand
+
+    def judged(self) -> Sequence[GpuHour]:
+        """Every hour: each is unmonitored (`unmonitored_gpu` judges them all)."""
+        return self._rows()
+
+
+class JudgedGpuHours(_BuiltOnUse):
+    """GPU hours joined with utilization as far as the GPU detectors judge them (`judged`), every
+    one built only if a reader needs them all (`build(None)`: a job budget, a finished job's message).
+
+    `judged` holds, in the order of the whole, every on-demand hour (the opportunity detectors),
+    every unmonitored one (`unmonitored_gpu`) and every hour of an instance with an idle GPU-hour
+    (`idle_gpu`, which reads an instance's hours around its idle runs), and every estimated hour:
+    a detector that reads only those finds what it finds in them all
+    (`monitor.assemble.judged_gpu_hours`). `fetched` counts the rows read from the engine.
+    """
+
+    def __init__(
+        self, judged: Sequence[GpuHour], build: Callable[[], Sequence[GpuHour]], fetched: int
+    ) -> None:
+        self._judged = judged
+        self._build = build
+        self._all: Sequence[GpuHour] | None = None
+        self.fetched = fetched
+
+    def _rows(self) -> Sequence[GpuHour]:
+        if self._all is None:
+            self._all = self._build()
+            self.fetched += sum(1 for r in self._all if not r.estimated)
+        return self._all
+
+    def on_demand(self) -> list[GpuHour]:
+        return [r for r in self._judged if r.pricing_model == "on_demand"]
+
+    def judged(self) -> Sequence[GpuHour]:
+        return self._judged
 
 
 class PriceLookup(Protocol):
@@ -293,11 +337,18 @@ class DetectorInputs:
         return not isinstance(self.gpu_hours, UnmonitoredGpuHours)
 
     def on_demand_gpu_hours(self) -> Sequence[GpuHour]:
-        """The on-demand GPU hours, in order (without building the others when none can be
-        monitored: `UnmonitoredGpuHours.on_demand`)."""
-        if isinstance(self.gpu_hours, UnmonitoredGpuHours):
+        """The on-demand GPU hours, in order (without building the others where they are read as
+        far as the detectors need: `UnmonitoredGpuHours`, `JudgedGpuHours`)."""
+        if isinstance(self.gpu_hours, UnmonitoredGpuHours | JudgedGpuHours):
             return self.gpu_hours.on_demand()
         return [r for r in self.gpu_hours if r.pricing_model == "on_demand"]
+
+    def judged_gpu_hours(self) -> Sequence[GpuHour]:
+        """The GPU hours `idle_gpu` and `unmonitored_gpu` judge, in order: all of them, or as far as
+        those detectors need (`JudgedGpuHours`)."""
+        if isinstance(self.gpu_hours, UnmonitoredGpuHours | JudgedGpuHours):
+            return self.gpu_hours.judged()
+        return self.gpu_hours
 
     def all_gpu_hours(self) -> Sequence[GpuHour]:
         """The GPU hours of the whole inputs, those before `gpu_from` first (the callable joins them

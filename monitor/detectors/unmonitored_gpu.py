@@ -60,7 +60,7 @@ class UnmonitoredGpu(Detector):
         unread: dict[str | None, list[GpuHour]] = defaultdict(list)  # hours whose utilization was not read
         coverage = inputs.utilization_coverage
         covered: dict[tuple[str | None, datetime], bool] = {}  # per project and hour, not per node-hour
-        for r in inputs.gpu_hours:
+        for r in inputs.judged_gpu_hours():
             in_window = inputs.window_start <= r.hour < inputs.window_end and r.hour < now
             if not (in_window and not r.monitored and r.gpu_cost > 0):
                 continue
