@@ -11,7 +11,9 @@ dollars of a node-hour are its *effective* GPU cost (gross plus its commitment a
 credits) times idle GPUs / GPUs, so a GPU already paid for by a commitment (or a $0 reserved one)
 shows its idle GPU-hours at what they really cost. Node-hours with GPU spend but no utilization are
 *unmonitored*, never assumed busy or idle. The signal precedence (and the GKE node / container duty
-cycle pair) was applied when the samples were reduced to hours.
+cycle pair) was applied when the samples were reduced to hours. `judge_nodes` runs the same matching
+where the node-hours are stored, one row per node back, so `analyze` reads only the node-hours its
+detectors judge (`monitor.assemble.judged_gpu_hours`).
 
 Sums per node and rollups (per project, cluster, node pool, namespace, label) live in
 `monitor.gpu_rollups`.
