@@ -37,7 +37,7 @@ from monitor.detectors.inputs import (
     UnmonitoredGpuHours,
 )
 from monitor.frozen import draft_class, freeze
-from monitor.gpu_identity import billed_identity, node_pool_from_name, sample_identities
+from monitor.gpu_identity import node_pool_from_name, sample_identities
 from monitor.gpu_models import normalize_gpu_model, parse_sku_description, region_of
 from monitor.gpus import (
     NODE_COLUMNS,
@@ -455,7 +455,8 @@ def judged_gpu_hours(
     not all read (an estimated idle hour; a host the join matched that the judging did not) has its
     nodes read, and the hours built again.
     """
-    from monitor.detectors.idle_gpu import instance_key  # the detectors' package imports this one's
+    # the detectors' package imports this module's
+    from monitor.detectors.idle_gpu import instance_key, node_instance_key
 
     distinct = f"SELECT DISTINCT {', '.join(NODE_COLUMNS)} FROM node_hours"
     nodes = [tuple(r) for r in over_gpu_node_hours(aggregates, start, end, distinct)]
@@ -465,7 +466,7 @@ def judged_gpu_hours(
 
     unmonitored, idle = judge_nodes(nodes, util, threshold, run)
     fetched = 2 * len(nodes)  # the nodes, then one judgement each
-    instance_of = [(node[0], billed_identity(*node).key) for node in nodes]
+    instance_of = [node_instance_key(*node) for node in nodes]
     number = {node: i for i, node in enumerate(nodes)}
     keep = _whole_instances(unmonitored | idle, instance_of)
     while True:
@@ -475,12 +476,8 @@ def judged_gpu_hours(
         fetched += sum(1 for h in hours if not h.estimated)
         shown = {instance_key(h) for h in hours if h.idle_gpu_hours > 0}
         missing = {i for i, key in enumerate(instance_of) if key in shown}
-        missing |= {
-            number[node]
-            for h in hours
-            if not h.estimated and not h.monitored
-            and (node := (h.project, h.zone, h.instance, h.instance_id, h.cluster)) in number
-        }  # fmt: skip
+        dark = (tuple(getattr(h, c) for c in NODE_COLUMNS) for h in hours if not (h.estimated or h.monitored))
+        missing |= {number[node] for node in dark if node in number}
         if missing <= keep:
             return hours, fetched
         log.debug("GPU hours read again", extra={"nodes": len(missing - keep)})
@@ -544,12 +541,13 @@ def assemble_inputs(
         if not defer:
             return joined(split, end, util)
         if not len(util):  # nothing to join: built when (and as far as) a detector reads them
-            return UnmonitoredGpuHours(
-                lambda pricing: gpu_hours(
-                    gpu_node_hours(aggregates, split, end, since, only=NodeHours(pricing_model=pricing) if pricing else None),
-                    util, idle_threshold_pct, prices, end, since,
-                )
-            )  # fmt: skip
+
+            def unmonitored(pricing: str | None) -> list[GpuHour]:
+                only = NodeHours(pricing_model=pricing) if pricing is not None else None
+                nodes = gpu_node_hours(aggregates, split, end, since, only=only)
+                return gpu_hours(nodes, util, idle_threshold_pct, prices, end, since)
+
+            return UnmonitoredGpuHours(unmonitored)
         judged, fetched = judged_gpu_hours(aggregates, util, split, end, since, idle_threshold_pct, prices)
         return JudgedGpuHours(judged, lambda: joined(split, end, util), fetched)
 

@@ -23,14 +23,14 @@ from monitor.analysis import analyze_once
 from monitor.assemble import gpu_hours, gpu_node_hours, judged_gpu_hours
 from monitor.config import Config
 from monitor.detectors.idle_gpu import IdleGpu, instance_key
-from monitor.detectors.inputs import DetectorInputs, GpuHour
+from monitor.detectors.inputs import DetectorInputs, GpuHour, JudgedGpuHours
 from monitor.detectors.unmonitored_gpu import UnmonitoredGpu
 from monitor.simulate import write_fleet
 from monitor.utilization import util_hours
 from monitor.utilization.hourly import UtilHours
 from tests.aggregates import stored
 from tests.test_analyze import T0, H, hourly, samples
-from tests.test_detectors_common import FakePrices
+from tests.test_detectors_common import FakePrices, gpu
 
 NO_PRICES = FakePrices(table={})
 END = T0 + 48 * H
@@ -156,3 +156,13 @@ def test_analyze_with_utilization_reads_fewer_gpu_hours_and_finds_the_same(tmp_p
     assert [f.to_dict() for f in lean.findings] == [f.to_dict() for f in every.findings]
     assert [a.to_dict() for a in lean.attribution] == [a.to_dict() for a in every.attribution]
     assert lean.stats.rows_fetched < every.stats.rows_fetched
+
+
+def test_every_hour_is_built_only_for_a_reader_of_them_all() -> None:
+    """A job budget or a finished job's message reads every hour: only then are they all joined."""
+    hours = [gpu(0), gpu(1, pricing_model="spot")]
+    built: list[int] = []
+    lazy = JudgedGpuHours(hours[:1], lambda: built.append(1) or hours, fetched=3)
+    assert lazy.judged() == lazy.on_demand() == hours[:1] and built == []
+    assert list(lazy) == hours and len(lazy) == 2 and lazy[1] == hours[1]
+    assert built == [1] and lazy.fetched == 3 + 2  # built once, its billed hours counted

@@ -97,7 +97,14 @@ HUNG_MAX_UTIL_PCT = 2.0
 def instance_key(row: GpuHour) -> tuple[str | None, str]:
     """(project, node identity key): the identity billed and estimated rows share (`row_identity`,
     inlined: four detectors ask it of every GPU hour)."""
-    return row.project, billed_identity(row.project, row.zone, row.instance, row.instance_id, row.cluster).key
+    return node_instance_key(row.project, row.zone, row.instance, row.instance_id, row.cluster)
+
+
+def node_instance_key(
+    project: str | None, zone: str | None, instance: str | None, instance_id: str | None, cluster: str | None
+) -> tuple[str | None, str]:
+    """`instance_key` of a GPU node's hours, from the node's (`monitor.gpus.NODE_COLUMNS`) values."""
+    return project, billed_identity(project, zone, instance, instance_id, cluster).key
 
 
 def instance_scope(rows: Sequence[GpuHour]) -> tuple[Scope, Scope]:
