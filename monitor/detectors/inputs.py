@@ -170,9 +170,17 @@ class GpuHour:
 
 
 class _BuiltOnUse(Sequence[GpuHour]):
-    """GPU hours built by `_rows()` the first time a reader needs every one of them."""
+    """GPU hours read as far as the detectors read them: `on_demand()` for the opportunity
+    detectors, `judged()` for `idle_gpu` and `unmonitored_gpu`, and every one, built by `_rows()`,
+    only for a reader that needs them all."""
 
     def _rows(self) -> Sequence[GpuHour]:
+        raise NotImplementedError
+
+    def on_demand(self) -> Sequence[GpuHour]:
+        raise NotImplementedError
+
+    def judged(self) -> Sequence[GpuHour]:
         raise NotImplementedError
 
     def __len__(self) -> int:
@@ -225,7 +233,7 @@ class UnmonitoredGpuHours(_BuiltOnUse):
 
 class JudgedGpuHours(_BuiltOnUse):
     """GPU hours joined with utilization as far as the GPU detectors judge them (`judged`), every
-    one built only if a reader needs them all (`build(None)`: a job budget, a finished job's message).
+    one built only if a reader needs them all (`build()`: a job budget, a finished job's message).
 
     `judged` holds, in the order of the whole, every on-demand hour (the opportunity detectors),
     every unmonitored one (`unmonitored_gpu`) and every hour of an instance with an idle GPU-hour
@@ -339,14 +347,14 @@ class DetectorInputs:
     def on_demand_gpu_hours(self) -> Sequence[GpuHour]:
         """The on-demand GPU hours, in order (without building the others where they are read as
         far as the detectors need: `UnmonitoredGpuHours`, `JudgedGpuHours`)."""
-        if isinstance(self.gpu_hours, UnmonitoredGpuHours | JudgedGpuHours):
+        if isinstance(self.gpu_hours, _BuiltOnUse):
             return self.gpu_hours.on_demand()
         return [r for r in self.gpu_hours if r.pricing_model == "on_demand"]
 
     def judged_gpu_hours(self) -> Sequence[GpuHour]:
         """The GPU hours `idle_gpu` and `unmonitored_gpu` judge, in order: all of them, or as far as
         those detectors need (`JudgedGpuHours`)."""
-        if isinstance(self.gpu_hours, UnmonitoredGpuHours | JudgedGpuHours):
+        if isinstance(self.gpu_hours, _BuiltOnUse):
             return self.gpu_hours.judged()
         return self.gpu_hours
 

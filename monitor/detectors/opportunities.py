@@ -74,8 +74,8 @@ class OpportunityConfig(DetectorConfig):
 
 
 def on_demand_hours(inputs: DetectorInputs, now: datetime) -> list[GpuHour]:
-    """The window's on-demand GPU hours of a known GPU model (without joining the others when none
-    can be monitored: `DetectorInputs.on_demand_gpu_hours`)."""
+    """The window's on-demand GPU hours of a known GPU model (`DetectorInputs.on_demand_gpu_hours`:
+    in `analyze`, without reading the others)."""
     end = min(inputs.window_end, now)
     return [r for r in inputs.on_demand_gpu_hours() if r.gpu_model and inputs.window_start <= r.hour < end]
 
