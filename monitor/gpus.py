@@ -138,7 +138,7 @@ per_gpu AS (
            MAX(memory_max) AS mem,
            MIN(rank) AS rank,
            BOOL_OR(container) AS container
-    FROM hours
+    FROM gpu_util_hours
     GROUP BY ALL
 ), per_host AS (
     SELECT sid, hour,
@@ -158,9 +158,9 @@ _JOIN_SQL = f"""
 WITH {_PER_HOST}
 SELECT * FROM (
     SELECT c.idx, u.gpus_seen, u.mean_util, u.idle_gpus, u.memory_held, u.rank, u.container
-    FROM costs AS c
-    JOIN node_keys AS k ON k.node = c.node
-    LEFT JOIN hosts AS h ON k.key = h.key
+    FROM gpu_costs AS c
+    JOIN gpu_node_keys AS k ON k.node = c.node
+    LEFT JOIN gpu_hosts AS h ON k.key = h.key
     LEFT JOIN per_host AS u ON u.sid = h.sid AND u.hour = c.hour
     QUALIFY ROW_NUMBER() OVER (
         PARTITION BY c.idx ORDER BY u.gpus_seen DESC NULLS LAST, k.pos, h.pos, u.sid
@@ -173,18 +173,18 @@ ORDER BY idx
 #: What identifies a GPU node among node-hours (`GpuNodeHours.identities`).
 NODE_COLUMNS = ("project", "zone", "instance", "instance_id", "cluster")
 # `_JOIN_SQL`'s matching, per node over its node-hours where they are stored (`node_hours`, their
-# nodes numbered in `nodes`): whether some node-hour has no host-hour (unmonitored), whether some
+# nodes numbered in `gpu_nodes`): whether some node-hour has no host-hour (unmonitored), whether some
 # matching host-hour had a GPU below the threshold. The join keeps one host per node-hour, so the
 # second is a superset of the nodes with an idle GPU-hour.
 _JUDGE_SQL = f"""WITH {_PER_HOST}, at_node AS (
     SELECT n.node, epoch(c.hour)::BIGINT AS hour
     FROM node_hours AS c
-    JOIN nodes AS n ON {" AND ".join(f"n.{k} IS NOT DISTINCT FROM c.{k}" for k in NODE_COLUMNS)}
+    JOIN gpu_nodes AS n ON {" AND ".join(f"n.{k} IS NOT DISTINCT FROM c.{k}" for k in NODE_COLUMNS)}
 ), matched AS (
     SELECT c.node, c.hour, BOOL_OR(u.sid IS NOT NULL) AS monitored, BOOL_OR(u.idle_gpus > 0) AS idle
     FROM at_node AS c
-    JOIN node_keys AS k ON k.node = c.node
-    LEFT JOIN hosts AS h ON k.key = h.key
+    JOIN gpu_node_keys AS k ON k.node = c.node
+    LEFT JOIN gpu_hosts AS h ON k.key = h.key
     LEFT JOIN per_host AS u ON u.sid = h.sid AND u.hour = c.hour
     GROUP BY c.node, c.hour
 )
@@ -237,8 +237,10 @@ def _hour_numbers(hours: Sequence[datetime]) -> list[int]:
 
 
 def _tables(nodes: GpuNodeHours, hours: UtilHours) -> dict[str, pa.Table]:
-    """costs (idx, node, hour), node keys (node, pos, key), hosts (sid, pos, key) and GPU-hours
-    (sid, gpu, hour, ...) as Arrow tables for the join, the GPU-hours straight from their columns.
+    """gpu_costs (idx, node, hour), gpu_node_keys (node, pos, key), gpu_hosts (sid, pos, key) and the
+    GPU-hours, gpu_util_hours (sid, gpu, hour, ...), as Arrow tables for the join, the GPU-hours
+    straight from their columns. Named apart from the aggregate store's tables, beside which
+    `judge_nodes` registers them.
 
     pyarrow is imported here: commands that join nothing do not pay for it."""
     import pyarrow as pa
@@ -249,7 +251,7 @@ def _tables(nodes: GpuNodeHours, hours: UtilHours) -> dict[str, pa.Table]:
         "node": pa.array(node_of, pa.int64()),
         "hour": pa.array(_hour_numbers(nodes["hour"]), pa.int64()),
     }
-    return {"costs": pa.table(costs), "node_keys": _node_keys(keys_of), **_util_tables(hours)}
+    return {"gpu_costs": pa.table(costs), "gpu_node_keys": _node_keys(keys_of), **_util_tables(hours)}
 
 
 def _table(names: Sequence[str], rows: Sequence[tuple], types: Sequence[pa.DataType]) -> pa.Table:
@@ -260,7 +262,7 @@ def _table(names: Sequence[str], rows: Sequence[tuple], types: Sequence[pa.DataT
 
 
 def _node_keys(keys_of: Sequence[Sequence[str]]) -> pa.Table:
-    """node keys (node, pos, key): each node's identity keys, primary first; a node without any
+    """gpu_node_keys (node, pos, key): each node's identity keys, primary first; a node without any
     has one NULL key, which matches no host."""
     import pyarrow as pa
 
@@ -270,7 +272,7 @@ def _node_keys(keys_of: Sequence[Sequence[str]]) -> pa.Table:
 
 
 def _util_tables(hours: UtilHours) -> dict[str, pa.Table]:
-    """hosts (sid, pos, key) and GPU-hours (sid, gpu, hour, ...) for the join."""
+    """gpu_hosts (sid, pos, key) and gpu_util_hours (sid, gpu, hour, ...) for the join."""
     import pyarrow as pa
 
     # a host is its primary identity (samples of one node may differ in zone or name labels); it
@@ -291,12 +293,12 @@ def _util_tables(hours: UtilHours) -> dict[str, pa.Table]:
                 aliases[(sid, k)] = min(pos, aliases.get((sid, k), pos))
         sid_col.append(sid)
     return {
-        "hosts": _table(
+        "gpu_hosts": _table(
             ("sid", "pos", "key"),
             [(sid, pos, k) for (sid, k), pos in aliases.items()],
             (pa.int64(), pa.int64(), pa.string()),
         ),
-        "hours": pa.table(
+        "gpu_util_hours": pa.table(
             {
                 "sid": pa.array(sid_col, pa.int64()),
                 "gpu": pa.array(h["gpu"], pa.string()),
@@ -378,7 +380,7 @@ def judge_nodes(
     columns = list(zip(*nodes, strict=True)) if nodes else [()] * len(NODE_COLUMNS)
     numbered = {"node": pa.array(range(len(nodes)), pa.int64())}
     numbered |= {k: pa.array(v, pa.string()) for k, v in zip(NODE_COLUMNS, columns, strict=True)}
-    tables = {"nodes": pa.table(numbered), "node_keys": _node_keys(keys_of), **_util_tables(hours)}
+    tables = {"gpu_nodes": pa.table(numbered), "gpu_node_keys": _node_keys(keys_of), **_util_tables(hours)}
     # a literal, not a parameter: `run`'s SQL binds the node-hours' range positionally
     rows = run(_JUDGE_SQL.replace("$threshold", repr(float(idle_threshold_pct))), tables)
     return {n for n, unmonitored, _ in rows if unmonitored}, {n for n, _, idle in rows if idle}

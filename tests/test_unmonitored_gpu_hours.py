@@ -14,7 +14,7 @@ import io
 import json
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -100,15 +100,17 @@ def test_once_every_hour_is_built_the_on_demand_ones_come_from_them() -> None:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("fleet")
-    write_fleet(out, seed=3, days=15)
+    write_fleet(out, seed=3, days=9)  # an 8-day window: `commitment_opportunity` needs 7
     return out
 
 
 def _analysis(fleet: Path, *, keep: bool) -> Any:
     truth = json.loads((fleet / "ground_truth.json").read_text())
     now = datetime.fromisoformat(truth["window"]["end"].replace("Z", "+00:00"))
-    paths = [fleet / "billing" / "export.parquet"]
-    return analyze_once(Config(), now=now, billing_paths=paths, with_budgets=False, keep_gpu_hours=keep)
+    paths, start = [fleet / "billing" / "export.parquet"], now - timedelta(days=8)
+    return analyze_once(
+        Config(), now=now, start=start, end=now, billing_paths=paths, with_budgets=False, keep_gpu_hours=keep
+    )
 
 
 @pytest.mark.slow
