@@ -39,7 +39,7 @@ from monitor.billing_poll import currencies, poll_billing, provisional_since
 from monitor.config import Config
 from monitor.detectors import build_detectors, history_needed, run_in_window
 from monitor.detectors.costs import Costs, as_costs
-from monitor.detectors.inputs import BudgetSpec, CostHour, GpuHour, JudgedGpuHours, UnmonitoredGpuHours
+from monitor.detectors.inputs import BudgetSpec, CostHour, DeferredGpuHours, GpuHour
 from monitor.errors import UserError
 from monitor.gcpause import collector_paused
 from monitor.model import Finding, category_of
@@ -376,7 +376,7 @@ def run_analysis(
     stats = _stats(metered, sources.billing.engine, data_start, window.end)
     # what was read back into Python from the engines: cost rows and sums, and the window's GPU
     # node-hours (not those before it, which only a job budget joins, when a job ran before it)
-    if isinstance(window_gpu, UnmonitoredGpuHours | JudgedGpuHours):
+    if isinstance(window_gpu, DeferredGpuHours):
         stats.rows_fetched += costs.fetched + window_gpu.fetched
     else:
         stats.rows_fetched += costs.fetched + sum(1 for g in window_gpu if not g.estimated)

@@ -49,6 +49,7 @@ from monitor.gpus import (
     idle_share,
     join_node_hours,
     judge_nodes,
+    node_table,
 )
 from monitor.model import micros_to_decimal
 from monitor.sources.presets import Signal
@@ -470,7 +471,7 @@ def judged_gpu_hours(
     number = {node: i for i, node in enumerate(nodes)}
     keep = _whole_instances(unmonitored | idle, instance_of)
     while True:
-        only = NodeHours(since, "on_demand", _node_table([nodes[i] for i in sorted(keep)]), NODE_COLUMNS)
+        only = NodeHours(since, "on_demand", node_table([nodes[i] for i in sorted(keep)]), NODE_COLUMNS)
         nodes_read = gpu_node_hours(aggregates, start, end, since, only=only)
         hours = gpu_hours(nodes_read, util, threshold, prices, end, since)
         fetched += sum(1 for h in hours if not h.estimated)
@@ -488,13 +489,6 @@ def _whole_instances(nodes: set[int], instance_of: Sequence[tuple]) -> set[int]:
     """`nodes` and every node of the same instance."""
     wanted = {instance_of[i] for i in nodes}
     return {i for i, key in enumerate(instance_of) if key in wanted}
-
-
-def _node_table(nodes: Sequence[tuple]) -> pa.Table:
-    import pyarrow as pa
-
-    columns = list(zip(*nodes, strict=True)) if nodes else [()] * len(NODE_COLUMNS)
-    return pa.table({k: pa.array(v, pa.string()) for k, v in zip(NODE_COLUMNS, columns, strict=True)})
 
 
 def assemble_inputs(

@@ -50,6 +50,7 @@ __all__ = [
     "join_gpu_hours",
     "join_node_hours",
     "judge_nodes",
+    "node_table",
 ]
 
 
@@ -362,6 +363,14 @@ def join_node_hours(
     return out
 
 
+def node_table(nodes: Sequence[tuple]) -> pa.Table:
+    """GPU nodes (`NODE_COLUMNS` values) as an Arrow table of those columns."""
+    import pyarrow as pa
+
+    columns = list(zip(*nodes, strict=True)) if nodes else [()] * len(NODE_COLUMNS)
+    return pa.table({k: pa.array(v, pa.string()) for k, v in zip(NODE_COLUMNS, columns, strict=True)})
+
+
 def judge_nodes(
     nodes: Sequence[tuple],
     hours: UtilHours,
@@ -377,10 +386,8 @@ def judge_nodes(
     import pyarrow as pa
 
     keys_of = [[n.key for n in billed_identities(*node)] for node in nodes]
-    columns = list(zip(*nodes, strict=True)) if nodes else [()] * len(NODE_COLUMNS)
-    numbered = {"node": pa.array(range(len(nodes)), pa.int64())}
-    numbered |= {k: pa.array(v, pa.string()) for k, v in zip(NODE_COLUMNS, columns, strict=True)}
-    tables = {"gpu_nodes": pa.table(numbered), "gpu_node_keys": _node_keys(keys_of), **_util_tables(hours)}
+    numbered = node_table(nodes).add_column(0, "node", pa.array(range(len(nodes)), pa.int64()))
+    tables = {"gpu_nodes": numbered, "gpu_node_keys": _node_keys(keys_of), **_util_tables(hours)}
     # a literal, not a parameter: `run`'s SQL binds the node-hours' range positionally
     rows = run(_JUDGE_SQL.replace("$threshold", repr(float(idle_threshold_pct))), tables)
     return {n for n, unmonitored, _ in rows if unmonitored}, {n for n, _, idle in rows if idle}

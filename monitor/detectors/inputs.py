@@ -32,6 +32,7 @@ __all__ = [
     "PRICE_TERMS",
     "BudgetSpec",
     "CostHour",
+    "DeferredGpuHours",
     "DetectorInputs",
     "GpuHour",
     "JudgedGpuHours",
@@ -169,10 +170,12 @@ class GpuHour:
         return self.monitored and self.idle_gpu_hours < self.gpu_hours
 
 
-class _BuiltOnUse(Sequence[GpuHour]):
+class DeferredGpuHours(Sequence[GpuHour]):
     """GPU hours read as far as the detectors read them: `on_demand()` for the opportunity
     detectors, `judged()` for `idle_gpu` and `unmonitored_gpu`, and every one, built by `_rows()`,
-    only for a reader that needs them all."""
+    only for a reader that needs them all. `fetched` counts the rows read from the engine."""
+
+    fetched: int
 
     def _rows(self) -> Sequence[GpuHour]:
         raise NotImplementedError
@@ -193,7 +196,7 @@ class _BuiltOnUse(Sequence[GpuHour]):
         return iter(self._rows())
 
 
-class UnmonitoredGpuHours(_BuiltOnUse):
+class UnmonitoredGpuHours(DeferredGpuHours):
     """GPU hours no utilization overlaps, built on first use (`build(None)`), so a run whose
     detectors never read them never fetches them.
 
@@ -231,7 +234,7 @@ class UnmonitoredGpuHours(_BuiltOnUse):
         return self._rows()
 
 
-class JudgedGpuHours(_BuiltOnUse):
+class JudgedGpuHours(DeferredGpuHours):
     """GPU hours joined with utilization as far as the GPU detectors judge them (`judged`), every
     one built only if a reader needs them all (`build()`: a job budget, a finished job's message).
 
@@ -347,14 +350,14 @@ class DetectorInputs:
     def on_demand_gpu_hours(self) -> Sequence[GpuHour]:
         """The on-demand GPU hours, in order (without building the others where they are read as
         far as the detectors need: `UnmonitoredGpuHours`, `JudgedGpuHours`)."""
-        if isinstance(self.gpu_hours, _BuiltOnUse):
+        if isinstance(self.gpu_hours, DeferredGpuHours):
             return self.gpu_hours.on_demand()
         return [r for r in self.gpu_hours if r.pricing_model == "on_demand"]
 
     def judged_gpu_hours(self) -> Sequence[GpuHour]:
         """The GPU hours `idle_gpu` and `unmonitored_gpu` judge, in order: all of them, or as far as
         those detectors need (`JudgedGpuHours`)."""
-        if isinstance(self.gpu_hours, _BuiltOnUse):
+        if isinstance(self.gpu_hours, DeferredGpuHours):
             return self.gpu_hours.judged()
         return self.gpu_hours
 
