@@ -360,7 +360,7 @@ def run_analysis(
             prices=prices,
             budgets=sources.budgets,
             gpu_from=window.start,  # the history before the window is read for costs alone
-            defer=not keep_gpu_hours,  # the scratch store: nothing else writes it
+            defer=not keep_gpu_hours,  # a caller that keeps them all reads them all at once
         )
         costs = inputs.hourly  # a view on the scratch aggregate store: closed before it goes
         try:

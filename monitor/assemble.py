@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -50,6 +50,7 @@ from monitor.gpus import (
     join_node_hours,
     judge_nodes,
     node_table,
+    util_tables,
 )
 from monitor.model import micros_to_decimal
 from monitor.sources.presets import Signal
@@ -424,12 +425,14 @@ def gpu_hours(
     prices: PriceLookup | None,
     end: datetime,
     provisional_from: datetime | None = None,
+    tables: Mapping[str, Any] | None = None,
 ) -> list[GpuHour]:
     """Billed GPU hours (`gpu_node_hours`) joined with utilization (per GPU and hour:
-    `monitor.utilization.hourly`), plus estimated ones (see `_estimates`)."""
+    `monitor.utilization.hourly`), plus estimated ones (see `_estimates`). `tables`: the
+    utilization's join tables (`monitor.gpus.util_tables`), when already built."""
     nodes = costs if isinstance(costs, GpuNodeHours) else GpuNodeHours.from_rows(costs)
     util = UtilHours.of(hours)
-    billed = _billed(nodes, join_node_hours(nodes, util, threshold))
+    billed = _billed(nodes, join_node_hours(nodes, util, threshold, tables))
     return billed + _estimates(nodes, util, prices, threshold, end, provisional_from)
 
 
@@ -457,7 +460,7 @@ def judged_gpu_hours(
     nodes read, and the hours built again.
     """
     # the detectors' package imports this module's
-    from monitor.detectors.idle_gpu import instance_key, node_instance_key
+    from monitor.detectors.idle_gpu import node_instance_key
 
     distinct = f"SELECT DISTINCT {', '.join(NODE_COLUMNS)} FROM node_hours"
     nodes = [tuple(r) for r in over_gpu_node_hours(aggregates, start, end, distinct)]
@@ -465,19 +468,37 @@ def judged_gpu_hours(
     def run(sql: str, tables: Any) -> list[tuple]:
         return over_gpu_node_hours(aggregates, start, end, sql, tables)
 
-    unmonitored, idle = judge_nodes(nodes, util, threshold, run)
+    tables = util_tables(util)  # built once, for the judging and the join
+    unmonitored, idle = judge_nodes(nodes, util, threshold, run, tables)
     fetched = 2 * len(nodes)  # the nodes, then one judgement each
     instance_of = [node_instance_key(*node) for node in nodes]
     number = {node: i for i, node in enumerate(nodes)}
     keep = _whole_instances(unmonitored | idle, instance_of)
     while True:
-        only = NodeHours(since, "on_demand", node_table([nodes[i] for i in sorted(keep)]), NODE_COLUMNS)
+        whole = len(keep) == len(nodes)  # every node whole: every node-hour, no filter to run
+        only = (
+            None
+            if whole
+            else NodeHours(since, "on_demand", node_table([nodes[i] for i in sorted(keep)]), NODE_COLUMNS)
+        )
         nodes_read = gpu_node_hours(aggregates, start, end, since, only=only)
-        hours = gpu_hours(nodes_read, util, threshold, prices, end, since)
+        hours = gpu_hours(nodes_read, util, threshold, prices, end, since, tables)
         fetched += sum(1 for h in hours if not h.estimated)
-        shown = {instance_key(h) for h in hours if h.idle_gpu_hours > 0}
+        if whole:  # nothing can be missing
+            return hours, fetched
+        # per node, not per hour (`NODE_COLUMNS`' values, spelled out: tens of thousands of hours)
+        shown = {
+            node_instance_key(*node)
+            for node in {
+                (h.project, h.zone, h.instance, h.instance_id, h.cluster) for h in hours if h.idle_gpu_hours
+            }
+        }
         missing = {i for i, key in enumerate(instance_of) if key in shown}
-        dark = (tuple(getattr(h, c) for c in NODE_COLUMNS) for h in hours if not (h.estimated or h.monitored))
+        dark = {
+            (h.project, h.zone, h.instance, h.instance_id, h.cluster)
+            for h in hours
+            if h.mean_utilization_pct is None and not h.estimated
+        }
         missing |= {number[node] for node in dark if node in number}
         if missing <= keep:
             return hours, fetched
@@ -518,12 +539,21 @@ def assemble_inputs(
 
     `defer`: the window's GPU hours are read as far as the detectors read them, all of them only
     if a reader needs them all: `JudgedGpuHours` (`judged_gpu_hours`) or, when no utilization
-    overlaps the window, `UnmonitoredGpuHours`, built when a detector reads them. Only for a store
-    nothing else writes while the inputs live (`analyze`'s scratch store; the daemon's billing poll
-    may commit during a detection run, so the daemon reads them all here, with the costs).
+    overlaps the window, `UnmonitoredGpuHours`, built when a detector reads them (`analyze`). The
+    daemon reads them all here: where most node-hours are on demand or unmonitored, judging which
+    to read costs more than it saves (docs/performance.md, 2026-12-05).
+
+    Every GPU node-hour is read in the costs' read transaction (`AggregateStore.pinned`): the
+    daemon's billing poll may commit while a detection run still reads GPU hours (those before
+    `gpu_from`, for a job budget or a finished job's message), and they must be of the costs'
+    snapshot.
     """
     since = provisional_since(now, provisional_days)
     split = start if gpu_from is None else max(start, min(gpu_from, since, end))
+    hourly = stored_costs(aggregates, start, end, since)
+    pinned = hourly.snapshot()
+    if pinned is not None:
+        aggregates = aggregates.pinned(*pinned)
 
     def joined(lo: datetime, hi: datetime, util: UtilHours | None = None) -> list[GpuHour]:
         util = load_util_hours(store, lo, hi) if util is None else util
@@ -545,12 +575,17 @@ def assemble_inputs(
         judged, fetched = judged_gpu_hours(aggregates, util, split, end, since, idle_threshold_pct, prices)
         return JudgedGpuHours(judged, lambda: joined(split, end, util), fetched)
 
+    try:
+        window = window_hours()
+    except BaseException:
+        hourly.close()  # it holds the store's file
+        raise
     return DetectorInputs(
         window_start=start,
         window_end=end,
         provisional_from=since,
-        hourly=stored_costs(aggregates, start, end, since),
-        gpu_hours=window_hours(),
+        hourly=hourly,
+        gpu_hours=window,
         prices=prices,
         budgets=tuple(budgets),
         utilization_coverage=coverage,

@@ -51,6 +51,7 @@ __all__ = [
     "join_node_hours",
     "judge_nodes",
     "node_table",
+    "util_tables",
 ]
 
 
@@ -237,7 +238,9 @@ def _hour_numbers(hours: Sequence[datetime]) -> list[int]:
     return [seen[h] if h in seen else seen.setdefault(h, int(h.timestamp())) for h in hours]
 
 
-def _tables(nodes: GpuNodeHours, hours: UtilHours) -> dict[str, pa.Table]:
+def _tables(
+    nodes: GpuNodeHours, hours: UtilHours, util: Mapping[str, pa.Table] | None = None
+) -> dict[str, pa.Table]:
     """gpu_costs (idx, node, hour), gpu_node_keys (node, pos, key), gpu_hosts (sid, pos, key) and the
     GPU-hours, gpu_util_hours (sid, gpu, hour, ...), as Arrow tables for the join, the GPU-hours
     straight from their columns. Named apart from the aggregate store's tables, beside which
@@ -252,7 +255,8 @@ def _tables(nodes: GpuNodeHours, hours: UtilHours) -> dict[str, pa.Table]:
         "node": pa.array(node_of, pa.int64()),
         "hour": pa.array(_hour_numbers(nodes["hour"]), pa.int64()),
     }
-    return {"gpu_costs": pa.table(costs), "gpu_node_keys": _node_keys(keys_of), **_util_tables(hours)}
+    util = util if util is not None else util_tables(hours)
+    return {"gpu_costs": pa.table(costs), "gpu_node_keys": _node_keys(keys_of), **util}
 
 
 def _table(names: Sequence[str], rows: Sequence[tuple], types: Sequence[pa.DataType]) -> pa.Table:
@@ -272,8 +276,9 @@ def _node_keys(keys_of: Sequence[Sequence[str]]) -> pa.Table:
     return _table(("node", "pos", "key"), rows, (pa.int64(), pa.int64(), pa.string()))
 
 
-def _util_tables(hours: UtilHours) -> dict[str, pa.Table]:
-    """gpu_hosts (sid, pos, key) and gpu_util_hours (sid, gpu, hour, ...) for the join."""
+def util_tables(hours: UtilHours) -> dict[str, pa.Table]:
+    """gpu_hosts (sid, pos, key) and gpu_util_hours (sid, gpu, hour, ...) for the join (built once
+    for the judging and the join of the same hours: `monitor.assemble.judged_gpu_hours`)."""
     import pyarrow as pa
 
     # a host is its primary identity (samples of one node may differ in zone or name labels); it
@@ -327,10 +332,14 @@ class Joined:
 
 
 def join_node_hours(
-    nodes: GpuNodeHours, hours: UtilHours | Sequence[UtilHour], idle_threshold_pct: float
+    nodes: GpuNodeHours,
+    hours: UtilHours | Sequence[UtilHour],
+    idle_threshold_pct: float,
+    tables: Mapping[str, pa.Table] | None = None,
 ) -> list[Joined | None]:
     """Per node-hour of `nodes`, in order: its utilization (per GPU and hour:
     `monitor.utilization.hourly`, as columns or `UtilHour`s), None when no monitored host matches it.
+    `tables`: `util_tables(hours)`, when already built.
 
     Each joined hour says which signal it was judged on (the best one seen in the hour) and, for a
     GKE node judged on its node duty cycle, whether it had container metrics at all.
@@ -345,7 +354,7 @@ def join_node_hours(
         # different order each run, so a finding's evidence changed in its last digits between
         # identical runs.
         con.execute("SET threads = 1")
-        for name, table in _tables(nodes, UtilHours.of(hours)).items():
+        for name, table in _tables(nodes, UtilHours.of(hours), tables).items():
             con.register(name, table)
         result = con.execute(_JOIN_SQL, {"threshold": idle_threshold_pct}).fetchall()
     finally:
@@ -376,10 +385,12 @@ def judge_nodes(
     hours: UtilHours,
     idle_threshold_pct: float,
     run: Callable[[str, Mapping[str, pa.Table]], list[tuple]],
+    tables: Mapping[str, pa.Table] | None = None,
 ) -> tuple[set[int], set[int]]:
     """Of the GPU `nodes` (`NODE_COLUMNS` values, distinct), by position: those with a node-hour no
     monitored host matches, and those with a node-hour a matching host had a GPU below the threshold
     in (a superset of those with an idle GPU-hour), as the join (`_JOIN_SQL`) matches them.
+    `tables`: `util_tables(hours)`, when already built.
 
     `run(sql, tables)` runs `sql` where the node-hours are stored (as `node_hours`), with `tables`
     registered: the node-hours stay there, one row per node comes back."""
@@ -387,9 +398,10 @@ def judge_nodes(
 
     keys_of = [[n.key for n in billed_identities(*node)] for node in nodes]
     numbered = node_table(nodes).add_column(0, "node", pa.array(range(len(nodes)), pa.int64()))
-    tables = {"gpu_nodes": numbered, "gpu_node_keys": _node_keys(keys_of), **_util_tables(hours)}
+    util = tables if tables is not None else util_tables(hours)
+    registered = {"gpu_nodes": numbered, "gpu_node_keys": _node_keys(keys_of), **util}
     # a literal, not a parameter: `run`'s SQL binds the node-hours' range positionally
-    rows = run(_JUDGE_SQL.replace("$threshold", repr(float(idle_threshold_pct))), tables)
+    rows = run(_JUDGE_SQL.replace("$threshold", repr(float(idle_threshold_pct))), registered)
     return {n for n, unmonitored, _ in rows if unmonitored}, {n for n, _, idle in rows if idle}
 
 

@@ -189,6 +189,35 @@ def polled_daemon(tmp: Path, *, seed: int, days: int, now: datetime, utilization
     return deps
 
 
+def assembled(
+    deps: Any,
+    now: datetime,
+    *,
+    provisional_days: int,
+    defer: bool = False,
+    gpu_from: datetime | None = None,
+    end: datetime | None = None,
+) -> Any:
+    """`assemble_inputs` over a `polled_daemon`'s stores, from the fleet's first hour to `end`
+    (default: `now`)."""
+    from monitor.assemble import assemble_inputs
+    from monitor.utilization.state import migrate as migrate_utilization
+
+    migrate_utilization(deps.store)
+    return assemble_inputs(
+        deps.store,
+        datetime(2026, 11, 1, tzinfo=UTC),
+        end or now,
+        now,
+        aggregates=deps.aggregates,
+        provisional_days=provisional_days,
+        idle_threshold_pct=deps.cfg.utilization.idle_threshold_pct,
+        prices=deps.prices.price_book(now),
+        gpu_from=gpu_from,
+        defer=defer,
+    )
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from monitor.simulate import write_fleet

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from monitor.assemble import assemble_inputs
 from monitor.billing_poll import provisional_since
 from monitor.detectors.inputs import CostHour, DetectorInputs, GpuHour
 from monitor.detectors.job_budget import JobBudget
@@ -31,17 +30,9 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def _inputs(deps: Any, gpu_from: datetime | None, provisional_days: int = 2) -> DetectorInputs:
-    return assemble_inputs(
-        deps.store,
-        T0,
-        T0 + 48 * H,
-        NOW,
-        aggregates=deps.aggregates,
-        provisional_days=provisional_days,
-        idle_threshold_pct=deps.cfg.utilization.idle_threshold_pct,
-        prices=deps.prices.price_book(NOW),
-        gpu_from=gpu_from,
-    )
+    from tests.test_digest_jobs import assembled
+
+    return assembled(deps, NOW, end=T0 + 48 * H, provisional_days=provisional_days, gpu_from=gpu_from)
 
 
 def test_hours_before_the_window_are_joined_on_demand_as_one_join_gives_them(daemon: Any) -> None:

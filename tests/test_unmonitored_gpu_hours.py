@@ -150,21 +150,9 @@ def billed_only(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def _assembled(deps: Any, *, defer: bool) -> Any:
-    from monitor.assemble import assemble_inputs
-    from monitor.utilization.state import migrate as migrate_utilization
+    from tests.test_digest_jobs import assembled
 
-    migrate_utilization(deps.store)
-    return assemble_inputs(
-        deps.store,
-        datetime(2026, 11, 1, tzinfo=UTC),
-        NOW,
-        NOW,
-        aggregates=deps.aggregates,
-        provisional_days=1,
-        idle_threshold_pct=deps.cfg.utilization.idle_threshold_pct,
-        prices=deps.prices.price_book(NOW),
-        defer=defer,
-    )
+    return assembled(deps, NOW, defer=defer, provisional_days=1)
 
 
 def test_the_daemon_reads_its_gpu_hours_with_its_costs_and_analyze_defers_them(billed_only: Any) -> None:

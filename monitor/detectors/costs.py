@@ -155,6 +155,7 @@ class Costs:
         `costs`, closed by `close`); `order`: the columns `rows()` come back sorted by."""
         self._table: pa.Table | None = table
         self._conn: duckdb.DuckDBPyConnection | None = conn
+        self._view = conn is not None  # a view on a store's connection (`over`)
         self._order = ", ".join(order)
         self._rows = table.num_rows if table is not None else _count(conn)
         self._label_sets = dict(label_sets) if label_sets is not None else None
@@ -343,6 +344,14 @@ class Costs:
             self._conn, self._table = _load(self._table), None  # the engine holds the rows now
         return self._conn
 
+    def snapshot(self) -> tuple[duckdb.DuckDBPyConnection, threading.Lock] | None:
+        """The connection of an engine that is a view on a store (`over`), in its read transaction,
+        and the lock its queries take: what `AggregateStore.pinned` reads the same snapshot through.
+        None for an engine of its own (over rows or a table) or once closed."""
+        if not self._view or self._conn is None:
+            return None
+        return self._conn, self._lock
+
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:
@@ -380,7 +389,9 @@ def _casts() -> str:
 def _count(conn: duckdb.DuckDBPyConnection | None) -> int:
     if conn is None:
         raise ValueError("Costs needs a table or an engine")
-    return int(conn.execute("SELECT count(*) FROM costs").fetchone()[0])
+    # fetched whole: a result left unfinished (fetchone) holds the connection, which the GPU
+    # node-hours are read through next (`AggregateStore.pinned`)
+    return int(conn.execute("SELECT count(*) FROM costs").fetchall()[0][0])
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ aggregate row takes tens of bytes instead of hundreds, and sums over weeks of ho
 
 A DuckDB file admits one writing process at a time, and it is locked while a process has it open.
 The daemon holds it only for the length of each read or write (`read()` / `transaction()` open and
-close it; a detection run's costs are one read, from its start to its end: `connect()`), so
+close it; a detection run's costs are one read, from its start to its end: `connect()`, and its GPU
+node-hours are read in that same read transaction: `pinned()`), so
 `gpucost digest` beside a running daemon waits at most one such step (`lock_timeout_s`); within a
 process, writes are serialised by a lock. `path=None` keeps the store
 in memory (`gpucost analyze`'s throwaway store).
@@ -21,6 +22,7 @@ in memory (`gpucost analyze`'s throwaway store).
 
 from __future__ import annotations
 
+import copy
 import re
 import threading
 import time
@@ -65,6 +67,9 @@ def aggregates_path(state_url: str, configured: str | None) -> Path | None:
 class AggregateStore:
     """A DuckDB database for aggregates: `transaction()` to write, `read()` to read, `migrate()` per
     component as the state store does. Session time zone UTC: stored TIMESTAMPs are UTC."""
+
+    #: A `pinned` view's connection (None: connections of the store's own).
+    _pinned: tuple[duckdb.DuckDBPyConnection, threading.Lock] | None = None
 
     def __init__(self, path: str | Path | None = None, *, lock_timeout_s: float = 60.0):
         self.path = None if path in (None, ":memory:") else Path(path)
@@ -115,14 +120,27 @@ class AggregateStore:
         """A connection of the caller's own, to close when done (a detection run's costs engine
         reads its window through one: `monitor.detectors.costs.Costs.over`). While it is open,
         another process waits for the file as it waits for any read."""
+        if self._pinned is not None:
+            raise RuntimeError(f"aggregate store {self.name}: a pinned view has one connection, its owner's")
         return self._open()
+
+    def pinned(self, conn: duckdb.DuckDBPyConnection, lock: threading.Lock) -> AggregateStore:
+        """This store, its reads run on `conn` under `lock`: a detection run's read transaction
+        (`monitor.detectors.costs.Costs.snapshot`), so that what it reads after its costs (the GPU
+        node-hours, read as far as the detectors read them) is of the same snapshot, however many
+        billing polls commit meanwhile. Read-only: it cannot write, and `close()` leaves `conn` to its
+        owner."""
+        view = copy.copy(self)  # the same file, write lock and migrations done
+        view._local = threading.local()
+        view._pinned = (conn, lock)
+        return view
 
     @contextmanager
     def session(self) -> Iterator[None]:
         """Keep one connection open for the `read()`s and `transaction()`s inside (this thread): a
         step of several statements opens the file once (an open costs milliseconds; an idle billing
         poll is a few statements)."""
-        if getattr(self._local, "conn", None) is not None:
+        if self._pinned is not None or getattr(self._local, "conn", None) is not None:
             yield
             return
         self._local.conn = self._open()
@@ -134,6 +152,11 @@ class AggregateStore:
 
     @contextmanager
     def _connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        if self._pinned is not None:
+            conn, lock = self._pinned
+            with lock:
+                yield conn
+            return
         shared = getattr(self._local, "conn", None)
         if shared is not None:
             yield shared
@@ -156,6 +179,8 @@ class AggregateStore:
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """All-or-nothing: commits on success, rolls back on any exception (and re-raises it)."""
+        if self._pinned is not None:
+            raise RuntimeError(f"aggregate store {self.name}: a pinned view reads only")
         with self._write, self._connection() as conn:
             try:
                 conn.execute("BEGIN TRANSACTION")
@@ -204,6 +229,8 @@ class AggregateStore:
         self._migrated.add((component, len(migrations)))
 
     def close(self) -> None:
+        if self._pinned is not None:  # the connection is its owner's
+            return
         if self._memory is not None:
             self._memory.close()
             self._memory = None
