@@ -19,7 +19,7 @@ from monitor.cycle import detection_inputs
 from monitor.detectors.inputs import DetectorInputs, JudgedGpuHours
 from monitor.state.analytics import AggregateStore
 
-NOW = datetime(2026, 11, 7, 9, tzinfo=UTC)  # 6 days billed: the first 3 settled
+NOW = datetime(2026, 11, 5, 9, tzinfo=UTC)  # 4 days billed: the first settled
 WINDOW = NOW - timedelta(days=2)  # a detection window inside the data: earlier GPU hours are read late
 
 
@@ -27,7 +27,7 @@ WINDOW = NOW - timedelta(days=2)  # a detection window inside the data: earlier 
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from tests.test_digest_jobs import polled_daemon
 
-    deps = polled_daemon(tmp_path_factory.mktemp("detection-snapshot"), seed=7, days=6, now=NOW)
+    deps = polled_daemon(tmp_path_factory.mktemp("detection-snapshot"), seed=7, days=4, now=NOW)
     yield deps
     deps.store.close()
 
