@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -472,6 +473,7 @@ def judged_gpu_hours(
     unmonitored, idle = judge_nodes(nodes, util, threshold, run, tables)
     fetched = 2 * len(nodes)  # the nodes, then one judgement each
     instance_of = [node_instance_key(*node) for node in nodes]
+    node_of = operator.attrgetter(*NODE_COLUMNS)  # a GPU hour's node
     number = {node: i for i, node in enumerate(nodes)}
     keep = _whole_instances(unmonitored | idle, instance_of)
     while True:
@@ -486,19 +488,10 @@ def judged_gpu_hours(
         fetched += sum(1 for h in hours if not h.estimated)
         if whole:  # nothing can be missing
             return hours, fetched
-        # per node, not per hour (`NODE_COLUMNS`' values, spelled out: tens of thousands of hours)
-        shown = {
-            node_instance_key(*node)
-            for node in {
-                (h.project, h.zone, h.instance, h.instance_id, h.cluster) for h in hours if h.idle_gpu_hours
-            }
-        }
+        # per node, not per hour (tens of thousands of hours)
+        shown = {node_instance_key(*node) for node in {node_of(h) for h in hours if h.idle_gpu_hours}}
         missing = {i for i, key in enumerate(instance_of) if key in shown}
-        dark = {
-            (h.project, h.zone, h.instance, h.instance_id, h.cluster)
-            for h in hours
-            if h.mean_utilization_pct is None and not h.estimated
-        }
+        dark = {node_of(h) for h in hours if h.mean_utilization_pct is None and not h.estimated}
         missing |= {number[node] for node in dark if node in number}
         if missing <= keep:
             return hours, fetched

@@ -799,11 +799,8 @@ def _insert_hourly(conn: Any, results: Sequence[Any], now: datetime) -> int:
         if isinstance(result, Path):
             written += insert("read_parquet(?)", str(result))
         elif result is not None and result.num_rows:
-            conn.register("hourly_result", result)
-            try:
+            with _registered(conn, {"hourly_result": result}):
                 written += insert("hourly_result")
-            finally:
-                conn.unregister("hourly_result")
     return written
 
 

@@ -153,6 +153,11 @@ per_gpu AS (
     FROM per_gpu
     GROUP BY ALL
 )"""
+#: A node-hour `c` (`node`, `hour`) with each host-hour `u` that answers to one of its node's identity
+#: keys (`k`, `h`), or none: the join's matching, which `_JUDGE_SQL` runs too.
+_HOSTS_OF = """JOIN gpu_node_keys AS k ON k.node = c.node
+    LEFT JOIN gpu_hosts AS h ON k.key = h.key
+    LEFT JOIN per_host AS u ON u.sid = h.sid AND u.hour = c.hour"""
 # GPU-hours are merged per host (`sid`: samples of one node may differ in zone or name labels), then
 # matched through the identity keys both sides answer to; of several matching hosts the one with most
 # GPUs wins, then the primary key.
@@ -161,9 +166,7 @@ WITH {_PER_HOST}
 SELECT * FROM (
     SELECT c.idx, u.gpus_seen, u.mean_util, u.idle_gpus, u.memory_held, u.rank, u.container
     FROM gpu_costs AS c
-    JOIN gpu_node_keys AS k ON k.node = c.node
-    LEFT JOIN gpu_hosts AS h ON k.key = h.key
-    LEFT JOIN per_host AS u ON u.sid = h.sid AND u.hour = c.hour
+    {_HOSTS_OF}
     QUALIFY ROW_NUMBER() OVER (
         PARTITION BY c.idx ORDER BY u.gpus_seen DESC NULLS LAST, k.pos, h.pos, u.sid
     ) = 1
@@ -185,9 +188,7 @@ _JUDGE_SQL = f"""WITH {_PER_HOST}, at_node AS (
 ), matched AS (
     SELECT c.node, c.hour, BOOL_OR(u.sid IS NOT NULL) AS monitored, BOOL_OR(u.idle_gpus > 0) AS idle
     FROM at_node AS c
-    JOIN gpu_node_keys AS k ON k.node = c.node
-    LEFT JOIN gpu_hosts AS h ON k.key = h.key
-    LEFT JOIN per_host AS u ON u.sid = h.sid AND u.hour = c.hour
+    {_HOSTS_OF}
     GROUP BY c.node, c.hour
 )
 SELECT node, BOOL_OR(NOT monitored), COALESCE(BOOL_OR(idle), false) FROM matched GROUP BY node
