@@ -1,12 +1,13 @@
 """The digest's "Top jobs": yesterday's cost per training job, its idle and cross-zone shares, and
 the daily spend per job (a stacked chart), from the jobs engine (`monitor.jobs.build_jobs`).
 
-Pure, like `alerts.digest`: the caller (`monitor.digest_data`) hands in the stored aggregates it
-read (cost hours and the GPU hours joined with utilization), a few hours at a time (`JobsSection`).
-`stored_rows` converts them, once, into the engine's input rows; yesterday goes through the engine
-(`_build`, the one place this module builds records: re-point it there), the chart's days through
+Pure, like `alerts.digest`: the caller (`monitor.digest_data`) hands in what it read of the stored
+aggregates (`JobsSection`). Yesterday: its rows and GPU hours joined with utilization, a few hours
+at a time, converted into the engine's input rows (`stored_rows`) and built by the engine (`_build`,
+the one place this module builds records: re-point it there). The chart's two weeks: sums the
+store's engine made per hour and label set (`monitor.billing_poll.stored_job_sums`), through
 `monitor.jobs.build.job_spend` (each job's spend by hour, the same to the micro: all the chart
-reads, at a fraction of the cost; the digest runs every day over two weeks of rows). The
+reads; the digest runs every day, and two weeks of rows were most of its time). The
 figures add up: the top `n` jobs, the other jobs summed, and the spend without a job label make
 yesterday's total to the micro (the engine assigns every row to one job, cluster fees shared by
 node-hours), so the section never disagrees with "Yesterday" above it. Money is net (after
@@ -36,6 +37,7 @@ __all__ = [
     "DigestJob",
     "DigestJobs",
     "JobsSection",
+    "chart_spend",
     "digest_jobs",
     "engine_rows",
     "job_records",
@@ -87,20 +89,25 @@ def _job_labels(labels: Iterable[tuple[str, str]], wanted: set[str]) -> str | No
     return ",".join(f"{k}={v}" for k, v in sorted(labels) if k in wanted and v) or None
 
 
+def _stored_job_labels(raw: str, wanted: set[str]) -> str | None:
+    """`_job_labels` of a stored label string (the aggregates' `user_labels`)."""
+    from monitor.billing_poll import parse_labels
+
+    return _job_labels(dict(parse_labels(raw)).items(), wanted)
+
+
 def stored_rows(rows: Iterable[tuple], keys: Sequence[str]) -> list[dict[str, Any]]:
     """`engine_rows(cost_hours(...), keys)` straight from the stored aggregates: the tuples of
     `monitor.billing_poll.stored_job_columns` (hour, then `JOB_COLUMNS`, money in integer micros),
     without a `CostHour` and a parsed label dict per row (the digest's chart reads two weeks of rows
     every day). Money as `CostHour` has it: gross, and net = gross + credits."""
-    from monitor.billing_poll import parse_labels
-
     wanted = set(keys)
     formatted: dict[str, str | None] = {}
     out = []
     for hour, raw, project, zone, cluster, resource, instance_id, sub, gross, credits, usage in rows:
         raw = raw or ""
         if raw not in formatted:  # each label set parsed once
-            formatted[raw] = _job_labels(dict(parse_labels(raw)).items(), wanted)
+            formatted[raw] = _stored_job_labels(raw, wanted)
         out.append(
             {
                 "usage_hour": hour,
@@ -233,13 +240,38 @@ def top_jobs(day_records: Sequence[Any], chart_records: Sequence[Any], tz: str, 
         series = r.job if r.job in shown else (NO_JOB if r.job is None else others)
         for h in r.hours:
             daily[h.hour.astimezone(zone).date()][series] += h.net_cost
-    return DigestJobs(tuple(lines), {d: dict(v) for d, v in sorted(daily.items())})
+    # series sorted by name: the order records come in (pieces of hours, jobs by cost) says nothing
+    return DigestJobs(tuple(lines), {d: dict(sorted(v.items())) for d, v in sorted(daily.items())})
+
+
+def chart_spend(sums: Any, keys: Sequence[str]) -> list[Any]:
+    """Each job's spend by hour (`monitor.jobs.build.job_spend`) from the engine's sums of the
+    stored aggregates (`monitor.billing_poll.JobSums`): each stored label set's job found once,
+    as `stored_rows` and the engine find it from the rows."""
+    from monitor.jobs.build import job_spend
+    from monitor.jobs.identity import job_of, parse_labels
+
+    wanted = set(keys)
+    found: dict[str, str | None] = {}
+
+    def job(raw: str | None) -> str | None:
+        raw = raw or ""
+        if raw not in found:
+            found[raw] = job_of(parse_labels(_stored_job_labels(raw, wanted)), keys)
+        return found[raw]
+
+    return job_spend(
+        ((h, job(raw), *rest) for h, raw, *rest in sums.money),
+        ((h, job(raw), *rest) for h, raw, *rest in sums.fees),
+        ((h, job(raw), *rest) for h, raw, *rest in sums.nodes),
+    )
 
 
 class JobsSection:
-    """The "Top jobs" section (`digest_jobs`) fed a piece of the window at a time (`add`), so the
-    caller holds one piece's rows and GPU hours, never the chart's two weeks of them (at bench scale
-    48, 7.4 M export rows over 45 days, they peaked the digest at 1.7 GB).
+    """The "Top jobs" section (`digest_jobs`): the chart's days from the engine's sums of their
+    hours (`chart`), yesterday from its stored rows and GPU hours, fed a piece at a time (`add`), so
+    the caller never holds the chart's two weeks of rows and GPU hours (at bench scale 48, 7.4 M
+    export rows over 45 days, they peaked the digest at 1.7 GB).
 
     Exact: every figure of the section is per usage hour (a row's money, the cluster fee shares of
     its hour, the GPU usage of its hour; the digest's GPU hours are billed ones, no estimates), so
@@ -259,17 +291,24 @@ class JobsSection:
         self._day_rows: list[dict[str, Any]] = []
         self._day_gpu: list[Any] = []
 
+    def chart(self, sums: Any) -> JobsSection:
+        """The chart's spend per job and hour from the engine's sums of some hours
+        (`monitor.billing_poll.stored_job_sums`): `chart_spend`, all the chart reads."""
+        self._chart += chart_spend(sums, self._keys)
+        return self
+
     def add(self, rows: Sequence[tuple], gpu: Sequence[Any]) -> JobsSection:
         """Stored rows of some hours (`monitor.billing_poll.stored_job_columns`) and their GPU hours
-        joined with utilization."""
-        from monitor.jobs.build import job_spend
-
-        converted = stored_rows(rows, self._keys)  # once, for both
-        self._chart += job_spend(converted, gpu, keys=self._keys)  # the chart reads each job's hours only
+        joined with utilization: what of them falls on the section's day."""
         lo, hi = self._lo, self._hi
-        self._day_rows += [r for r in converted if lo <= r["usage_hour"] < hi]
+        self._day_rows += [r for r in stored_rows(rows, self._keys) if lo <= r["usage_hour"] < hi]
         self._day_gpu += [g for g in gpu if lo <= g.hour < hi]
         return self
+
+    @property
+    def day(self) -> tuple[datetime, datetime]:
+        """The section's day, [start, end): the hours whose rows `add` keeps."""
+        return self._lo, self._hi
 
     def result(self) -> DigestJobs:
         yesterday = _build(self._day_rows, self._day_gpu, self._jobs, self._hi)
@@ -277,12 +316,13 @@ class JobsSection:
 
 
 def digest_jobs(
-    rows: Sequence[tuple], gpu: Sequence[Any], day: date, tz: str, jobs: Any = None, n: int = 5
+    sums: Any, rows: Sequence[tuple], gpu: Sequence[Any], day: date, tz: str, jobs: Any = None, n: int = 5
 ) -> DigestJobs:
-    """The "Top jobs" of `day` and the daily series, from the digest's stored aggregates of the chart's
-    days (`monitor.billing_poll.stored_job_columns`) and their GPU hours joined with utilization, all
-    at once (`JobsSection` takes them a piece at a time). `jobs`: `[jobs]` (None: its defaults)."""
-    return JobsSection(day, tz, jobs, n).add(rows, gpu).result()
+    """The "Top jobs" of `day` and the daily series, from the engine's sums of the chart's days
+    (`monitor.billing_poll.stored_job_sums`), the day's stored aggregates
+    (`monitor.billing_poll.stored_job_columns`) and their GPU hours joined with utilization, all at
+    once (`JobsSection` takes them a piece at a time). `jobs`: `[jobs]` (None: its defaults)."""
+    return JobsSection(day, tz, jobs, n).chart(sums).add(rows, gpu).result()
 
 
 def _pct(share: Decimal | None) -> str:

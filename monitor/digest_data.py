@@ -45,7 +45,9 @@ from monitor.billing_poll import (
     provisional_since,
     rows_by_hour,
     stored_job_columns,
+    stored_job_sums,
 )
+from monitor.jobs.build import CLUSTER_FEE
 from monitor.state.analytics import AggregateStore
 from monitor.state.findings import open_findings
 from monitor.state.store import StateStore
@@ -54,10 +56,11 @@ from monitor.utilization.state import load_util_hours
 __all__ = ["digest_data"]
 
 _CHART_DAYS = 14
-#: Stored rows the digest's chart reads at a time. A stored row of the chart held about 2.3 KB in
-#: Python with its share of GPU hours and utilization (bench scale 48: 710,207 rows, 1.6 GB), so a
-#: piece holds about 230 MB; fewer, larger pieces are faster (each costs a few queries: on a small
-#: fleet, 14 one-day pieces made the digest 0.3 s slower than one).
+#: Stored rows whose GPU node-hours and utilization the digest reads at a time (and the rows
+#: themselves on the digest's day). A stored row held about 2.3 KB in Python with its share of GPU
+#: hours and utilization (bench scale 48: 710,207 rows, 1.6 GB), so a piece holds at most about
+#: 230 MB; fewer, larger pieces are faster (each costs a few queries: on a small fleet, 14 one-day
+#: pieces made the digest 0.3 s slower than one).
 ROWS_AT_ONCE = 100_000
 
 
@@ -124,18 +127,23 @@ def _digest_data(
     arrived = {_match_key(r, tz) for r in latest} if provisional else None
     prev_cat, prev_proj, held = _previous(sums, day - timedelta(days=1), tz, arrived)
 
-    # The chart's hours a piece at a time (`JobsSection`): at most `rows_at_once` stored rows, with
-    # their GPU node-hours and utilization, in Python at once, never two weeks of them (1.7 GB at
-    # bench scale 48). The idle dollars and the jobs' figures are per hour (the digest joins billed GPU
+    # The chart's spend per job from the engine's sums of its hours (`stored_job_sums`). Its idle
+    # dollars, and yesterday's jobs, a piece of hours at a time: at most `rows_at_once` stored rows'
+    # GPU node-hours and utilization in Python at once, never two weeks of them (1.7 GB at bench
+    # scale 48). The idle dollars and the jobs' figures are per hour (the digest joins billed GPU
     # hours only: no prices, no estimates), so the pieces add up exactly.
     idle: dict[date, Decimal] = defaultdict(Decimal)
-    section = JobsSection(day, timezone, jobs)
+    section = JobsSection(day, timezone, jobs).chart(
+        stored_job_sums(aggregates, chart_start, end, CLUSTER_FEE)
+    )
+    day_lo, day_hi = section.day
     for lo, hi in _pieces(aggregates, chart_start, end, rows_at_once):
         util = load_util_hours(store, lo, hi)
         joined = gpu_hours(gpu_node_hours(aggregates, lo, hi, since), util, idle_threshold_pct, None, hi)
         for g in joined:
             idle[g.hour.astimezone(tz).date()] += g.idle_cost
-        section.add(stored_job_columns(aggregates, lo, hi), joined)
+        if lo < day_hi and hi > day_lo:
+            section.add(stored_job_columns(aggregates, max(lo, day_lo), min(hi, day_hi)), joined)
         del util, joined  # before the next piece's are read
 
     chart_from = day - timedelta(days=_CHART_DAYS - 1)

@@ -278,15 +278,17 @@ def test_the_digest_reads_its_chart_in_pieces_and_shows_the_whole_windows_figure
     """The digest reads its chart a piece of hours at a time (`rows_at_once` stored rows with their
     GPU node-hours and utilization in memory: two weeks of them held 1.7 GB at bench scale 48). Its
     idle dollars per day and its jobs section are those of the whole window read at once, in a
-    half-hour zone too (days cut at 18:30 UTC), with pieces of a few hours."""
+    half-hour zone too (days cut at 18:30 UTC), with pieces of a few hours: the day's rows are read
+    for the pieces that overlap it only."""
     from collections import defaultdict
     from zoneinfo import ZoneInfo
 
     from alerts.digest_jobs import digest_jobs
     from monitor.assemble import gpu_hours, gpu_node_hours
-    from monitor.billing_poll import provisional_since, rows_by_hour, stored_job_columns
+    from monitor.billing_poll import provisional_since, rows_by_hour, stored_job_columns, stored_job_sums
     from monitor.cycle import run_billing_poll, run_utilization_poll
     from monitor.digest_data import digest_data
+    from monitor.jobs.build import CLUSTER_FEE
     from monitor.utilization.state import load_util_hours
 
     now = datetime(2026, 11, 3, 9, tzinfo=UTC)
@@ -307,7 +309,8 @@ def test_the_digest_reads_its_chart_in_pieces_and_shows_the_whole_windows_figure
     idle: dict[date, Decimal] = defaultdict(Decimal)
     for g in joined:
         idle[g.hour.astimezone(zone).date()] += g.idle_cost
-    whole = digest_jobs(stored_job_columns(deps.aggregates, lo, hi), joined, day, tz, JOBS)
+    sums = stored_job_sums(deps.aggregates, lo, hi, CLUSTER_FEE)
+    whole = digest_jobs(sums, stored_job_columns(deps.aggregates, lo, hi), joined, day, tz, JOBS)
     one = digest_data(deps.store, day, tz, now, 3, jobs=JOBS, aggregates=deps.aggregates)  # one piece here
     deps.store.close()
     assert stored > 10 * 300  # so over ten pieces

@@ -2,11 +2,12 @@
 
 The finished-job check builds only the jobs that may have finished (`build_jobs(only=...)`, over
 the rows `alerts.job_message._rows_for` keeps), the digest's chart reads each job's spend by hour
-only (`job_spend`) and converts the stored aggregates once, straight from `HourlyCost`
-(`stored_rows`). Each is pinned here against the full engine (`build_jobs` over every row), on a
-hand-made fleet built to hit every split the engine does (a cluster fee shared by node-hours, a GPU
-node-hour shared three ways, estimated hours after billing, a nameless GPU node, credits), and on
-the simulated fleet through the daemon's own stored aggregates.
+only (`job_spend`, from the sums the store's engine makes: `stored_job_sums`) and converts the
+day's stored aggregates once, straight from `HourlyCost` (`stored_rows`). Each is pinned here
+against the full engine (`build_jobs` over every row), on a hand-made fleet built to hit every
+split the engine does (a cluster fee shared by node-hours, a GPU node-hour shared three ways,
+estimated hours after billing, a nameless GPU node, credits), and on the simulated fleet through
+the daemon's own stored aggregates.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 from alerts.digest_jobs import (
     JobsSection,
     _build,
+    chart_spend,
     digest_jobs,
     engine_rows,
     job_records,
@@ -39,10 +41,12 @@ from alerts.job_message import (
     announce_finished,
     finished_jobs,
 )
+from monitor.billing_poll import HOURLY_COLUMNS, stored_job_sums, write_rows
 from monitor.detectors.costs import Costs
 from monitor.detectors.inputs import CostHour, GpuHour
-from monitor.jobs.build import build_jobs, job_spend
+from monitor.jobs.build import CLUSTER_FEE, build_jobs
 from monitor.jobs.config import JobsConfig
+from monitor.state.analytics import AggregateStore
 from monitor.state.store import open_store
 
 D = Decimal
@@ -172,17 +176,59 @@ def test_the_check_fetches_only_the_rows_it_can_pick(size: int) -> None:
         assert len(fetched) < len(hours), names
 
 
-def test_job_spend_has_build_jobs_jobs_hours_and_money() -> None:
+def _stored(hours: list[CostHour]) -> AggregateStore:
+    """`hours` as stored aggregates (labels as `hourly.sql` keeps them: `k=v,k=v`, sorted)."""
+
+    def row(h: CostHour) -> dict[str, Any]:
+        labels = ",".join(f"{k}={v}" for k, v in sorted(h.labels.items())) or None
+        money = {"gross_micros": h.cost, "credit_micros": h.credits, "net_micros": h.net}
+        return (
+            dict.fromkeys(HOURLY_COLUMNS)
+            | {"cud_micros": 0, "sud_micros": 0, "other_credit_micros": 0, "row_count": 1}
+            | {k: int(v * 10**6) for k, v in money.items()}
+            | {"usage_hour": h.hour, "project_id": h.project, "zone": h.zone, "resource_name": h.instance}
+            | {"instance_id": h.instance_id, "cluster": h.cluster, "subcategory": h.subcategory}
+            | {"user_labels": labels, "usage_amount": float(h.usage_pricing_units), "sku_id": h.sku_id}
+        )
+
+    store = AggregateStore(None)
+    write_rows(store, [row(h) for h in hours], END)
+    return store
+
+
+def _per_hour(spend: list[Any]) -> list[tuple]:
+    """Jobs (`JobSpend`s or `JobRecord`s) as what a chart of spend per job reads, in order."""
+    return [(s.job, s.gross_micros, [(h.hour, h.cost, h.net_cost) for h in s.hours]) for s in spend]
+
+
+def test_job_spend_from_the_engines_sums_is_build_jobs_money_by_hour() -> None:
+    """The chart's spend per job and hour, from the sums the store's engine makes (`stored_job_sums`:
+    per hour and label set, the fee rows, the cluster node-hours), is the full engine's to the
+    micro: the fee shared by node-hours (n1 three ways, n2 two ways), credits, and a tie (g and h
+    alike on n3: each fee row's odd micro goes to the job whose row comes first in the readers'
+    order; the two rows' sum would split evenly).
+    The hours it lacks are the GPU hours with no row of the job: a's estimates, vm-a's hour billed
+    by utilization only and the nameless node's estimate (the unlabelled rest's); no money."""
     hours, gpu = _fleet()
-    rows = engine_rows(hours, KEYS)
-    full = build_jobs(rows, gpu, keys=KEYS, window_end=END)
-    spend = job_spend(rows, gpu, keys=KEYS)
-    assert [(s.job, s.gross_micros) for s in spend] == [(r.job, r.gross_micros) for r in full]
-    assert [[(h.hour, h.cost, h.net_cost) for h in s.hours] for s in spend] == [
-        [(h.hour, h.cost, h.net_cost) for h in r.hours] for r in full
+    n3 = {"instance": "n3", "instance_id": "103", "cluster": "c2", "zone": "z1"}
+    hours += [
+        *(_cost(9, "1", job, "compute.cpu", **n3) for job in ("g", "h")),
+        _cost(9, "0.000003", None, "orchestration.gke", cluster="c2", zone="z1", sku_id="fee-1"),
+        _cost(9, "0.000001", None, "orchestration.gke", cluster="c2", zone="z1", sku_id="fee-2"),
     ]
-    est = next(s for s in spend if s.job == "a").hours[-1]  # an estimated hour: there, with no money
-    assert est.hour == T0 + 6 * H and est.net_cost == 0
+    full = build_jobs(engine_rows(hours, KEYS), gpu, keys=KEYS, window_end=END)
+    spend = chart_spend(stored_job_sums(_stored(hours), T0, END, CLUSTER_FEE), KEYS)
+    assert [(s.job, s.gross_micros) for s in spend] == [(r.job, r.gross_micros) for r in full]
+    assert {s.job: s.gross_micros for s in spend if s.job in ("g", "h")} == {"g": 1_000_003, "h": 1_000_001}
+    only_gpu = {}
+    for s, r in zip(spend, full, strict=True):
+        got = {h.hour: (h.cost, h.net_cost) for h in s.hours}
+        assert got == {h.hour: (h.cost, h.net_cost) for h in r.hours if h.hour in got}, s.job
+        only_gpu[s.job] = [(h.hour, h.cost, h.net_cost) for h in r.hours if h.hour not in got]
+    assert only_gpu == {
+        "a": [(T0 + 5 * H, 0, 0), (T0 + 6 * H, 0, 0)], None: [(T0 + 4 * H, 0, 0)], "b": [], "c": [], "d": [],
+        "e": [], "f": [], "g": [], "h": [],
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize("cut", [None, 2, 5])
@@ -243,7 +289,18 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         hours = cost_hours(deps.aggregates, T0, T0 + 48 * H, provisional_since(now, 3))
     finally:
         deps.store.close()
-    return {"rows": rows, "columns": columns, "hours": hours, "inputs": inputs}
+
+    def sums(lo: datetime, hi: datetime) -> Any:  # the aggregate file outlives the state store
+        return stored_job_sums(deps.aggregates, lo, hi, CLUSTER_FEE)
+
+    return {"rows": rows, "columns": columns, "hours": hours, "inputs": inputs, "sums": sums}
+
+
+def _billed(stored: dict[str, Any]) -> list[GpuHour]:
+    """The fleet's billed GPU hours of the two days: what the digest joins (no prices, no estimates)."""
+    gpu = [g for g in stored["inputs"].gpu_hours if T0 <= g.hour < T0 + 48 * H and not g.estimated]
+    assert len(gpu) < len([g for g in stored["inputs"].gpu_hours if T0 <= g.hour < T0 + 48 * H])
+    return gpu
 
 
 @pytest.mark.slow
@@ -255,18 +312,27 @@ def test_stored_rows_are_the_cost_hours_rows(stored: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
+def test_the_charts_spend_is_the_full_engines_by_hour(stored: dict[str, Any]) -> None:
+    """On the simulated fleet's stored aggregates, the engine's sums give every job's money by hour
+    as the full engine does over the rows and billed GPU hours, and the same hours."""
+    full = job_records(stored["hours"], _billed(stored), JOBS, T0 + 48 * H)
+    spend = chart_spend(stored["sums"](T0, T0 + 48 * H), KEYS)
+    assert _per_hour(spend) == _per_hour(full) and len(spend) > 5
+    assert any(r.by_subcategory.get(CLUSTER_FEE) for r in full if r.job is not None)  # fees shared
+
+
+@pytest.mark.slow
 def test_the_digest_sections_figures_are_the_full_engines(stored: dict[str, Any]) -> None:
-    """`digest_jobs` (one conversion, `job_spend` for the chart) against what it computed before:
-    the full engine over the chart's days and over the day, through `cost_hours`."""
-    inputs = stored["inputs"]
-    gpu = [g for g in inputs.gpu_hours if T0 <= g.hour < T0 + 48 * H]
+    """`digest_jobs` (the engine's sums for the chart, one conversion of the day's rows) against the
+    full engine over the chart's days and over the day, through `cost_hours`."""
+    gpu = _billed(stored)
     day, hi = date(2026, 11, 2), T0 + 48 * H
     hours = stored["hours"]
     chart = job_records(hours, gpu, JOBS, hi)
     yesterday = job_records(
         [h for h in hours if h.hour >= T0 + 24 * H], [g for g in gpu if g.hour >= T0 + 24 * H], JOBS, hi
     )
-    got = digest_jobs(stored["columns"], gpu, day, "UTC", JOBS)
+    got = digest_jobs(stored["sums"](T0, hi), stored["columns"], gpu, day, "UTC", JOBS)
     assert got == top_jobs(yesterday, chart, "UTC") and len(got.lines) > 3
 
 
@@ -278,12 +344,13 @@ def test_the_section_fed_in_pieces_is_the_whole_windows(
     """`JobsSection` (the digest feeds it a piece of hours at a time) against `digest_jobs` over both days at
     once: every figure is per hour, so pieces cut anywhere between hours give the same lines and
     daily series to the micro, even when the digest's day is itself cut in pieces."""
-    gpu = [g for g in stored["inputs"].gpu_hours if T0 <= g.hour < T0 + 48 * H]
+    gpu = _billed(stored)
     columns, day = stored["columns"], date(2026, 11, 2)
-    whole = digest_jobs(columns, gpu, day, "UTC", JOBS)
+    whole = digest_jobs(stored["sums"](T0, T0 + 48 * H), columns, gpu, day, "UTC", JOBS)
     edges = [T0, *(T0 + c * H for c in cuts), T0 + 48 * H]
     pieces = JobsSection(day, "UTC", JOBS)
     for lo, hi in pairwise(edges):
+        pieces.chart(stored["sums"](lo, hi))
         pieces.add([c for c in columns if lo <= c[0] < hi], [g for g in gpu if lo <= g.hour < hi])
     got = pieces.result()
     assert got == whole and len(got.lines) > 3 and len(got.daily) == 2
@@ -297,11 +364,7 @@ def test_only_on_the_detection_inputs_gives_every_jobs_full_record(stored: dict[
     full = {r.job: r for r in job_records(hourly, gpu, JOBS, end, inputs.prices)}
     assert len(full) > 5
     jobs_of = _jobs_of(hourly, KEYS)
-    rows = engine_rows(hourly, KEYS)
     for job in (j for j in full if j is not None):
         kept = _rows_for(hourly, jobs_of, {job})
         assert len(kept) < len(hourly)
         assert _build(engine_rows(kept, KEYS), gpu, JOBS, end, inputs.prices, {job}) == [full[job]], job
-    assert [(s.job, [(h.hour, h.net_cost) for h in s.hours]) for s in job_spend(rows, gpu, keys=KEYS)] == [
-        (r.job, [(h.hour, h.net_cost) for h in r.hours]) for r in full.values()
-    ]

@@ -55,6 +55,8 @@ __all__ = [
     "cents_summing_to",
     "estimated_last_hours",
     "job_spend",
+    "node_hour_shares",
+    "split_fee",
 ]
 
 _HOUR = timedelta(hours=1)
@@ -286,6 +288,16 @@ def _fee_shares(rows: Sequence[Mapping[str, Any]], jobs: Sequence[str | None]) -
             per_node[(r["project_id"], r["cluster"], r["usage_hour"], r["resource_name"])][job] += r[
                 "gross_micros"
             ]
+    return node_hour_shares(per_node)
+
+
+def node_hour_shares(
+    per_node: Mapping[tuple, Mapping[str | None, int]],
+) -> dict[tuple, dict[str | None, Decimal]]:
+    """Node-hours per job, per (project, cluster, hour), from each cluster node-hour's compute micros
+    per job (`per_node`: (project, cluster, hour, node) -> job -> micros). The shares are Decimal
+    quotients summed in `per_node`'s order, and the jobs' order splits a fee's last micros: the
+    order of the rows that first name them."""
     shares: dict[tuple, dict[str | None, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
     for (project, cluster, hour, _node), by_job in per_node.items():
         total = sum(by_job.values())
@@ -295,14 +307,16 @@ def _fee_shares(rows: Sequence[Mapping[str, Any]], jobs: Sequence[str | None]) -
     return shares
 
 
-def _split_money(
-    r: Mapping[str, Any], weights: Mapping[str | None, Decimal]
+def split_fee(
+    gross: int, net: int, weights: Mapping[str | None, Decimal]
 ) -> list[tuple[str | None, int, int]]:
+    """A cluster fee row's gross and net micros split between jobs by `weights` (`node_hour_shares`),
+    to the micro, in the weights' order."""
     keys = list(weights)
     w = [weights[k] for k in keys]
-    gross = split_exact(Decimal(int(r["gross_micros"])), w, _ONE)
-    net = split_exact(Decimal(int(r["net_micros"])), w, _ONE)
-    return [(k, int(g), int(n)) for k, g, n in zip(keys, gross, net, strict=True)]
+    gross_parts = split_exact(Decimal(gross), w, _ONE)
+    net_parts = split_exact(Decimal(net), w, _ONE)
+    return [(k, int(g), int(n)) for k, g, n in zip(keys, gross_parts, net_parts, strict=True)]
 
 
 def _add_rows(
@@ -314,7 +328,8 @@ def _add_rows(
     for r, job in zip(rows, jobs, strict=True):
         sub, hour, project = r["subcategory"], r["usage_hour"], r["project_id"]
         weights = shares.get((project, r["cluster"], hour)) if job is None and sub == CLUSTER_FEE else None
-        parts = _split_money(r, weights) if weights else [(job, int(r["gross_micros"]), int(r["net_micros"]))]
+        gross, net = int(r["gross_micros"]), int(r["net_micros"])
+        parts = split_fee(gross, net, weights) if weights else [(job, gross, net)]
         for part_job, gross, net in parts:
             a = _acc(acc, part_job)
             a.money(hour, sub, gross, net)
@@ -592,26 +607,47 @@ class JobSpend:
 
 
 def job_spend(
-    rows: Sequence[Mapping[str, Any]], gpu_hours: Sequence[GpuHour], *, keys: Sequence[str]
+    money: Iterable[tuple[datetime, str | None, int, int]],
+    fees: Iterable[tuple[datetime, str | None, str | None, str | None, int, int]],
+    nodes: Iterable[tuple[datetime, str | None, str | None, str | None, str | None, int]],
 ) -> list[JobSpend]:
-    """What a chart of spend per job and hour needs of `build_jobs`, at a fraction of its cost:
-    the same jobs in the same order, each with the same hours (GPU and estimated hours included,
-    with no money) and the same money per hour to the micro (cluster fees shared alike), without
-    the GPU figures, the counterfactuals and the rest of a `JobRecord`."""
-    jobs = _jobs_of(rows, keys)
-    nodes = _node_keys(rows)
-    acc: dict[str | None, _Acc] = {}
-    _add_rows(acc, rows, jobs)
-    usage, latest = _gpu_usage(rows, jobs, nodes)
-    seen: dict[tuple, str] = {}
-    for h in gpu_hours:  # the hours `_add_gpu` gives a job
-        key = _gpu_key(h, seen)
-        if h.estimated:
-            _acc(acc, latest[key][2] if key in latest else None).hour(h.hour)
-            continue
-        for job in usage.get((key, h.hour)) or (None,):
-            _acc(acc, job).hour(h.hour)
-    out = [JobSpend(job, sum(a.gross.values()), a.job_hours()) for job, a in acc.items()]
+    """What a chart of spend per job and hour needs of `build_jobs`, from sums the engine made
+    (`monitor.billing_poll.JobSums`, each label set replaced by its job): the same jobs in the same
+    order, each with the same money per hour to the micro (cluster fees shared alike: row by row,
+    with the node-hour shares of their hour), without the GPU figures and the rest of a `JobRecord`.
+
+    GPU hours add no money, and none of the hours: a billed GPU hour is its node's GPU rows, whose
+    jobs already have that hour (the digest joins billed hours only). Estimated hours, which
+    `build_jobs` gives the job of the node's latest GPU row, are not here."""
+    per_node: dict[tuple, dict[str | None, int]] = defaultdict(lambda: defaultdict(int))
+    for hour, job, project, cluster, node, gross in nodes:
+        per_node[(project, cluster, hour, node)][job] += gross
+    shares = node_hour_shares(per_node)
+    gross_of: dict[str | None, dict[datetime, int]] = defaultdict(lambda: defaultdict(int))
+    net_of: dict[str | None, dict[datetime, int]] = defaultdict(lambda: defaultdict(int))
+    parts: Iterable[tuple[str | None, int, int]]
+    for hour, job, gross, net in money:
+        gross_of[job][hour] += gross
+        net_of[job][hour] += net
+    for hour, job, project, cluster, gross, net in fees:
+        weights = shares.get((project, cluster, hour)) if job is None else None
+        if job not in gross_of:  # the fee's own job has a record even when its money is shared out
+            gross_of[job] = defaultdict(int)
+        parts = split_fee(gross, net, weights) if weights else [(job, gross, net)]
+        for part_job, part_gross, part_net in parts:
+            gross_of[part_job][hour] += part_gross
+            net_of[part_job][hour] += part_net
+    out = [
+        JobSpend(
+            job,
+            sum(by_hour.values()),
+            tuple(
+                JobHour(h, cost=micros_to_decimal(by_hour[h]), net_cost=micros_to_decimal(net_of[job][h]))
+                for h in sorted(by_hour)
+            ),
+        )
+        for job, by_hour in gross_of.items()
+    ]
     return sorted(out, key=lambda j: (j.job is None, -j.gross_micros, j.job or ""))
 
 
