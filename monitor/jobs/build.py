@@ -328,8 +328,8 @@ def _add_rows(
     for r, job in zip(rows, jobs, strict=True):
         sub, hour, project = r["subcategory"], r["usage_hour"], r["project_id"]
         weights = shares.get((project, r["cluster"], hour)) if job is None and sub == CLUSTER_FEE else None
-        gross, net = int(r["gross_micros"]), int(r["net_micros"])
-        parts = split_fee(gross, net, weights) if weights else [(job, gross, net)]
+        row_gross, row_net = int(r["gross_micros"]), int(r["net_micros"])
+        parts = split_fee(row_gross, row_net, weights) if weights else [(job, row_gross, row_net)]
         for part_job, gross, net in parts:
             a = _acc(acc, part_job)
             a.money(hour, sub, gross, net)
