@@ -156,14 +156,19 @@ def parquet_columns(conn: duckdb.DuckDBPyConnection, paths: Sequence[Path]) -> l
 
 
 def parquet_row_rules(
-    conn: duckdb.DuckDBPyConnection, paths: Sequence[Path], present: Sequence[set[str]]
-) -> None:
+    conn: duckdb.DuckDBPyConnection, paths: Sequence[Path], present: Sequence[set[str]], *, refused: str
+) -> bool:
     """Apply the loader's row rules (`_checked`) of every checked column to every row of the files
     (`present`: `parquet_columns`), in one scan: raises `duckdb.Error` on the first violation, as
-    loading the files would. The view (`create_parquet_view`) then reads them without the rules."""
+    loading the files would. The view (`create_parquet_view`) then reads them without the rules.
+
+    Returns whether a row meets `refused` (a predicate over the export's columns) in the same scan:
+    the loader's own refusals, which are not errors to DuckDB."""
     checked = [c.name for c in EXPORT_SCHEMA if c.mode == "REPEATED" or c.name in REQUIRED_COLUMNS]
     rows = _parquet_union(paths, present, rules=True)
-    conn.execute(f"SELECT {', '.join(f'count({_quote(n)})' for n in checked)} FROM ({rows})").fetchall()
+    counts = ", ".join(f"count({_quote(n)})" for n in checked)
+    row = conn.execute(f"SELECT coalesce(bool_or({refused}), FALSE), {counts} FROM ({rows})").fetchone()
+    return bool(row and row[0])
 
 
 def create_parquet_view(
