@@ -593,7 +593,12 @@ def build_jobs(
         for job, a in acc.items()
         if wanted is None or job in wanted
     ]
-    return sorted(out, key=lambda j: (j.job is None, -j.gross_micros, j.job or ""))
+    return sorted(out, key=_by_cost)
+
+
+def _by_cost(job: JobRecord | JobSpend) -> tuple[bool, int, str]:
+    """The order of jobs: by gross cost, largest first, then by name; the spend without a job last."""
+    return (job.job is None, -job.gross_micros, job.job or "")
 
 
 @dataclass(frozen=True)
@@ -648,7 +653,7 @@ def job_spend(
         )
         for job, by_hour in gross_of.items()
     ]
-    return sorted(out, key=lambda j: (j.job is None, -j.gross_micros, j.job or ""))
+    return sorted(out, key=_by_cost)
 
 
 def cents_summing_to(values: Sequence[Decimal]) -> list[Decimal]:
