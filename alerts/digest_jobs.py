@@ -89,25 +89,20 @@ def _job_labels(labels: Iterable[tuple[str, str]], wanted: set[str]) -> str | No
     return ",".join(f"{k}={v}" for k, v in sorted(labels) if k in wanted and v) or None
 
 
-def _stored_job_labels(raw: str, wanted: set[str]) -> str | None:
-    """`_job_labels` of a stored label string (the aggregates' `user_labels`)."""
-    from monitor.billing_poll import parse_labels
-
-    return _job_labels(dict(parse_labels(raw)).items(), wanted)
-
-
 def stored_rows(rows: Iterable[tuple], keys: Sequence[str]) -> list[dict[str, Any]]:
     """`engine_rows(cost_hours(...), keys)` straight from the stored aggregates: the tuples of
     `monitor.billing_poll.stored_job_columns` (hour, then `JOB_COLUMNS`, money in integer micros),
     without a `CostHour` and a parsed label dict per row (the digest's chart reads two weeks of rows
     every day). Money as `CostHour` has it: gross, and net = gross + credits."""
+    from monitor.jobs.identity import parse_labels
+
     wanted = set(keys)
     formatted: dict[str, str | None] = {}
     out = []
     for hour, raw, project, zone, cluster, resource, instance_id, sub, gross, credits, usage in rows:
         raw = raw or ""
         if raw not in formatted:  # each label set parsed once
-            formatted[raw] = _stored_job_labels(raw, wanted)
+            formatted[raw] = _job_labels(parse_labels(raw).items(), wanted)
         out.append(
             {
                 "usage_hour": hour,
@@ -247,17 +242,16 @@ def top_jobs(day_records: Sequence[Any], chart_records: Sequence[Any], tz: str, 
 def chart_spend(sums: Any, keys: Sequence[str]) -> list[Any]:
     """Each job's spend by hour (`monitor.jobs.build.job_spend`) from the engine's sums of the
     stored aggregates (`monitor.billing_poll.JobSums`): each stored label set's job found once,
-    as `stored_rows` and the engine find it from the rows."""
+    as the engine finds it from `stored_rows`' job labels (which keep only the job keys with a
+    value: all `job_of` reads of them)."""
     from monitor.jobs.build import job_spend
     from monitor.jobs.identity import job_of, parse_labels
 
-    wanted = set(keys)
-    found: dict[str, str | None] = {}
+    found: dict[str | None, str | None] = {}
 
     def job(raw: str | None) -> str | None:
-        raw = raw or ""
         if raw not in found:
-            found[raw] = job_of(parse_labels(_stored_job_labels(raw, wanted)), keys)
+            found[raw] = job_of(parse_labels(raw), keys)
         return found[raw]
 
     return job_spend(

@@ -23,7 +23,6 @@ from monitor.billing_poll import (
     NodeHours,
     open_stored_costs,
     over_gpu_node_hours,
-    parse_labels,
     provisional_since,
     stored_gpu_node_hours,
 )
@@ -53,6 +52,7 @@ from monitor.gpus import (
     node_table,
     util_tables,
 )
+from monitor.jobs.identity import parse_labels
 from monitor.model import micros_to_decimal
 from monitor.sources.presets import Signal
 from monitor.state.analytics import AggregateStore
@@ -94,7 +94,7 @@ class _LabelSets(dict):
     share one dict (nothing mutates the labels of a `CostHour` or `GpuCostHour`)."""
 
     def __missing__(self, raw: str | None) -> dict[str, str]:
-        labels = self[raw] = dict(parse_labels(raw or ""))
+        labels = self[raw] = parse_labels(raw)
         return labels
 
 
@@ -185,7 +185,7 @@ def gpu_node_hours(
             continue
         merged: dict[str, str] = {}
         for each in raws:
-            merged.update(parse_labels(each or ""))
+            merged.update(parse_labels(each))
         labels.append(merged)
         gpu_hours.append(sum((_d(u) for u in usages), Decimal(0)))
         acc: dict[str, int] = defaultdict(int)

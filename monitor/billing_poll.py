@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from monitor import month
 from monitor.billing_changes import MAX_PARTITION_QUERIES, MAX_RANGES, appended, hour_ranges
 from monitor.config import BillingConfig
+from monitor.jobs.identity import parse_labels
 from monitor.model import CATEGORY_SQL, Scope, category_of, micros_to_decimal
 from monitor.sources.base import BillingSource
 from monitor.state.analytics import AggregateStore
@@ -60,7 +61,6 @@ __all__ = [
     "net_by_resource_hour",
     "open_stored_costs",
     "over_gpu_node_hours",
-    "parse_labels",
     "poll_billing",
     "poll_scope",
     "provisional_since",
@@ -295,7 +295,7 @@ class HourlyCost:
     @property
     def labels(self) -> dict[str, str]:
         """The configured user labels of the row (`billing.labels`), parsed from `k=v,k=v`."""
-        return dict(parse_labels(self.keys.get("user_labels") or ""))
+        return parse_labels(self.keys.get("user_labels"))
 
     @property
     def scope(self) -> Scope:
@@ -309,13 +309,6 @@ class HourlyCost:
             cluster=k.get("cluster"),
             labels=self.labels,
         )
-
-
-@functools.lru_cache(maxsize=65536)
-def parse_labels(raw: str) -> tuple[tuple[str, str], ...]:
-    """The stored `k=v,k=v` label string (`hourly.sql`'s `user_labels`) as pairs; label sets repeat
-    across rows, so each is parsed once."""
-    return tuple(tuple(part.split("=", 1)) for part in raw.split(",") if "=" in part)  # type: ignore[misc]
 
 
 def provisional_since(now: datetime, provisional_days: int) -> datetime:

@@ -25,7 +25,7 @@ from decimal import Decimal
 import pytest
 
 from monitor.assemble import gpu_hours, gpu_node_hours
-from monitor.billing_poll import _KEY_NAMES, HourlyCost, parse_labels
+from monitor.billing_poll import _KEY_NAMES, HourlyCost
 from monitor.detectors.idle_gpu import MPS_FALLBACK, IdleGpu
 from monitor.detectors.inputs import DetectorInputs, GpuHour
 from monitor.detectors.unmonitored_gpu import UnmonitoredGpu
@@ -39,6 +39,7 @@ from monitor.gpu_identity import (
 )
 from monitor.gpu_rollups import rollups, split_exact, summarize_instances
 from monitor.gpus import GpuNodeHours
+from monitor.jobs.identity import parse_labels
 from monitor.utilization import GpuSample, assemble, parse_series, resolve_duty_cycles, util_hours
 from tests.aggregates import node_hours, stored
 
@@ -607,7 +608,7 @@ def test_node_hours_of_several_rows_take_their_first_rows_keys_and_list_the_rest
         n = got[key]
         labels: dict[str, str] = {}
         for r in ordered:  # merged in order: a later row's value wins
-            labels.update(parse_labels(r.keys.get("user_labels") or ""))
+            labels.update(parse_labels(r.keys.get("user_labels")))
         assert (n.region, n.instance_id, n.labels) == (first.keys["region"], first.keys["instance_id"], labels)
         assert n.cost_micros == sum(r.gross_micros for r in members)
         assert n.gpu_hours == sum(Decimal(str(r.usage_amount)) for r in ordered)

@@ -22,13 +22,15 @@ from collections.abc import Mapping, Sequence
 __all__ = ["job_of", "parse_labels"]
 
 
-@functools.lru_cache(maxsize=16384)
+@functools.lru_cache(maxsize=65536)
 def _parse(raw: str) -> tuple[tuple[str, str], ...]:
     return tuple(tuple(part.split("=", 1)) for part in raw.split(",") if "=" in part)  # type: ignore[misc]
 
 
 def parse_labels(raw: str | None) -> dict[str, str]:
-    """``"k=v,k=v"`` as a dict (None or empty: no labels). Parsed once per distinct string."""
+    """``"k=v,k=v"`` as a dict (None or empty: no labels): `jobs.sql`'s job labels and the stored
+    aggregates' `user_labels` (`hourly.sql`) alike. Parsed once per distinct string (label sets
+    repeat across rows)."""
     return dict(_parse(raw)) if raw else {}
 
 
