@@ -14,13 +14,19 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # Installs are pinned by constraints.txt (the versions the suite last passed with); `make upgrade`
-# moves them.
+# moves them. uv (from the same registry, into the venv first) installs them: 3 s where pip took 40
+# (26 without compiling bytecode) on the development machine, a seventh of `make test` from a fresh
+# clone. Where uv cannot be had or fails, pip installs them as before.
+UV_PIN ?= uv==0.13.9
+install = { $(PIP) install '$(UV_PIN)' && $(BIN)/uv pip install --python $(BIN)/python -q $(1); } \
+	|| { echo "uv unavailable: installing with pip" >&2; $(PIP) install $(1); }
+
 $(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
-	$(PIP) install -c constraints.txt -e .
+	$(call install,-c constraints.txt -e .)
 	touch $@
 
 $(VENV)/.installed-test: $(BIN)/python pyproject.toml constraints.txt
-	$(PIP) install -c constraints.txt -e '.[test]'
+	$(call install,-c constraints.txt -e '.[test]')
 	touch $@ $(VENV)/.installed
 
 venv: $(VENV)/.installed
@@ -30,7 +36,7 @@ demo: $(VENV)/.installed
 
 # The BigQuery emulator (PyPI bqemulator) lives in its own venv: its pins clash with ours.
 bqemu:
-	PYTHON=$(PYTHON) bash tests/emulators/bqemu_setup.sh
+	PYTHON=$(PYTHON) UV_PIN='$(UV_PIN)' bash tests/emulators/bqemu_setup.sh
 
 # PostgreSQL server binaries for the PostgreSQL state-store tests (the tests start their own server).
 postgres:
