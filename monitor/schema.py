@@ -171,8 +171,8 @@ def duckdb_create_table(name: str = TABLE_NAME) -> str:
     """DDL for the embedded export table.
 
     `_PARTITIONTIME` is a real column here (BigQuery has it as a pseudo-column of ingestion-time
-    partitioned tables): the load day, `export_time` truncated to the UTC day. Queries filter it
-    exactly as they would in BigQuery.
+    partitioned tables): the load day, `export_time` truncated to the UTC day, never before the usage
+    day (`monitor.sources.duckdb_conn._LOAD_DAY`). Queries filter it exactly as they would in BigQuery.
     """
     cols = [f'"{c.name}" {duckdb_type(c)}' for c in EXPORT_SCHEMA]
     cols.append('"_PARTITIONTIME" TIMESTAMPTZ')

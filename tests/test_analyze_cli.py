@@ -16,7 +16,7 @@ from monitor.cli import main
 from monitor.render import is_advice
 from monitor.simulate import write_fleet
 from monitor.timeutil import parse_timestamp
-from tests.export_rows import export_row, write_ndjson
+from tests.export_rows import export_row, write_csv, write_ndjson, write_parquet
 
 DAYS = 3
 
@@ -214,6 +214,19 @@ def test_one_row_export_analyses(tiny: Path, capsys) -> None:
     (line,) = d["attribution"]
     assert (line["subcategory"], line["cost"]) == ("compute.gpu", d["totals"]["cost"])
     assert d["window"]["end"] == "2026-11-01T11:00:00Z" and d["findings"] == []
+
+
+@pytest.mark.parametrize("write", [write_ndjson, write_csv, write_parquet], ids=["ndjson", "csv", "parquet"])
+def test_a_row_exported_before_its_usage_is_analysed(tmp_path: Path, capsys, write: Any) -> None:
+    """BigQuery loads a row after its usage; koku's real test rows (`2024-03-01_5.csv`) carry an
+    `export_time` two years before it. Read from the day of its usage on, the row is in the window's
+    totals, not left where no query reads it ($0.00 before)."""
+    row = export_row(export_time="2024-08-02 01:11:12.066 UTC")  # used 2026-11-01
+    path = write(tmp_path / f"export.{write.__name__.removeprefix('write_')}", [row])
+    assert main(["analyze", "--billing", str(path), "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["totals"] == {"cost": 88.0, "credits": -8.5, "net_cost": 79.5}
+    assert d["stats"]["rows_scanned"] == 1
 
 
 def test_no_billing_source_is_a_usage_error(capsys) -> None:

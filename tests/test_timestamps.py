@@ -159,3 +159,13 @@ def test_partition_is_the_utc_day_of_export_time() -> None:
     got = conn.execute("SELECT _PARTITIONTIME FROM billing_export").fetchall()
     assert got == [(datetime(2026, 11, 1, tzinfo=UTC),), (datetime(2026, 11, 2, tzinfo=UTC),)]
     conn.close()
+
+
+def test_partition_is_never_before_the_usage_day() -> None:
+    """A row exported before its usage (koku's real `2024-03-01_5.csv`: exported in 2022 for usage in
+    2024) is loaded on its usage day, where the window's queries read it."""
+    conn = open_billing_db(None)
+    load_rows(conn, [export_row(export_time="2024-08-02T01:11:12Z")])  # used 2026-11-01 10:00 UTC
+    got = conn.execute("SELECT _PARTITIONTIME FROM billing_export").fetchall()
+    assert got == [(datetime(2026, 11, 1, tzinfo=UTC),)]
+    conn.close()

@@ -59,8 +59,14 @@ ARROW_SCHEMA = arrow_schema()
 #: temporary directory for an in-memory one.
 DEFAULT_MEMORY_LIMIT = DUCKDB_MEMORY_LIMIT
 
-#: A row's `_PARTITIONTIME`, loaded or viewed: its load day, `export_time` truncated to the UTC day.
-_LOAD_DAY = "date_trunc('day', \"export_time\")"
+#: A row's `_PARTITIONTIME`, loaded or viewed: its load day, `export_time` truncated to the UTC day,
+#: and never before its usage day. BigQuery partitions the export by ingestion time, so a real row
+#: lands on or after the day of its usage, and the queries read a usage window's rows from the
+#: partitions of its first day - 1 on (`GPUCOST_LOAD_DAYS()`). A file whose `export_time` precedes
+#: its usage (6 of 6 rows of koku's `2024-03-01_5.csv`, exported in 2022 for usage in 2024; 96 of
+#: 292 of its `agpl/tmp_example.csv`, by up to 3.5 days) would put rows where no window's query
+#: reads them: $6.00 of such a file was analysed as $0.00, 0 rows scanned.
+_LOAD_DAY = "greatest(date_trunc('day', \"export_time\"), date_trunc('day', \"usage_start_time\"))"
 
 #: Name the Arrow batch is registered under for the length of one INSERT (then unregistered).
 _BATCH_VIEW = "_gpucost_batch"

@@ -17,7 +17,8 @@ What a row must be, beyond its types (each rule names the field and the fix when
 - Timestamps carry a zone. `bq extract` writes `2026-11-01 10:00:00 UTC`; a naive time means
   another tool wrote the file, and taking it as UTC could shift every hour by the writer's offset.
 - Not checked: `usage_end_time` before `usage_start_time` (9 rows of koku's real
-  `agpl/tmp_example.csv` have it, as does a start after `export_time`): the rows load as they are.
+  `agpl/tmp_example.csv` have it, as does a start after `export_time`): the rows load as they are,
+  a row exported before its usage as loaded on its usage day (`duckdb_conn._LOAD_DAY`).
 - Amounts are finite and at most `MAX_ABS_AMOUNT` in the row's currency and in USD: the queries
   turn each into integer micros (INT64, at most 9.2e18, so 9.2e12 units); 1e12 keeps a 9x margin
   and is far beyond any real row (one SKU, one project, one hour).

@@ -125,8 +125,10 @@ def _jsonable(value: Any) -> Any:
 
 def to_json_row(row: dict[str, Any]) -> dict[str, Any]:
     """An export row as the BigQuery streaming API takes it (RFC 3339 timestamps), with the
-    emulator's `_PARTITIONTIME` stand-in: the load day, as the DuckDB loader derives it."""
-    day = row["export_time"].astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    emulator's `_PARTITIONTIME` stand-in: the load day, as the DuckDB loader derives it (the UTC day
+    of `export_time`, never before that of `usage_start_time`: `monitor.sources.duckdb_conn._LOAD_DAY`)."""
+    day = max(row["export_time"], row["usage_start_time"]).astimezone(UTC)
+    day = day.replace(hour=0, minute=0, second=0, microsecond=0)
     return _jsonable({**row, PARTITION_STANDIN: day})
 
 

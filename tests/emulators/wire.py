@@ -4,15 +4,15 @@
 every `_PARTITIONTIME` / `_PARTITIONDATE` in a query's text to `CURRENT_TIMESTAMP()` /
 `CURRENT_DATE()` (a word-bounded regex, before parsing), so every row "lives" in today's partition.
 Our queries filter and group by `_PARTITIONTIME`, and the embedded DuckDB table defines it as the
-export day (`export_time` truncated to the UTC day); on the emulator the filter would keep or drop
+load day (`export_time` truncated to the UTC day, never before the usage day); on the emulator the filter would keep or drop
 every row depending on the wall clock and the watermark query would see a single partition.
 
 Least-bad fix, chosen over the alternatives:
 
 - the export table is created with `monitor.schema.bigquery_schema()`, ingestion-time partitioned by
   DAY as in BigQuery, plus one extra column `gpucost_partitiontime` that the fixture fills with the
-  load day, `export_time` truncated to the UTC day: the very definition the embedded DuckDB table
-  uses for its real `_PARTITIONTIME` column. Rows are loaded through the real client;
+  load day, `export_time` truncated to the UTC day and never before the usage day: the very
+  definition the embedded DuckDB table uses for its real `_PARTITIONTIME` column. Rows are loaded through the real client;
 - `WireProxy`, between the client and the emulator, renames the pseudo-column to that column in the
   query text of `jobs.query` / `jobs.insert` requests. gpucost and the google-cloud-bigquery client
   send the unchanged production SQL; only the emulator's known gap is patched, on the wire, in test
