@@ -19,6 +19,7 @@ Usage days within the last `billing.provisional_days` are provisional: their cos
 from __future__ import annotations
 
 import functools
+import logging
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -72,6 +73,8 @@ __all__ = [
     "stored_job_sums",
     "write_rows",
 ]
+
+log = logging.getLogger("gpucost.billing_poll")
 
 COMPONENT = "billing"
 _T = TypeVar("_T")
@@ -398,8 +401,8 @@ def poll_billing(
         spooled: list[Path] = []  # the aggregates, never Python rows nor a whole result in memory
         if changed:
             held.close()  # the source's queries may take minutes: the file is not held meanwhile
-            hours, bytes_hours = _changed_hours(source, changed, seen, stored, window)
-            queries += ["changed_hours"] * (len(changed) if hours is not None else 0)
+            hours, bytes_hours, asked = _changed_hours(source, changed, seen, stored, window)
+            queries += ["changed_hours"] * asked
             bytes_total = _add(bytes_total, bytes_hours)
             if hours is None:  # a rewrite, a first poll: the whole span of the changed partitions
                 span = _hull([seen.get(p) for p in changed] + [stored.get(p) for p in changed])
@@ -766,26 +769,39 @@ def _changed_hours(
     seen: dict[datetime, Mapping[str, Any]],
     stored: dict[datetime, Mapping[str, Any]],
     window: Mapping[str, datetime],
-) -> tuple[set[datetime] | None, int]:
+) -> tuple[set[datetime] | None, int, int]:
     """The usage hours the changed partitions' new rows touch (`monitor.billing_changes`), with the
-    bytes it took; None when only the whole span will do (a first poll, a rewrite, too many)."""
+    bytes and the queries it took; None when only the whole span will do (a first poll, a rewrite,
+    too many, or rows the watermark cannot find).
+
+    A partition's new rows are found as those exported after its stored watermark. Rows exported
+    before it (an embedded table fed files out of their export order: BigQuery's loads only move
+    forward) would be missed, and their hours never aggregated: what the query finds is counted
+    against what the partition gained, and a partition short of it is re-aggregated whole."""
     if not stored or len(changed) > MAX_PARTITION_QUERIES:
-        return None, 0
+        return None, 0, 0
     marks = {p: (_mark(stored.get(p)), _mark(seen.get(p))) for p in changed}
     if any(new is None or (old is not None and not appended(old, new)) for old, new in marks.values()):
-        return None, 0
+        return None, 0, 0
     hours: set[datetime] = set()
-    scanned = 0
-    for p, (old, _) in marks.items():
+    scanned = asked = 0
+    for p, (old, new) in marks.items():
         since = _ts(old[1]) if old is not None else _EPOCH  # a new partition: every row is new
         result = source.run(
             "changed_hours",
             {"usage_start": window["usage_start"], "usage_end": window["usage_end"], "partition_time": p,
              "since_export": since},
         )  # fmt: skip
-        scanned = _add(scanned, result.bytes_processed)
+        scanned, asked = _add(scanned, result.bytes_processed), asked + 1
+        gained = new[2] - (old[2] if old is not None else 0)
+        if sum(int(r["row_count"]) for r in result.rows) != gained:
+            log.info(
+                "billing rows loaded behind a partition's watermark: the whole span is read",
+                extra={"partition": _iso(p)},
+            )
+            return None, scanned, asked
         hours |= {_ts(r["usage_hour"]) for r in result.rows}
-    return hours, scanned
+    return hours, scanned, asked
 
 
 def _hourly(r: tuple, since: datetime) -> HourlyCost:

@@ -155,6 +155,32 @@ def test_a_late_correction_for_an_old_hour_re_aggregates_that_hour_only(conn, st
     assert sum(h.gross for h in stored) == gross
 
 
+def test_rows_loaded_out_of_order_are_not_lost(conn, store) -> None:
+    """A partition that grew by rows exported before its stored watermark (an embedded table fed
+    files out of their export order): `export_time` past the watermark does not find them, so the
+    poll counts what it found against what the partition gained and, short, re-aggregates the
+    partition's whole span."""
+    first = _day(D, range(20))  # exported D 04:00 to D 23:00, all in D's partition
+    load_rows(conn, first)
+    src = CountingSource(DuckDBBillingSource(conn))
+    poll_billing(src, store, CFG, now=D + timedelta(days=1, hours=8))
+    older = export_row(
+        GPU, 0.42, hour=D + timedelta(hours=2), instance="vm-b", labels={"team": "nlp"},
+        export_lag=timedelta(hours=10),
+    )  # fmt: skip
+    load_rows(conn, [older])  # exported D 12:00, before the partition's stored D 23:00
+    src.runs.clear()
+
+    r = poll_billing(src, store, CFG, now=D + timedelta(days=1, hours=9))
+
+    assert r.partitions_changed == (D,) and src.runs == ["partitions", "changed_hours", "hourly"]
+    assert r.windows == ((D, D + timedelta(hours=20)),)
+    stored = hourly_costs(store, D - timedelta(days=30), D + timedelta(days=3))
+    gross, _ = input_totals([*first, older])
+    assert sum(h.gross for h in stored) == gross
+    assert sum(h.row_count for h in stored) == len(first) + 1
+
+
 def test_on_bigquery_the_changed_hours_are_one_range(conn, store) -> None:
     """BigQuery bills the partitions a query scans, from its range's first day to now, whatever
     the hours: several ranges would scan the same recent partitions again. One range there."""
