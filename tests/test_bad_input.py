@@ -198,7 +198,7 @@ def test_bad_billing_file(case: str, tmp_path: Path, capsys: pytest.CaptureFixtu
     assert rc == 2 and out == ""
     assert_one_line_error(err, f"{path}", where, fix)
 
-    rc, _, err = run(["load", "--billing", str(good), "--billing", str(path), "--db", str(db)], capsys)
+    rc, _, err = run(["load", "--again", "--billing", str(good), "--billing", str(path), "--db", str(db)], capsys)
     assert rc == 2
     assert_one_line_error(err, f"{path}", where, fix)
     assert _table(db) == before  # the good file given first was not appended either
@@ -207,6 +207,18 @@ def test_bad_billing_file(case: str, tmp_path: Path, capsys: pytest.CaptureFixtu
     rc, _, err = run(["load", "--billing", str(path), "--db", str(fresh)], capsys)
     assert rc == 2
     assert not fresh.exists(), "a failed load into a new database leaves no empty file behind"
+
+
+def test_loading_a_file_again_is_refused_with_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = write_ndjson(tmp_path / "good.ndjson", GOOD)
+    db = tmp_path / "state.duckdb"
+    assert run(["load", "--billing", str(good), "--db", str(db)], capsys)[0] == 0
+    before = _table(db)
+    rc, out, err = run(["load", "--billing", str(good), "--db", str(db)], capsys)
+    assert rc == 2 and out == ""
+    assert_one_line_error(err, str(good), "already loaded", "count its costs twice", "--again")
+    assert _table(db) == before
+    assert run(["load", "--again", "--billing", str(good), "--db", str(db)], capsys)[0] == 0
 
 
 def test_a_correction_may_be_negative(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

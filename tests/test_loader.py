@@ -206,8 +206,8 @@ def test_load_rows_takes_python_values_and_appends_without_dedupe(conn) -> None:
 
 def test_file_database_keeps_appends_across_opens(tmp_path: Path) -> None:
     db_file = tmp_path / "sub" / "gpucost.duckdb"
-    path = write_ndjson(tmp_path / "b.ndjson", _three_rows())
-    for expected in (3, 6):
+    for i, expected in enumerate((3, 6)):  # two export files (one file loads once)
+        path = write_ndjson(tmp_path / f"b{i}.ndjson", [{**r, "cost": r["cost"] + i} for r in _three_rows()])
         c = open_billing_db(db_file)
         load_billing([path], c)
         assert _count(c) == expected
@@ -220,6 +220,50 @@ def test_several_files_in_one_call(tmp_path: Path, conn) -> None:
     b = write_csv(tmp_path / "b.csv", _three_rows()[:2])
     report = load_billing([a, b], conn)
     assert (report.files, report.rows, report.per_file) == (2, 5, {str(a): 3, str(b): 2})
+
+
+def test_a_file_loads_once_into_a_database(tmp_path: Path) -> None:
+    """The export never repeats a row, so the same bytes loaded again (under any name) would count
+    their costs twice: refused, naming the first load; `again` appends them anyway."""
+    db_file = tmp_path / "gpucost.duckdb"
+    a = write_ndjson(tmp_path / "a.ndjson", _three_rows())
+    copy = tmp_path / "downloaded-again.ndjson"
+    copy.write_bytes(a.read_bytes())
+    c = open_billing_db(db_file)
+    load_billing([a], c)
+    c.close()
+    c = open_billing_db(db_file)
+    for path in (a, copy):
+        with pytest.raises(InputError, match=rf"already loaded \(3 rows, as {a}, at .*Z\).*--again") as info:
+            load_billing([path], c)
+        assert info.value.path == str(path)
+    assert _count(c) == 3
+    assert load_billing([copy], c, again=True).rows == 3
+    assert _count(c) == 6
+    assert c.execute("SELECT name, rows FROM gpucost_loaded_files ORDER BY loaded_at").fetchall() == [
+        (str(a), 3),
+        (str(copy), 3),
+    ]
+    c.close()
+
+
+@pytest.mark.parametrize("fmt", ["ndjson", "parquet"])
+def test_the_same_contents_twice_in_one_call_are_refused(tmp_path: Path, conn, fmt: str) -> None:
+    """Given twice, or as two copies, one file's costs would count twice: `gpucost analyze --billing A
+    --billing A` and `gpucost load` refuse it (Parquet is read in place: `view_billing`)."""
+    from monitor.sources.factory import billing_source_from_files
+
+    write = write_ndjson if fmt == "ndjson" else write_parquet
+    a = write(tmp_path / f"a.{fmt}", _three_rows())
+    b = tmp_path / f"b.{fmt}"
+    b.write_bytes(a.read_bytes())
+    with pytest.raises(InputError, match=rf"^{b}: the same bytes as {a}: its costs would count twice"):
+        billing_source_from_files([a, b])
+    with pytest.raises(InputError, match=rf"^{a}: given twice"):
+        billing_source_from_files([a, a])
+    with pytest.raises(InputError, match="the same bytes as"):
+        load_billing([a, b], conn, again=True)  # `again` is about earlier loads, not this one
+    assert _count(conn) == 0
 
 
 # --- malformed input: precise errors, nothing committed -----------------------------------------
@@ -254,7 +298,7 @@ def test_malformed_row_names_file_line_field_and_commits_nothing(
     sub.mkdir()
     bad = WRITERS[fmt](sub, rows)
     with pytest.raises(InputError) as info:
-        load_billing([good, bad], conn)
+        load_billing([good, bad], conn, again=True)
     e = info.value
     line = 4 if fmt.startswith("csv") else 3  # CSV line 1 is the header
     assert (e.path, e.line, e.field) == (str(bad), line, field)

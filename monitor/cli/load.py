@@ -19,11 +19,17 @@ from monitor.cli._common import billing_option
     type=click.Path(dir_okay=False, path_type=Path),
     help="DuckDB file to load into (created if missing).",
 )
-def load_cmd(billing_paths, db_path) -> None:
+@click.option(
+    "--again",
+    is_flag=True,
+    help="Load files whose contents the database already holds (their rows then count twice).",
+)
+def load_cmd(billing_paths, db_path, again) -> None:
     """Load billing export files into the embedded DuckDB table.
 
     All files load in one transaction: a malformed row anywhere leaves the database unchanged.
-    Rows are appended (never de-duplicated), so loading the same file twice counts it twice.
+    Rows are appended as the export writes them. A file whose contents the database already holds
+    is refused, since its costs would count twice (--again loads it anyway).
     """
     from monitor.progress import context_clock, progress
     from monitor.sources.duckdb_conn import open_billing_db
@@ -35,7 +41,7 @@ def load_cmd(billing_paths, db_path) -> None:
     try:
         # heartbeat: one file is one DuckDB statement, silent for as long as it runs
         with progress("load", len(paths), unit="files", clock=context_clock(), heartbeat=1.0) as bar:
-            report = load_billing(paths, conn, progress=bar)
+            report = load_billing(paths, conn, progress=bar, again=again)
     except BaseException:
         conn.close()
         if created:  # nothing was loaded: leave no empty database behind

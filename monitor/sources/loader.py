@@ -11,6 +11,8 @@ Two paths, one set of rules:
 
 A call loads everything or nothing: one transaction for all files, rolled back on the first bad row.
 Rows are appended as they are, never de-duplicated: corrections are separate export rows by design.
+A file is loaded once: its bytes' SHA-256 is recorded with the rows (`LOADS_TABLE`), and the same
+contents again, in the same call or a later one, are refused (their costs would count twice).
 
 What a row must be, beyond its types (each rule names the field and the fix when broken):
 
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import hashlib
 import json
 import logging
 import re
@@ -61,7 +64,7 @@ from monitor.schema import EXPORT_SCHEMA, Column
 from monitor.sources import duckdb_conn as db
 from monitor.sources.export_csv import iter_csv_records
 from monitor.sources.foreign import foreign_hint
-from monitor.timeutil import parse_timestamp
+from monitor.timeutil import parse_timestamp, to_iso
 
 if TYPE_CHECKING:
     from monitor.progress import Progress
@@ -351,26 +354,41 @@ def _check_rules(row: dict[str, Any]) -> None:
 
 
 def load_billing(
-    paths: Sequence[Path], conn: duckdb.DuckDBPyConnection, *, progress: Progress | None = None
+    paths: Sequence[Path],
+    conn: duckdb.DuckDBPyConnection,
+    *,
+    progress: Progress | None = None,
+    again: bool = False,
 ) -> LoadReport:
     """Append every file to `billing_export` in one transaction; `InputError` leaves it untouched.
 
-    The format follows the file name (see `detect_format`). Loading the same file twice appends
-    its rows twice: the export itself never repeats a row, so nothing here de-duplicates.
+    The format follows the file name (see `detect_format`). The export never repeats a row, so
+    rows are appended as they are, and a file is loaded once: the same contents twice in one call,
+    or contents this database already holds (`LOADS_TABLE`, written in the same transaction), are
+    an `InputError`, since their costs would count twice; `again` loads the latter anyway.
     `progress` hears the name of the file being loaded and the count of files done.
     """
     per_file: dict[str, int] = {}
     standard: list[str] = []
+    digests = _distinct_contents([Path(p) for p in paths])
     with _transaction(conn):
+        conn.execute(_LOADS_DDL)
+        if not again:
+            _refuse_loaded(conn, digests)
         for i, p in enumerate(paths):
             path = Path(p)
             if progress is not None:
                 progress.describe(path.name)
                 progress.update(i, total=len(paths), unit="files")
             before = _resources(conn)
-            per_file[str(path)] = per_file.get(str(path), 0) + _load_file(conn, path)
+            loaded = _load_file(conn, path)
+            per_file[str(path)] = per_file.get(str(path), 0) + loaded
             if _resources(conn) == before and str(path) not in standard:
                 standard.append(str(path))
+            conn.execute(
+                f"INSERT INTO {LOADS_TABLE} VALUES (?, ?, ?, current_timestamp)",
+                [digests[path], str(path), loaded],
+            )
         native = [Path(p) for p in paths if detect_format(Path(p)) is not FileFormat.CSV]
         _check_zones(conn, native)
         _check_native(conn, native)
@@ -394,6 +412,8 @@ def view_billing(
             raise ValueError(f"view_billing reads Parquet files only: {path}")
         if not path.is_file():
             raise InputError(str(path), "no such file")
+    if len(files) > 1:  # one file cannot repeat itself: it is not read for its digest
+        _distinct_contents(files)
     if progress is not None:
         progress.describe(", ".join(p.name for p in files))
     per_file: dict[str, int] = {}
@@ -462,6 +482,48 @@ def load_rows(
         if typed:
             return _insert_typed(conn, enumerate(rows, 1), source, batch_rows)
         return _insert_records(conn, enumerate(rows, 1), source, batch_rows)
+
+
+#: The files a database holds, by the SHA-256 of their bytes (`load_billing`): one row per load.
+LOADS_TABLE = "gpucost_loaded_files"
+_LOADS_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {LOADS_TABLE} (sha256 VARCHAR NOT NULL, name VARCHAR NOT NULL,"
+    " rows BIGINT NOT NULL, loaded_at TIMESTAMPTZ NOT NULL)"
+)
+
+
+def _distinct_contents(paths: Sequence[Path]) -> dict[Path, str]:
+    """Each file's SHA-256; a file with the same bytes as one before it is an `InputError` (its
+    rows would count twice). A missing file is the loader's to report: it has no digest."""
+    digests: dict[Path, str] = {}
+    first: dict[str, Path] = {}
+    for path in paths:
+        if not path.is_file():
+            continue
+        with path.open("rb") as f:
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+        if digest in first:
+            same = "given twice" if first[digest] == path else f"the same bytes as {first[digest]}"
+            raise InputError(str(path), f"{same}: its costs would count twice; give each export file once")
+        first[digest], digests[path] = path, digest
+    return digests
+
+
+def _refuse_loaded(conn: duckdb.DuckDBPyConnection, digests: Mapping[Path, str]) -> None:
+    """An `InputError` for the first file whose bytes this database already holds."""
+    for path, digest in digests.items():
+        row = conn.execute(
+            f"SELECT name, rows, loaded_at FROM {LOADS_TABLE} WHERE sha256 = ? ORDER BY loaded_at DESC LIMIT 1",
+            [digest],
+        ).fetchone()
+        if row is not None:
+            name, rows, at = row
+            raise InputError(
+                str(path),
+                f"already loaded ({rows} rows, as {name}, at {to_iso(at)}): loading it again would count"
+                " its costs twice; a new export file holds new rows, and `gpucost load --again` loads"
+                " this one anyway",
+            )
 
 
 @contextmanager
