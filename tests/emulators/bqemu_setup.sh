@@ -61,7 +61,7 @@ pip_install() {
 }
 # With UV_PIN (the Makefile's), uv installs the pins: seconds where pip takes about 30; pip if uv
 # cannot be had or fails.
-if [[ -n "${UV_PIN:-}" ]] && pip_install "$UV_PIN" && "$venv/bin/uv" pip install --python "$venv/bin/python" -q -r "$reqs"; then
+if [[ -n "${UV_PIN:-}" ]] && pip_install "$UV_PIN" && "$venv/bin/uv" pip install --python "$venv/bin/python" -q --compile-bytecode -r "$reqs"; then
   :
 else
   [[ -z "${UV_PIN:-}" ]] || echo "bqemu_setup: uv unavailable: installing with pip" >&2
