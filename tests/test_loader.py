@@ -316,6 +316,8 @@ def _line(**fields: object) -> str:
     [
         ('{"cost": 1', None, "not valid JSON (Expecting"),
         ("[1, 2]", None, "expected one export row object per line (NDJSON), got [1, 2]"),
+        (f"[{_line()}]", None, "(a JSON array, as `bq query --format=json` writes: `jq -c '.[]' billing.ndjson >"),
+        ('{\n  "cost": 1\n}', None, "an object spans lines (pretty-printed JSON): write one export row object"),
         (_line(labels="team=ml"), "labels", "expected a list such as"),
         (_line(service="Compute Engine"), "service", "expected an object with fields id, description"),
         (_line(credits=[{"amount": "x"}]), "credits[0].amount", 'expected a number, got "x"'),
@@ -425,6 +427,16 @@ def test_arrow_batches_span_many_rows(conn) -> None:
 
 
 @pytest.mark.skipif(not KOKU.is_dir(), reason=f"real export samples not present at {KOKU}")
+def test_pretty_printed_json_is_refused_with_its_conversion(shared_data: Path, conn) -> None:
+    """Google's professional-services test exports are pretty-printed objects, one after another:
+    the error says how to make NDJSON of them."""
+    path = shared_data / "gcp-billing-schema-psp" / "test_6_1_export.json"
+    if not path.is_file():
+        pytest.skip(f"{path} not present")
+    with pytest.raises(InputError, match=r":1: not valid JSON .*an object spans lines.*jq -c .* test_6_1_export.json"):
+        load_billing([path], conn)
+
+
 def test_koku_csv_exports_load(conn) -> None:
     files = {
         "202011_30c31bca571d9b7f3b2c8459dd8bc34a_2020-11-08_2020-11-11.csv": 25,

@@ -733,16 +733,27 @@ def _scan_ndjson(path: Path) -> Iterator[tuple[int, Any]]:
                 try:
                     obj = json.loads(text)
                 except json.JSONDecodeError as e:
-                    fix = (
-                        "the last line is cut off, so the file looks truncated: copy or export it again"
-                        if not text.endswith("\n") and e.pos >= len(text.rstrip()) - 1
-                        else "write one export row object per line"
-                    )
+                    if not text.endswith("\n") and e.pos >= len(text.rstrip()) - 1:
+                        fix = "the last line is cut off, so the file looks truncated: copy or export it again"
+                    elif text.strip() in ("{", "["):  # pretty-printed: an object spans lines
+                        fix = (
+                            "an object spans lines (pretty-printed JSON): write one export row object per line,"
+                            f" as `bq extract --destination_format NEWLINE_DELIMITED_JSON` does (`jq -c {_JQ_ROWS}"
+                            f" {path.name} > rows.ndjson` converts this file)"
+                        )
+                    else:
+                        fix = "write one export row object per line"
                     raise InputError(str(path), f"not valid JSON ({e.msg} at column {e.colno}): {fix}", line=n) from None
                 if not isinstance(obj, dict):
+                    hint = (
+                        f" (a JSON array, as `bq query --format=json` writes: `jq -c '.[]' {path.name} >"
+                        " rows.ndjson` converts it)"
+                        if isinstance(obj, list) and obj and all(isinstance(x, dict) for x in obj)
+                        else ""
+                    )
                     raise InputError(
                         str(path),
-                        f"expected one export row object per line (NDJSON), got {_show(obj)}",
+                        f"expected one export row object per line (NDJSON), got {_show(obj)}{hint}",
                         line=n,
                     )
                 yield n, obj
@@ -754,6 +765,11 @@ def _scan_ndjson(path: Path) -> Iterator[tuple[int, Any]]:
         raise InputError(
             str(path), f"cannot read the file ({e}): expected UTF-8 NDJSON, gzipped only when named .gz", line=n + 1
         ) from None
+
+
+#: jq's program printing each row object of a file of pretty-printed objects or of arrays of them,
+#: one compact object per line.
+_JQ_ROWS = "'if type == \"array\" then .[] else . end'"
 
 
 def _scan_parquet(path: Path) -> Iterator[tuple[int, Any]]:
