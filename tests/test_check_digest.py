@@ -20,6 +20,7 @@ from alerts.slack import SlackNotifier
 from monitor.cli import main
 from monitor.sources.duckdb_conn import open_billing_db
 from monitor.state.store import SQLiteStore
+from tests.export_rows import export_row, write_ndjson
 from tests.fakes.slack_server import FakeSlack
 from tests.test_queries import fleet_rows, load_rows
 
@@ -241,6 +242,21 @@ def test_check_missing_billing_copy_and_bad_config(tmp_path, capsys, monkeypatch
     code = main(["check", "--config", str(bad)])
     _, err = capsys.readouterr()
     assert code == 2 and err.startswith(f"gpucost: error: {bad}: slack.chanel: unknown key")
+
+
+def test_check_counts_the_files_gpucost_load_put_in(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+    db = tmp_path / "billing.duckdb"
+    for i in range(2):
+        path = write_ndjson(tmp_path / f"export-{i}.ndjson", [export_row(cost=1.0 + i)])
+        assert main(["load", "--billing", str(path), "--db", str(db)]) == 0
+    capsys.readouterr()
+    _, lines, _ = _check(capsys, _config(tmp_path, db=db), "--offline")
+    assert re.match(
+        r"billing +ok +DuckDB .*billing\.duckdb: 2 export rows, from 2 files \(the last loaded at"
+        r" \d{4}-\d\d-\d\dT[\d:.]+Z\), last exported 2026-11-02",
+        lines["billing"],
+    ), lines["billing"]
 
 
 DCGM_V1 = "workload.googleapis.com/dcgm.gpu.profiling.sm_utilization"

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -84,11 +85,27 @@ def _check_duckdb(cfg: Config) -> Check:
         return Check("billing", False, f"DuckDB {db}: cannot open ({str(e).splitlines()[0]})")
     try:
         rows, last = conn.execute("SELECT COUNT(*), MAX(export_time) FROM billing_export").fetchone()
+        files = _loaded_files(conn)
     except duckdb.Error as e:
         return Check("billing", False, f"DuckDB {db}: no billing_export table ({str(e).splitlines()[0]})")
     finally:
         conn.close()
-    return Check("billing", rows > 0, f"DuckDB {db}: {rows:,} export rows, last exported {last}")
+    return Check("billing", rows > 0, f"DuckDB {db}: {rows:,} export rows{files}, last exported {last}")
+
+
+def _loaded_files(conn: Any) -> str:
+    """", from N files (the last loaded at T)" when `gpucost load` filled the database (its ledger,
+    `loader.LOADS_TABLE`); nothing for one the demo or a test filled row by row."""
+    import duckdb
+
+    from monitor.sources.loader import LOADS_TABLE
+    from monitor.timeutil import to_iso
+
+    try:
+        n, at = conn.execute(f"SELECT count(*), max(loaded_at) FROM {LOADS_TABLE}").fetchone()
+    except duckdb.CatalogException:
+        return ""
+    return f", from {n:,} file{'' if n == 1 else 's'} (the last loaded at {to_iso(at)})" if n else ""
 
 
 def check_utilization(cfg: Config, offline: bool, now: datetime) -> Check:
