@@ -426,7 +426,6 @@ def test_arrow_batches_span_many_rows(conn) -> None:
 # --- real data ------------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not KOKU.is_dir(), reason=f"real export samples not present at {KOKU}")
 def test_pretty_printed_json_is_refused_with_its_conversion(shared_data: Path, conn) -> None:
     """Google's professional-services test exports are pretty-printed objects, one after another:
     the error says how to make NDJSON of them."""
@@ -437,6 +436,7 @@ def test_pretty_printed_json_is_refused_with_its_conversion(shared_data: Path, c
         load_billing([path], conn)
 
 
+@pytest.mark.skipif(not KOKU.is_dir(), reason=f"real export samples not present at {KOKU}")
 def test_koku_csv_exports_load(conn) -> None:
     files = {
         "202011_30c31bca571d9b7f3b2c8459dd8bc34a_2020-11-08_2020-11-11.csv": 25,
