@@ -14,10 +14,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # Installs are pinned by constraints.txt (the versions the suite last passed with); `make upgrade`
-# moves them. uv (from the same registry, into the venv first) installs them: 3 s where pip took 40
-# (26 without compiling bytecode) on the development machine, a seventh of `make test` from a fresh
-# clone. Where uv cannot be had or fails, pip installs them as before. Bytecode is compiled at
-# install, as pip does: 8 s more, against 19 s more in the first test run without it.
+# moves them. uv (from the same registry, into the venv first) installs them: 11 s where pip took 40
+# on the development machine, the venv's creation included (pip's installs, this venv's and the
+# emulator's, were a fifth of `make test` from a fresh clone). Where uv cannot be had or fails, pip
+# installs them as before. Bytecode is compiled at install, as pip does: 8 s more, against 19 s
+# more in the first test run without it.
 UV_PIN ?= uv==0.13.9
 install = { $(PIP) install '$(UV_PIN)' && $(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode $(1); } \
 	|| { echo "uv unavailable: installing with pip" >&2; $(PIP) install $(1); }
