@@ -44,7 +44,7 @@ from monitor.errors import UserError
 from monitor.gcpause import collector_paused
 from monitor.model import Finding, category_of
 from monitor.progress import Progress
-from monitor.report import data_extent
+from monitor.report import data_as_of, data_extent
 from monitor.sources.base import BillingSource, MeteredSource
 from monitor.sources.factory import billing_source_from_config, billing_source_from_files, search_range
 from monitor.state.analytics import AggregateStore
@@ -277,7 +277,7 @@ def resolve_window(
         _, last_end, last_export, _ = data_extent(source, start or lo, end or hi)
         end = end or last_end or now
         start = start or end - _DEFAULT_SPAN
-        as_of = max(last_export, end) if last_export is not None else end
+        as_of = data_as_of(last_export, end)
     if start >= end:
         raise UserError(f"--start ({to_iso(start)}) must be before --end ({to_iso(end)})")
     return Window(start, end, as_of)

@@ -29,6 +29,7 @@ __all__ = [
     "CostReport",
     "ReportLine",
     "build_report",
+    "data_as_of",
     "data_extent",
     "default_window",
     "parse_by",
@@ -148,6 +149,14 @@ def default_window(
     if start >= end:
         raise ValueError(f"--start ({to_iso(start)}) must be before --end ({to_iso(end)})")
     return start, end
+
+
+def data_as_of(last_export: datetime | None, end: datetime) -> datetime:
+    """What provisional days count back from in data read from files or a local table: its latest
+    load, never before the window's end. One rule for `analyze` and `report`: a file exported
+    before its usage (koku's real `2024-03-01_5.csv`: loaded in 2022 for usage in 2024) had `report`
+    mark everything from 2022-07-31 provisional, where `analyze` said 2024-02-28."""
+    return max(last_export, end) if last_export is not None else end
 
 
 def build_report(

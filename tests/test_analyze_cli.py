@@ -229,6 +229,17 @@ def test_a_row_exported_before_its_usage_is_analysed(tmp_path: Path, capsys, wri
     assert d["stats"]["rows_scanned"] == 1
 
 
+def test_report_and_analyze_count_provisional_days_from_the_same_instant(tmp_path: Path, capsys) -> None:
+    """Both count back from the data's latest load, never before the window's end: a file exported
+    before its usage had `report` mark two years provisional where `analyze` marked days."""
+    path = write_ndjson(tmp_path / "export.ndjson", [export_row(export_time="2024-08-02 01:11:12.066 UTC")])
+    assert main(["analyze", "--billing", str(path), "--format", "json"]) == 0
+    analyzed = json.loads(capsys.readouterr().out)
+    assert main(["report", "--billing", str(path), "--format", "json"]) == 0
+    reported = json.loads(capsys.readouterr().out)
+    assert reported["provisional_since"] == analyzed["window"]["provisional_from"] == "2026-10-30T00:00:00Z"
+
+
 def test_no_billing_source_is_a_usage_error(capsys) -> None:
     assert main(["analyze", "--format", "json"]) == 2
     out, err = capsys.readouterr()

@@ -23,6 +23,7 @@ from monitor.config import Config
 from monitor.focus import focus_rows, write_focus_csv
 from monitor.report import (
     build_report,
+    data_as_of,
     data_extent,
     default_window,
     parse_by,
@@ -53,15 +54,15 @@ def open_billing(billing_paths: tuple[Path, ...], cfg: Config) -> BillingSource:
 def resolve_window(
     source: BillingSource, start: datetime | None, end: datetime | None, now: datetime
 ) -> tuple[datetime, datetime, datetime]:
-    """(start, end, as_of): defaults from the data; `as_of` (the latest load, else now) is what
-    provisional days are counted back from."""
+    """(start, end, as_of): defaults from the data; `as_of` (`data_as_of`) is what provisional days
+    are counted back from."""
     lo, hi = search_range(source.engine, now)
     _, last_end, last_export, _ = data_extent(source, start or lo, end or hi)
     try:
         start, end = default_window(last_end, start, end, now)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="'--start'") from None
-    return start, end, last_export or now
+    return start, end, data_as_of(last_export, end)
 
 
 @cli.command("report")
