@@ -44,7 +44,7 @@ from monitor.errors import UserError
 from monitor.gcpause import collector_paused
 from monitor.model import Finding, category_of
 from monitor.progress import Progress
-from monitor.report import data_as_of, data_extent
+from monitor.report import data_as_of, data_extent, default_window
 from monitor.sources.base import BillingSource, MeteredSource
 from monitor.sources.factory import billing_source_from_config, billing_source_from_files, search_range
 from monitor.state.analytics import AggregateStore
@@ -69,7 +69,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("gpucost.analysis")
-_DEFAULT_SPAN = timedelta(days=14)
 _DAY = timedelta(days=1)
 _JOIN_ALIGNMENT = 3600  # seconds: the grain of the GPU join (hour buckets, epoch-aligned)
 
@@ -268,19 +267,15 @@ def resolve_window(
 
     Raises `UserError` when the window is empty or reversed.
     """
-    if live:
-        end = end or now
-        start = start or end - _DEFAULT_SPAN
-        as_of = now
-    else:
+    last_end = last_export = None
+    if not live:
         lo, hi = search_range(source.engine, now)
         _, last_end, last_export, _ = data_extent(source, start or lo, end or hi)
-        end = end or last_end or now
-        start = start or end - _DEFAULT_SPAN
-        as_of = data_as_of(last_export, end)
-    if start >= end:
-        raise UserError(f"--start ({to_iso(start)}) must be before --end ({to_iso(end)})")
-    return Window(start, end, as_of)
+    try:
+        start, end = default_window(last_end, start, end, now)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    return Window(start, end, now if live else data_as_of(last_export, end))
 
 
 def detection_start(window: Window, history: timedelta = timedelta(0)) -> datetime:
