@@ -316,7 +316,7 @@ def _line(**fields: object) -> str:
     [
         ('{"cost": 1', None, "not valid JSON (Expecting"),
         ("[1, 2]", None, "expected one export row object per line (NDJSON), got [1, 2]"),
-        (f"[{_line()}]", None, "(a JSON array, as `bq query --format=json` writes: `jq -c '.[]' billing.ndjson >"),
+        (f"[{_line()}]", None, "(a JSON array: `jq -c '.[]' billing.ndjson > rows.ndjson` converts it)"),
         ('{\n  "cost": 1\n}', None, "an object spans lines (pretty-printed JSON): write one export row object"),
         (_line(labels="team=ml"), "labels", "expected a list such as"),
         (_line(service="Compute Engine"), "service", "expected an object with fields id, description"),

@@ -60,8 +60,11 @@ ARROW_SCHEMA = arrow_schema()
 DEFAULT_MEMORY_LIMIT = DUCKDB_MEMORY_LIMIT
 
 #: A row's `_PARTITIONTIME`, loaded or viewed: its load day, `export_time` truncated to the UTC day,
-#: and never before its usage day. BigQuery partitions the export by ingestion time, so a real row
-#: lands on or after the day of its usage, and the queries read a usage window's rows from the
+#: and never before its usage day. BigQuery partitions the export by ingestion time, and Cloud
+#: Billing exports usage "at regular intervals", "in chronological order" after services report it
+#: ("Understand the Cloud Billing data tables in BigQuery",
+#: https://cloud.google.com/billing/docs/how-to/export-data-bigquery-tables): a real row lands on
+#: or after the day of its usage, and the queries read a usage window's rows from the
 #: partitions of its first day - 1 on (`GPUCOST_LOAD_DAYS()`). A file whose `export_time` precedes
 #: its usage (6 of 6 rows of koku's `2024-03-01_5.csv`, exported in 2022 for usage in 2024; 96 of
 #: 292 of its `agpl/tmp_example.csv`, by up to 3.5 days) would put rows where no window's query

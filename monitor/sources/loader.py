@@ -746,8 +746,7 @@ def _scan_ndjson(path: Path) -> Iterator[tuple[int, Any]]:
                     raise InputError(str(path), f"not valid JSON ({e.msg} at column {e.colno}): {fix}", line=n) from None
                 if not isinstance(obj, dict):
                     hint = (
-                        f" (a JSON array, as `bq query --format=json` writes: `jq -c '.[]' {path.name} >"
-                        " rows.ndjson` converts it)"
+                        f" (a JSON array: `jq -c '.[]' {path.name} > rows.ndjson` converts it)"
                         if isinstance(obj, list) and obj and all(isinstance(x, dict) for x in obj)
                         else ""
                     )
@@ -768,7 +767,8 @@ def _scan_ndjson(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 #: jq's program printing each row object of a file of pretty-printed objects or of arrays of them,
-#: one compact object per line.
+#: one compact object per line. NEWLINE_DELIMITED_JSON is `bq extract`'s JSON format ("Export table
+#: data to Cloud Storage", https://cloud.google.com/bigquery/docs/exporting-data).
 _JQ_ROWS = "'if type == \"array\" then .[] else . end'"
 
 
