@@ -27,7 +27,7 @@ WINDOW = NOW - timedelta(days=2)  # a detection window inside the data: earlier 
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from tests.test_digest_jobs import polled_daemon
 
-    deps = polled_daemon(tmp_path_factory.mktemp("detection-snapshot"), seed=7, days=4, now=NOW)
+    deps = polled_daemon(tmp_path_factory, "detection-snapshot", seed=7, days=4, now=NOW)
     yield deps
     deps.store.close()
 

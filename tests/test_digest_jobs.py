@@ -175,14 +175,22 @@ def daemon_on_fleet(tmp: Path, fleet: Path, **extra: dict) -> object:
     return build_deps(cfg, FixedClock(datetime(2026, 11, 3, 9, tzinfo=UTC)), billing, environ={})
 
 
-def polled_daemon(tmp: Path, *, seed: int, days: int, now: datetime, utilization: bool = True) -> Any:
-    """`daemon_on_fleet` on a fleet simulated into `tmp`, its billing polled at `now` (and its
-    utilization, unless not wanted: a first start before the utilization poll)."""
+def polled_daemon(
+    factory: pytest.TempPathFactory,
+    name: str,
+    *,
+    seed: int,
+    days: int,
+    now: datetime,
+    utilization: bool = True,
+) -> Any:
+    """`daemon_on_fleet` on a simulated fleet (`tests.shared_fleets`), its state in a new directory
+    `name`, its billing polled at `now` (and its utilization, unless not wanted: a first start
+    before the utilization poll)."""
     from monitor.cycle import run_billing_poll, run_utilization_poll
-    from monitor.simulate import write_fleet
+    from tests.shared_fleets import shared_fleet
 
-    write_fleet(tmp / "fleet", seed=seed, days=days)
-    deps: Any = daemon_on_fleet(tmp, tmp / "fleet")
+    deps: Any = daemon_on_fleet(factory.mktemp(name), shared_fleet(factory, seed, days)[0])
     run_billing_poll(deps, now)
     if utilization:
         run_utilization_poll(deps, now)
@@ -220,11 +228,9 @@ def assembled(
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from monitor.simulate import write_fleet
+    from tests.shared_fleets import shared_fleet
 
-    out = tmp_path_factory.mktemp("digest-jobs-fleet")
-    write_fleet(out, seed=7, days=2)
-    return out
+    return shared_fleet(tmp_path_factory, 7, 2)[0]
 
 
 @pytest.mark.slow

@@ -24,7 +24,7 @@ NOW = datetime(2026, 11, 3, 9, tzinfo=UTC)
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from tests.test_digest_jobs import polled_daemon
 
-    deps = polled_daemon(tmp_path_factory.mktemp("gpu-window"), seed=7, days=2, now=NOW)
+    deps = polled_daemon(tmp_path_factory, "gpu-window", seed=7, days=2, now=NOW)
     yield deps
     deps.store.close()
 

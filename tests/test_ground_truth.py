@@ -32,7 +32,7 @@ import pytest
 
 from monitor.cli import main
 from monitor.render import is_advice
-from monitor.simulate import write_fleet
+from tests.shared_fleets import shared_cli_json, shared_fleet
 
 pytestmark = pytest.mark.slow
 
@@ -51,25 +51,26 @@ def cli_json(argv: list[str]) -> Any:
     return json.loads(buf.getvalue())
 
 
-def run_fleet(out: Path, seed: int, inject: bool) -> dict[str, Any]:
-    write_fleet(out, seed=seed, days=DAYS, inject=inject)
+def run_fleet(factory: pytest.TempPathFactory, seed: int, inject: bool) -> dict[str, Any]:
+    """The fleet (`tests.shared_fleets`: written once per session) and what `analyze` and `gpus` say."""
+    out, _ = shared_fleet(factory, seed, DAYS, inject)
     src = ["--billing", str(out / "billing" / "export.parquet"), "--utilization", str(out / "utilization")]
     return {
         "pin": f"seed{seed}" if inject else "clean",
         "truth": json.loads((out / "ground_truth.json").read_text()),
-        "analyze": cli_json(["analyze", *src]),
-        "gpus": cli_json(["gpus", *src]),
+        "analyze": shared_cli_json(factory, ["analyze", *src]),
+        "gpus": shared_cli_json(factory, ["gpus", *src]),
     }
 
 
 @pytest.fixture(scope="module", params=SEEDS, ids=[f"seed{s}" for s in SEEDS])
 def fleet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return run_fleet(tmp_path_factory.mktemp(f"fleet{request.param}"), request.param, inject=True)
+    return run_fleet(tmp_path_factory, request.param, inject=True)
 
 
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return run_fleet(tmp_path_factory.mktemp("clean"), SEEDS[0], inject=False)
+    return run_fleet(tmp_path_factory, SEEDS[0], inject=False)
 
 
 def same_machine(want: dict[str, Any], got: dict[str, Any]) -> bool:

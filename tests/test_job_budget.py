@@ -197,10 +197,9 @@ def test_registered_and_built_with_the_jobs_config() -> None:
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> dict:
     import json
 
-    from monitor.simulate import write_fleet
+    from tests.shared_fleets import shared_fleet
 
-    out = tmp_path_factory.mktemp("job-budget-fleet")
-    write_fleet(out, seed=7, days=2)
+    out, _ = shared_fleet(tmp_path_factory, 7, 2)
     return {
         "billing": out / "billing" / "export.parquet",
         "truth": json.loads((out / "ground_truth.json").read_text()),

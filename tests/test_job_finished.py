@@ -194,11 +194,9 @@ def test_the_pipelines_repeat_interval_never_resends_it(store, tmp_path: Path) -
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from monitor.simulate import write_fleet
+    from tests.shared_fleets import shared_fleet
 
-    out = tmp_path_factory.mktemp("job-finished-fleet")
-    write_fleet(out, seed=7, days=2)
-    return out
+    return shared_fleet(tmp_path_factory, 7, 2)[0]
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ from monitor.cli import main
 from monitor.config import Config
 from monitor.jobs import JobsConfig
 from monitor.jobs.run import jobs_once
-from monitor.simulate import write_fleet
+from tests.shared_fleets import shared_fleet
 
 CENT = Decimal("0.01")
 DAYS = 2
@@ -30,8 +30,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    out = tmp_path_factory.mktemp("jobs-fleet")
-    write_fleet(out, seed=7, days=DAYS)
+    out, _ = shared_fleet(tmp_path_factory, 7, DAYS)
     return {
         "billing": str(out / "billing" / "export.parquet"),
         "utilization": str(out / "utilization"),

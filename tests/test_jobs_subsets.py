@@ -273,13 +273,12 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from monitor.assemble import cost_hours
     from monitor.billing_poll import hourly_costs, provisional_since, stored_job_columns
     from monitor.cycle import detection_inputs, run_billing_poll, run_utilization_poll
-    from monitor.simulate import write_fleet
+    from tests.shared_fleets import shared_fleet
     from tests.test_digest_jobs import daemon_on_fleet
 
     tmp = tmp_path_factory.mktemp("jobs-subsets")
-    write_fleet(tmp / "fleet", seed=7, days=2)
     now = datetime(2026, 11, 3, 9, tzinfo=UTC)
-    deps = daemon_on_fleet(tmp, tmp / "fleet")
+    deps = daemon_on_fleet(tmp, shared_fleet(tmp_path_factory, 7, 2)[0])
     run_billing_poll(deps, now)
     run_utilization_poll(deps, now)
     try:

@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from monitor.simulate import write_fleet
 from monitor.simulate.simulator import DEFAULT_START, FleetSimulator
 from tests.emulators.fleet import BQ_PROJECT, DATASET, export_table, load_rows, to_json_row
 from tests.fakes.monitoring_server import ScopedMonitoringServer, from_rest_json
+from tests.shared_fleets import shared_cli_json, shared_fleet
 from tests.test_ground_truth import IMPACT_TOLERANCE, cli_json, matches, rel_error
 
 pytest_plugins = ("tests.conftest_bq",)
@@ -49,15 +49,23 @@ def _analyze(out: Path, extra: list[str]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def fleet_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("mixed")
-    write_fleet(out, seed=SEED, days=DAYS)
-    return out
+    """Seed 7's fortnight, the ground-truth suite's first fleet (`tests.shared_fleets`)."""
+    return shared_fleet(tmp_path_factory, SEED, DAYS)[0]
 
 
 @pytest.fixture(scope="module")
-def files(fleet_dir: Path) -> dict[str, Any]:
-    src = ["--billing", str(fleet_dir / "billing" / "export.parquet")]
-    return _analyze(fleet_dir, [*src, "--utilization", str(fleet_dir / "utilization")])
+def files(fleet_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    src = [
+        "--billing",
+        str(fleet_dir / "billing" / "export.parquet"),
+        "--utilization",
+        str(fleet_dir / "utilization"),
+    ]
+    return {
+        "truth": json.loads((fleet_dir / "ground_truth.json").read_text()),
+        "analyze": shared_cli_json(tmp_path_factory, ["analyze", *src]),
+        "gpus": shared_cli_json(tmp_path_factory, ["gpus", *src]),
+    }
 
 
 def _inventory(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -187,7 +195,9 @@ def _monitoring_series(out: Path) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def live(fleet_dir: Path, bq_client: Any, bq_wire: Any) -> Iterator[dict[str, Any]]:
+def live(
+    fleet_dir: Path, bq_client: Any, bq_wire: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
     """The same fortnight (a shorter window would make the spend step a single day) loaded into the
     emulator through the real client, its utilization served by the gRPC stand-in."""
     out = fleet_dir
@@ -199,7 +209,7 @@ def live(fleet_dir: Path, bq_client: Any, bq_wire: Any) -> Iterator[dict[str, An
     projects = sorted({v["project"] for v in truth["fleet"]["gpu_vms"]})
     with ScopedMonitoringServer(page_size=100) as server:
         server.add(*_monitoring_series(out))
-        config = out.parent / f"{out.name}-live.toml"
+        config = tmp_path_factory.mktemp("mixed-live") / "gpucost.toml"  # not in the shared fleet
         config.write_text(
             '[google]\ncredentials = "anonymous"\n\n'
             f'[billing]\nsource = "bigquery"\ntable = "{table_id}"\nproject = "{BQ_PROJECT}"\n'

@@ -27,6 +27,7 @@ from monitor.cli import main
 from monitor.schema import EXPORT_SCHEMA, Column
 from monitor.simulate import FleetSimulator, to_export_json, write_fleet
 from monitor.simulate.export import LineEncoder
+from tests.shared_fleets import shared_fleet
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
 BQ_TS = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d{1,6})? UTC$")
@@ -517,10 +518,10 @@ def test_cli_rejects_a_start_off_the_hour(tmp_path: Path, capsys: pytest.Capture
 
 
 @pytest.mark.slow
-def test_default_fleet_size(tmp_path: Path) -> None:
-    summary = write_fleet(tmp_path, seed=7, days=14)
+def test_default_fleet_size(tmp_path_factory: pytest.TempPathFactory) -> None:
+    fleet, summary = shared_fleet(tmp_path_factory, 7, 14)  # `write_fleet(seed=7, days=14)`'s
     assert 20_000 <= summary["rows"] <= 80_000
-    assert sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file()) < 30 * 2**20
+    assert sum(p.stat().st_size for p in fleet.rglob("*") if p.is_file()) < 30 * 2**20
 
 
 # -- real fleet shapes (issue 10) -----------------------------------------------------------------

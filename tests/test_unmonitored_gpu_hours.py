@@ -144,7 +144,7 @@ def billed_only(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A daemon's stores after a billing poll and no utilization poll (a first start, say)."""
     from tests.test_digest_jobs import polled_daemon
 
-    deps = polled_daemon(tmp_path_factory.mktemp("billed-only"), seed=7, days=2, now=NOW, utilization=False)
+    deps = polled_daemon(tmp_path_factory, "billed-only", seed=7, days=2, now=NOW, utilization=False)
     yield deps
     deps.store.close()
 
