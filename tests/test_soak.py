@@ -32,10 +32,10 @@ Asserted:
    per group, no two messages in one step and no repeat before the interval; no message twice;
    nothing else is alerted except what the truth explains (the configured budgets' forecasts).
 
-Wall time: 134-174 s for the 30 days on this 2-core machine while other suites ran (2026-12-04;
-per simulated day, under cProfile: the digest with its job sections and charts 2.2 s, detection
-1.6 s, the feed and billing poll 1.6 s, the utilization poll 0.8 s); 340-390 s when the soak was
-written: far over the ~45 s first asked for; a finer step costs proportionally more.
+Wall time: 85-92 s for the 30 days on this 2-core machine in the full suite (2026-12-05; per
+simulated day, under cProfile: the digest with its job sections and charts 1.1 s, the feed and
+billing poll 1.1 s, detection 0.7 s, the utilization poll 0.4 s); 134-174 s on 2026-12-04, 340-390 s
+when the soak was written: over the ~45 s first asked for; a finer step costs proportionally more.
 
 Figures (days, wall seconds, peak RSS, rows per table at days 10/20/30, messages per fingerprint
 vs expected) are printed.
