@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 from typing import Any
 
 from alerts.dedupe import Reason
 from alerts.escape import escape_mrkdwn as esc
 from alerts.escape import truncate
 from monitor.model import Finding
+from monitor.model import usd as money  # `$1,234.57`, `-$3.00`: the one dollar format
 
 __all__ = ["money", "render_group", "render_summary", "snapshot"]
 
@@ -31,16 +32,6 @@ _REASON_TEXT = {
     Reason.ALL_RESOLVED: "Resolved",
     Reason.REPEAT: "Still firing",
 }
-
-
-def money(amount: Decimal) -> str:
-    """`$1,234.57`; exact Decimal rounding (half-even), never a float.
-
-    >>> money(Decimal("1234.565")), money(Decimal("-3"))
-    ('$1,234.56', '-$3.00')
-    """
-    q = amount.quantize(Decimal("0.01"), rounding=ROUND_HALF_EVEN)
-    return f"-${-q:,.2f}" if q < 0 else f"${q:,.2f}"
 
 
 def snapshot(f: Finding) -> dict[str, Any]:

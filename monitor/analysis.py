@@ -169,8 +169,10 @@ class Analysis:
 
 
 def _num(value: Decimal) -> float:
-    """A JSON number to the cent (the sums are exact micros; a report shows cents)."""
-    return float(value.quantize(Decimal("0.01")))
+    """A JSON number to the cent (the sums are exact micros; a report shows cents); a few negative
+    micro-dollars (a real export's -1e-06 credits) give 0.0, not -0.0."""
+    cents = value.quantize(Decimal("0.01"))
+    return float(cents) if cents else 0.0
 
 
 # ------------------------------------------------------------------------------------------ sources

@@ -10,7 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, Decimal
 from enum import StrEnum
 from typing import Any
 
@@ -26,6 +26,8 @@ __all__ = [
     "category_of",
     "fingerprint",
     "micros_to_decimal",
+    "plain_cents",
+    "usd",
 ]
 
 #: The fixed `category.subcategory` vocabulary. Attribution rules may only name these.
@@ -88,6 +90,41 @@ class Severity(StrEnum):
 
 def micros_to_decimal(micros: int | None) -> Decimal:
     return Decimal(int(micros or 0)) / Decimal(1_000_000)
+
+
+_CENT = Decimal("0.01")
+
+
+def _to_cents(amount: Decimal | float | int | None) -> Decimal:
+    """An amount rounded to the cent (half-even), the sign taken after rounding: credits of a few
+    micro-dollars (real exports carry -1e-06 free-trial credits) print as zero, never as -0.00.
+    A float is read as the decimal it prints as (`money()`'s JSON numbers), not its binary value."""
+    if amount is None:
+        return Decimal(0).quantize(_CENT)
+    value = amount if isinstance(amount, Decimal) else Decimal(str(amount))
+    cents = value.quantize(_CENT, rounding=ROUND_HALF_EVEN)
+    return cents if cents else abs(cents)
+
+
+def plain_cents(amount: Decimal | float | int | None) -> str:
+    """`1,234.57`, `-3.00`, `0.00`: a figure to the cent without a currency sign (tables whose
+    column names the currency).
+
+    >>> plain_cents(Decimal("1234.565")), plain_cents(Decimal("-0.000032")), plain_cents(-2.5)
+    ('1,234.56', '0.00', '-2.50')
+    """
+    return f"{_to_cents(amount):,.2f}"
+
+
+def usd(amount: Decimal | float | int | None) -> str:
+    """`$1,234.57`, `-$3.00`, `$0.00`: every dollar figure gpucost prints (titles, tables, Slack,
+    the digest), rounded half-even to the cent as Decimal rounds.
+
+    >>> usd(Decimal("1234.565")), usd(Decimal("-3")), usd(-0.0), usd(Decimal("-0.000001")), usd(None)
+    ('$1,234.56', '-$3.00', '$0.00', '$0.00', '$0.00')
+    """
+    cents = _to_cents(amount)
+    return f"-${-cents:,.2f}" if cents < 0 else f"${cents:,.2f}"
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from monitor.detectors.base import registered
-from monitor.model import Finding
+from monitor.model import Finding, usd
 from monitor.timeutil import parse_timestamp, to_iso
 
 __all__ = ["evidence_line", "findings_markdown", "findings_table", "findings_text", "is_advice"]
@@ -35,8 +35,7 @@ def _as_dict(f: Finding | Row) -> dict[str, Any]:
 
 
 def _usd(v: Any) -> str:
-    d = Decimal(str(v or 0))
-    return f"-${abs(d):,.2f}" if d < 0 else f"${d:,.2f}"
+    return usd(v or 0)
 
 
 def _when(v: datetime | str | None) -> str:

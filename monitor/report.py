@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from monitor.billing_poll import provisional_since
-from monitor.model import micros_to_decimal
+from monitor.model import micros_to_decimal, plain_cents
 from monitor.sources.base import BillingSource
 from monitor.timeutil import floor_day, to_iso
 
@@ -194,7 +194,7 @@ def build_report(
 
 
 def _money(micros: int) -> str:
-    return f"{micros_to_decimal(micros):,.2f}"
+    return plain_cents(micros_to_decimal(micros))
 
 
 def render_table(report: CostReport, console: Console) -> None:

@@ -130,3 +130,25 @@ def test_every_real_sku_gets_the_expected_category(source: DuckDBBillingSource) 
     models = {k: r["pricing_model"] for k, r in got.items()}
     assert {m for k, m in models.items() if EXPECTED[k].startswith("compute.")} == {"on_demand"}
     assert {m for k, m in models.items() if not EXPECTED[k].startswith("compute.")} == {None}
+
+
+def test_micro_dollar_credits_print_as_zero_not_minus_zero(
+    files: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """koku's November 2020 file carries FreeTrial credits of -1e-06 and -5e-06: rounded to the cent
+    they are zero, and `analyze` showed them as `$-0.00` in its table and -0.0 in its JSON."""
+    import json
+    import math
+
+    from monitor.cli import main
+
+    (path,) = [p for p in files if p.name.startswith("202011_")]
+    assert main(["analyze", "--billing", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert "credits $0.00)" in table and "-0.00" not in table
+    assert main(["analyze", "--billing", str(path), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    figures = [*doc["totals"].values()] + [
+        a[k] for a in doc["attribution"] for k in ("cost", "credits", "net_cost")
+    ]
+    assert figures and all(math.copysign(1.0, v) > 0 for v in figures if v == 0), figures

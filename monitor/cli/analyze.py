@@ -24,6 +24,7 @@ from monitor.cli._common import (
 )
 from monitor.clock import SystemClock
 from monitor.config import Config
+from monitor.model import usd
 from monitor.render import findings_markdown, findings_table
 
 __all__ = ["analyze_cmd", "cli_analysis", "render_analysis_table"]
@@ -54,17 +55,13 @@ def cli_analysis(
     return cfg, result
 
 
-def _usd(v: float) -> str:
-    return f"-${abs(v):,.2f}" if v < 0 else f"${v:,.2f}"
-
-
 def render_analysis_table(result: Analysis, console: Console) -> None:
     """Window and totals, the findings table, then spend by category."""
     d = result.to_dict()
     w, t = d["window"], d["totals"]
     console.print(
-        f"[bold]{w['start']} → {w['end']}[/]  net {_usd(t['net_cost'])} (cost {_usd(t['cost'])}, "
-        f"credits {_usd(t['credits'])}) {d['currency']}; provisional from {w['provisional_from']}"
+        f"[bold]{w['start']} → {w['end']}[/]  net {usd(t['net_cost'])} (cost {usd(t['cost'])}, "
+        f"credits {usd(t['credits'])}) {d['currency']}; provisional from {w['provisional_from']}"
     )
     console.print(findings_table(result.findings))
     table = Table(title="Where the money went")
@@ -74,9 +71,9 @@ def render_analysis_table(result: Analysis, console: Console) -> None:
         table.add_row(
             a["subcategory"],
             a["pricing_model"] or "-",
-            _usd(a["cost"]),
-            _usd(a["credits"]),
-            _usd(a["net_cost"]),
+            usd(a["cost"]),
+            usd(a["credits"]),
+            usd(a["net_cost"]),
         )
     console.print(table)
     s = d["stats"]

@@ -14,6 +14,7 @@ from monitor.cli import cli
 from monitor.cli._common import format_option, source_options
 from monitor.cli.analyze import cli_analysis
 from monitor.gpu_rollups import GpuRollup, InstanceGpus, RollupBy, rollups, summarize_instances
+from monitor.model import usd
 
 __all__ = ["gpus_cmd", "gpus_report"]
 
@@ -30,7 +31,7 @@ def _fmt(key: str, v: Any) -> str:
     if v is None:
         return "-"
     if key.endswith("_usd"):
-        return f"${v:,.2f}"
+        return usd(v)
     if key == "mean_utilization_pct":
         return f"{v:.1f}%"
     return f"{v:,.1f}"

@@ -22,6 +22,7 @@ from monitor.cli._common import (
 )
 from monitor.clock import SystemClock
 from monitor.jobs.run import jobs_config, jobs_once
+from monitor.model import usd
 
 __all__ = ["jobs_cmd", "jobs_markdown"]
 
@@ -51,7 +52,7 @@ def _fmt(key: str, v: Any) -> str:
     if v is None:
         return "-"
     if key.endswith("_usd") or key.startswith("by_subcategory."):
-        return f"-${abs(v):,.2f}" if v < 0 else f"${v:,.2f}"
+        return usd(v)
     if key == "mean_utilization_pct":
         return f"{v:.1f}%"
     if isinstance(v, float):
@@ -73,7 +74,7 @@ def jobs_markdown(doc: dict[str, Any]) -> str:
     """The report as a Markdown table (for a PR comment or a wiki page)."""
     w, t = doc["window"], doc["totals"]
     lines = [
-        f"**Jobs, {w['start']} → {w['end']}**: cost ${t['cost_usd']:,.2f}, net ${t['net_cost_usd']:,.2f} "
+        f"**Jobs, {w['start']} → {w['end']}**: cost {usd(t['cost_usd'])}, net {usd(t['net_cost_usd'])} "
         f"{doc['currency']}",
         "",
         "| job | hours | " + " | ".join(h for _, h in _COLUMNS) + " |",
@@ -109,7 +110,7 @@ def _print_table(doc: dict[str, Any]) -> None:
     console = console if console.is_terminal else Console(width=220)
     w, t = doc["window"], doc["totals"]
     console.print(
-        f"[bold]Jobs, {w['start']} → {w['end']}[/]  cost ${t['cost_usd']:,.2f}, net ${t['net_cost_usd']:,.2f} "
+        f"[bold]Jobs, {w['start']} → {w['end']}[/]  cost {usd(t['cost_usd'])}, net {usd(t['net_cost_usd'])} "
         f"{doc['currency']}"
     )
     table = Table(title="Per job")

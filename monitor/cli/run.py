@@ -19,6 +19,7 @@ from monitor.cli._common import config_option
 from monitor.config import load_config
 from monitor.daemon import install_signal_handlers
 from monitor.logs import configure_logging
+from monitor.model import usd
 from monitor.render import findings_text
 from monitor.timeutil import floor_hour, to_iso
 
@@ -37,8 +38,8 @@ def _summary(service) -> str:
         net[r.subcategory] += r.net
     lines = [f"gpucost: attributed spend {to_iso(start)} .. {to_iso(end)} (simulated now {to_iso(now)})"]
     for sub in sorted(gross, key=lambda s: -gross[s]):
-        lines.append(f"  {sub:<26} gross ${gross[sub]:>14,.2f}   net ${net[sub]:>14,.2f}")
-    lines.append(f"  {'TOTAL':<26} gross ${sum(gross.values()):>14,.2f}   net ${sum(net.values()):>14,.2f}")
+        lines.append(f"  {sub:<26} gross {usd(gross[sub]):>15}   net {usd(net[sub]):>15}")
+    lines.append(f"  {'TOTAL':<26} gross {usd(sum(gross.values())):>15}   net {usd(sum(net.values())):>15}")
     lines.append("")
     lines.append(f"gpucost: {len(deps.findings)} findings")
     if deps.findings:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from decimal import Decimal
 from pathlib import Path
 
 import click
 
 from monitor.cli import cli
 from monitor.cli._common import TIMESTAMP
+from monitor.model import micros_to_decimal, usd
 
 
 @cli.command("simulate")
@@ -57,7 +57,7 @@ def simulate_cmd(out_dir: Path, days: int, seed: int, scale: int, start: datetim
     )
     hidden = summary["hidden_costs"]
     if hidden:
-        listed = ", ".join(f"{h['kind']}/{h['variant']} ${h['impact_usd']:,.2f}" for h in hidden)
+        listed = ", ".join(f"{h['kind']}/{h['variant']} {usd(h['impact_usd'])}" for h in hidden)
         click.echo(f"hidden costs injected ({len(hidden)}): {listed}")
     else:
         click.echo("hidden costs injected: none (--clean)")
@@ -65,5 +65,4 @@ def simulate_cmd(out_dir: Path, days: int, seed: int, scale: int, start: datetim
 
 
 def _usd(micros: int) -> str:
-    amount = Decimal(micros) / 1_000_000
-    return f"{'-' if amount < 0 else ''}${abs(amount):,.2f}"
+    return usd(micros_to_decimal(micros))

@@ -12,7 +12,7 @@ from monitor.cli import cli
 from monitor.cli._common import billing_option, config_option, format_option, load_optional_config
 from monitor.cli.report import make_console, open_billing
 from monitor.clock import SystemClock
-from monitor.model import category_of, micros_to_decimal
+from monitor.model import category_of, micros_to_decimal, plain_cents
 from monitor.sources.factory import search_range
 
 COLUMNS = (
@@ -66,6 +66,6 @@ def skus_cmd(billing_paths, config_path, fmt) -> None:
         table.add_column(col, justify="right" if col in ("rows", "cost") else "left")
     table.add_column("rule")
     for line in lines:
-        cells = [line[c] for c in COLUMNS[:-1]] + [f"{micros_to_decimal(line['cost_micros']):,.2f}"]
+        cells = [line[c] for c in COLUMNS[:-1]] + [plain_cents(micros_to_decimal(line["cost_micros"]))]
         table.add_row(*("" if v is None else escape(str(v)) for v in cells), line["rule"] or "(default)")
     make_console().print(table)

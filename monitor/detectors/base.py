@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from monitor.detectors.inputs import DetectorInputs
 from monitor.model import Finding, Severity
+from monitor.model import usd as fmt_usd  # `$1,234.56` for titles and summaries
 from monitor.timeutil import to_iso
 
 __all__ = [
@@ -143,14 +144,10 @@ def q6(value: Decimal) -> Decimal:
 
 
 def money(value: Decimal) -> float:
-    """A JSON number for evidence; exact for micro-dollar values (15 significant digits)."""
-    return float(q6(value))
-
-
-def fmt_usd(value: Decimal) -> str:
-    """`$1,234.56` for titles and summaries."""
-    sign = "-" if value < 0 else ""
-    return f"{sign}${abs(value):,.2f}"
+    """A JSON number for evidence; exact for micro-dollar values (15 significant digits); zero is
+    0.0, never -0.0."""
+    micros = q6(value)
+    return float(micros) if micros else 0.0
 
 
 def iso(dt: datetime | None) -> str | None:
