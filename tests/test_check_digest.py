@@ -254,9 +254,25 @@ def test_check_counts_the_files_gpucost_load_put_in(tmp_path, capsys, monkeypatc
     _, lines, _ = _check(capsys, _config(tmp_path, db=db), "--offline")
     assert re.match(
         r"billing +ok +DuckDB .*billing\.duckdb: 2 export rows, from 2 files \(the last loaded at"
-        r" \d{4}-\d\d-\d\dT[\d:.]+Z\), last exported 2026-11-02",
+        r" \d{4}-\d\d-\d\dT[\d:.]+Z\), last exported 2026-11-02T[\d:.]+Z$",  # ISO 8601, as every time it prints
         lines["billing"],
     ), lines["billing"]
+
+
+def test_check_fails_an_empty_export_table_with_its_fix(tmp_path, capsys, monkeypatch) -> None:
+    """A database with the export's table and no rows (created, never loaded): it said "0 export
+    rows, last exported None"."""
+    from monitor.sources.duckdb_conn import open_billing_db
+
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+    db = tmp_path / "billing.duckdb"
+    open_billing_db(db).close()
+    code, lines, text = _check(capsys, _config(tmp_path, db=db), "--offline")
+    assert code != 0, text
+    assert lines["billing"].split(None, 2)[1:] == [
+        "FAIL",
+        f"DuckDB {db}: no export rows yet; load exports with `gpucost load`",
+    ]
 
 
 DCGM_V1 = "workload.googleapis.com/dcgm.gpu.profiling.sm_utilization"

@@ -90,7 +90,11 @@ def _check_duckdb(cfg: Config) -> Check:
         return Check("billing", False, f"DuckDB {db}: no billing_export table ({str(e).splitlines()[0]})")
     finally:
         conn.close()
-    return Check("billing", rows > 0, f"DuckDB {db}: {rows:,} export rows{files}, last exported {last}")
+    from monitor.timeutil import to_iso
+
+    if not rows:
+        return Check("billing", False, f"DuckDB {db}: no export rows yet; load exports with `gpucost load`")
+    return Check("billing", True, f"DuckDB {db}: {rows:,} export rows{files}, last exported {to_iso(last)}")
 
 
 def _loaded_files(conn: Any) -> str:
