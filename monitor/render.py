@@ -342,8 +342,10 @@ def _details(rows: Sequence[Mapping[str, Any]], first: int, top: int) -> list[st
 
 
 def findings_table(findings: Sequence[Finding | Row]) -> Table:
-    """A rich Table of findings, largest impact first."""
-    table = Table(title="Hidden costs", show_lines=False)
+    """A rich Table of findings, largest impact first; an empty one says so under its header (a
+    bare header reads like output that failed to arrive)."""
+    caption = None if findings else "none found in this window"
+    table = Table(title="Hidden costs", show_lines=False, caption=caption)
     for col, kw in (
         ("Severity", {}),
         ("Impact", {"justify": "right"}),

@@ -120,6 +120,16 @@ def test_table(fleet: Path) -> None:
     assert rc == 0 and "Per instance" in out and "bob-a100-debug" in out and "Rolled up" in out
 
 
+def test_a_window_without_gpu_spend_says_so(tmp_path: Path, capsys) -> None:
+    """koku's real exports hold no GPU row: `gpus` printed its two tables as bare headers."""
+    row = export_row({"sku.description": "E2 Instance Core running in Americas"})  # koku's real SKU
+    assert main(["gpus", "--billing", str(write_ndjson(tmp_path / "export.ndjson", [row]))]) == 0
+    out = capsys.readouterr().out
+    assert "No GPU spend in this window" in out and "Per instance" not in out and "Rolled up" not in out
+    assert main(["analyze", "--billing", str(tmp_path / "export.ndjson")]) == 0
+    assert "none found in this window" in capsys.readouterr().out  # no finding: the table says so
+
+
 def test_bad_window_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
     tiny = write_ndjson(tmp_path / "export.ndjson", [export_row()])
     assert main(["gpus", "--billing", str(tiny), "--start", "2026-13-01"]) == 2

@@ -92,6 +92,9 @@ def gpus_cmd(billing_paths, utilization_paths, config_path, start, end, fmt, by)
     console = console if console.is_terminal else Console(width=200)
     w = result.window_dict()
     console.print(f"[bold]GPU spend and utilization, {w['start']} → {w['end']}[/]")
+    if not doc["instances"]:
+        console.print("No GPU spend in this window: no billing row is a GPU (see `gpucost skus`).")
+        return
     keys = ["instance", "project", "zone", "gpu_model", "gpus"]
     heads = ["Instance", "Project", "Zone", "GPU", "GPUs"]
     if any(i.get("cluster") for i in doc["instances"]):
