@@ -108,11 +108,16 @@ def finish_daily_chart(
     from matplotlib.ticker import FuncFormatter
 
     ax.set_xticks(x, [f"{day:%m-%d}" for day in days], rotation=45, ha="right", fontsize=8)
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"${v:,.0f}"))
+    cents = ax.get_ylim()[1] < 10  # small spend: whole-dollar ticks would read $0, $0, $1, $1
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"${v:,.2f}" if cents else f"${v:,.0f}"))
     ax.set_ylabel(f"Daily spend ({currency})")
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(loc="upper left", fontsize=8, ncols=2)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", fontsize=8, ncols=2)
+    else:  # nothing drawn: matplotlib would warn on stderr for an empty legend; the chart says it
+        ax.set_yticks([])
+        ax.text(0.5, 0.5, "no spend in these days", transform=ax.transAxes, ha="center", va="center")
     fig.subplots_adjust(left=0.08, right=0.98, top=0.92, bottom=0.15)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

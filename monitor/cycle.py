@@ -47,7 +47,7 @@ from monitor.state.analytics import AggregateStore, aggregates_path
 from monitor.state.findings import record_findings
 from monitor.state.retention import horizon, prune
 from monitor.state.store import SQLiteStore, open_store
-from monitor.timeutil import floor_hour
+from monitor.timeutil import floor_hour, to_iso
 from monitor.utilization import migrate as migrate_utilization
 from monitor.utilization import replace_windows
 from monitor.utilization.coverage import Interval, gaps, load_coverage, read_coverage
@@ -165,6 +165,14 @@ def run_billing_poll(deps: Deps, now: datetime) -> dict[str, Any]:
             "queries": len(report.queries),
         },
     )
+    if report.partitions_seen == 0:
+        # every figure would read $0 without another word: an export pointed at the wrong table, or
+        # one whose rows are all older than the lookback (a copy of last year's export)
+        log.warning(
+            "no billing export rows in the poll's scope: check that [billing] names the current export"
+            " (`gpucost check` shows its latest export time)",
+            extra={"scope_start": to_iso(report.scope_start), "scope_end": to_iso(report.scope_end)},
+        )
     return report.to_dict()
 
 

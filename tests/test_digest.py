@@ -59,6 +59,13 @@ def sample(provisional: bool = True) -> DigestData:
     )
 
 
+def empty_digest(**given: object) -> DigestData:
+    """A digest of a day without spend, with `given` figures in it."""
+    names = ("yesterday_by_category", "previous_by_category", "yesterday_by_project", "previous_by_project")
+    empty = {n: {} for n in (*names, "mtd_by_category", "daily_by_category")}
+    return DigestData.from_dicts(day=DAY, timezone="UTC", **(empty | given))  # type: ignore[arg-type]
+
+
 def test_markdown_shows_the_figures_passed_in() -> None:
     md = render_markdown(sample())
     assert "# gpucost daily digest: 2026-11-01 (Europe/Paris)" in md
@@ -79,16 +86,7 @@ def test_floats_are_rejected() -> None:
     with pytest.raises(
         TypeError, match=r"DigestData.mtd_by_category\['compute'\]: expected Decimal, got float"
     ):
-        DigestData.from_dicts(
-            day=DAY,
-            timezone="UTC",
-            yesterday_by_category={},
-            previous_by_category={},
-            yesterday_by_project={},
-            previous_by_project={},
-            mtd_by_category={"compute": 1.5},
-            daily_by_category={},
-        )
+        empty_digest(mtd_by_category={"compute": 1.5})
 
 
 def test_blocks_escape_billing_text() -> None:
@@ -393,3 +391,30 @@ def test_markdown_and_chart_mark_the_partial_day() -> None:
     assert provisional_mark(d, DAY) == "provisional\n12/24 h billed"
     assert provisional_mark(sample(), DAY) == "provisional"  # completeness unknown
     assert provisional_mark(sample(provisional=False), DAY) == ""
+
+
+def test_a_chart_without_spend_is_drawn_without_a_warning(tmp_path: Path) -> None:
+    """A window with no billing rows (an export pointed at last year's table): matplotlib warned on
+    the daemon's stderr about an empty legend, and the axis read $0, $0, $1, $1. The chart says it
+    has no spend instead."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        png = render_chart(empty_digest(), tmp_path / "empty.png")
+    assert mpimg.imread(png).shape[:2] == (600, 1200)
+
+
+def test_small_spend_is_labelled_in_cents(tmp_path: Path) -> None:
+    """Whole-dollar ticks on a chart under $10 repeat themselves ($0, $0, $1, $1)."""
+    from alerts.charts import finish_daily_chart, new_figure
+
+    def ticks(top: float) -> str:
+        fig = new_figure()
+        ax = fig.add_subplot(1, 1, 1)
+        ax.bar([0, 1], [top / 2, top], label="compute")
+        finish_daily_chart(fig, ax, [0, 1], [DAY - timedelta(days=1), DAY], "USD", "t", tmp_path / "c.png")
+        return ax.yaxis.get_major_formatter()(top / 4, 0)
+
+    assert ticks(0.36) == "$0.09"  # koku's real export: 36 cents over four days
+    assert ticks(4000.0) == "$1,000"

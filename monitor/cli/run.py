@@ -36,7 +36,8 @@ def _summary(service) -> str:
     for r in rows:
         gross[r.subcategory] += r.gross
         net[r.subcategory] += r.net
-    lines = [f"gpucost: attributed spend {to_iso(start)} .. {to_iso(end)} (simulated now {to_iso(now)})"]
+    clock = "simulated now" if service.feeder is not None else "now"  # the demo's clock is its own
+    lines = [f"gpucost: attributed spend {to_iso(start)} .. {to_iso(end)} ({clock} {to_iso(now)})"]
     for sub in sorted(gross, key=lambda s: -gross[s]):
         lines.append(f"  {sub:<26} gross {usd(gross[sub]):>15}   net {usd(net[sub]):>15}")
     lines.append(f"  {'TOTAL':<26} gross {usd(sum(gross.values())):>15}   net {usd(sum(net.values())):>15}")
