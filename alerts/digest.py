@@ -305,8 +305,11 @@ def render_markdown(d: DigestData, chart_name: str | None = None, jobs_chart_nam
         )
     lines += ["", "## Daily spend", ""]
     cats = list(d.mtd_by_category) or sorted({c for v in d.daily_by_category.values() for c in v})
-    lines += ["| Day | " + " | ".join(_md_cell(c) for c in cats) + " | Total | Idle GPU |"]
-    lines += ["|---|" + "---:|" * (len(cats) + 2)]
+    if d.daily_by_category:
+        lines += ["| " + " | ".join(["Day", *(_md_cell(c) for c in cats), "Total", "Idle GPU"]) + " |"]
+        lines += ["|---|" + "---:|" * (len(cats) + 2)]
+    else:  # a header alone, with a column per category of none, was not a table Markdown reads
+        lines += ["No spend in these days."]
     for day, by_cat in d.daily_by_category.items():
         cells = " | ".join(money(by_cat.get(c, ZERO)) for c in cats)
         lines.append(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from itertools import pairwise
 from pathlib import Path
 
 import matplotlib.image as mpimg
@@ -418,3 +419,13 @@ def test_small_spend_is_labelled_in_cents(tmp_path: Path) -> None:
 
     assert ticks(0.36) == "$0.09"  # koku's real export: 36 cents over four days
     assert ticks(4000.0) == "$1,000"
+
+
+def test_a_day_without_spend_renders_a_readable_digest() -> None:
+    """Its daily table was a header with an empty category column and one separator too few."""
+    md = render_markdown(empty_digest())
+    assert "## Daily spend\n\nNo spend in these days.\n" in md and "| Day |" not in md
+    header, rule = next(
+        (a, b) for a, b in pairwise(render_markdown(sample()).splitlines()) if a.startswith("| Day |")
+    )
+    assert header.count("|") == rule.count("|") == 7  # six columns: Day, three categories, Total, Idle GPU
