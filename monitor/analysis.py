@@ -272,7 +272,7 @@ def resolve_window(
     last_end = last_export = None
     if not live:
         lo, hi = search_range(source.engine, now)
-        _, last_end, last_export, _ = data_extent(source, start or lo, end or hi)
+        _, last_end, last_export, _ = data_extent(source, start or lo, end or hi, now)
     try:
         start, end = default_window(last_end, start, end, now)
     except ValueError as e:
@@ -370,7 +370,7 @@ def run_analysis(
             costs.close()
     window_gpu = inputs.gpu_hours
     gpu = tuple(g for g in window_gpu if window.start <= g.hour < window.end) if keep_gpu_hours else ()
-    stats = _stats(metered, sources.billing.engine, data_start, window.end)
+    stats = _stats(metered, sources.billing.engine, data_start, window)
     # what was read back into Python from the engines: cost rows and sums, and the window's GPU
     # node-hours (not those before it, which only a job budget joins, when a job ran before it)
     if isinstance(window_gpu, DeferredGpuHours):
@@ -461,12 +461,12 @@ def _note_currencies(seen: set[str]) -> None:
         log.info("billing rows in %s converted to USD with currency_conversion_rate", ", ".join(other))
 
 
-def _stats(metered: MeteredSource, engine: str, start: datetime, end: datetime) -> Stats:
+def _stats(metered: MeteredSource, engine: str, start: datetime, window: Window) -> Stats:
     """Totals over every query run. Engines that do not count input rows (DuckDB; BigQuery reports
     bytes instead) get one more cheap query: the export rows in the range read."""
     scanned = [r.rows_scanned for _, r in metered.runs if r.rows_scanned is not None]
     if not scanned:
-        scanned = [data_extent(metered, start, end)[3]]
+        scanned = [data_extent(metered, start, window.end, window.as_of)[3]]
     results = [r for _, r in metered.runs]
     reported = [r.bytes_processed for r in results if r.bytes_processed is not None]
     return Stats(

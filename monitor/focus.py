@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 from monitor.billing_poll import provisional_since
 from monitor.model import category_of, micros_to_decimal
+from monitor.report import read_until
 from monitor.sources.base import BillingSource
 from monitor.timeutil import to_iso
 
@@ -108,7 +109,7 @@ def focus_rows(
     provisional_days: int = 3,
 ) -> Iterator[dict[str, str]]:
     """FOCUS rows for usage in [start, end), provisional days flagged in `x_Provisional`."""
-    params = {"usage_start": start, "usage_end": end, "partition_end": end + timedelta(days=7)}
+    params = {"usage_start": start, "usage_end": end, "partition_end": read_until(now, end)}
     since = provisional_since(now, provisional_days)
     for row in source.run("focus", params).rows:
         yield to_focus(row, provisional=row["usage_day"] >= since)

@@ -4,9 +4,11 @@ key by key, totals to the cent, window defaults, the Markdown report, and user e
 from __future__ import annotations
 
 import contextlib
+import csv
 import io
 import json
 from datetime import datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -238,6 +240,25 @@ def test_report_and_analyze_count_provisional_days_from_the_same_instant(tmp_pat
     assert main(["report", "--billing", str(path), "--format", "json"]) == 0
     reported = json.loads(capsys.readouterr().out)
     assert reported["provisional_since"] == analyzed["window"]["provisional_from"] == "2026-10-30T00:00:00Z"
+
+
+def test_rows_loaded_weeks_after_their_usage_count_in_every_command(tmp_path: Path, capsys) -> None:
+    """koku's real export has rows loaded 27 days after their usage: `analyze` and `jobs` counted
+    them, `report` (and its FOCUS rows) read only the loads of 7 days past the window's end and
+    left them out, so two commands gave two totals for one window ($0.25 and $0.36 there)."""
+    late = export_row(export_time="2026-11-21 09:00:00 UTC", cost=12.0, credits=[])  # used 2026-11-01
+    path = write_ndjson(tmp_path / "export.ndjson", [export_row(), late])
+    totals = {}
+    for command in ("analyze", "report", "jobs"):
+        assert main([command, "--billing", str(path), "--format", "json"]) == 0
+        totals[command] = json.loads(capsys.readouterr().out)
+    assert main(["report", "--billing", str(path), "--format", "focus"]) == 0
+    focus = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert totals["analyze"]["totals"]["cost"] == 100.0
+    assert totals["report"]["total"]["gross"] == 100.0
+    assert totals["jobs"]["totals"]["cost_usd"] == 100.0
+    assert totals["report"]["total"]["net"] == 91.5  # the first row's credits: -$8.50
+    assert sum(Decimal(r["BilledCost"]) for r in focus) == Decimal("91.5")  # FOCUS bills net of credits
 
 
 def test_no_billing_source_is_a_usage_error(capsys) -> None:

@@ -57,7 +57,7 @@ def resolve_window(
     """(start, end, as_of): defaults from the data; `as_of` (`data_as_of`) is what provisional days
     are counted back from."""
     lo, hi = search_range(source.engine, now)
-    _, last_end, last_export, _ = data_extent(source, start or lo, end or hi)
+    _, last_end, last_export, _ = data_extent(source, start or lo, end or hi, now)
     try:
         start, end = default_window(last_end, start, end, now)
     except ValueError as e:

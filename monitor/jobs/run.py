@@ -24,12 +24,12 @@ from monitor.detectors.inputs import PriceLookup
 from monitor.errors import UserError
 from monitor.jobs.build import JobRecord, build_jobs, cents_summing_to
 from monitor.jobs.config import JobsConfig
+from monitor.report import read_until
 from monitor.sources.base import BillingSource
 
 __all__ = ["QUERY", "JobsReport", "jobs_config", "jobs_once", "jobs_params", "jobs_report", "run_jobs"]
 
 QUERY = "jobs"
-_LATE = timedelta(days=2)
 
 
 def jobs_config(cfg: Config) -> JobsConfig:
@@ -87,7 +87,7 @@ def jobs_params(window: Window, keys: Sequence[str]) -> dict[str, Any]:
     return {
         "usage_start": window.start,
         "usage_end": window.end,
-        "partition_end": max(window.as_of, window.end) + _LATE,
+        "partition_end": read_until(window.as_of, window.end),
         "job_label_keys": list(keys),
     }
 
