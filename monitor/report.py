@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, TextIO
@@ -61,10 +61,12 @@ def parse_by(text: str) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class ReportLine:
-    """One group's money in integer micros; `provisional_net_micros` is the part on provisional days."""
+    """One group's money in integer micros of `currency` (the invoice's); `provisional_net_micros`
+    is the part on provisional days."""
 
     key: str | None
     pricing_model: str | None = None
+    currency: str | None = None
     gross_micros: int = 0
     cud_micros: int = 0
     sud_micros: int = 0
@@ -92,7 +94,11 @@ class ReportLine:
         return f"{name} ({self.pricing_model})" if self.pricing_model else name
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"key": self.key, "pricing_model": self.pricing_model}
+        out: dict[str, Any] = {
+            "key": self.key,
+            "pricing_model": self.pricing_model,
+            "currency": self.currency,
+        }
         for m in (*_MONEY, "provisional_net_micros"):
             out[m.removesuffix("_micros")] = float(micros_to_decimal(getattr(self, m)))
             out[m] = getattr(self, m)
@@ -103,24 +109,37 @@ class ReportLine:
 
 @dataclass(frozen=True)
 class CostReport:
+    """Lines per key (and currency), and one total per currency: amounts in two currencies (billing
+    accounts invoiced in USD and EUR in one export) are never added together. `total` is the
+    window's total when it holds one currency, else None."""
+
     start: datetime
     end: datetime
     by: str
     provisional_since: datetime
     lines: tuple[ReportLine, ...]
-    total: ReportLine
+    totals: tuple[ReportLine, ...]
     engine: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def total(self) -> ReportLine | None:
+        if not self.totals:
+            return ReportLine(key="TOTAL")
+        return self.totals[0] if len(self.totals) == 1 else None
+
     def to_dict(self) -> dict[str, Any]:
+        total = self.total
         return {
             "start": to_iso(self.start),
             "end": to_iso(self.end),
             "by": self.by,
             "engine": self.engine,
             "provisional_since": to_iso(self.provisional_since),
+            "currencies": [t.currency for t in self.totals],
             "lines": [line.to_dict() for line in self.lines],
-            "total": self.total.to_dict(),
+            "total": total.to_dict() if total is not None else None,
+            "totals": [t.to_dict() for t in self.totals],
         }
 
 
@@ -184,21 +203,22 @@ def build_report(
     since = provisional_since(now, provisional_days)
     params = _base_params(start, end, now) | {"group_by": group_by, "label_key": label_key}
     result = source.run("report", params)
-    lines: dict[tuple[str | None, str | None], ReportLine] = {}
-    total = ReportLine(key="TOTAL")
+    lines: dict[tuple[str | None, str | None, str | None], ReportLine] = {}
+    totals: dict[str | None, ReportLine] = {}
     for row in result.rows:
         provisional = floor_day(row["usage_day"]) >= since
-        k = (row["group_key"], row["pricing_model"])
-        lines[k] = lines.get(k, ReportLine(key=k[0], pricing_model=k[1])).add(row, provisional)
-        total = total.add(row, provisional)
-    ordered = sorted(lines.values(), key=lambda line: (-line.net_micros, line.label))
+        cur = row["currency"]
+        k = (row["group_key"], row["pricing_model"], cur)
+        lines[k] = lines.get(k, ReportLine(key=k[0], pricing_model=k[1], currency=cur)).add(row, provisional)
+        totals[cur] = totals.get(cur, ReportLine(key="TOTAL", currency=cur)).add(row, provisional)
+    ordered = sorted(lines.values(), key=lambda line: (line.currency or "", -line.net_micros, line.label))
     return CostReport(
         start=start,
         end=end,
         by=by,
         provisional_since=since,
         lines=tuple(ordered),
-        total=total,
+        totals=tuple(totals[c] for c in sorted(totals, key=lambda c: c or "")),
         engine=source.engine,
         extra={"bytes_processed": result.bytes_processed},
     )
@@ -208,32 +228,50 @@ def _money(micros: int) -> str:
     return plain_cents(micros_to_decimal(micros))
 
 
+def _sections(report: CostReport) -> Iterator[tuple[list[ReportLine], ReportLine]]:
+    """Each currency's lines and its total, currencies in order (one section for most exports)."""
+    totals = report.totals or (ReportLine(key="TOTAL"),)
+    for total in totals:
+        yield [line for line in report.lines if line.currency == total.currency], total
+
+
 def render_table(report: CostReport, console: Console) -> None:
-    """A rich table; `*` marks lines with cost on provisional days."""
+    """A rich table; `*` marks lines with cost on provisional days. Amounts in two currencies get a
+    section and a total each, their shares of that total."""
+    several = len(report.totals) > 1
+    currency = "" if several or not report.totals else f" ({escape(report.totals[0].currency or '')})"
     table = Table(
-        title=f"Cost by {escape(report.by)}, {to_iso(report.start)} to {to_iso(report.end)}",
+        title=f"Cost by {escape(report.by)}{currency}, {to_iso(report.start)} to {to_iso(report.end)}",
         caption=(
             f"* includes provisional days (from {report.provisional_since.date().isoformat()}): "
             "late and corrected rows may still change them"
+            + (
+                "; each currency has its own total: amounts in two currencies are never added"
+                if several
+                else ""
+            )
         ),
     )
     table.add_column(report.by)
+    if several:
+        table.add_column("currency")
     for col in ("gross", "CUD", "SUD", "other credits", "net", "share"):
         table.add_column(col, justify="right")
-    net_total = report.total.net_micros or 1
-    for line in (*report.lines, report.total):
-        is_total = line is report.total
-        table.add_row(
-            escape(line.label) + (" *" if line.provisional else ""),
-            _money(line.gross_micros),
-            _money(line.cud_micros),
-            _money(line.sud_micros),
-            _money(line.other_credit_micros),
-            _money(line.net_micros),
-            f"{100 * line.net_micros / net_total:.1f}%",
-            end_section=line is (report.lines[-1] if report.lines else None),
-            style="bold" if is_total else None,
-        )
+    for lines, total in _sections(report):
+        net_total = total.net_micros or 1
+        for line in (*lines, total):
+            table.add_row(
+                escape(line.label) + (" *" if line.provisional else ""),
+                *([escape(line.currency or "")] if several else []),
+                _money(line.gross_micros),
+                _money(line.cud_micros),
+                _money(line.sud_micros),
+                _money(line.other_credit_micros),
+                _money(line.net_micros),
+                f"{100 * line.net_micros / net_total:.1f}%",
+                end_section=line is (lines[-1] if lines else None) or line is total,
+                style="bold" if line is total else None,
+            )
     console.print(table)
 
 
@@ -244,6 +282,7 @@ def render_json(report: CostReport) -> str:
 CSV_COLUMNS = (
     "key",
     "pricing_model",
+    "currency",
     "gross",
     "cud_credits",
     "sud_credits",
@@ -257,23 +296,21 @@ CSV_COLUMNS = (
 
 
 def render_csv(report: CostReport, out: TextIO | None = None) -> str:
-    """CSV with exact decimal amounts (6 places, as summed in micros); the total is the last row."""
+    """CSV with exact decimal amounts (6 places, as summed in micros) in each row's `currency`; the
+    totals, one per currency, are the last rows."""
     buf = out or io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
-    for line in _with_total(report.lines, report.total):
+    totals = report.totals or (ReportLine(key="TOTAL"),)
+    for line in (*report.lines, *totals):
         w.writerow(
             [
                 line.key if line.key is not None else "",
                 line.pricing_model or "",
+                line.currency or "",
                 *(f"{micros_to_decimal(getattr(line, m)):.6f}" for m in (*_MONEY, "provisional_net_micros")),
                 "true" if line.provisional else "false",
                 line.row_count,
             ]
         )
     return buf.getvalue() if out is None else ""
-
-
-def _with_total(lines: Iterable[ReportLine], total: ReportLine) -> Iterable[ReportLine]:
-    yield from lines
-    yield total

@@ -4,7 +4,9 @@
 -- project, region, zone, instance (resource.name), service, sku, cluster, or label (the value of
 -- user label @label_key). Days let the caller mark the provisional ones.
 --
--- Money is integer micros in the export's own currency (GPUCOST_MICROS), as the invoice shows it.
+-- Money is integer micros in the export's own currency (GPUCOST_MICROS), as the invoice shows it,
+-- grouped by that currency: an export holding billing accounts invoiced in two currencies (a view
+-- over several accounts' tables) is never summed across them.
 --
 -- Params: @usage_start, @usage_end (TIMESTAMP), @partition_end (TIMESTAMP, upper bound of load
 -- days; widened to at least 2 days past usage), @group_by (STRING), @label_key (STRING).
@@ -23,6 +25,7 @@ WITH export_rows AS (
     sku.id AS sku_id,
     sku.description AS sku_description,
     IFNULL(cost_type, 'regular') AS cost_type,
+    currency,
     transaction_type,
     GPUCOST_MICROS(IFNULL(cost, 0)) AS gross_micros,
     IFNULL((
@@ -55,6 +58,7 @@ attributed AS (
 keyed AS (
   SELECT
     a.usage_day,
+    a.currency,
     a.gross_micros,
     a.credit_micros,
     a.cud_micros,
@@ -77,6 +81,7 @@ SELECT
   usage_day,
   group_key,
   group_pricing_model AS pricing_model,
+  currency,
   COUNT(*) AS row_count,
   SUM(gross_micros) AS gross_micros,
   SUM(cud_micros) AS cud_micros,
@@ -85,5 +90,5 @@ SELECT
   SUM(credit_micros) AS credit_micros,
   SUM(gross_micros + credit_micros) AS net_micros
 FROM keyed
-GROUP BY usage_day, group_key, group_pricing_model
-ORDER BY usage_day, group_key, group_pricing_model
+GROUP BY usage_day, group_key, group_pricing_model, currency
+ORDER BY usage_day, group_key, group_pricing_model, currency

@@ -250,3 +250,31 @@ def test_report_conserves_a_generated_fleet(tmp_path: Path, capsys) -> None:
     gross, credits = input_totals(rows)
     assert abs(Decimal(total["gross_micros"]) / 1_000_000 - gross) < Decimal("0.01")
     assert abs(Decimal(total["net_micros"]) / 1_000_000 - (gross + credits)) < Decimal("0.01")
+
+
+def test_two_currencies_are_totalled_apart_never_added(tmp_path: Path, capsys) -> None:
+    """An export holding a USD and a EUR billing account (the simulated fleet's shape: the mixed
+    fleet's EUR account) gave one TOTAL adding euros to dollars: $325,197.33 over seed 7's fortnight,
+    neither the USD invoice ($320,619.31) nor the USD equivalent `analyze` reports ($325,576.56)."""
+    usd = export_row("Nvidia H100 80GB GPU running in Americas", 9.8)
+    eur = export_row("Nvidia L4 GPU running in Belgium", 0.65, zone="europe-west1-b")
+    eur |= {
+        "billing_account_id": "01C8E2-7A3F19-D40B55",
+        "currency": "EUR",
+        "currency_conversion_rate": 0.9235,
+    }
+    path = write_ndjson(tmp_path / "export.ndjson", [usd, eur])
+    assert main(["report", "--billing", str(path), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["currencies"] == ["EUR", "USD"] and out["total"] is None
+    assert [(t["currency"], t["gross"]) for t in out["totals"]] == [("EUR", 0.65), ("USD", 9.8)]
+    assert {(line["currency"], line["gross"]) for line in out["lines"]} == {("EUR", 0.65), ("USD", 9.8)}
+    assert main(["report", "--billing", str(path), "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [(r["key"], r["currency"], r["gross"]) for r in rows[-2:]] == [
+        ("TOTAL", "EUR", "0.650000"),
+        ("TOTAL", "USD", "9.800000"),
+    ]
+    assert main(["report", "--billing", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert "currency" in table and "never added" in table
