@@ -12,7 +12,11 @@ old aggregates and old watermarks, so the next poll simply redoes the work. A po
 loads runs the watermark query and nothing else, so its cost does not grow with the table's age.
 
 Scope: the last `billing.lookback_days` of usage, and early in a month (the first `lookback_days`
-days) the whole previous invoice month too, which Google keeps correcting until it closes.
+days) the whole previous invoice month too, which Google keeps correcting until it closes. Until
+the store holds the current invoice month from where it must be read (`month.read_start`: a first
+poll in the middle of a month, or one after the aggregate file was lost), a poll reaches back there
+once (`billing_poll.covered_from` records how far back the stored aggregates go): the month to date
+of the digest and the budget forecasts must not start at the lookback.
 Usage days within the last `billing.provisional_days` are provisional: their cost can still change.
 """
 
@@ -222,6 +226,9 @@ _MIGRATIONS = (
       scope_start VARCHAR NOT NULL
     )
     """,
+    # How far back the stored aggregates go (the earliest scope start of the polls that filled
+    # them). Stores from before it have none: their next poll reads the invoice month once.
+    "ALTER TABLE billing_poll ADD COLUMN covered_from VARCHAR",
 )
 
 # Before the aggregate store, these tables lived in the state store: they are a cache of the export,
@@ -366,6 +373,8 @@ def prune(store: AggregateStore, cut: datetime) -> dict[str, int]:
         marks = conn.execute(
             "DELETE FROM billing_partitions WHERE partition_time < ?", (_iso(cut),)
         ).fetchone()
+        # the aggregates now go back to `cut` at most
+        conn.execute("UPDATE billing_poll SET covered_from = ? WHERE covered_from < ?", (_iso(cut), _iso(cut)))
     return {"billing_hourly": int(hourly[0]), "billing_partitions": int(marks[0])}
 
 
@@ -388,12 +397,23 @@ def poll_billing(
     queries, bytes_total = ["partitions"], 0
     marks = source.run("partitions", window)
     bytes_total = _add(bytes_total, marks.bytes_processed)
-    seen = {_ts(r["partition_time"]): r for r in marks.rows}
     # `held`: one open of the file for an idle poll (read the marks, record the poll); `spool`: the
     # results' files until they are in the store
     with ExitStack() as held, ExitStack() as spool:
         held.enter_context(store.session())
         migrate(store)
+        covered = _covered_from(store)
+        month_start = month.read_start(month.current_month(now))
+        if month_start < scope_start and (covered is None or covered > month_start):
+            held.close()  # the store lacks the invoice month's start: read it, once
+            scope_start = month_start
+            window = {"usage_start": scope_start, "usage_end": scope_end, "partition_end": partition_end}
+            marks = source.run("partitions", window)
+            queries.append("partitions")
+            bytes_total = _add(bytes_total, marks.bytes_processed)
+            held.enter_context(store.session())
+        covered = scope_start if covered is None else min(covered, scope_start)
+        seen = {_ts(r["partition_time"]): r for r in marks.rows}
         stored = _stored_marks(store, floor_day(scope_start) - _DAY)
         changed = sorted(p for p in seen.keys() | stored.keys() if _mark(seen.get(p)) != _mark(stored.get(p)))
 
@@ -436,10 +456,11 @@ def poll_billing(
             written = _insert_hourly(conn, spooled, now)
             _write_marks(conn, changed, seen, now)
             conn.execute(
-                "INSERT INTO billing_poll (id, polled_at, provisional_days, scope_start) VALUES (1, ?, ?, ?)"
-                " ON CONFLICT (id) DO UPDATE SET polled_at = excluded.polled_at,"
-                " provisional_days = excluded.provisional_days, scope_start = excluded.scope_start",
-                (_iso(now), cfg.provisional_days, _iso(scope_start)),
+                "INSERT INTO billing_poll (id, polled_at, provisional_days, scope_start, covered_from)"
+                " VALUES (1, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET polled_at = excluded.polled_at,"
+                " provisional_days = excluded.provisional_days, scope_start = excluded.scope_start,"
+                " covered_from = excluded.covered_from",
+                (_iso(now), cfg.provisional_days, _iso(scope_start), _iso(covered)),
             )
     return PollReport(
         now=now,
@@ -894,6 +915,13 @@ def _write_marks(conn: Any, changed: list[datetime], seen: dict[datetime, dict],
 
 
 _MARK_COLUMNS = ("partition_time", "max_export_time", "row_count", "min_usage_hour", "max_usage_hour")
+
+
+def _covered_from(store: AggregateStore) -> datetime | None:
+    """How far back the stored aggregates go (None: no poll yet, or a store from before it was kept)."""
+    with store.read() as conn:
+        row = conn.execute("SELECT covered_from FROM billing_poll WHERE id = 1").fetchone()
+    return _ts(row[0]) if row is not None and row[0] is not None else None
 
 
 def _stored_marks(store: AggregateStore, since: datetime) -> dict[datetime, dict[str, Any]]:

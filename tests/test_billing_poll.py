@@ -9,6 +9,7 @@ from typing import Any
 import duckdb
 import pytest
 
+from monitor import month
 from monitor.billing_poll import hourly_costs, poll_billing, poll_scope, provisional_since
 from monitor.config import BillingConfig
 from monitor.errors import RetryableSourceError
@@ -274,6 +275,36 @@ def test_previous_month_corrections_are_picked_up_early_in_the_month(conn, store
     report = poll_billing(DuckDBBillingSource(conn), store, CFG, now=datetime(2026, 12, 3, tzinfo=UTC))
     assert report.windows == ((nov5, nov5 + timedelta(hours=1)),)
     assert _stored_net(store, nov5, nov5 + timedelta(hours=1)) == Decimal("1.5")
+
+
+def test_a_first_poll_in_the_middle_of_a_month_reads_the_invoice_month_once(conn, store, tmp_path) -> None:
+    """A daemon first started on the 20th with a 10-day lookback stored aggregates from the 10th on:
+    the demo's digest said $181,484.34 month to date where the month's rows held $236,154.36, and
+    the budget forecasts read the same short month. The first poll reads back to where the invoice
+    month must be read (`month.read_start`), once; later polls keep to the lookback; a store that
+    lost its file reads it again."""
+    first = datetime(2026, 11, 1, 8, tzinfo=UTC)  # 00:00 in California: the invoice month's start
+    rows = [r for d in range(19) for r in _day(first + timedelta(days=d))]
+    load_rows(conn, rows)
+    now = datetime(2026, 11, 20, 12, tzinfo=UTC)
+    src = CountingSource(DuckDBBillingSource(conn))
+    r1 = poll_billing(src, store, CFG, now=now)
+    assert r1.queries[:2] == ("partitions", "partitions") and r1.scope_start == month.read_start("202611")
+    gross, credits = input_totals(rows)
+    assert _stored_net(store, first, now) == gross + credits  # every day of the month, not the last 10
+    r2 = poll_billing(src, store, CFG, now=now + timedelta(hours=1))
+    assert r2.queries[0] == "partitions" and r2.scope_start == datetime(2026, 11, 10, tzinfo=UTC)
+    src.runs.clear()
+    poll_billing(src, store, CFG, now=now + timedelta(hours=2))
+    assert src.runs == ["partitions"]  # back to the lookback: one query, nothing widened again
+    assert _stored_net(store, first, now) == gross + credits
+    lost = AggregateStore(tmp_path / "rebuilt.duckdb")  # the aggregate file lost: rebuilt whole
+    try:
+        r3 = poll_billing(src, lost, CFG, now=now + timedelta(hours=2))
+        assert r3.scope_start == month.read_start("202611")
+        assert _stored_net(lost, first, now) == gross + credits
+    finally:
+        lost.close()
 
 
 def test_poll_conserves_generated_fleet(conn, store) -> None:
