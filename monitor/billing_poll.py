@@ -798,7 +798,9 @@ def _changed_hours(
     A partition's new rows are found as those exported after its stored watermark. Rows exported
     before it (an embedded table fed files out of their export order: BigQuery's loads only move
     forward) would be missed, and their hours never aggregated: what the query finds is counted
-    against what the partition gained, and a partition short of it is re-aggregated whole."""
+    against what the partition gained, and a partition short of it is re-aggregated whole. Both
+    counts take every row of the partition, whatever its usage time; the hours kept are those in
+    the scope."""
     if not stored or len(changed) > MAX_PARTITION_QUERIES:
         return None, 0, 0
     marks = {p: (_mark(stored.get(p)), _mark(seen.get(p))) for p in changed}
@@ -808,11 +810,7 @@ def _changed_hours(
     scanned = asked = 0
     for p, (old, new) in marks.items():
         since = _ts(old[1]) if old is not None else _EPOCH  # a new partition: every row is new
-        result = source.run(
-            "changed_hours",
-            {"usage_start": window["usage_start"], "usage_end": window["usage_end"], "partition_time": p,
-             "since_export": since},
-        )  # fmt: skip
+        result = source.run("changed_hours", {"partition_time": p, "since_export": since})
         scanned, asked = _add(scanned, result.bytes_processed), asked + 1
         gained = new[2] - (old[2] if old is not None else 0)
         if sum(int(r["row_count"]) for r in result.rows) != gained:
@@ -821,7 +819,8 @@ def _changed_hours(
                 extra={"partition": _iso(p)},
             )
             return None, scanned, asked
-        hours |= {_ts(r["usage_hour"]) for r in result.rows}
+        found = (_ts(r["usage_hour"]) for r in result.rows)
+        hours |= {h for h in found if window["usage_start"] <= h < window["usage_end"]}
     return hours, scanned, asked
 
 

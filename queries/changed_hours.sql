@@ -4,10 +4,11 @@
 -- costs one hour's aggregation, not everything from that hour to now. The export only appends: a
 -- partition's new rows are those exported after its stored watermark (@since_export; for a
 -- partition first seen in this poll, the epoch: every row is new). Reads one partition and two
--- cheap columns, never cost data; returns one row per hour.
+-- cheap columns, never cost data; returns one row per hour. Every new row counts, whatever its usage
+-- time (partitions.sql counts a partition's rows so): the poll checks the count against what the
+-- partition gained, and keeps the hours in its scope.
 --
--- Params: @usage_start, @usage_end (TIMESTAMP, the usage range in scope), @partition_time
--- (TIMESTAMP, the partition's day), @since_export (TIMESTAMP).
+-- Params: @partition_time (TIMESTAMP, the partition's day), @since_export (TIMESTAMP).
 SELECT
   TIMESTAMP_TRUNC(usage_start_time, HOUR) AS usage_hour,
   COUNT(*) AS row_count
@@ -15,8 +16,6 @@ FROM billing_export
 WHERE
   _PARTITIONTIME >= @partition_time
   AND _PARTITIONTIME < TIMESTAMP_ADD(@partition_time, INTERVAL 1 DAY)
-  AND usage_start_time >= @usage_start
-  AND usage_start_time < @usage_end
   AND export_time > @since_export
 GROUP BY usage_hour
 ORDER BY usage_hour

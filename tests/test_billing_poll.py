@@ -307,6 +307,26 @@ def test_a_first_poll_in_the_middle_of_a_month_reads_the_invoice_month_once(conn
         lost.close()
 
 
+def test_the_scope_moving_past_old_rows_re_aggregates_nothing(conn, store) -> None:
+    """Each day the lookback's start moves past a partition's oldest rows. Its watermark counted
+    only the rows in scope, so that partition seemed to lose rows and was re-aggregated whole every
+    day (on BigQuery an hourly query over a lookback of partitions), and once after a poll that read
+    the invoice month. Marks now count whole partitions: only loads change them."""
+    load_rows(
+        conn, [r for d in range(19) for r in _day(datetime(2026, 11, 1, tzinfo=UTC) + timedelta(days=d))]
+    )
+    src = CountingSource(DuckDBBillingSource(conn))
+    now = datetime(2026, 11, 20, 12, tzinfo=UTC)
+    poll_billing(src, store, CFG, now=now)
+    nov = (datetime(2026, 11, 1, tzinfo=UTC), now)
+    snapshot = hourly_costs(store, *nov, now=now, provisional_days=3)
+    for later in (timedelta(hours=1), timedelta(days=1), timedelta(days=2)):
+        src.runs.clear()
+        poll_billing(src, store, CFG, now=now + later)
+        assert src.runs == ["partitions"], later
+    assert hourly_costs(store, *nov, now=now, provisional_days=3) == snapshot  # nothing rewritten
+
+
 def test_poll_conserves_generated_fleet(conn, store) -> None:
     rows = fleet_rows(seed=11, n=1500)
     load_rows(conn, rows)
