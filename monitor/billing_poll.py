@@ -16,7 +16,9 @@ days) the whole previous invoice month too, which Google keeps correcting until 
 the store holds the current invoice month from where it must be read (`month.read_start`: a first
 poll in the middle of a month, or one after the aggregate file was lost), a poll reaches back there
 once (`billing_poll.covered_from` records how far back the stored aggregates go): the month to date
-of the digest and the budget forecasts must not start at the lookback.
+of the digest and the budget forecasts must not start at the lookback. After the daemon was down
+longer than a day, a poll reaches back to the scope of the last one before it: rows loaded
+meanwhile for hours that have since left the lookback would be read by no poll.
 Usage days within the last `billing.provisional_days` are provisional: their cost can still change.
 """
 
@@ -402,11 +404,17 @@ def poll_billing(
     with ExitStack() as held, ExitStack() as spool:
         held.enter_context(store.session())
         migrate(store)
-        covered = _covered_from(store)
+        covered, last = _coverage(store)
+        wanted = [scope_start]
         month_start = month.read_start(month.current_month(now))
-        if month_start < scope_start and (covered is None or covered > month_start):
-            held.close()  # the store lacks the invoice month's start: read it, once
-            scope_start = month_start
+        if covered is None or covered > month_start:
+            wanted.append(month_start)  # the store lacks the invoice month's start: read it, once
+        if last is not None and now - last > _DAY:
+            # down longer than a day: rows loaded meanwhile may be for hours the last poll covered
+            wanted.append(poll_scope(last, cfg.lookback_days)[0])
+        if min(wanted) < scope_start:
+            held.close()
+            scope_start = min(wanted)
             window = {"usage_start": scope_start, "usage_end": scope_end, "partition_end": partition_end}
             marks = source.run("partitions", window)
             queries.append("partitions")
@@ -916,11 +924,14 @@ def _write_marks(conn: Any, changed: list[datetime], seen: dict[datetime, dict],
 _MARK_COLUMNS = ("partition_time", "max_export_time", "row_count", "min_usage_hour", "max_usage_hour")
 
 
-def _covered_from(store: AggregateStore) -> datetime | None:
-    """How far back the stored aggregates go (None: no poll yet, or a store from before it was kept)."""
+def _coverage(store: AggregateStore) -> tuple[datetime | None, datetime | None]:
+    """How far back the stored aggregates go (None: a store from before it was kept), and when the
+    last poll was (None: no poll yet)."""
     with store.read() as conn:
-        row = conn.execute("SELECT covered_from FROM billing_poll WHERE id = 1").fetchone()
-    return _ts(row[0]) if row is not None and row[0] is not None else None
+        row = conn.execute("SELECT covered_from, polled_at FROM billing_poll WHERE id = 1").fetchone()
+    if row is None:
+        return None, None
+    return (_ts(row[0]) if row[0] is not None else None), _ts(row[1])
 
 
 def _stored_marks(store: AggregateStore, since: datetime) -> dict[datetime, dict[str, Any]]:

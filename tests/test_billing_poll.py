@@ -307,6 +307,28 @@ def test_a_first_poll_in_the_middle_of_a_month_reads_the_invoice_month_once(conn
         lost.close()
 
 
+def test_after_a_downtime_the_hours_the_last_poll_covered_are_read(conn, store) -> None:
+    """Down from Nov 13 to Nov 28 with a 10-day lookback: the rows loaded meanwhile for Nov 13-17
+    were in no poll's scope (the poll on the 28th starts on the 18th), so four and a half days of
+    spend never reached the store. A poll after more than a day reaches back to the last one's scope."""
+    start = datetime(2026, 11, 1, 8, tzinfo=UTC)
+    before = [r for d in range(12) for r in _day(start + timedelta(days=d))]
+    load_rows(conn, before)
+    src = CountingSource(DuckDBBillingSource(conn))
+    last = datetime(2026, 11, 13, 12, tzinfo=UTC)
+    poll_billing(src, store, CFG, now=last)
+    during = [r for d in range(12, 27) for r in _day(start + timedelta(days=d))]
+    load_rows(conn, during)
+    now = datetime(2026, 11, 28, 12, tzinfo=UTC)
+    report = poll_billing(src, store, CFG, now=now)
+    assert report.scope_start == poll_scope(last, CFG.lookback_days)[0] == datetime(2026, 11, 3, tzinfo=UTC)
+    gross, credits = input_totals(before + during)
+    assert _stored_net(store, start, now) == gross + credits
+    src.runs.clear()
+    poll_billing(src, store, CFG, now=now + timedelta(hours=1))
+    assert src.runs == ["partitions"]  # polling again: back to the lookback
+
+
 def test_the_scope_moving_past_old_rows_re_aggregates_nothing(conn, store) -> None:
     """Each day the lookback's start moves past a partition's oldest rows. Its watermark counted
     only the rows in scope, so that partition seemed to lose rows and was re-aggregated whole every
