@@ -704,11 +704,13 @@ def open_stored_costs(
         raise
 
 
-def aggregate_summary(store: AggregateStore) -> tuple[int, datetime | None]:
-    """How many hourly aggregates the store holds and when billing was last polled (`gpucost check`)."""
+def aggregate_summary(store: AggregateStore) -> tuple[int, datetime | None, datetime | None]:
+    """How many hourly aggregates the store holds, when billing was last polled and how far back the
+    aggregates go (`gpucost check`: a month to date is whole when they reach its read start)."""
     with _reading(store) as conn:
         rows = conn.execute("SELECT COUNT(*) FROM billing_hourly").fetchone()[0]
-        return int(rows), last_poll(store)
+        covered, last = _coverage(store)
+        return int(rows), last, covered
 
 
 def currencies(store: AggregateStore, start: datetime, end: datetime) -> set[str]:

@@ -10,7 +10,7 @@ import duckdb
 import pytest
 
 from monitor import month
-from monitor.billing_poll import hourly_costs, poll_billing, poll_scope, provisional_since
+from monitor.billing_poll import aggregate_summary, hourly_costs, poll_billing, poll_scope, provisional_since
 from monitor.config import BillingConfig
 from monitor.errors import RetryableSourceError
 from monitor.sources.base import QueryResult
@@ -292,6 +292,7 @@ def test_a_first_poll_in_the_middle_of_a_month_reads_the_invoice_month_once(conn
     assert r1.queries[:2] == ("partitions", "partitions") and r1.scope_start == month.read_start("202611")
     gross, credits = input_totals(rows)
     assert _stored_net(store, first, now) == gross + credits  # every day of the month, not the last 10
+    assert aggregate_summary(store)[1:] == (now, month.read_start("202611"))  # what `gpucost check` shows
     r2 = poll_billing(src, store, CFG, now=now + timedelta(hours=1))
     assert r2.queries[0] == "partitions" and r2.scope_start == datetime(2026, 11, 10, tzinfo=UTC)
     src.runs.clear()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -34,10 +35,17 @@ def test_an_export_without_rows_in_scope_is_said_not_read_as_zero(
         encoding="utf-8",
     )
     capsys.readouterr()
+    handlers = logging.getLogger().handlers[:]
     assert main(["run", "--config", str(config), "--once"]) == 0
+    # as every one-shot command: the root logger as it was (it logged to a stderr since closed, and
+    # the next test in the process failed on "I/O operation on closed file")
+    assert logging.getLogger().handlers == handlers
     out, err = capsys.readouterr()
     logs = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     (warned,) = [r for r in logs if r["message"].startswith("no billing export rows in the poll's scope")]
     assert warned["severity"] == "WARNING" and "gpucost check" in warned["message"]
     assert " (now 20" in out and "simulated" not in out
     assert "UserWarning" not in err  # the empty digest chart drew no legend
+    main(["check", "--config", str(config), "--offline"])
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("aggregates")]
+    assert "0 hourly aggregates of usage from 20" in line  # how far back the month to date can reach

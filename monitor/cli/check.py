@@ -205,13 +205,14 @@ def check_aggregates(cfg: Config) -> Check:
     if not path.exists():
         return Check("aggregates", True, f"{path}: not created yet (the first billing poll creates it)")
     try:
-        rows, last = aggregate_summary(AggregateStore(path, lock_timeout_s=2))
+        rows, last, covered = aggregate_summary(AggregateStore(path, lock_timeout_s=2))
     except StateStoreError as e:
         if "lock" in str(e).lower():
             return Check("aggregates", True, f"{path}: present, held by a running daemon")
         return Check("aggregates", False, str(e))
     polled = f"last billing poll {last:%Y-%m-%d %H:%M} UTC" if last else "no billing poll yet"
-    return Check("aggregates", True, f"{path}: {rows:,} hourly aggregates, {polled}")
+    since = f" of usage from {covered:%Y-%m-%d %H:%M} UTC" if covered else ""
+    return Check("aggregates", True, f"{path}: {rows:,} hourly aggregates{since}, {polled}")
 
 
 def check_outbox(store: object) -> Check:

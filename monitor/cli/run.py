@@ -15,7 +15,7 @@ import click
 
 from monitor.billing_poll import hourly_costs
 from monitor.cli import cli
-from monitor.cli._common import config_option
+from monitor.cli._common import config_option, stderr_logging
 from monitor.config import load_config
 from monitor.daemon import install_signal_handlers
 from monitor.logs import configure_logging
@@ -56,19 +56,20 @@ def run_cmd(config_path: Path, once: bool) -> None:
     from monitor.service import Service
 
     cfg = load_config(config_path)
+    if once:  # one cycle, as the other commands: the root logger as it was afterwards (in-process runs)
+        with stderr_logging(cfg.logging.format, cfg.logging.level):
+            service = Service(cfg, stream=sys.stdout)
+            try:
+                result = service.once()
+                click.echo(_summary(service))
+                click.echo(f"gpucost: digest written to {result['digest']['markdown']}")
+            finally:
+                service.close()
+        return
     configure_logging(cfg.logging.format, cfg.logging.level)
     stop = threading.Event()
-    if not once:  # before the slow start-up: a SIGTERM during it still exits 0
-        install_signal_handlers(stop)
+    install_signal_handlers(stop)  # before the slow start-up: a SIGTERM during it still exits 0
     service = Service(cfg, stream=sys.stdout)
-    if once:
-        try:
-            result = service.once()
-            click.echo(_summary(service))
-            click.echo(f"gpucost: digest written to {result['digest']['markdown']}")
-        finally:
-            service.close()
-        return
     code = service.serve(stop)
     if service.abandoned:
         # A job thread is still running (a slow query, a hung request): waiting for it at interpreter
