@@ -42,7 +42,7 @@ from monitor.detectors.costs import Costs, as_costs
 from monitor.detectors.inputs import BudgetSpec, CostHour, DeferredGpuHours, GpuHour
 from monitor.errors import UserError
 from monitor.gcpause import collector_paused
-from monitor.model import Finding, category_of
+from monitor.model import Finding, category_of, to_cents
 from monitor.progress import Progress
 from monitor.report import data_as_of, data_extent, default_window
 from monitor.sources.base import BillingSource, MeteredSource
@@ -169,10 +169,9 @@ class Analysis:
 
 
 def _num(value: Decimal) -> float:
-    """A JSON number to the cent (the sums are exact micros; a report shows cents); a few negative
-    micro-dollars (a real export's -1e-06 credits) give 0.0, not -0.0."""
-    cents = value.quantize(Decimal("0.01"))
-    return float(cents) if cents else 0.0
+    """A JSON number to the cent (the sums are exact micros; a report shows cents), rounded as every
+    printed figure is (`to_cents`: a real export's -1e-06 credits give 0.0, not -0.0)."""
+    return float(to_cents(value))
 
 
 # ------------------------------------------------------------------------------------------ sources

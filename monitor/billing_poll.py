@@ -362,9 +362,8 @@ def _reading(store: AggregateStore) -> Iterator[Any]:
 
 def last_poll(store: AggregateStore) -> datetime | None:
     """When billing was last polled (None before the first poll)."""
-    with _reading(store) as conn:
-        row = conn.execute("SELECT polled_at FROM billing_poll WHERE id = 1").fetchone()
-    return None if row is None else _ts(row[0])
+    with _reading(store):
+        return _coverage(store)[1]
 
 
 def prune(store: AggregateStore, cut: datetime) -> dict[str, int]:
@@ -376,7 +375,9 @@ def prune(store: AggregateStore, cut: datetime) -> dict[str, int]:
             "DELETE FROM billing_partitions WHERE partition_time < ?", (_iso(cut),)
         ).fetchone()
         # the aggregates now go back to `cut` at most
-        conn.execute("UPDATE billing_poll SET covered_from = ? WHERE covered_from < ?", (_iso(cut), _iso(cut)))
+        conn.execute(
+            "UPDATE billing_poll SET covered_from = ? WHERE covered_from < ?", (_iso(cut), _iso(cut))
+        )
     return {"billing_hourly": int(hourly[0]), "billing_partitions": int(marks[0])}
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "fingerprint",
     "micros_to_decimal",
     "plain_cents",
+    "to_cents",
     "usd",
 ]
 
@@ -95,7 +96,7 @@ def micros_to_decimal(micros: int | None) -> Decimal:
 _CENT = Decimal("0.01")
 
 
-def _to_cents(amount: Decimal | float | int | None) -> Decimal:
+def to_cents(amount: Decimal | float | int | None) -> Decimal:
     """An amount rounded to the cent (half-even), the sign taken after rounding: credits of a few
     micro-dollars (real exports carry -1e-06 free-trial credits) print as zero, never as -0.00.
     A float is read as the decimal it prints as (`money()`'s JSON numbers), not its binary value."""
@@ -113,7 +114,7 @@ def plain_cents(amount: Decimal | float | int | None) -> str:
     >>> plain_cents(Decimal("1234.565")), plain_cents(Decimal("-0.000032")), plain_cents(-2.5)
     ('1,234.56', '0.00', '-2.50')
     """
-    return f"{_to_cents(amount):,.2f}"
+    return f"{to_cents(amount):,.2f}"
 
 
 def usd(amount: Decimal | float | int | None) -> str:
@@ -123,7 +124,7 @@ def usd(amount: Decimal | float | int | None) -> str:
     >>> usd(Decimal("1234.565")), usd(Decimal("-3")), usd(-0.0), usd(Decimal("-0.000001")), usd(None)
     ('$1,234.56', '-$3.00', '$0.00', '$0.00', '$0.00')
     """
-    cents = _to_cents(amount)
+    cents = to_cents(amount)
     return f"-${-cents:,.2f}" if cents < 0 else f"${cents:,.2f}"
 
 

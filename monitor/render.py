@@ -34,10 +34,6 @@ def _as_dict(f: Finding | Row) -> dict[str, Any]:
     return f.to_dict() if isinstance(f, Finding) else dict(f)
 
 
-def _usd(v: Any) -> str:
-    return usd(v or 0)
-
-
 def _when(v: datetime | str | None) -> str:
     """`2026-11-02 10:00 UTC` from a datetime or an ISO string."""
     if v is None:
@@ -80,21 +76,21 @@ def _ev_idle_gpu(e: Mapping[str, Any]) -> str:
     where = f"cluster {e['cluster']}, node pool {e.get('node_pool') or '?'}; " if e.get("cluster") else ""
     gross = e.get("idle_cost_on_demand_usd")
     on_demand = (
-        f" ({_usd(gross)} on demand{', reserved' if e.get('reserved') else ''})"
+        f" ({usd(gross)} on demand{', reserved' if e.get('reserved') else ''})"
         if gross is not None and (gross != e.get("idle_cost_usd") or e.get("reserved"))
         else ""
     )
     signal = f"; signal: {e['signal_note'] or e.get('signal')}" if e.get("signal_note") else ""
     return (
         f"{where}{e.get('idle_hours')} idle hours, {e.get('idle_gpu_hours')} idle GPU-hours of "
-        f"{e.get('gpus')}× {e.get('gpu_model')} = {_usd(e.get('idle_cost_usd'))}{on_demand}; runs: "
+        f"{e.get('gpus')}× {e.get('gpu_model')} = {usd(e.get('idle_cost_usd'))}{on_demand}; runs: "
         f"{spans}{held}{signal}"
     )
 
 
 def _ev_egress(e: Mapping[str, Any]) -> str:
     skus = "; ".join(
-        f"{s.get('sku') or 'traffic'} {s.get('from')} → {s.get('to')}: {s.get('gib'):,} GiB {_usd(s.get('cost_usd'))}"
+        f"{s.get('sku') or 'traffic'} {s.get('from')} → {s.get('to')}: {s.get('gib'):,} GiB {usd(s.get('cost_usd'))}"
         for s in (e.get("by_sku") or [])[:3]
     )
     return f"{e.get('gib'):,} GiB over {e.get('hours')} h in {', '.join(e.get('zones') or [])}; {skus}"
@@ -105,34 +101,32 @@ def _ev_anomaly(e: Mapping[str, Any]) -> str:
         hours = e.get("hours") or []
         shown = "; ".join(
             f"{h['hour'][11:16]}Z{' (provisional)' if h.get('provisional') else ''}: "
-            f"{_usd(h['spend_usd'])} vs {_usd(h['baseline_usd'])}"
+            f"{usd(h['spend_usd'])} vs {usd(h['baseline_usd'])}"
             for h in hours[:4]
         )
         more = f" (+{len(hours) - 4} more hours)" if len(hours) > 4 else ""
         return f"{len(hours)} hours above baseline: {shown}{more}"
     days = "; ".join(
-        f"{d['date']}{' (provisional)' if d.get('provisional') else ''}: {_usd(d['spend_usd'])} vs "
-        f"{_usd(d['baseline_usd'])} (+{_usd(d['excess_usd'])})"
+        f"{d['date']}{' (provisional)' if d.get('provisional') else ''}: {usd(d['spend_usd'])} vs "
+        f"{usd(d['baseline_usd'])} (+{usd(d['excess_usd'])})"
         for d in (e.get("days") or [])[:4]
     )
-    drivers = ", ".join(
-        f"{x['subcategory']} +{_usd(x['increase_usd'])}" for x in (e.get("drivers") or [])[:3]
-    )
+    drivers = ", ".join(f"{x['subcategory']} +{usd(x['increase_usd'])}" for x in (e.get("drivers") or [])[:3])
     return days + (f"; drivers: {drivers}" if drivers else "")
 
 
 def _ev_budget(e: Mapping[str, Any]) -> str:
     return (
-        f"{e.get('month')}: month to date {_usd(e.get('month_to_date_usd'))}, run rate "
-        f"{_usd(e.get('daily_run_rate_usd'))}/day, forecast {_usd(e.get('forecast_usd'))} vs budget "
-        f"{_usd(e.get('budget_usd'))}"
+        f"{e.get('month')}: month to date {usd(e.get('month_to_date_usd'))}, run rate "
+        f"{usd(e.get('daily_run_rate_usd'))}/day, forecast {usd(e.get('forecast_usd'))} vs budget "
+        f"{usd(e.get('budget_usd'))}"
     )
 
 
 def _ev_unmonitored(e: Mapping[str, Any]) -> str:
     return "; ".join(
         f"{i.get('instance')} ({_where(i)}): {i.get('hours')} h of {i.get('gpus')}× {i.get('gpu_model')}, "
-        f"{_usd(i.get('gpu_cost_usd'))}"
+        f"{usd(i.get('gpu_cost_usd'))}"
         for i in (e.get("instances") or [])[:5]
     )
 
@@ -145,18 +139,18 @@ def _where(i: Mapping[str, Any]) -> str:
 
 
 def _ev_commitment(e: Mapping[str, Any]) -> str:
-    prices = ", ".join(f"{t} {_usd(p)}" for t, p in (e.get("term_usd_per_gpu_hour") or {}).items())
+    prices = ", ".join(f"{t} {usd(p)}" for t, p in (e.get("term_usd_per_gpu_hour") or {}).items())
     return (
         f"{e.get('steady_gpus')} {e.get('gpu_model')} GPUs on demand in {e.get('hours_at_or_above_steady')} of "
         f"{e.get('hours')} hours (mean {e.get('mean_gpus')}, max {e.get('max_gpus')}); per GPU-hour: on demand "
-        f"{_usd(e.get('on_demand_usd_per_gpu_hour'))}, {prices}"
+        f"{usd(e.get('on_demand_usd_per_gpu_hour'))}, {prices}"
     )
 
 
 def _ev_spot(e: Mapping[str, Any]) -> str:
     return "; ".join(
         f"{i.get('instance')}: {i.get('gpu_hours'):,} GPU-h ({i.get('reason')}), "
-        f"{_usd(i.get('on_demand_usd_per_gpu_hour'))} → {_usd(i.get('spot_usd_per_gpu_hour'))}/GPU-h"
+        f"{usd(i.get('on_demand_usd_per_gpu_hour'))} → {usd(i.get('spot_usd_per_gpu_hour'))}/GPU-h"
         for i in (e.get("instances") or [])[:5]
     )
 
@@ -167,7 +161,7 @@ def _ev_orchestration(e: Mapping[str, Any]) -> str:
     )
     return (
         f"{e.get('idle_hours')} hours with no compute in {e.get('compute_checked_in')}: "
-        f"{_usd(e.get('idle_cost_usd'))} of {_usd(e.get('fee_cost_in_window_usd'))} billed in the window; {runs}"
+        f"{usd(e.get('idle_cost_usd'))} of {usd(e.get('fee_cost_in_window_usd'))} billed in the window; {runs}"
     )
 
 
@@ -177,7 +171,7 @@ def _ev_generic(e: Mapping[str, Any]) -> str:
         if isinstance(v, list):
             parts.append(f"{k}: {len(v)} item(s)")
         elif not isinstance(v, dict) and v is not None:
-            parts.append(f"{k}: {_usd(v) if k.endswith('_usd') else v}")
+            parts.append(f"{k}: {usd(v) if k.endswith('_usd') else v}")
     return ", ".join(parts[:8])
 
 
@@ -209,8 +203,8 @@ def _header(totals: Mapping[str, Any] | None, window: Mapping[str, Any] | None) 
     lines = [f"# GPU cost report: {_when(w.get('start'))} → {_when(w.get('end'))}", ""]
     if totals:
         lines.append(
-            f"**Spend:** {_usd(totals.get('net_cost'))} net ({_usd(totals.get('cost'))} before "
-            f"{_usd(totals.get('credits'))} credits), in USD."
+            f"**Spend:** {usd(totals.get('net_cost'))} net ({usd(totals.get('cost'))} before "
+            f"{usd(totals.get('credits'))} credits), in USD."
         )
     if w.get("provisional_from") and not _after_end(w["provisional_from"], w.get("end")):
         lines.append(
@@ -238,7 +232,7 @@ def _summary_table(rows: Sequence[Mapping[str, Any]], first: int = 1) -> list[st
     out = ["| # | Severity | Impact | Finding | Scope | Notes |", "|---|---|---:|---|---|---|"]
     for i, f in enumerate(rows, first):
         out.append(
-            f"| {i} | {f['severity']} | {_usd(f['impact_usd'])} | {_cell(f['title'])} | "
+            f"| {i} | {f['severity']} | {usd(f['impact_usd'])} | {_cell(f['title'])} | "
             f"{_cell(_scope_text(f['scope']))} | {_flags(f)} |"
         )
     return [*out, ""]
@@ -249,7 +243,7 @@ def _detail(i: int, f: Mapping[str, Any]) -> list[str]:
     return [
         f"### {i}. [{f['severity'].upper()}] {f['title']}",
         "",
-        f"- **Impact:** {_usd(f['impact_usd'])} between {_when(f['window_start'])} and "
+        f"- **Impact:** {usd(f['impact_usd'])} between {_when(f['window_start'])} and "
         f"{_when(f['window_end'])}" + (f" ({flags})" if flags else ""),
         f"- **Where:** {_scope_text(f['scope'])}",
         f"- **Why:** {f['summary']}",
@@ -270,11 +264,11 @@ def _attribution(rows: Sequence[Row], limit: int = 15) -> list[str]:
         share = f"{net / total * 100:.1f}%" if total > 0 else "-"
         out.append(
             f"| {r.get('subcategory') or r.get('category')} | {r.get('pricing_model') or '-'} | "
-            f"{_usd(net)} | {share} |"
+            f"{usd(net)} | {share} |"
         )
     if len(ordered) > limit:
         rest = sum((Decimal(str(r.get("net_cost") or 0)) for r in ordered[limit:]), Decimal(0))
-        out.append(f"| {len(ordered) - limit} more | | {_usd(rest)} | |")
+        out.append(f"| {len(ordered) - limit} more | | {usd(rest)} | |")
     return [*out, ""]
 
 
@@ -305,7 +299,7 @@ def findings_markdown(
         lines += [
             "## Hidden costs",
             "",
-            f"{len(leaks)} finding(s), {_usd(total)} total impact "
+            f"{len(leaks)} finding(s), {usd(total)} total impact "
             f"({counts['critical']} critical, {counts['warning']} warning, {counts['info']} info).",
             "",
             *_summary_table(leaks),
@@ -318,7 +312,7 @@ def findings_markdown(
         lines += [
             "## Savings opportunities",
             "",
-            f"{len(advice)} way(s) to pay less for the same GPU hours, worth {_usd(saved)} in this "
+            f"{len(advice)} way(s) to pay less for the same GPU hours, worth {usd(saved)} in this "
             "window. Advice, not money lost: these overlap (the same hours priced as a commitment "
             "or as Spot), so do not add them up.",
             "",
@@ -358,7 +352,7 @@ def findings_table(findings: Sequence[Finding | Row]) -> Table:
     for f in _sorted(findings):
         table.add_row(
             f"[{_SEV_STYLE.get(f['severity'], '')}]{f['severity']}[/]",
-            _usd(f["impact_usd"]),
+            usd(f["impact_usd"]),
             escape(f["kind"]),
             escape(_scope_text(f["scope"])),
             escape(f["title"]),

@@ -123,10 +123,13 @@ class CostReport:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def shown_totals(self) -> tuple[ReportLine, ...]:
+        """The totals a table or CSV shows: one per currency, a zero total for a window without rows."""
+        return self.totals or (ReportLine(key="TOTAL"),)
+
+    @property
     def total(self) -> ReportLine | None:
-        if not self.totals:
-            return ReportLine(key="TOTAL")
-        return self.totals[0] if len(self.totals) == 1 else None
+        return self.shown_totals[0] if len(self.shown_totals) == 1 else None
 
     def to_dict(self) -> dict[str, Any]:
         total = self.total
@@ -230,8 +233,7 @@ def _money(micros: int) -> str:
 
 def _sections(report: CostReport) -> Iterator[tuple[list[ReportLine], ReportLine]]:
     """Each currency's lines and its total, currencies in order (one section for most exports)."""
-    totals = report.totals or (ReportLine(key="TOTAL"),)
-    for total in totals:
+    for total in report.shown_totals:
         yield [line for line in report.lines if line.currency == total.currency], total
 
 
@@ -301,8 +303,7 @@ def render_csv(report: CostReport, out: TextIO | None = None) -> str:
     buf = out or io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
-    totals = report.totals or (ReportLine(key="TOTAL"),)
-    for line in (*report.lines, *totals):
+    for line in (*report.lines, *report.shown_totals):
         w.writerow(
             [
                 line.key if line.key is not None else "",
