@@ -29,7 +29,7 @@ from filelock import FileLock
 from monitor.cli import main
 from monitor.simulate import write_fleet
 
-__all__ = ["shared_cli_json", "shared_fleet"]
+__all__ = ["cli_json", "shared_cli_json", "shared_fleet"]
 
 
 def _root(factory: pytest.TempPathFactory) -> Path:
@@ -50,10 +50,6 @@ def _manifest(fleet: Path) -> dict[str, list[int]]:
     }
 
 
-def _manifest_items(fleet: Path) -> set[tuple[str, tuple[int, ...]]]:
-    return {(k, tuple(v)) for k, v in _manifest(fleet).items()}
-
-
 def shared_fleet(
     factory: pytest.TempPathFactory, seed: int, days: int, inject: bool = True
 ) -> tuple[Path, dict[str, Any]]:
@@ -67,24 +63,27 @@ def shared_fleet(
             summary = write_fleet(fleet, seed=seed, days=days, inject=inject)
             meta.write_text(json.dumps({"summary": summary, "manifest": _manifest(fleet)}), encoding="utf-8")
         saved = json.loads(meta.read_text(encoding="utf-8"))
-    changed = sorted(
-        {k for k, _ in _manifest_items(fleet) ^ {(k, tuple(v)) for k, v in saved["manifest"].items()}}
-    )
+    now, then = _manifest(fleet), saved["manifest"]
+    changed = sorted(k for k in now.keys() | then.keys() if now.get(k) != then.get(k))
     assert not changed, f"a test changed the shared fleet {fleet} (simulate a fleet of its own): {changed}"
     return fleet, saved["summary"]
 
 
+def cli_json(argv: list[str]) -> Any:
+    """`gpucost <argv> --format json`, run in-process, parsed."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main([*argv, "--format", "json"])
+    assert rc == 0, f"gpucost {' '.join(argv)} exited {rc}"
+    return json.loads(buf.getvalue())
+
+
 def shared_cli_json(factory: pytest.TempPathFactory, argv: list[str]) -> Any:
-    """`gpucost <argv> --format json`, parsed, run once per session for the same arguments."""
-    argv = [*argv, "--format", "json"]
+    """`cli_json(argv)`, run once per session for the same arguments."""
     root = _root(factory)
     key = hashlib.sha256(json.dumps(argv).encode()).hexdigest()[:16]
     out = root / f"run-{key}.json"
     with FileLock(str(root / f"run-{key}.lock")):
         if not out.exists():
-            buf = io.StringIO()
-            with contextlib.redirect_stdout(buf):
-                rc = main(argv)
-            assert rc == 0, f"gpucost {' '.join(argv)} exited {rc}"
-            out.write_text(buf.getvalue(), encoding="utf-8")
+            out.write_text(json.dumps(cli_json(argv)), encoding="utf-8")
         return json.loads(out.read_text(encoding="utf-8"))

@@ -19,9 +19,7 @@ the clean fleet check covers them: they never alert.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
-import io
 import json
 import math
 import os
@@ -30,7 +28,6 @@ from typing import Any
 
 import pytest
 
-from monitor.cli import main
 from monitor.render import is_advice
 from tests.shared_fleets import shared_cli_json, shared_fleet
 
@@ -41,14 +38,6 @@ DAYS = 14
 IMPACT_TOLERANCE = 0.10
 GPUS_TOLERANCE = 0.05
 NOISE_USD = 50
-
-
-def cli_json(argv: list[str]) -> Any:
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        rc = main([*argv, "--format", "json"])
-    assert rc == 0
-    return json.loads(buf.getvalue())
 
 
 def run_fleet(factory: pytest.TempPathFactory, seed: int, inject: bool) -> dict[str, Any]:

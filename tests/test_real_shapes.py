@@ -29,8 +29,8 @@ import pytest
 from monitor.simulate.simulator import DEFAULT_START, FleetSimulator
 from tests.emulators.fleet import BQ_PROJECT, DATASET, export_table, load_rows, to_json_row
 from tests.fakes.monitoring_server import ScopedMonitoringServer, from_rest_json
-from tests.shared_fleets import shared_cli_json, shared_fleet
-from tests.test_ground_truth import IMPACT_TOLERANCE, cli_json, matches, rel_error
+from tests.shared_fleets import cli_json, shared_cli_json, shared_fleet
+from tests.test_ground_truth import IMPACT_TOLERANCE, matches, rel_error
 
 pytest_plugins = ("tests.conftest_bq",)
 pytestmark = pytest.mark.slow
