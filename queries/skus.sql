@@ -4,7 +4,9 @@
 -- subcategory, the pricing model the SKU implies (rows whose CUD credits make them committed are
 -- counted in `committed_rows`), how many export rows and how much gross / net cost it carries.
 --
--- Money is integer micros in the export's own currency (GPUCOST_MICROS), as the invoice shows it.
+-- Money is integer micros in the export's own currency (GPUCOST_MICROS), as the invoice shows it,
+-- grouped by that currency: a SKU billed to two accounts invoiced in different currencies is two
+-- lines, never euros added to dollars (as report.sql).
 --
 -- Params: @usage_start, @usage_end (TIMESTAMP), @partition_end (TIMESTAMP, upper bound of load
 -- days; widened to at least 2 days past usage).
@@ -17,6 +19,7 @@ WITH export_rows AS (
     sku.description AS sku_description,
     IFNULL(cost_type, 'regular') AS cost_type,
     transaction_type,
+    currency,
     GPUCOST_MICROS(IFNULL(cost, 0)) AS gross_micros,
     IFNULL((
       SELECT SUM(GPUCOST_MICROS(c.amount)) FROM UNNEST(credits) AS c
@@ -51,10 +54,11 @@ SELECT
   rule,
   subcategory,
   pricing_model,
+  currency,
   COUNT(*) AS row_count,
   COUNTIF(cud_micros <> 0) AS committed_rows,
   SUM(gross_micros) AS gross_micros,
   SUM(gross_micros + credit_micros) AS net_micros
 FROM attributed
-GROUP BY service_id, service_description, sku_id, sku_description, rule, subcategory, pricing_model
-ORDER BY service_description, sku_description, sku_id, rule
+GROUP BY service_id, service_description, sku_id, sku_description, rule, subcategory, pricing_model, currency
+ORDER BY service_description, sku_description, sku_id, rule, currency

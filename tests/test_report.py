@@ -252,17 +252,21 @@ def test_report_conserves_a_generated_fleet(tmp_path: Path, capsys) -> None:
     assert abs(Decimal(total["net_micros"]) / 1_000_000 - (gross + credits)) < Decimal("0.01")
 
 
+def _in_euros(row: dict) -> dict:
+    """`row` billed to a second account, invoiced in euros (the mixed fleet's EUR account)."""
+    return row | {
+        "billing_account_id": "01C8E2-7A3F19-D40B55",
+        "currency": "EUR",
+        "currency_conversion_rate": 0.9235,
+    }
+
+
 def test_two_currencies_are_totalled_apart_never_added(tmp_path: Path, capsys) -> None:
     """An export holding a USD and a EUR billing account (the simulated fleet's shape: the mixed
     fleet's EUR account) gave one TOTAL adding euros to dollars: $325,197.33 over seed 7's fortnight,
     neither the USD invoice ($320,619.31) nor the USD equivalent `analyze` reports ($325,576.56)."""
     usd = export_row("Nvidia H100 80GB GPU running in Americas", 9.8)
-    eur = export_row("Nvidia L4 GPU running in Belgium", 0.65, zone="europe-west1-b")
-    eur |= {
-        "billing_account_id": "01C8E2-7A3F19-D40B55",
-        "currency": "EUR",
-        "currency_conversion_rate": 0.9235,
-    }
+    eur = _in_euros(export_row("Nvidia L4 GPU running in Belgium", 0.65, zone="europe-west1-b"))
     path = write_ndjson(tmp_path / "export.ndjson", [usd, eur])
     assert main(["report", "--billing", str(path), "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -278,3 +282,17 @@ def test_two_currencies_are_totalled_apart_never_added(tmp_path: Path, capsys) -
     assert main(["report", "--billing", str(path)]) == 0
     table = capsys.readouterr().out
     assert "currency" in table and "never added" in table
+
+
+def test_skus_bills_a_sku_per_currency(tmp_path: Path, capsys) -> None:
+    """One SKU billed to a USD and a EUR account is two lines: `skus` summed them, 9.80 + 9.05 as
+    one cost in no currency."""
+    usd = export_row("Nvidia H100 80GB GPU running in Americas", 9.8)
+    eur = _in_euros(export_row("Nvidia H100 80GB GPU running in Americas", 9.05))
+    path = write_ndjson(tmp_path / "export.ndjson", [usd, eur])
+    assert main(["skus", "--billing", str(path), "--format", "json"]) == 0
+    lines = json.loads(capsys.readouterr().out)
+    assert [(s["currency"], s["cost"], s["rows"]) for s in lines] == [("EUR", 9.05, 1), ("USD", 9.8, 1)]
+    assert main(["skus", "--billing", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert "currency" in table and "EUR" in table and "18.85" not in table

@@ -25,6 +25,7 @@ COLUMNS = (
     "pricing_model",
     "rows",
     "cost",
+    "currency",
 )
 
 
@@ -40,6 +41,7 @@ def _line(row: dict) -> dict:
         "pricing_model": row["pricing_model"],
         "rows": row["row_count"],
         "cost": float(micros_to_decimal(row["gross_micros"])),
+        "currency": row["currency"],
         "cost_micros": row["gross_micros"],
         "net_micros": row["net_micros"],
         "committed_rows": row["committed_rows"],
@@ -52,7 +54,10 @@ def _line(row: dict) -> dict:
 @config_option()
 @format_option("table", "json")
 def skus_cmd(billing_paths, config_path, fmt) -> None:
-    """List every (service, SKU) with its category: audit and override classification."""
+    """List every (service, SKU) with its category: audit and override classification.
+
+    Costs are gross, in the currency each line was invoiced in: a SKU billed to accounts in two
+    currencies is two lines."""
     cfg = load_optional_config(config_path)
     source = open_billing(billing_paths, cfg)
     lo, hi = search_range(source.engine, SystemClock().now())
@@ -66,6 +71,7 @@ def skus_cmd(billing_paths, config_path, fmt) -> None:
         table.add_column(col, justify="right" if col in ("rows", "cost") else "left")
     table.add_column("rule")
     for line in lines:
-        cells = [line[c] for c in COLUMNS[:-1]] + [plain_cents(micros_to_decimal(line["cost_micros"]))]
+        cost = plain_cents(micros_to_decimal(line["cost_micros"]))
+        cells = [line[c] for c in COLUMNS[:-2]] + [cost, line["currency"]]
         table.add_row(*("" if v is None else escape(str(v)) for v in cells), line["rule"] or "(default)")
     make_console().print(table)
