@@ -44,9 +44,9 @@ from monitor.errors import UserError
 from monitor.gcpause import collector_paused
 from monitor.model import Finding, category_of, to_cents
 from monitor.progress import Progress
-from monitor.report import data_as_of, data_extent, default_window
+from monitor.report import data_extent, data_window, default_window
 from monitor.sources.base import BillingSource, MeteredSource
-from monitor.sources.factory import billing_source_from_config, billing_source_from_files, search_range
+from monitor.sources.factory import billing_source_from_config, billing_source_from_files
 from monitor.state.analytics import AggregateStore
 from monitor.state.store import SQLiteStore
 from monitor.timeutil import floor_day, floor_hour, to_iso
@@ -268,15 +268,12 @@ def resolve_window(
 
     Raises `UserError` when the window is empty or reversed.
     """
-    last_end = last_export = None
-    if not live:
-        lo, hi = search_range(source.engine, now)
-        _, last_end, last_export, _ = data_extent(source, start or lo, end or hi, now)
     try:
-        start, end = default_window(last_end, start, end, now)
+        if live:
+            return Window(*default_window(None, start, end, now), now)
+        return Window(*data_window(source, start, end, now))
     except ValueError as e:
         raise UserError(str(e)) from None
-    return Window(start, end, now if live else data_as_of(last_export, end))
 
 
 def detection_start(window: Window, history: timedelta = timedelta(0)) -> datetime:

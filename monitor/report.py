@@ -22,6 +22,7 @@ from rich.table import Table
 from monitor.billing_poll import provisional_since
 from monitor.model import micros_to_decimal, plain_cents
 from monitor.sources.base import BillingSource
+from monitor.sources.factory import search_range
 from monitor.timeutil import floor_day, to_iso
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "build_report",
     "data_as_of",
     "data_extent",
+    "data_window",
     "default_window",
     "parse_by",
     "render_csv",
@@ -190,6 +192,19 @@ def data_as_of(last_export: datetime | None, end: datetime) -> datetime:
     before its usage (koku's real `2024-03-01_5.csv`: loaded in 2022 for usage in 2024) had `report`
     mark everything from 2022-07-31 provisional, where `analyze` said 2024-02-28."""
     return max(last_export, end) if last_export is not None else end
+
+
+def data_window(
+    source: BillingSource, start: datetime | None, end: datetime | None, now: datetime
+) -> tuple[datetime, datetime, datetime]:
+    """(start, end, as_of) of a window over the exported data: `--start/--end` default to its
+    extent (`default_window`), and `as_of`, what provisional days count back from, is its latest
+    load (`data_as_of`). One rule for `report` and `analyze` of files or a table (a live daemon's
+    window counts from the clock instead). Raises ValueError when the window is empty or reversed."""
+    lo, hi = search_range(source.engine, now)
+    _, last_end, last_export, _ = data_extent(source, start or lo, end or hi, now)
+    start, end = default_window(last_end, start, end, now)
+    return start, end, data_as_of(last_export, end)
 
 
 def build_report(

@@ -23,16 +23,14 @@ from monitor.config import Config
 from monitor.focus import focus_rows, write_focus_csv
 from monitor.report import (
     build_report,
-    data_as_of,
-    data_extent,
-    default_window,
+    data_window,
     parse_by,
     render_csv,
     render_json,
     render_table,
 )
 from monitor.sources.base import BillingSource
-from monitor.sources.factory import billing_source_from_config, billing_source_from_files, search_range
+from monitor.sources.factory import billing_source_from_config, billing_source_from_files
 
 
 def make_console() -> Console:
@@ -54,15 +52,11 @@ def open_billing(billing_paths: tuple[Path, ...], cfg: Config) -> BillingSource:
 def resolve_window(
     source: BillingSource, start: datetime | None, end: datetime | None, now: datetime
 ) -> tuple[datetime, datetime, datetime]:
-    """(start, end, as_of): defaults from the data; `as_of` (`data_as_of`) is what provisional days
-    are counted back from."""
-    lo, hi = search_range(source.engine, now)
-    _, last_end, last_export, _ = data_extent(source, start or lo, end or hi, now)
+    """`data_window`, a reversed window reported against `--start`."""
     try:
-        start, end = default_window(last_end, start, end, now)
+        return data_window(source, start, end, now)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="'--start'") from None
-    return start, end, data_as_of(last_export, end)
 
 
 @cli.command("report")
