@@ -15,11 +15,13 @@ import click
 
 from monitor.config import Config, load_config
 from monitor.logs import configure_logging
+from monitor.model import usd
 from monitor.timeutil import parse_timestamp
 
 __all__ = [
     "TIMESTAMP",
     "billing_option",
+    "cell",
     "config_option",
     "format_option",
     "load_optional_config",
@@ -145,3 +147,17 @@ def stderr_logging(fmt: str, level: str) -> Iterator[None]:
     finally:
         root.handlers[:] = handlers
         root.setLevel(saved_level)
+
+
+def cell(key: str, value: Any) -> str:
+    """A table cell for a figure of the JSON output, by its key: dollars (`*_usd`, a job's
+    `by_subcategory.*`), a utilization percentage, other numbers to one decimal; absent: "-"."""
+    if value is None:
+        return "-"
+    if key.endswith("_usd") or key.startswith("by_subcategory."):
+        return usd(value)
+    if key == "mean_utilization_pct":
+        return f"{value:.1f}%"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    return str(value)

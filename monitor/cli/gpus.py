@@ -11,10 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from monitor.cli import cli
-from monitor.cli._common import format_option, source_options
+from monitor.cli._common import cell, format_option, source_options
 from monitor.cli.analyze import cli_analysis
 from monitor.gpu_rollups import GpuRollup, InstanceGpus, RollupBy, rollups, summarize_instances
-from monitor.model import usd
 
 __all__ = ["gpus_cmd", "gpus_report"]
 
@@ -25,16 +24,6 @@ _NUM2 = ("unmonitored_cost_usd", "cost_per_busy_gpu_hour_usd")
 def gpus_report(instances: list[InstanceGpus], rolled: list[GpuRollup]) -> dict[str, Any]:
     """The JSON document: `{"instances": [...], "rollups": [...]}` (issue 4, item 4)."""
     return {"instances": [i.to_dict() for i in instances], "rollups": [r.to_dict() for r in rolled]}
-
-
-def _fmt(key: str, v: Any) -> str:
-    if v is None:
-        return "-"
-    if key.endswith("_usd"):
-        return usd(v)
-    if key == "mean_utilization_pct":
-        return f"{v:.1f}%"
-    return f"{v:,.1f}"
 
 
 def _table(title: str, first: list[str], rows: list[dict[str, Any]], keys: list[str]) -> Table:
@@ -55,7 +44,7 @@ def _table(title: str, first: list[str], rows: list[dict[str, Any]], keys: list[
     for row in rows:
         table.add_row(
             *(str(row.get(c) if row.get(c) is not None else "-") for c in keys),
-            *(_fmt(k, row[k]) for k in (*_NUM, *_NUM2)),
+            *(cell(k, row[k]) for k in (*_NUM, *_NUM2)),
         )
     return table
 

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from monitor.cli import cli
 from monitor.cli._common import (
+    cell,
     format_option,
     load_optional_config,
     require_source,
@@ -48,18 +49,6 @@ def _get(doc: dict[str, Any], key: str) -> Any:
     return doc.get(key)
 
 
-def _fmt(key: str, v: Any) -> str:
-    if v is None:
-        return "-"
-    if key.endswith("_usd") or key.startswith("by_subcategory."):
-        return usd(v)
-    if key == "mean_utilization_pct":
-        return f"{v:.1f}%"
-    if isinstance(v, float):
-        return f"{v:,.1f}"
-    return str(v)
-
-
 def _name(doc: dict[str, Any]) -> str:
     name = doc["job"] if doc["job"] is not None else "(no job label)"
     flags = [f for f, on in (("running", doc["running"]), ("estimated", doc["estimated"])) if on]
@@ -81,7 +70,7 @@ def jobs_markdown(doc: dict[str, Any]) -> str:
         "|---|---|" + "---:|" * len(_COLUMNS),
     ]
     for j in doc["jobs"]:
-        cells = [_fmt(k, _get(j, k)) for k, _ in _COLUMNS]
+        cells = [cell(k, _get(j, k)) for k, _ in _COLUMNS]
         lines.append(f"| {_name(j)} | {_when(j)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -101,7 +90,7 @@ def _hours_table(job: dict[str, Any]) -> Table:
     for h in heads:
         table.add_column(h, justify="left" if h == "hour" else "right")
     for row in job["hours"]:
-        table.add_row(*(_fmt(k, row[k]) if k != "hour" else row[k] for k in keys))
+        table.add_row(*(cell(k, row[k]) if k != "hour" else row[k] for k in keys))
     return table
 
 
@@ -119,7 +108,7 @@ def _print_table(doc: dict[str, Any]) -> None:
     for _, head in _COLUMNS:
         table.add_column(head, justify="right")
     for j in doc["jobs"]:
-        table.add_row(_name(j), _when(j), *(_fmt(k, _get(j, k)) for k, _ in _COLUMNS))
+        table.add_row(_name(j), _when(j), *(cell(k, _get(j, k)) for k, _ in _COLUMNS))
     console.print(table)
     for j in doc["jobs"]:
         if "hours" in j:
