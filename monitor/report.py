@@ -275,8 +275,10 @@ def render_table(report: CostReport, console: Console) -> None:
     for col in ("gross", "CUD", "SUD", "other credits", "net", "share"):
         table.add_column(col, justify="right")
     for lines, total in _sections(report):
-        net_total = total.net_micros or 1
         for line in (*lines, total):
+            # a share of nothing (or of a net credit) is no figure, as in `analyze`'s table: koku's
+            # real 2024-03-01_5.csv bills $0, and every line and its TOTAL showed 0.0%
+            share = f"{100 * line.net_micros / total.net_micros:.1f}%" if total.net_micros > 0 else "-"
             table.add_row(
                 escape(line.label) + (" *" if line.provisional else ""),
                 *([escape(line.currency or "")] if several else []),
@@ -285,7 +287,7 @@ def render_table(report: CostReport, console: Console) -> None:
                 _money(line.sud_micros),
                 _money(line.other_credit_micros),
                 _money(line.net_micros),
-                f"{100 * line.net_micros / net_total:.1f}%",
+                share,
                 end_section=line is (lines[-1] if lines else None) or line is total,
                 style="bold" if line is total else None,
             )

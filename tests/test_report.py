@@ -296,3 +296,12 @@ def test_skus_bills_a_sku_per_currency(tmp_path: Path, capsys) -> None:
     assert main(["skus", "--billing", str(path)]) == 0
     table = capsys.readouterr().out
     assert "currency" in table and "EUR" in table and "18.85" not in table
+
+
+def test_a_total_of_nothing_has_no_shares(tmp_path: Path, capsys) -> None:
+    """koku's real 2024-03-01_5.csv bills $0 in all: each line and the TOTAL showed a 0.0% share,
+    as if the total had parts; a share of nothing is shown as "-"."""
+    path = write_ndjson(tmp_path / "export.ndjson", [export_row("Network Internet Egress from Americas to EMEA", 0)])
+    assert main(["report", "--billing", str(path)]) == 0
+    rows = [r for r in capsys.readouterr().out.splitlines() if "│" in r and ("TOTAL" in r or "network" in r)]
+    assert len(rows) == 2 and all(r.split("│")[-2].strip() == "-" for r in rows), rows
