@@ -102,6 +102,14 @@ def test_kill_9_restart_neither_repeats_nor_loses_alerts(tmp_path: Path) -> None
             port = second.wait_log("serving /healthz /readyz /metrics", timeout=WAIT_S)["port"]
             second.wait_log("detection", timeout=WAIT_S)
             _wait(lambda: all(r["status"] == "sent" for r in _outbox(db)), WAIT_S, "the outbox to drain")
+            # The gauge is set at the end of an outbox tick, after its rows are committed: a scrape
+            # between the two (CI, stop 34) still showed a message pending.
+            drained = 'gpucost_outbox_messages{state="pending"} 0.0'
+            _wait(
+                lambda: drained in http_get(port, "/metrics")[1],
+                WAIT_S,
+                "/metrics to show the drained outbox",
+            )
 
             assert http_get(port, "/healthz") == (200, '{"status": "ok"}')
             code, body = http_get(port, "/readyz")
@@ -112,7 +120,6 @@ def test_kill_9_restart_neither_repeats_nor_loses_alerts(tmp_path: Path) -> None
             for needle in (
                 'gpucost_job_last_success_timestamp_seconds{job="billing_poll"}',
                 'gpucost_job_last_success_timestamp_seconds{job="detection"}',
-                'gpucost_outbox_messages{state="pending"} 0.0',
                 "gpucost_findings{kind=",
                 'gpucost_spend_usd{category="compute"}',
             ):
