@@ -113,8 +113,9 @@ class GuardedJob:
             return False
         else:
             self.failures, self.next_allowed, self.last_error, self.last_source = 0, 0.0, None, None
-            self.last_success = self.wall()
+            # the gauge first: once /readyz sees this success (`last_success`), /metrics shows it
             self.metrics.job_last_success.labels(name).set(time.time())
+            self.last_success = self.wall()
             return True
         finally:
             self.metrics.job_duration.labels(name).observe(self.clock() - started)
