@@ -546,7 +546,7 @@ def test_sigkill_during_delivery_posts_exactly_once(
             _wait(lambda: all(r["status"] == "sent" for r in outbox(db)), 30, "the outbox to drain")
             _wait(
                 lambda: metric(http_get(port, "/metrics")[1], "gpucost_outbox_messages", state="sent") == 2,
-                10,
+                30,
                 "the outbox gauge",
             )
             _wait(lambda: http_get(port, "/readyz")[0] == 200, 30, "the first polls (readiness)")
