@@ -408,3 +408,14 @@ def test_a_jump_its_category_still_shows_while_the_project_total_lags_is_one_fin
     assert f.window_end == T0 + timedelta(days=23 + len(carried))
     assert f.impact_usd == sum(D(str(d["excess_usd"])) for d in f.evidence["days"])
     assert fmt_usd(f.impact_usd) in f.title and "It is still running: compute spend" in f.summary
+
+
+def test_drivers_measure_the_usual_level_from_when_the_spend_began() -> None:
+    """An export that began 10 days before the jump, read with a month of history before it: the
+    empty history days made the usual GPU spend $0 and its driver +$10,000.00, more than the whole
+    jump ($5,990.00; found by comparing `analyze` with the export, seed 7's ml-research)."""
+    rows = daily([*STEADY, "2500", "2500", "2500", "2500"])
+    inp = replace(inputs(rows), history_start=T0 - timedelta(days=29))
+    (f,) = SpendAnomaly().evaluate(inp, inp.window_end)
+    assert f.impact_usd == D("5990")
+    assert f.evidence["drivers"] == [{"subcategory": "compute.gpu", "increase_usd": 5990.0, "usual_daily_usd": 1002.5}]

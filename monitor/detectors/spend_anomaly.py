@@ -445,9 +445,14 @@ def _drivers(
     days: Sequence[tuple[date, int]],
     keep: Callable[[str], bool] = lambda s: True,
 ) -> list[dict[str, Any]]:
-    """Which subcategories grew on the flagged days, versus their median on the other full days."""
+    """Which subcategories grew on the flagged days, versus their median on the other full days
+    since the project's spend began, as `_flag` judges its days: the days of history before it are
+    no usual level (a fleet whose export began 11 days before a jump was read with 14 empty days of
+    history, a usual GPU spend of $0 and a driver larger than the whole jump)."""
     flagged_days = {d.day for d in flagged}
-    normal = [d for d, h in days if h == 24 and d not in flagged_days]
+    mine = [series for (p, _), series in sub.items() if p == project]
+    began = min((d for d, _ in days if any(d in series for series in mine)), default=None)
+    normal = [d for d, h in days if h == 24 and d not in flagged_days and began is not None and d >= began]
     out = []
     for (p, subcat), series in sub.items():
         if p != project or not keep(subcat):
