@@ -173,6 +173,7 @@ def test_commitment_for_a_steady_a3_fleet_is_priced_per_machine() -> None:
         ("train-1", 336.0, float(per_vm)),
     ]
     assert ev_["unused_commitment"] == {"machine_hours": 0.0, "usd": 0.0}
+    assert str(ev_["unused_commitment"]["usd"]) == "0.0"  # not -0.0, which == 0.0 too
     assert _lines_sum(f) == f.impact_usd
     assert ev_["price_source"] == CYCLENERD and f.summary.endswith(f"Prices: {CYCLENERD}.")
     assert "ran at least 2 a3-highgpu-8g VMs (8 H100 GPUs each) on demand" in f.summary

@@ -181,7 +181,7 @@ class CommitmentOpportunity(Detector):
                 "term": self.config.term,
                 "term_usd_per_machine_hour": {t: money(p) for t, p in per_term.items()},
                 "instances": lines,
-                "unused_commitment": {"machine_hours": float(unused), "usd": -money(unused * price)},
+                "unused_commitment": {"machine_hours": float(unused), "usd": money(-unused * price)},
                 "savings_usd": money(impact),
                 "savings_per_year_usd": {
                     t: money(steady * YEAR_HOURS * (od - p)) for t, p in per_term.items() if p < od
