@@ -112,7 +112,7 @@ def focus_rows(
     params = {"usage_start": start, "usage_end": end, "partition_end": read_until(now, end)}
     since = provisional_since(now, provisional_days)
     for row in source.run("focus", params).rows:
-        yield to_focus(row, provisional=row["usage_day"] >= since)
+        yield to_focus(row, provisional=row["usage_day"] >= since, within=(start, end))
 
 
 def _amount(micros: int | None) -> str:
@@ -164,14 +164,20 @@ def _tags(label_set: str | None) -> str:
     return json.dumps(pairs, sort_keys=True)
 
 
-def to_focus(row: dict[str, Any], *, provisional: bool) -> dict[str, str]:
-    """One `focus.sql` row as FOCUS columns (all strings, empty for unknown)."""
+def to_focus(
+    row: dict[str, Any], *, provisional: bool, within: tuple[datetime, datetime] | None = None
+) -> dict[str, str]:
+    """One `focus.sql` row as FOCUS columns (all strings, empty for unknown). `within`: the
+    report's window, which bounds the charge period: a day the window cuts holds only its hours
+    in it (FOCUS: the period "the charge applies to"), not the whole day."""
     sub, pm = row["subcategory"], row["pricing_model"]
     category = category_of(sub)
     charge_category, charge_class, frequency = _charge(sub, row["cost_type"])
     period_start, period_end = _billing_period(row["invoice_month"])
     committed = pm == "committed"
-    day = row["usage_day"]
+    day, day_end = row["usage_day"], row["usage_day"] + timedelta(days=1)
+    if within is not None:
+        day, day_end = max(day, within[0]), min(day_end, within[1])
     return {
         "AvailabilityZone": row["zone"] or "",
         "BilledCost": _amount(row["net_micros"]),
@@ -184,7 +190,7 @@ def to_focus(row: dict[str, Any], *, provisional: bool) -> dict[str, str]:
         "ChargeClass": charge_class,
         "ChargeDescription": row["sku_description"] or "",
         "ChargeFrequency": frequency,
-        "ChargePeriodEnd": to_iso(day + timedelta(days=1)) or "",
+        "ChargePeriodEnd": to_iso(day_end) or "",
         "ChargePeriodStart": to_iso(day) or "",
         "CommitmentDiscountCategory": "Usage" if committed and row["cud_micros"] else "",
         "CommitmentDiscountId": "",

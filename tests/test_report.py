@@ -320,3 +320,17 @@ def test_a_row_ending_before_it_starts_is_in_the_default_window(tmp_path: Path, 
     out = json.loads(capsys.readouterr().out)
     assert out["end"] == "2026-11-02T06:00:00Z"
     assert out["total"]["gross_micros"] == 750_000
+
+
+def test_focus_charge_periods_end_at_the_window(tmp_path: Path, capsys) -> None:
+    """A window that cuts days: each FOCUS row's charge period is the part of its day in the window
+    (07:00 to midnight, then midnight to 19:00), not the whole day, which its cost does not hold."""
+    rows = [export_row("Nvidia L4 GPU running in Americas", 1.0, hour=T0 + timedelta(hours=h)) for h in range(48)]
+    path = write_ndjson(tmp_path / "export.ndjson", rows)
+    window = ["--start", "2026-11-02T07:00:00Z", "--end", "2026-11-03T19:00:00Z"]
+    assert main(["report", "--billing", str(path), "--format", "focus", *window]) == 0
+    focus = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [(r["ChargePeriodStart"], r["ChargePeriodEnd"], r["BilledCost"]) for r in focus] == [
+        ("2026-11-02T07:00:00Z", "2026-11-03T00:00:00Z", "17.000000"),
+        ("2026-11-03T00:00:00Z", "2026-11-03T19:00:00Z", "19.000000"),
+    ]
