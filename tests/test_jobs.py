@@ -16,7 +16,7 @@ from monitor.analysis import Window
 from monitor.attribution import compile_rules
 from monitor.detectors.inputs import GpuHour
 from monitor.jobs import JobsConfig, job_of, parse_labels
-from monitor.jobs.build import build_jobs, cents_summing_to
+from monitor.jobs.build import build_jobs, cents_summing_to, paired_cents
 from monitor.jobs.run import jobs_params
 from monitor.sources.billing_duckdb import DuckDBBillingSource
 from monitor.sources.duckdb_conn import open_billing_db
@@ -89,6 +89,20 @@ def test_cents_add_up_to_the_rounded_total(values: list[Decimal]) -> None:
     cents = cents_summing_to(values)
     assert sum(cents) == sum(values).quantize(Decimal("0.01"))
     assert all(abs(c - v) < Decimal("0.01") for c, v in zip(cents, values, strict=True))
+
+
+def test_a_job_without_credits_shows_one_figure_for_cost_and_net() -> None:
+    """Rounded column by column, seed 7's batch-infer (no credits) showed cost 31,764.26 and net
+    31,764.27: the cost and net columns still sum to their rounded totals, and a job whose net is
+    its cost shows the same cents in both."""
+    costs = [Decimal(v) for v in ("133720.434", "31764.266", "10872.394", "1240.052")]
+    nets = [Decimal(v) for v in ("72073.139", "31764.266", "10872.394", "1083.468")]
+    assert cents_summing_to(nets)[1] != cents_summing_to(costs)[1]  # the case: rounded apart
+    cost_cents, net_cents = paired_cents(costs, nets)
+    assert cost_cents == cents_summing_to(costs)
+    assert (net_cents[1], net_cents[2]) == (cost_cents[1], cost_cents[2])
+    assert sum(net_cents) == sum(nets).quantize(Decimal("0.01"))
+    assert all(abs(c - v) < Decimal("0.02") for c, v in zip(net_cents, nets, strict=True))
 
 
 # -------------------------------------------------------------------------------- jobs.sql on DuckDB

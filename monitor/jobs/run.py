@@ -22,7 +22,7 @@ from monitor.analysis import Analysis, Sources, Window, open_sources, run_analys
 from monitor.config import Config
 from monitor.detectors.inputs import PriceLookup
 from monitor.errors import UserError
-from monitor.jobs.build import JobRecord, build_jobs, cents_summing_to
+from monitor.jobs.build import JobRecord, build_jobs, paired_cents
 from monitor.jobs.config import JobsConfig
 from monitor.report import read_until
 from monitor.sources.base import BillingSource
@@ -58,8 +58,7 @@ class JobsReport:
 
     def to_dict(self, *, job: str | None = None) -> dict[str, Any]:
         """The `gpucost jobs --format json` document; with `job`, only that job, with its hours."""
-        costs = cents_summing_to([j.cost for j in self.jobs])
-        nets = cents_summing_to([j.net_cost for j in self.jobs])
+        costs, nets = paired_cents([j.cost for j in self.jobs], [j.net_cost for j in self.jobs])
         docs = []
         for j, c, n in zip(self.jobs, costs, nets, strict=True):
             if job is not None and j.job != job:
