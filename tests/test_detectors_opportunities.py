@@ -197,6 +197,25 @@ def test_committed_hours_no_vm_used_are_paid_for_in_the_saving() -> None:
     assert _lines_sum(f) == f.impact_usd
 
 
+def test_no_commitment_or_spot_advice_for_a_vm_that_did_no_work() -> None:
+    """Seed 7's forgotten bob-a100-debug (8x A100 idle for 336 h) was advised a commitment beside
+    its idle finding: a VM whose every hour read was idle is no demand to buy cheaper, but one to
+    delete. A VM idle for a day between jobs is still steady demand."""
+    busy = _a3_fleet(n=1)
+    forgotten = [gpu(h, "train-1", util=0.0, idle=8) for h in range(336)]
+    (f,) = ev(CommitmentOpportunity(), inputs(gpu_hours=busy + forgotten, prices=_snapshot()))
+    assert [i["instance"] for i in f.evidence["instances"]] == ["train-0"]
+    assert f.evidence["steady_machines"] == 1
+    pausing = [gpu(h, "train-1", util=0.0 if h < 24 else 90.0, idle=8 if h < 24 else 0) for h in range(336)]
+    (g,) = ev(CommitmentOpportunity(), inputs(gpu_hours=busy + pausing, prices=_snapshot()))
+    assert g.evidence["steady_machines"] == 2
+    restartable = {"job": "sweep-1"}
+    idle_sweep = [gpu(h, "sweep-0", util=0.0, idle=8, labels=restartable) for h in range(336)]
+    assert ev(SpotOpportunity(), inputs(gpu_hours=idle_sweep, prices=_snapshot())) == []
+    working_sweep = [gpu(h, "sweep-0", labels=restartable) for h in range(336)]
+    assert ev(SpotOpportunity(), inputs(gpu_hours=working_sweep, prices=_snapshot()))
+
+
 def test_no_commitment_advice_for_spot_hours() -> None:
     rows = _a3_fleet(pricing_model="spot")
     assert ev(CommitmentOpportunity(), inputs(gpu_hours=rows, prices=_snapshot())) == []
