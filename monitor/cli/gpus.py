@@ -37,7 +37,7 @@ def _table(title: str, first: list[str], rows: list[dict[str, Any]], keys: list[
         "idle_gpu_hours": "idle GPU-h",
         "idle_cost_usd": "idle $",
         "unmonitored_cost_usd": "unmonitored $",
-        "cost_per_busy_gpu_hour_usd": "$/busy GPU-h",
+        "cost_per_busy_gpu_hour_usd": "GPU $/busy GPU-h",  # gross GPU cost: not `jobs`' whole net
     }
     for k in (*_NUM, *_NUM2):
         table.add_column(heads[k], justify="right")

@@ -37,7 +37,7 @@ _COLUMNS = (
     ("net_cost_usd", "net"),
     ("idle_cost_usd", "idle $"),
     ("by_subcategory.network.inter_zone", "inter-zone $"),
-    ("cost_per_busy_gpu_hour_usd", "$/busy GPU-h"),
+    ("cost_per_busy_gpu_hour_usd", "net $/busy GPU-h"),  # all its spend: not `gpus`' GPU cost
     ("single_zone_savings_usd", "1-zone saves"),
     ("spot_savings_usd", "Spot saves"),
 )

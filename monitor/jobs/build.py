@@ -139,7 +139,7 @@ class JobRecord:
 
     def to_dict(self, *, cost: Decimal | None = None, net_cost: Decimal | None = None) -> dict[str, Any]:
         """The `gpucost jobs` JSON of this job; `cost` / `net_cost`: cent figures when the caller
-        rounded them so that the jobs sum to the total (`cents_summing_to`)."""
+        rounded them so that the jobs sum to the total (`paired_cents`)."""
         per_busy = self.cost_per_busy_gpu_hour
         return {
             "job": self.job,
