@@ -193,6 +193,9 @@ def test_cli_skus_json(export_file: Path, capsys) -> None:
         "rows": 48,
     }
     assert gpu["committed_rows"] == 24
+    assert main(["skus", "--billing", str(export_file)]) == 0
+    line = next(r for r in capsys.readouterr().out.splitlines() if "H100 80GB GPU running in Americas" in r)
+    assert "committed rows" not in line and [c.strip() for c in line.split("│")][8:10] == ["48", "24"]
     assert gpu["cost"] == pytest.approx(48 * 9.8)
     assert skus["Nvidia L4 GPU attached to Spot Preemptible VMs running in Iowa"]["pricing_model"] == "spot"
 

@@ -24,6 +24,7 @@ COLUMNS = (
     "subcategory",
     "pricing_model",
     "rows",
+    "committed_rows",
     "cost",
     "currency",
 )
@@ -57,7 +58,8 @@ def skus_cmd(billing_paths, config_path, fmt) -> None:
     """List every (service, SKU) with its category: audit and override classification.
 
     Costs are gross, in the currency each line was invoiced in: a SKU billed to accounts in two
-    currencies is two lines."""
+    currencies is two lines. The pricing model is the one the SKU names; "committed rows" counts
+    its rows a commitment's credits cover, which `report` shows as committed."""
     cfg = load_optional_config(config_path)
     source = open_billing(billing_paths, cfg)
     lo, hi = search_range(source.engine, SystemClock().now())
@@ -68,7 +70,8 @@ def skus_cmd(billing_paths, config_path, fmt) -> None:
         return
     table = Table(title="SKUs and their attribution", caption=r"override with \[attribution] rules in config")
     for col in COLUMNS:
-        table.add_column(col, justify="right" if col in ("rows", "cost") else "left")
+        head = "committed rows" if col == "committed_rows" else col
+        table.add_column(head, justify="right" if col in ("rows", "committed_rows", "cost") else "left")
     table.add_column("rule")
     for line in lines:
         cost = plain_cents(micros_to_decimal(line["cost_micros"]))
