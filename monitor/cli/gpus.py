@@ -33,11 +33,11 @@ def _table(title: str, first: list[str], rows: list[dict[str, Any]], keys: list[
     heads = {
         "gpu_hours": "GPU-h",
         "mean_utilization_pct": "util",
-        "gpu_cost_usd": "GPU cost",
+        "gpu_cost_usd": "GPU cost (gross)",  # before credits: a committed GPU at its on-demand price
         "idle_gpu_hours": "idle GPU-h",
         "idle_cost_usd": "idle $",
         "unmonitored_cost_usd": "unmonitored $",
-        "cost_per_busy_gpu_hour_usd": "GPU $/busy GPU-h",  # gross GPU cost: not `jobs`' whole net
+        "cost_per_busy_gpu_hour_usd": "gross GPU $/busy GPU-h",  # not `jobs`' whole net
     }
     for k in (*_NUM, *_NUM2):
         table.add_column(heads[k], justify="right")
