@@ -10,7 +10,7 @@ snapshot. Nothing of ours is mocked.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from monitor.detectors.commitment_opportunity import CommitmentOpportunity, CommitmentOpportunityConfig
@@ -19,7 +19,7 @@ from monitor.detectors.spot_opportunity import SpotOpportunity
 from monitor.pricebook import PriceBook
 from monitor.sources.pricing import SnapshotPriceSource, book_from_skus
 from tests.fakes.catalog_server import REAL_SKUS
-from tests.test_detectors_common import D, FakePrices, gpu, inputs
+from tests.test_detectors_common import T0, D, FakePrices, cost, gpu, inputs
 
 FETCHED = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
 CATALOG_TEXT = "Cloud Billing Catalog API (fetched 2026-11-02T08:00:00Z)"
@@ -214,6 +214,21 @@ def test_no_commitment_or_spot_advice_for_a_vm_that_did_no_work() -> None:
     assert ev(SpotOpportunity(), inputs(gpu_hours=idle_sweep, prices=_snapshot())) == []
     working_sweep = [gpu(h, "sweep-0", labels=restartable) for h in range(336)]
     assert ev(SpotOpportunity(), inputs(gpu_hours=working_sweep, prices=_snapshot()))
+
+
+def test_hours_before_the_export_begins_are_no_unused_commitment() -> None:
+    """A window reaching a day before the export's first row (seed 11 read from Oct 31, its export
+    from Nov 1) counted the 4 committed VMs' 24 hours before it as unused ($5,892.83 off a
+    $36,430.90 saving); the saving is stated for the hours analysed, whole days or not."""
+    fleet = [replace(r, hour=r.hour + timedelta(days=1)) for r in _a3_fleet()]
+    billed = [cost(24 + h) for h in range(336)]
+    (f,) = ev(CommitmentOpportunity(), inputs(billed, fleet, days=15, prices=_snapshot()))
+    assert f.evidence["unused_commitment"]["machine_hours"] == 0.0
+    assert f.impact_usd == 2 * (D(336) * (A3_OD - A3_1Y)).quantize(D("0.000001"))
+    assert f.title.endswith("per 14 days") and "of the 336 hours analysed" in f.summary
+    short = replace(inputs(billed, fleet, days=15, prices=_snapshot()), window_end=T0 + timedelta(hours=24 + 180))
+    (g,) = ev(CommitmentOpportunity(), short)
+    assert g.title.endswith("per 180 hours")
 
 
 def test_no_commitment_advice_for_spot_hours() -> None:
