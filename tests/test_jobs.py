@@ -237,6 +237,18 @@ def test_gpu_hours_idle_dollars_and_spot_follow_the_joined_hours(jobs_rows: list
     assert llm.running and not llm.estimated
 
 
+def test_no_spot_saving_for_a_vm_that_did_no_work() -> None:
+    """A job whose VM sat idle in every hour read (72 or more) is offered no Spot saving, as
+    `spot_opportunity` offers none: seed 11's `debug` job (0.2% busy) showed $5,524.21."""
+    from monitor.jobs.build import _spot
+
+    idle = [(_hour("vm-debug", "31", h=h, util=0.0, idle=8), Decimal(1)) for h in range(72)]
+    busy = [(_hour("vm-llm", "11", h=h), Decimal(1)) for h in range(72)]
+    assert _spot(idle, _Prices(), {}) == (Decimal(0), None)
+    assert _spot(idle[:71], _Prices(), {})[0] == 71 * 8 * 6  # too little read to call it unused
+    assert _spot(busy + idle, _Prices(), {})[0] == 72 * 8 * 6  # 8 GPU-h x (10 - 4) an hour
+
+
 def test_a_node_hour_shared_by_two_jobs_is_split_by_their_gpu_usage() -> None:
     rows = [
         {"usage_hour": T0, "job_labels": "job=a", "project_id": "p", "region": "r", "zone": "z", "cluster": None,

@@ -38,8 +38,15 @@ from datetime import datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
+from monitor.detectors.idle_gpu import instance_key
 from monitor.detectors.inputs import GpuHour, PriceLookup
-from monitor.detectors.opportunities import machine_hours, machine_price_source, machine_prices, price_source
+from monitor.detectors.opportunities import (
+    machine_hours,
+    machine_price_source,
+    machine_prices,
+    price_source,
+    unused_nodes,
+)
 from monitor.gpu_identity import billed_identity, row_identity
 from monitor.gpu_rollups import GpuUsage, split_exact
 from monitor.jobs.identity import job_of, parse_labels
@@ -480,7 +487,10 @@ def _spot(
     if prices is None:
         return None, None
     total, sources = Decimal(0), []
+    unused = unused_nodes([h for h, _ in parts])  # a VM to delete, as `spot_opportunity` leaves it
     for h, frac in parts:
+        if unused and instance_key(h) in unused:
+            continue
         q = (h.machine_type, h.region, h.gpu_model, h.gpus > 0)
         if q not in quotes:
             quotes[q] = _quote(h, prices)
