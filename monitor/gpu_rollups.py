@@ -50,6 +50,8 @@ class GpuUsage:
     monitored_cost: Decimal = Decimal(0)
     util_weighted: Decimal = Decimal(0)
     estimated: bool = False
+    #: the part of `gpu_cost` from hours not billed yet, priced from the price list (estimates)
+    estimated_cost: Decimal = Decimal(0)
 
     def add(self, h: GpuHourLike) -> None:
         self.add_part(h, h.gpu_hours, h.gpu_cost, h.idle_gpu_hours, h.idle_cost)
@@ -65,7 +67,9 @@ class GpuUsage:
         """Add a share of hour `h` (all of it from `add`; a namespace's share from the rollup)."""
         self.gpu_hours += gpu_hours
         self.gpu_cost += gpu_cost
-        self.estimated = self.estimated or bool(getattr(h, "estimated", False))
+        if getattr(h, "estimated", False):
+            self.estimated = True
+            self.estimated_cost += gpu_cost
         if h.mean_utilization_pct is None:
             self.unmonitored_cost += gpu_cost
             return
@@ -78,7 +82,7 @@ class GpuUsage:
     def merge(self, other: GpuUsage) -> None:
         for f in ("gpu_hours", "gpu_cost", "idle_gpu_hours", "idle_cost", "unmonitored_cost"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
-        for f in ("monitored_gpu_hours", "monitored_cost", "util_weighted"):
+        for f in ("monitored_gpu_hours", "monitored_cost", "util_weighted", "estimated_cost"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
         self.estimated = self.estimated or other.estimated
 
@@ -103,6 +107,7 @@ class GpuUsage:
             "idle_cost_usd": _cents(self.idle_cost),
             "unmonitored_cost_usd": _cents(self.unmonitored_cost),
             "cost_per_busy_gpu_hour_usd": _cents(per_busy) if per_busy is not None else None,
+            "estimated_cost_usd": _cents(self.estimated_cost),
         }
 
 

@@ -193,7 +193,26 @@ def test_instance_summary_prefers_billed_hours_and_prices_a_busy_gpu_hour() -> N
         "idle_cost_usd",
         "unmonitored_cost_usd",
         "cost_per_busy_gpu_hour_usd",
+        "estimated_cost_usd",
     }
+    assert a["estimated_cost_usd"] == 0.0  # the estimated hour was reconciled: billed wins
+
+
+def test_hours_not_billed_yet_are_counted_apart() -> None:
+    """The demo's `gpus` for its last day showed $17,750.50 of GPU cost, $4,928.85 of it hours not
+    billed yet and priced from the price list, with no word: they are now counted apart
+    (`estimated_cost_usd`) and marked in the table."""
+    from monitor.cli.gpus import _table
+
+    hours = [gpu(h, "a", price="10") for h in range(3)] + [gpu(3, "a", price="10", estimated=True)]
+    hours += [gpu(h, "b") for h in range(4)]
+    by = {i.instance: i.to_dict() for i in summarize_instances(hours)}
+    assert (by["a"]["gpu_cost_usd"], by["a"]["estimated_cost_usd"]) == (320.0, 80.0)
+    assert by["b"]["estimated_cost_usd"] == 0.0
+    rolled = {(r["group"], r["key"]): r for r in (x.to_dict() for x in rollups(summarize_instances(hours), []))}
+    assert rolled[("project", "ml-prod")]["estimated_cost_usd"] == 80.0
+    table = _table("Per instance", ["Instance"], list(by.values()), ["instance"])
+    assert sorted(table.columns[0]._cells) == ["*a", "b"] and "not billed yet" in str(table.caption)
 
 
 def test_rollups_per_project_and_per_label_value() -> None:

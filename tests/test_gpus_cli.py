@@ -33,6 +33,7 @@ INSTANCE_KEYS = {
     "idle_cost_usd",
     "unmonitored_cost_usd",
     "cost_per_busy_gpu_hour_usd",
+    "estimated_cost_usd",
 }
 
 

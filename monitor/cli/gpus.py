@@ -42,9 +42,14 @@ def _table(title: str, first: list[str], rows: list[dict[str, Any]], keys: list[
     for k in (*_NUM, *_NUM2):
         table.add_column(heads[k], justify="right")
     for row in rows:
-        table.add_row(
-            *(str(row.get(c) if row.get(c) is not None else "-") for c in keys),
-            *(cell(k, row[k]) for k in (*_NUM, *_NUM2)),
+        names = [str(row.get(c) if row.get(c) is not None else "-") for c in keys]
+        if row.get("estimated_cost_usd"):
+            names[0] = f"*{names[0]}"  # one word: a long name is cut, not wrapped from its mark
+        table.add_row(*names, *(cell(k, row[k]) for k in (*_NUM, *_NUM2)))
+    if any(row.get("estimated_cost_usd") for row in rows):
+        table.caption = (
+            "*: includes GPU hours not billed yet, priced from the price list (estimated_cost_usd in"
+            " the JSON; `gpucost jobs` shows them apart)"
         )
     return table
 
