@@ -624,6 +624,7 @@ class ResourceHourNet(NamedTuple):
     subcategory: str
     cost_type: str | None
     net: Decimal
+    rows: int = 0  # export rows summed: several resources' where the grain keeps no resource
 
 
 def net_by_resource_hour(store: AggregateStore, start: datetime, end: datetime) -> list[ResourceHourNet]:
@@ -633,12 +634,16 @@ def net_by_resource_hour(store: AggregateStore, start: datetime, end: datetime) 
     `HourlyCost` and its keys dict per stored row (two days at bench scale 48: 101,592 rows, 216 MB)."""
     sql = (
         f"SELECT {_HOUR_TEXT}, {CATEGORY_SQL}, project_id, resource_name, sku_id, subcategory, cost_type,"
-        " CAST(SUM(net_micros) AS BIGINT) FROM billing_hourly WHERE usage_hour >= ? AND usage_hour < ?"
+        " CAST(SUM(net_micros) AS BIGINT), CAST(SUM(row_count) AS BIGINT) FROM billing_hourly"
+        " WHERE usage_hour >= ? AND usage_hour < ?"
         " GROUP BY ALL ORDER BY 1, subcategory, project_id, resource_name, sku_id, cost_type"
     )
     with _reading(store) as conn:
         raw = conn.execute(sql, (naive_utc(start), naive_utc(end))).fetchall()
-    return [ResourceHourNet(_parse_ts(h), *keys, micros_to_decimal(net)) for h, *keys, net in raw]
+    return [
+        ResourceHourNet(_parse_ts(h), *keys, micros_to_decimal(net), int(rows or 0))
+        for h, *keys, net, rows in raw
+    ]
 
 
 def month_net_by_category(
