@@ -226,6 +226,7 @@ def test_hours_before_the_export_begins_are_no_unused_commitment() -> None:
     assert f.evidence["unused_commitment"]["machine_hours"] == 0.0
     assert f.impact_usd == 2 * (D(336) * (A3_OD - A3_1Y)).quantize(D("0.000001"))
     assert f.title.endswith("per 14 days") and "of the 336 hours analysed" in f.summary
+    assert (f.window_start, f.window_end) == (T0 + timedelta(days=1), T0 + timedelta(days=15))
     short = replace(inputs(billed, fleet, days=15, prices=_snapshot()), window_end=T0 + timedelta(hours=24 + 180))
     (g,) = ev(CommitmentOpportunity(), short)
     assert g.title.endswith("per 180 hours")

@@ -82,7 +82,7 @@ class CommitmentOpportunity(Detector):
         for key in sorted(groups, key=str):
             counts = [groups[key].get(h, Decimal(0)) for h in grid]
             steady = int(percentile(counts, self.config.steady_percentile))
-            if steady >= 1 and (f := self._finding(key, steady, counts, inputs, hours)) is not None:
+            if steady >= 1 and (f := self._finding(key, steady, counts, inputs, grid)) is not None:
                 findings.append(f)
         vms: dict[tuple[str | None, str | None, str], list[GpuHour]] = defaultdict(list)
         for r in by_machine:
@@ -135,7 +135,7 @@ class CommitmentOpportunity(Detector):
         impact = sum((q6(covered[ik] * (od - price)) for ik in covered), Decimal(0)) - q6(unused * price)
         if not self.keep(impact):
             return None
-        return self._machine_report(key, steady, counts, lines, unused, impact, rows[0], inputs, len(grid))
+        return self._machine_report(key, steady, counts, lines, unused, impact, rows[0], inputs, grid)
 
     def _machine_report(
         self,
@@ -147,9 +147,10 @@ class CommitmentOpportunity(Detector):
         impact: Decimal,
         sample: GpuHour,
         inputs: DetectorInputs,
-        hours: int,
+        grid: Sequence[datetime],
     ) -> Finding:
         project, region, machine = key
+        hours = len(grid)
         assert inputs.prices is not None
         terms = machine_prices(inputs.prices, machine, region, ("on_demand", "commit_1y", "commit_3y"))
         terms = terms or machine_prices(inputs.prices, machine, region, ("on_demand", self.config.term)) or {}
@@ -177,8 +178,8 @@ class CommitmentOpportunity(Detector):
                 f"{fmt_usd(steady * YEAR_HOURS * (od - price))} a year. Prices: {source}."
             ),
             impact_usd=impact,
-            window_start=inputs.window_start,
-            window_end=inputs.window_start + hours * ONE_HOUR,
+            window_start=grid[0],  # the hours analysed: from where the window's billing begins
+            window_end=grid[-1] + ONE_HOUR,
             scope=scope,
             evidence={
                 "priced_per": "machine",
@@ -217,9 +218,10 @@ class CommitmentOpportunity(Detector):
         steady: int,
         counts: Sequence[Decimal],
         inputs: DetectorInputs,
-        hours: int,
+        grid: Sequence[datetime],
     ) -> Finding | None:
         project, region, model = key
+        hours = len(grid)
         assert inputs.prices is not None
         od = inputs.prices.gpu_hourly(model, region, "on_demand")
         price = inputs.prices.gpu_hourly(model, region, self.config.term)
@@ -248,8 +250,8 @@ class CommitmentOpportunity(Detector):
                 f"Prices: {source}."
             ),
             impact_usd=impact,
-            window_start=inputs.window_start,
-            window_end=inputs.window_start + hours * ONE_HOUR,
+            window_start=grid[0],  # the hours analysed: from where the window's billing begins
+            window_end=grid[-1] + ONE_HOUR,
             scope=scope,
             evidence={
                 "priced_per": "gpu",
