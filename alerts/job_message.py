@@ -195,6 +195,18 @@ def routing_finding(r: Any) -> Finding:
     )
 
 
+def billed_until(costs: Costs, start: datetime, end: datetime, within: timedelta) -> datetime:
+    """Where a job's quiet is measured to: the end of the latest hour billed in [start, end), not
+    the clock, since billing lags usage by hours and by more for some resources than for others
+    (the demo's daemon told "Job finished: embeddings" at 12:00 for a VM billed to 04:00 while
+    others were billed to 07:00; it ran on, and the message cannot be taken back). When the whole
+    export has been silent for more than twice `within` (every job of the fleet stopped, its disks
+    too), the clock less that time: the jobs are told then, not never."""
+    total = costs.sums((), start=start, end=end).get(())
+    billed = total.last + _HOUR if total is not None else start
+    return min(end, max(billed, end - 2 * within))
+
+
 def announce_finished(
     store: StateStore,
     hourly: Costs | Sequence[Any],
@@ -230,6 +242,7 @@ def announce_finished(
     costs = as_costs(hourly)
     if estimates is None and not callable(gpu_hours):
         estimates = gpu_hours
+    window_end = billed_until(costs, window_start, window_end, within)
     until = _estimated_until(costs, estimates or (), keys_of)
     stale = {
         j: span

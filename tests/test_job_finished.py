@@ -50,6 +50,11 @@ def _train(first: int, last: int, job: str = "llm") -> list[CostHour]:
     return out
 
 
+def _rest(last: int) -> list[CostHour]:
+    """The rest of the export billing on to hour `last` (disks, buckets: no job), as it does."""
+    return [_cost(h, "1", None, "storage.persistent_disk", instance=None) for h in range(0, last + 1)]
+
+
 def _gpu(hour: int, job: str = "llm", idle: bool = False, estimated: bool = False) -> GpuHour:
     return GpuHour(
         T0 + hour * H, "ml", f"{job}-vm", "H100", 8, D(8), D(100), 0.0 if idle else 80.0,
@@ -165,7 +170,7 @@ def test_a_job_whose_utilization_runs_on_is_not_built(store) -> None:
     """Billing lags usage by hours, so at each detection run a running job's last billed hour looks
     old. Its estimated hours (utilization, no billing yet) show it running: nothing is built and the
     GPU hours before the detection window are not joined. Once those too are old, it is told."""
-    hours, est = _train(0, 9), [_gpu(h, estimated=True) for h in (10, 11, 12)]
+    hours, est = _train(0, 9) + _rest(30), [_gpu(h, estimated=True) for h in (10, 11, 12)]
 
     def never() -> list:
         raise AssertionError("the earlier GPU hours were joined for a job still running")
@@ -176,13 +181,26 @@ def test_a_job_whose_utilization_runs_on_is_not_built(store) -> None:
     assert key == job_message_key("llm", "#ml", T0 + 12 * H)  # its last hour is its last estimated one
 
 
+def test_quiet_is_measured_to_the_billing_not_the_clock(store) -> None:
+    """Billing lags usage, by more for some resources than for others: the demo's daemon told "Job
+    finished: embeddings" at 12:00 for a VM billed to 04:00 while the rest was billed to 07:00, and
+    the job ran on. Quiet is measured to the latest hour billed; an export silent for more than
+    twice `running_within_hours` (the whole fleet stopped) is measured to the clock less that."""
+    lagging = _train(0, 9) + _rest(13)  # the rest billed to 13: llm's 10 to 14 may be on their way
+    assert _announce(store, lagging, 17) == []  # the clock alone: 10 < 17 - 6
+    assert len(_announce(store, _train(0, 9) + _rest(17), 18)) == 1  # billing went on without it
+    silent = _train(0, 5, job="solo")  # nothing else bills: the whole export silent after hour 6
+    assert _announce(store, silent, 24) == []
+    assert len(_announce(store, silent, 25)) == 1  # 6 + 6 < 25 - 12
+
+
 def test_the_pipelines_repeat_interval_never_resends_it(store, tmp_path: Path) -> None:
     """Not a finding: `pipeline.process` with nothing firing, before and after `repeat_interval`,
     queues nothing, and the job message stays the one outbox row."""
     from alerts.console import ConsoleNotifier
     from alerts.pipeline import Deps, process
 
-    (key,) = _announce(store, _train(0, 9), 17)
+    (key,) = _announce(store, _train(0, 9) + _rest(30), 17)
     deps = Deps(store, ConsoleNotifier(tmp_path))
     for later in (17, 17 + 25, 17 + 49):
         assert process([], T0 + later * H, deps).notified == ()
@@ -215,7 +233,13 @@ def test_the_daemon_tells_each_finished_job_once(tmp_path: Path, fleet: Path) ->
     for step in (run_billing_poll, run_utilization_poll, run_detection):
         step(deps, early)
     assert _outbox(deps.store) == []
-    now = fleet_end + 8 * H
+    # the whole fleet stopped, its disks too: nothing bills after its end. Eight hours on, the whole
+    # export may only be late; the jobs are told once it has been silent for twice
+    # `running_within_hours` (12 h) and they quiet 6 h more
+    for step in (run_billing_poll, run_utilization_poll, run_detection):
+        step(deps, fleet_end + 8 * H)
+    assert _outbox(deps.store) == []
+    now = fleet_end + 20 * H
     run_billing_poll(deps, now)
     run_utilization_poll(deps, now)
     run_detection(deps, now)

@@ -39,6 +39,7 @@ from alerts.job_message import (
     _jobs_of,
     _rows_for,
     announce_finished,
+    billed_until,
     finished_jobs,
 )
 from monitor.billing_poll import HOURLY_COLUMNS, stored_job_sums, write_rows
@@ -244,11 +245,12 @@ def test_the_finished_job_check_tells_what_the_full_engine_would(tmp_path: Path,
     told: list[Announced] = []
     seen: set[str] = set()
     try:
-        for end in (T0 + e * H for e in range(6, 16)):
+        for end in (T0 + e * H for e in range(6, 34)):  # to past the silent export's 12 h
             inside = [h for h in hours if h.hour < end]
-            full = job_records(inside, [g for g in gpu if g.hour < end], JOBS, end, _Prices())
+            quiet_to = billed_until(Costs.from_rows(inside), T0, end, 6 * H)  # the latest hour billed
+            full = job_records(inside, [g for g in gpu if g.hour < end], JOBS, quiet_to, _Prices())
             spans = _billed_spans(Costs.from_rows(inside), KEYS)
-            stale = {j: s for j, s in spans.items() if s[1] + H < end - 6 * H}
+            stale = {j: s for j, s in spans.items() if s[1] + H < quiet_to - 6 * H}
             runs = finished_jobs(_Candidate.latest(stale), told, history)  # does the engine run at all
             want = [r.job for r in finished_jobs(full, told, history)] if runs else []
             keys = announce_finished(
