@@ -142,6 +142,8 @@ class Analysis:
     findings: tuple[Finding, ...]
     gpu_hours: tuple[GpuHour, ...]
     stats: Stats
+    #: the export currencies other than USD whose amounts were converted (`currency_conversion_rate`)
+    converted_from: tuple[str, ...] = ()
 
     @property
     def totals(self) -> dict[str, Decimal]:
@@ -161,6 +163,7 @@ class Analysis:
         return {
             "window": self.window_dict(),
             "currency": self.currency,
+            "converted_from": list(self.converted_from),
             "totals": {k: _num(v) for k, v in self.totals.items()},
             "attribution": [a.to_dict() for a in self.attribution],
             "findings": [f.to_dict() for f in self.findings],
@@ -357,7 +360,7 @@ def run_analysis(
         )
         costs = inputs.hourly  # a view on the scratch aggregate store: closed before it goes
         try:
-            _note_currencies(currencies(aggregates, window.start, window.end))
+            converted = _note_currencies(currencies(aggregates, window.start, window.end))
             lines = attribution(costs, window.start, window.end)
             stage("detecting")
             # inside: a job budget may join the GPU hours before the window (`all_gpu_hours`)
@@ -382,6 +385,7 @@ def run_analysis(
         findings=tuple(findings),
         gpu_hours=gpu,
         stats=stats,
+        converted_from=converted,
     )
 
 
@@ -449,12 +453,14 @@ def attribution(
     return tuple(sorted(lines, key=lambda a: (-a.net_cost, a.subcategory, a.pricing_model or "")))
 
 
-def _note_currencies(seen: set[str]) -> None:
-    """Amounts are always USD (`hourly.sql` divides by `currency_conversion_rate`); say so when the
-    export was in another currency."""
-    other = sorted(seen - {"USD"})
+def _note_currencies(seen: set[str]) -> tuple[str, ...]:
+    """Amounts are always USD (`hourly.sql` divides by `currency_conversion_rate`); the currencies
+    converted, which the output names: seed 7's USD total holds its EUR account converted
+    ($263,739.10 against `report`'s USD invoice, $258,781.85) and said nothing of it."""
+    other = tuple(sorted(seen - {"USD"}))
     if other:
         log.info("billing rows in %s converted to USD with currency_conversion_rate", ", ".join(other))
+    return other
 
 
 def _stats(metered: MeteredSource, engine: str, start: datetime, window: Window) -> Stats:

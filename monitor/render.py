@@ -198,13 +198,16 @@ def evidence_line(f: Mapping[str, Any]) -> str:
 # -- markdown ------------------------------------------------------------------------------------------
 
 
-def _header(totals: Mapping[str, Any] | None, window: Mapping[str, Any] | None) -> list[str]:
+def _header(
+    totals: Mapping[str, Any] | None, window: Mapping[str, Any] | None, converted: Sequence[str] = ()
+) -> list[str]:
     w = window or {}
     lines = [f"# GPU cost report: {_when(w.get('start'))} → {_when(w.get('end'))}", ""]
     if totals:
+        rates = f" ({', '.join(converted)} converted at the export's rates)" if converted else ""
         lines.append(
             f"**Spend:** {usd(totals.get('net_cost'))} net ({usd(totals.get('cost'))} before "
-            f"{usd(totals.get('credits'))} credits), in USD."
+            f"{usd(totals.get('credits'))} credits), in USD{rates}."
         )
     if w.get("provisional_from") and not _after_end(w["provisional_from"], w.get("end")):
         lines.append(
@@ -279,18 +282,19 @@ def findings_markdown(
     window: Mapping[str, Any] | None = None,
     *,
     top: int = 10,
+    converted: Sequence[str] = (),
 ) -> str:
     """A report a person would forward: the hidden costs (summary table, the `top` in detail), then
     savings opportunities (advice, kept apart: nothing was lost), then where the money went.
 
     `totals` and `window` are the `analyze` JSON's objects (`cost`/`credits`/`net_cost`;
     `start`/`end`/`provisional_from` as datetimes or ISO strings); findings may be `Finding`s or
-    their `to_dict()` form.
+    their `to_dict()` form. `converted`: the export currencies converted into those USD figures.
     """
     rows = _sorted(findings)
     leaks = [f for f in rows if not is_advice(f["kind"])]
     advice = [f for f in rows if is_advice(f["kind"])]
-    lines = _header(totals, window)
+    lines = _header(totals, window, converted)
     if not leaks:
         lines += ["## Hidden costs", "", "No hidden costs found in this window.", ""]
     else:

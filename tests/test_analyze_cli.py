@@ -58,6 +58,14 @@ def truth(fleet: Path) -> dict[str, Any]:
     return json.loads((fleet / "ground_truth.json").read_text())
 
 
+@pytest.mark.slow
+def test_the_header_names_the_currencies_converted(fleet: Path) -> None:
+    """Seed 7's USD total holds its EUR account converted ($263,739.10 against the USD invoice's
+    $258,781.85 in `report`): the header says so."""
+    rc, out = run(["analyze", *files(fleet)])
+    assert rc == 0 and "USD (EUR converted at the export's rates);" in out.splitlines()[0]
+
+
 def is_iso(v: Any) -> bool:
     return isinstance(v, str) and v.endswith("Z") and parse_timestamp(v).tzinfo is not None
 
@@ -87,10 +95,10 @@ SCOPE_KEYS = {"project", "zone", "region", "instance", "instance_id", "cluster",
 @pytest.mark.slow
 def test_json_has_every_key_of_the_contract_with_its_type(analyzed: dict[str, Any]) -> None:
     d = analyzed
-    assert set(d) == {"window", "currency", "totals", "attribution", "findings", "stats"}
+    assert set(d) == {"window", "currency", "converted_from", "totals", "attribution", "findings", "stats"}
     assert set(d["window"]) == {"start", "end", "provisional_from"}
     assert all(is_iso(v) for v in d["window"].values())
-    assert d["currency"] == "USD"
+    assert d["currency"] == "USD" and d["converted_from"] == ["EUR"]  # the mixed fleet's EUR account
     assert set(d["totals"]) == {"cost", "credits", "net_cost"} and all(map(is_num, d["totals"].values()))
     assert d["attribution"]
     for a in d["attribution"]:

@@ -59,9 +59,13 @@ def render_analysis_table(result: Analysis, console: Console) -> None:
     """Window and totals, the findings table, then spend by category."""
     d = result.to_dict()
     w, t = d["window"], d["totals"]
+    converted = d["converted_from"]
+    currency = d["currency"] + (
+        f" ({', '.join(converted)} converted at the export's rates)" if converted else ""
+    )
     console.print(
         f"[bold]{w['start']} → {w['end']}[/]  net {usd(t['net_cost'])} (cost {usd(t['cost'])}, "
-        f"credits {usd(t['credits'])}) {d['currency']}; provisional from {w['provisional_from']}"
+        f"credits {usd(t['credits'])}) {currency}; provisional from {w['provisional_from']}"
     )
     console.print(findings_table(result.findings))
     table = Table(title="Where the money went")
@@ -104,7 +108,10 @@ def analyze_cmd(billing_paths, utilization_paths, config_path, start, end, fmt) 
         click.echo(json.dumps(result.to_dict(), indent=2))
     elif fmt == "markdown":
         d = result.to_dict()
-        click.echo(findings_markdown(result.findings, d["totals"], d["attribution"], d["window"]), nl=False)
+        markdown = findings_markdown(
+            result.findings, d["totals"], d["attribution"], d["window"], converted=d["converted_from"]
+        )
+        click.echo(markdown, nl=False)
     else:
         console = Console()
         render_analysis_table(result, console if console.is_terminal else Console(width=200))
