@@ -189,6 +189,7 @@ class SpendAnomaly(Detector):
         daily_flagged: dict[str | None, dict[date, date | None]] = defaultdict(dict)
         for project in sorted(proj, key=str):
             flagged = self._flag(proj[project], days, provisional_days)
+            began = _began(proj[project], days)  # the project's usual level starts here (drivers)
             starts = _run_starts(flagged)
             if project in hourly:
                 moved = {d: continued_from(self, hourly[project], d) for d in set(starts.values())}
@@ -197,7 +198,7 @@ class SpendAnomaly(Detector):
             shown = [f for f in flagged if f.day >= first_reported]
             own: int | None = None  # the index of the project's finding, if raised
             if shown:
-                drivers = _drivers(project, shown, sub, days)
+                drivers = _drivers(project, shown, sub, days, began)
                 raised = self._finding(project, None, shown, drivers, starts[flagged[-1].day])
                 own = len(findings) if raised else None
                 findings.extend(raised)
@@ -228,7 +229,9 @@ class SpendAnomaly(Detector):
                     daily_flagged[project].setdefault(d, None)
                 cat_shown = [f for f in cat_flagged if f.day >= first_reported]
                 if cat_shown:
-                    drivers = _drivers(project, cat_shown, sub, days, lambda s, c=category: s.startswith(c))
+                    drivers = _drivers(
+                        project, cat_shown, sub, days, began, lambda s, c=category: s.startswith(c)
+                    )
                     start = cat_starts[cat_flagged[-1].day]
                     findings.extend(self._finding(project, category, cat_shown, drivers, start))
         if self.config.hourly:
@@ -316,13 +319,13 @@ class SpendAnomaly(Detector):
         self, series: Mapping[date, Decimal], days: Sequence[tuple[date, int]], provisional: set[date]
     ) -> list[_Day]:
         """Anomalous days of one series; flagged days are kept out of later baselines."""
-        started = [d for d, _ in days if d in series]
-        if not started:
+        began = _began(series, days)
+        if began is None:
             return []
         history: list[date] = []
         out: list[_Day] = []
         for d, hours in days:
-            if d < started[0]:
+            if d < began:
                 continue
             spend = series.get(d, Decimal(0))
             day = self._judge(series, history, d, spend, hours, d in provisional)
@@ -438,20 +441,24 @@ def _day_evidence(d: _Day) -> dict[str, Any]:
     }
 
 
+def _began(series: Mapping[date, Decimal], days: Sequence[tuple[date, int]]) -> date | None:
+    """The first of `days` with spend in `series` (None: none has): where its usual level starts."""
+    return next((d for d, _ in days if d in series), None)
+
+
 def _drivers(
     project: str | None,
     flagged: Sequence[_Day],
     sub: Mapping[tuple[str | None, str], Mapping[date, Decimal]],
     days: Sequence[tuple[date, int]],
+    began: date | None,
     keep: Callable[[str], bool] = lambda s: True,
 ) -> list[dict[str, Any]]:
     """Which subcategories grew on the flagged days, versus their median on the other full days
-    since the project's spend began, as `_flag` judges its days: the days of history before it are
-    no usual level (a fleet whose export began 11 days before a jump was read with 14 empty days of
-    history, a usual GPU spend of $0 and a driver larger than the whole jump)."""
+    since the project's spend `began` (`_began`), as `_flag` judges its days: the days of history
+    before it are no usual level (a fleet whose export began 11 days before a jump was read with 14
+    empty days of history, a usual GPU spend of $0 and a driver larger than the whole jump)."""
     flagged_days = {d.day for d in flagged}
-    mine = [series for (p, _), series in sub.items() if p == project]
-    began = min((d for d, _ in days if any(d in series for series in mine)), default=None)
     normal = [d for d, h in days if h == 24 and d not in flagged_days and began is not None and d >= began]
     out = []
     for (p, subcat), series in sub.items():
