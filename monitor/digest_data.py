@@ -18,7 +18,8 @@ demo read -46% on a steady fleet). The rule: the day before counts only its rows
 has arrived for the latest day, the same (clock hour in the digest's zone, project, resource, SKU,
 cost type) (`_match_key`); where the stored grain sums several resources (CPU, RAM, disks: no
 resource name), the day before counts the share of its export rows that has arrived (`_previous`).
-What is late on the latest day is left out of both days, wherever it falls; a new resource or SKU still shows as an increase; the day before's cost with no counterpart
+What is late on the latest day is left out of both days, wherever it falls; a new resource or SKU
+still shows as an increase; the day before's cost with no counterpart
 yet (late rows, or a resource that stopped) is reported as not compared yet
 (`DigestData.not_compared`), never silently dropped, and is compared once the day is complete: a
 day no longer provisional is compared with the whole day before. The latest day's own figures are

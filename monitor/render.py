@@ -22,7 +22,14 @@ from monitor.detectors.base import registered
 from monitor.model import Finding, usd
 from monitor.timeutil import parse_timestamp, to_iso
 
-__all__ = ["evidence_line", "findings_markdown", "findings_table", "findings_text", "is_advice"]
+__all__ = [
+    "converted_note",
+    "evidence_line",
+    "findings_markdown",
+    "findings_table",
+    "findings_text",
+    "is_advice",
+]
 
 _SEV_ORDER = {"critical": 0, "warning": 1, "info": 2}
 _SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
@@ -40,6 +47,11 @@ def _when(v: datetime | str | None) -> str:
         return "?"
     s = to_iso(v) if isinstance(v, datetime) else str(v)
     return s.replace("T", " ").replace(":00Z", " UTC").replace("Z", " UTC")
+
+
+def converted_note(converted: Sequence[str]) -> str:
+    """What follows "USD" when amounts of other currencies were converted into it, else ""."""
+    return f" ({', '.join(converted)} converted at the export's rates)" if converted else ""
 
 
 def _cell(text: Any) -> str:
@@ -204,10 +216,9 @@ def _header(
     w = window or {}
     lines = [f"# GPU cost report: {_when(w.get('start'))} → {_when(w.get('end'))}", ""]
     if totals:
-        rates = f" ({', '.join(converted)} converted at the export's rates)" if converted else ""
         lines.append(
             f"**Spend:** {usd(totals.get('net_cost'))} net ({usd(totals.get('cost'))} before "
-            f"{usd(totals.get('credits'))} credits), in USD{rates}."
+            f"{usd(totals.get('credits'))} credits), in USD{converted_note(converted)}."
         )
     if w.get("provisional_from") and not _after_end(w["provisional_from"], w.get("end")):
         lines.append(

@@ -25,7 +25,7 @@ from monitor.cli._common import (
 from monitor.clock import SystemClock
 from monitor.config import Config
 from monitor.model import usd
-from monitor.render import findings_markdown, findings_table
+from monitor.render import converted_note, findings_markdown, findings_table
 
 __all__ = ["analyze_cmd", "cli_analysis", "render_analysis_table"]
 
@@ -59,13 +59,10 @@ def render_analysis_table(result: Analysis, console: Console) -> None:
     """Window and totals, the findings table, then spend by category."""
     d = result.to_dict()
     w, t = d["window"], d["totals"]
-    converted = d["converted_from"]
-    currency = d["currency"] + (
-        f" ({', '.join(converted)} converted at the export's rates)" if converted else ""
-    )
     console.print(
         f"[bold]{w['start']} → {w['end']}[/]  net {usd(t['net_cost'])} (cost {usd(t['cost'])}, "
-        f"credits {usd(t['credits'])}) {currency}; provisional from {w['provisional_from']}"
+        f"credits {usd(t['credits'])}) {d['currency']}{converted_note(d['converted_from'])}; "
+        f"provisional from {w['provisional_from']}"
     )
     console.print(findings_table(result.findings))
     table = Table(title="Where the money went")
