@@ -168,8 +168,9 @@ def to_focus(
     row: dict[str, Any], *, provisional: bool, within: tuple[datetime, datetime] | None = None
 ) -> dict[str, str]:
     """One `focus.sql` row as FOCUS columns (all strings, empty for unknown). `within`: the
-    report's window, which bounds the charge period: a day the window cuts holds only its hours
-    in it (FOCUS: the period "the charge applies to"), not the whole day."""
+    report's window, which bounds the charge period: the row of a day the window cuts holds the
+    cost of that day's hours in the window only, so its ChargePeriodStart/End say those hours, not
+    the whole day."""
     sub, pm = row["subcategory"], row["pricing_model"]
     category = category_of(sub)
     charge_category, charge_class, frequency = _charge(sub, row["cost_type"])
