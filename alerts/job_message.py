@@ -37,7 +37,7 @@ from alerts.escape import escape_mrkdwn as esc
 from alerts.escape import truncate
 from alerts.notifier import Message
 from alerts.outbox import enqueue, ensure_schema, fmt_ts, parse_ts
-from monitor.detectors.costs import Costs, Touching, as_costs
+from monitor.detectors.costs import Costs, Touching, as_costs, billed_until
 from monitor.model import Finding, Scope, Severity
 from monitor.state.store import StateStore
 
@@ -193,18 +193,6 @@ def routing_finding(r: Any) -> Finding:
     return Finding(
         JOB_GROUP, Severity.INFO, f"Job finished: {r.job}", "", r.net_cost, when, when, scope, {}, "", ""
     )
-
-
-def billed_until(costs: Costs, start: datetime, end: datetime, within: timedelta) -> datetime:
-    """Where a job's quiet is measured to: the end of the latest hour billed in [start, end), not
-    the clock, since billing lags usage by hours and by more for some resources than for others
-    (the demo's daemon told "Job finished: embeddings" at 12:00 for a VM billed to 04:00 while
-    others were billed to 07:00; it ran on, and the message cannot be taken back). When the whole
-    export has been silent for more than twice `within` (every job of the fleet stopped, its disks
-    too), the clock less that time: the jobs are told then, not never."""
-    total = costs.sums((), start=start, end=end).get(())
-    billed = total.last + _HOUR if total is not None else start
-    return min(end, max(billed, end - 2 * within))
 
 
 def announce_finished(

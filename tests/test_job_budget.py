@@ -115,6 +115,20 @@ def test_a_stopped_job_burns_nothing_more_and_fires_only_when_already_over() -> 
     assert "stopped" in f.summary and f.evidence["crosses_at"] == "2026-11-06T10:00:00Z"
 
 
+def test_a_job_whose_billing_lags_the_clock_like_the_rest_of_the_export_still_burns() -> None:
+    # now is hour 108; the whole export is billed to hour 99 (billing lags usage by hours): the job's
+    # 8 quiet hours are the export's lag, not a stop, so the burn goes on (the clock would say
+    # stopped after 6 h and project $1,000, under the budget)
+    rows = _rows(0, 100, "10", {"job": "llm"}) + _rows(0, 100, "3", {"job": "other"})
+    (f,) = _detector({"llm": 1500}).evaluate(_inputs(rows, 108, prov_hour=100), T0 + 108 * H)
+    e = f.evidence
+    assert e["running"] is True and e["hourly_burn_usd"] == 10.0
+    assert e["projected_usd"] == 1000 + 80 + 1680  # the 8 unbilled hours at the rate, then 7 days
+    # the export billed on to hour 107 for another job: this one's quiet is its own
+    rows += _rows(100, 8, "3", {"job": "other"})
+    assert _detector({"llm": 1500}).evaluate(_inputs(rows, 108, prov_hour=100), T0 + 108 * H) == []
+
+
 def test_a_bucket_billing_on_does_not_keep_a_stopped_job_burning() -> None:
     rows = _rows(0, 100, "10", {"job": "llm"})
     rows += [

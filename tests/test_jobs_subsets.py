@@ -39,11 +39,10 @@ from alerts.job_message import (
     _jobs_of,
     _rows_for,
     announce_finished,
-    billed_until,
     finished_jobs,
 )
 from monitor.billing_poll import HOURLY_COLUMNS, stored_job_sums, write_rows
-from monitor.detectors.costs import Costs
+from monitor.detectors.costs import Costs, billed_until
 from monitor.detectors.inputs import CostHour, GpuHour
 from monitor.jobs.build import CLUSTER_FEE, build_jobs
 from monitor.jobs.config import JobsConfig

@@ -30,7 +30,7 @@ import functools
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +44,7 @@ from monitor.timeutil import from_naive_utc, naive_utc
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["Condition", "CostSum", "Costs", "Touching", "as_costs", "columns", "one_of"]
+__all__ = ["Condition", "CostSum", "Costs", "Touching", "as_costs", "billed_until", "columns", "one_of"]
 
 _MICRO = Decimal("0.000001")
 _MICROS = Decimal(1_000_000)
@@ -501,3 +501,15 @@ def _where(
 def as_costs(rows: Costs | Iterable[CostHour]) -> Costs:
     """`rows` as `Costs` (a list of `CostHour`s goes into the engine)."""
     return rows if isinstance(rows, Costs) else Costs.from_rows(rows)
+
+
+def billed_until(costs: Costs, start: datetime, end: datetime, within: timedelta) -> datetime:
+    """Where a job's quiet is measured to (a finished job's message, `job_budget`'s "still
+    running"): the end of the latest hour billed in [start, end), not the clock, since billing lags
+    usage by hours and by more for some resources than for others (the demo's daemon told "Job finished: embeddings" at 12:00 for a VM billed to 04:00 while
+    others were billed to 07:00; it ran on, and the message cannot be taken back). When the whole
+    export has been silent for more than twice `within` (every job of the fleet stopped, its disks
+    too), the clock less that time: the jobs are told then, not never."""
+    total = costs.sums((), start=start, end=end).get(())
+    billed = total.last + timedelta(hours=1) if total is not None else start
+    return min(end, max(billed, end - 2 * within))

@@ -11,8 +11,9 @@ The projection is the project budgets' one (`budget_forecast.run_rate`, shared):
 the mean hourly net spend over the last `run_rate_days` of settled billing (provisional hours are
 an undercount while late rows land; they are counted at the larger of what was billed and the
 rate), or over the job's provisional hours when it has no settled ones. A job that stopped (no
-billed compute or utilization-estimated hour within `[jobs] running_within_hours`, as the jobs
-engine counts it) burns nothing more.
+billed compute or utilization-estimated hour within `[jobs] running_within_hours` of the latest
+hour billed in the export, as the jobs engine and a finished job's message count it) burns nothing
+more.
 Projected = spend so far + the rate over the next `horizon_days` (a job's end date is not in the
 bill). Fires for the highest of `thresholds_pct` (of the budget) that the projection crosses:
 fingerprint = (job, threshold in USD), so a growing projection is one alert, a raised budget or a
@@ -37,6 +38,7 @@ from pydantic import Field, field_validator
 
 from monitor.detectors.base import Detector, DetectorConfig, fmt_usd, human, iso, money, q6, register
 from monitor.detectors.budget_forecast import run_rate
+from monitor.detectors.costs import billed_until
 from monitor.detectors.inputs import CostHour, DetectorInputs, GpuHour
 from monitor.model import Finding, Scope, fingerprint
 
@@ -146,7 +148,10 @@ class JobBudget(Detector):
         prov = min(max(inputs.provisional_from, spend_from), as_of)
         rr = run_rate(rows, spend_from, spend_from, prov, as_of, self.config.run_rate_days)
         latest = max(last, last_gpu) if last_gpu is not None else last
-        running = latest + _HOUR >= as_of - timedelta(hours=self.jobs.running_within_hours)
+        within = timedelta(hours=self.jobs.running_within_hours)
+        # quiet measured to the latest hour billed, as a finished job's message measures it: billing
+        # lags the clock by hours, more than `within` for some resources
+        running = latest + _HOUR >= billed_until(inputs.hourly, inputs.window_start, as_of, within) - within
         rate = rr.hourly if running else _ZERO
         settled = _net(rows, None, prov)
         prov_billed = _net(rows, prov, as_of)
