@@ -235,17 +235,26 @@ def _dec(name: str, m: Mapping[Any, Any]) -> dict[Any, Decimal]:
 
 
 def delta(now: Decimal, before: Decimal) -> str:
-    """`+$12.00 (+5.0%)`; the percentage only when the day before is not zero.
+    """`+$12.00 (+5.0%)`; the percentage only when the day before is not zero. The percentage is
+    of the day before's size and carries the dollar change's sign, so a fall never reads "+-0.0%"
+    (a tiny fall rounds to a signed zero) and a fall from a negative day (credits over cost) is
+    never a rise.
 
     >>> delta(Decimal("105"), Decimal("100"))
     '+$5.00 (+5.0%)'
+    >>> delta(Decimal("994.94"), Decimal("1000"))
+    '-$5.06 (-0.5%)'
+    >>> delta(Decimal("99994.94"), Decimal("100000"))
+    '-$5.06 (-0.0%)'
+    >>> delta(Decimal("-150"), Decimal("-100"))
+    '-$50.00 (-50.0%)'
     """
     d = now - before
     sign = "-" if d < 0 else "+"
     text = f"{sign}{money(abs(d))}"
     if before:
-        pct = (d / before * 100).quantize(Decimal("0.1"))
-        text += f" ({'+' if pct >= 0 else ''}{pct}%)"
+        pct = (abs(d) / abs(before) * 100).quantize(Decimal("0.1"))
+        text += f" ({sign}{pct}%)"
     return text
 
 

@@ -19,6 +19,7 @@ from alerts.console import ConsoleNotifier
 from alerts.digest import (
     DigestData,
     DigestFinding,
+    delta,
     enqueue_digest,
     render_blocks,
     render_markdown,
@@ -81,6 +82,17 @@ def test_markdown_shows_the_figures_passed_in() -> None:
     assert "2. **$99.99** Cross-zone all-reduce" in md and "tiny" not in md  # top_n = 2
     assert "| 2026-11-01 *(provisional)* | $1,060.00 | $120.50 | $33.33 | $1,213.83 | $250.25 |" in md
     assert "| 2026-10-26 | $1,000.00 |" in md
+
+
+def test_a_change_and_its_percentage_carry_one_sign() -> None:
+    # seed 23's digest printed "-$5.06 (+-0.0%)": a tiny fall rounds to a signed zero
+    assert delta(Decimal("99994.94"), Decimal("100000")) == "-$5.06 (-0.0%)"
+    assert delta(Decimal("105"), Decimal("100")) == "+$5.00 (+5.0%)"
+    assert delta(Decimal("100"), Decimal("100")) == "+$0.00 (+0.0%)"
+    # a day of more credits than cost: a fall is a fall, of the day before's size
+    assert delta(Decimal("-150"), Decimal("-100")) == "-$50.00 (-50.0%)"
+    assert delta(Decimal("-50"), Decimal("-100")) == "+$50.00 (+50.0%)"
+    assert delta(Decimal("5"), Decimal("0")) == "+$5.00"
 
 
 def test_floats_are_rejected() -> None:
