@@ -264,17 +264,17 @@ def render_table(report: CostReport, console: Console) -> None:
     section and a total each, their shares of that total."""
     several = len(report.totals) > 1
     currency = "" if several or not report.totals else f" ({escape(report.totals[0].currency or '')})"
-    table = Table(
-        title=f"Cost by {escape(report.by)}{currency}, {to_iso(report.start)} to {to_iso(report.end)}",
-        caption=(
+    notes = []
+    if any(line.provisional for line in report.lines):  # not a window ending before them
+        notes.append(
             f"* includes provisional days (from {report.provisional_since.date().isoformat()}): "
             "late and corrected rows may still change them"
-            + (
-                "; each currency has its own total: amounts in two currencies are never added"
-                if several
-                else ""
-            )
-        ),
+        )
+    if several:
+        notes.append("each currency has its own total: amounts in two currencies are never added")
+    table = Table(
+        title=f"Cost by {escape(report.by)}{currency}, {to_iso(report.start)} to {to_iso(report.end)}",
+        caption="; ".join(notes) or None,
     )
     table.add_column(report.by)
     if several:

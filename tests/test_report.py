@@ -10,10 +10,11 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from monitor.cli import main
 from monitor.focus import FOCUS_COLUMNS, focus_rows
-from monitor.report import build_report, default_window, parse_by, render_csv
+from monitor.report import build_report, default_window, parse_by, render_csv, render_table
 from monitor.sources.billing_duckdb import DuckDBBillingSource
 from monitor.sources.duckdb_conn import open_billing_db
 from tests.conftest import SHARED_DATA
@@ -308,6 +309,20 @@ def test_a_total_of_nothing_has_no_shares(tmp_path: Path, capsys) -> None:
     assert main(["report", "--billing", str(path)]) == 0
     rows = [r for r in capsys.readouterr().out.splitlines() if "│" in r and ("TOTAL" in r or "network" in r)]
     assert len(rows) == 2 and all(r.split("│")[-2].strip() == "-" for r in rows), rows
+
+
+def test_the_provisional_caption_only_when_a_line_is_provisional(source) -> None:
+    """seed 23's `report` over its usage said "* includes provisional days (from 2026-11-18)" with
+    no line marked: its export was billed on to 11-20, after the window."""
+
+    def table(end: datetime) -> str:
+        rep = build_report(source, start=T0, end=end, now=T0 + timedelta(days=1, hours=12), provisional_days=1)
+        console = Console(width=200, file=io.StringIO())
+        render_table(rep, console)
+        return console.file.getvalue()
+
+    assert "provisional" not in table(T0 + timedelta(days=1))  # the second day is provisional
+    assert "* includes provisional days (from 2026-11-03)" in table(T0 + timedelta(days=2))
 
 
 def test_a_row_ending_before_it_starts_is_in_the_default_window(tmp_path: Path, capsys) -> None:
