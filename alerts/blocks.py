@@ -16,7 +16,7 @@ from typing import Any
 from alerts.dedupe import Reason
 from alerts.escape import escape_mrkdwn as esc
 from alerts.escape import truncate
-from monitor.model import Finding
+from monitor.model import Finding, to_cents
 from monitor.model import usd as money  # `$1,234.57`, `-$3.00`: the one dollar format
 
 __all__ = ["money", "render_group", "render_summary", "snapshot"]
@@ -108,10 +108,17 @@ def _resolved_blocks(resolved: Sequence[Mapping[str, Any]]) -> list[dict[str, An
     return [_md("*Resolved:*\n" + "\n".join(lines))] if lines else []
 
 
+def _total(findings: Sequence[Finding]) -> str:
+    """Findings' impacts summed as they are listed (each to the cent), so a total always adds up
+    to its lines: seed 23's first-start summary said "worth $24,883.35" over six lines that add up
+    to $24,883.34 (the unrounded impacts summed)."""
+    return money(sum((to_cents(f.impact_usd) for f in findings), Decimal(0)))
+
+
 def _fallback(reason: Reason, firing: Sequence[Finding], resolved: Sequence[Mapping[str, Any]]) -> str:
     head = _REASON_TEXT[reason]
     if firing:
-        total = money(sum((f.impact_usd for f in firing), Decimal(0)))
+        total = _total(firing)
         first = firing[0]
         more = f" (+{len(firing) - 1} more)" if len(firing) > 1 else ""
         return f"[{first.severity.value.upper()}] {head}: {esc(first.title)}{more}: {total}"
@@ -134,8 +141,8 @@ def render_group(
             blocks.append({"type": "divider"})
         blocks.extend(finding_blocks(f, new=f.fingerprint in new and reason is not Reason.NEW_GROUP))
     if len(firing) > MAX_FINDINGS:
-        rest = sum((f.impact_usd for f in firing[MAX_FINDINGS:]), Decimal(0))
-        blocks.append(_md(f"…and {len(firing) - MAX_FINDINGS} more findings ({money(rest)})"))
+        rest = _total(firing[MAX_FINDINGS:])
+        blocks.append(_md(f"…and {len(firing) - MAX_FINDINGS} more findings ({rest})"))
     blocks.extend(_resolved_blocks(resolved))
     return truncate(_fallback(reason, firing, resolved), 3000), blocks
 
@@ -148,7 +155,7 @@ def render_summary(
 ) -> tuple[str, list[dict[str, Any]]]:
     """(fallback text, blocks) for the one message that lists what ended before gpucost first
     started: history, told once, instead of one "New" alert each. `findings` sorted by the caller."""
-    total = money(sum((f.impact_usd for f in findings), Decimal(0)))
+    total = _total(findings)
     head = f"{'More of what' if follow_up else 'What'} gpucost found in the last {days} days"
     n = len(findings)
     intro = (
@@ -163,7 +170,7 @@ def render_summary(
         for f in findings[:SUMMARY_MAX]
     ]
     if n > SUMMARY_MAX:
-        rest = money(sum((f.impact_usd for f in findings[SUMMARY_MAX:]), Decimal(0)))
+        rest = _total(findings[SUMMARY_MAX:])
         lines.append(f"…and {n - SUMMARY_MAX} more ({rest}); `gpucost analyze` lists them all")
     blocks: list[dict[str, Any]] = [{"type": "header", "text": _plain(head)}, _md(intro)]
     chunk: list[str] = []

@@ -42,3 +42,23 @@ def test_plain_cents_has_the_same_rounding_without_the_sign() -> None:
 
 def test_the_detectors_and_slack_print_dollars_with_the_same_function() -> None:
     assert base.fmt_usd is usd and blocks.money is usd
+
+
+def test_a_total_of_findings_adds_up_to_its_listed_lines() -> None:
+    # seed 23's first-start summary: "worth $24,883.35" over six lines adding up to $24,883.34
+    from datetime import UTC, datetime
+
+    from alerts.dedupe import Reason
+    from monitor.model import Finding, Scope, Severity
+
+    t = datetime(2026, 11, 1, tzinfo=UTC)
+    findings = [
+        Finding(
+            "idle_gpu", Severity.WARNING, f"f{i}", "", Decimal("0.333333"), t, t, Scope(), {}, "", f"fp{i}"
+        )
+        for i in range(3)
+    ]  # each lists as $0.33; unrounded they sum to $1.00
+    text, summary = blocks.render_summary(findings, 14, t)
+    assert "worth $0.99 " in summary[1]["text"]["text"] and text.endswith("3 findings, $0.99")
+    fallback, _ = blocks.render_group(Reason.NEW_GROUP, findings, frozenset(), [])
+    assert fallback.endswith(": $0.99")
