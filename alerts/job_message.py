@@ -128,6 +128,14 @@ def _sub(r: Any, sub: str) -> Decimal:
     return Decimal(int(r.net_by_subcategory.get(sub, 0))) / _MICROS
 
 
+def _idle(usage: Any) -> str:
+    """The idle GPUs' dollars as the fallback text says them: "" for a job without GPU-hours,
+    "unknown" when none of its GPU-hours reported utilization."""
+    if not usage.gpu_hours:
+        return ""
+    return money(usage.idle_cost) if usage.monitored_gpu_hours else "unknown"
+
+
 def job_message(r: Any, receiver: str, *, partial_from: datetime | None = None) -> Message:
     """The message for one finished job (`JobRecord`), in the findings' layout (`alerts.blocks`):
     header, total, scope, hidden costs, counterfactuals, context. `partial_from`: the job started
@@ -146,10 +154,16 @@ def job_message(r: Any, receiver: str, *, partial_from: datetime | None = None) 
         + f" · projects {', '.join(f'`{esc(p)}`' for p in r.projects) or '-'}"
         + f" · zones {', '.join(f'`{esc(z)}`' for z in r.zones) or '-'}"
     )
-    hidden = [f"• idle GPUs: {money(r.gpu.idle_cost)}{_share(r.gpu.idle_cost, net)}"]
+    # idle dollars are known only for monitored GPU-hours: a job none of whose GPUs reported
+    # utilization read "idle GPUs: $0.00 (0.0%)" (seed 23's embeddings), a job without GPUs too
+    idle = _idle(r.gpu)
+    hidden = [f"• idle GPUs: {idle}{_share(r.gpu.idle_cost, net)}"] if idle not in ("", "unknown") else []
     hidden += [f"• {name}: {money(v)}{_share(v, net)}" for sub, name in _HIDDEN if (v := _sub(r, sub)) != 0]
     if r.gpu.unmonitored_cost:
-        hidden.append(f"• GPU spend with no utilization data: {money(r.gpu.unmonitored_cost)}")
+        hidden.append(
+            f"• GPU spend with no utilization data: {money(r.gpu.unmonitored_cost)}"
+            + (" (its idle GPUs cannot be told)" if idle == "unknown" else "")
+        )
     spot = (
         f"Spot: save {money(r.spot_savings)}"
         + (f" (list prices: {esc(r.spot_price_source)})" if r.spot_price_source else "")
@@ -172,8 +186,9 @@ def job_message(r: Any, receiver: str, *, partial_from: datetime | None = None) 
         ctx = f"{money(per_busy)} per busy GPU-hour · " + ctx
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": truncate(ctx, 2900)}]})
     text = truncate(
-        f"Job finished: {esc(job)}: {money(net)} over {hours} h; idle GPUs {money(r.gpu.idle_cost)}, "
-        f"one zone would save {money(r.single_zone_savings)}",
+        f"Job finished: {esc(job)}: {money(net)} over {hours} h; "
+        + (f"idle GPUs {idle}, " if idle else "")
+        + f"one zone would save {money(r.single_zone_savings)}",
         3000,
     )
     return Message(job_message_key(job, receiver, r.last_hour), receiver, text, blocks)

@@ -10,6 +10,7 @@ simulated fleet with the console notifier.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -117,6 +118,20 @@ def test_the_message_has_the_total_hidden_costs_and_counterfactuals() -> None:
         == job_message_key("llm", "#ml", T0 + 9 * H)
         != job_message_key("llm", "#x", T0 + 9 * H)
     )
+
+
+def test_idle_gpus_are_unknown_without_utilization_and_unsaid_without_gpus() -> None:
+    # seed 23's embeddings job: one L4 that never reported utilization read "idle GPUs: $0.00 (0.0%)"
+    dark = [replace(_gpu(h), mean_utilization_pct=None) for h in range(10)]
+    (r,) = finished_jobs(_records(_train(0, 9), dark, 30), [])
+    msg = job_message(r, "#ml")
+    text = json.dumps(msg.blocks, ensure_ascii=False)
+    assert "idle GPUs:" not in text
+    assert "no utilization data: $1,000.00 (its idle GPUs cannot be told)" in text
+    assert "; idle GPUs unknown, one zone" in msg.text
+    (cpu,) = finished_jobs(_records([_cost(h, "1", "etl", "compute.cpu") for h in range(10)], [], 30), [])
+    msg = job_message(cpu, "#ml")
+    assert "idle GPUs" not in json.dumps(msg.blocks) + msg.text and "no GPUs" in json.dumps(msg.blocks)
 
 
 def test_names_from_labels_are_escaped() -> None:
