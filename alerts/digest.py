@@ -87,6 +87,9 @@ class DigestData:
     mtd_by_category: dict[str, Decimal]
     daily_by_category: dict[date, dict[str, Decimal]]
     idle_gpu_by_day: dict[date, Decimal] = field(default_factory=dict)
+    #: Days some GPU-hours of which had their utilization never read: "all" (idle dollars unknown)
+    #: or "some" (`idle_gpu_by_day` is then a lower bound). Absent: every GPU-hour was read.
+    idle_unread: dict[date, str] = field(default_factory=dict)
     top_findings: tuple[DigestFinding, ...] = ()
     provisional_days: frozenset[date] = frozenset()
     currency: str = "USD"
@@ -113,6 +116,7 @@ class DigestData:
         mtd_by_category: Mapping[str, Decimal],
         daily_by_category: Mapping[date, Mapping[str, Decimal]],
         idle_gpu_by_day: Mapping[date, Decimal] | None = None,
+        idle_unread: Mapping[date, str] | None = None,
         findings: Iterable[Finding | DigestFinding] = (),
         provisional_days: Iterable[date] = (),
         top_n: int = 5,
@@ -140,6 +144,7 @@ class DigestData:
                 k: _dec(f"daily_by_category[{k}]", v) for k, v in sorted(daily_by_category.items())
             },
             idle_gpu_by_day=_dec("idle_gpu_by_day", idle_gpu_by_day or {}),
+            idle_unread=dict(idle_unread or {}),
             top_findings=tuple(top),
             provisional_days=frozenset(provisional_days),
             currency=currency,
@@ -258,6 +263,24 @@ def delta(now: Decimal, before: Decimal) -> str:
     return text
 
 
+_UNREAD_NOTE = (
+    "*Idle GPU: \"not read\" where gpucost had not read the GPUs' utilization for those hours (it"
+    " reads back to its detection window), \"≥\" where it read some of them.*"
+)
+
+
+def idle_cell(d: DigestData, day: date, amount: Decimal | None = None) -> str:
+    """A day's idle GPU dollars (`amount`, default the day's), as far as utilization was read:
+    "not read" when none of its GPU-hours was, "≥ $X" when only some were (seed 23's daemon showed
+    $0.00 for days before its first read reached back, and $1,875.43 for a day it read from 06:00,
+    where the day held $2,500.58)."""
+    value = d.idle_gpu_by_day.get(day, ZERO) if amount is None else amount
+    unread = d.idle_unread.get(day)
+    if unread == "all":
+        return "not read"
+    return f"≥ {money(value)}" if unread == "some" else money(value)
+
+
 def _md_cell(text: object) -> str:
     return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
@@ -300,7 +323,7 @@ def render_markdown(d: DigestData, chart_name: str | None = None, jobs_chart_nam
         "Yesterday by project", "Project", d.yesterday_by_project, d.previous_by_project, d
     )
     if d.jobs is not None and d.jobs.lines:
-        lines += jobs_markdown(d.jobs, d.day, money)
+        lines += jobs_markdown(d.jobs, d.day, money, d.idle_unread.get(d.day))
     lines += ["## Month to date by category", "", "| Category | Month to date |", "|---|---:|"]
     lines += [f"| {_md_cell(k)} | {money(v)} |" for k, v in d.mtd_by_category.items()]
     lines += [f"| **Total** | **{money(d.mtd_total)}** |", "", "## Top findings", ""]
@@ -323,10 +346,12 @@ def render_markdown(d: DigestData, chart_name: str | None = None, jobs_chart_nam
         cells = " | ".join(money(by_cat.get(c, ZERO)) for c in cats)
         lines.append(
             f"| {day}{_prov(d, day)} | {cells} | {money(sum(by_cat.values(), ZERO))} | "
-            f"{money(d.idle_gpu_by_day.get(day, ZERO))} |"
+            f"{idle_cell(d, day)} |"
         )
     if d.provisional_days:
         lines += ["", "*Provisional days may still change as late billing rows arrive.*"]
+    if any(day in d.idle_unread for day in d.daily_by_category):
+        lines += ["", _UNREAD_NOTE]
     if chart_name:
         lines += ["", f"![Daily spend by category]({chart_name})"]
     if jobs_chart_name:
@@ -383,7 +408,7 @@ def render_blocks(d: DigestData) -> list[dict[str, Any]]:
             }
         )
     if d.jobs is not None:
-        blocks += jobs_blocks(d.jobs, money)
+        blocks += jobs_blocks(d.jobs, money, d.idle_unread.get(d.day))
     if d.top_findings:
         lines = [
             f"{i}. *{money(f.impact_usd)}* {esc(f.title)}"

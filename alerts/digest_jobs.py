@@ -168,6 +168,21 @@ class DigestJob:
     cross_zone_cost: Decimal = ZERO
     count: int = 1
     other: bool = False
+    #: GPU spend of the line with no utilization (not reported, or not read), and whether any of
+    #: its GPU-hours had utilization: what its idle cell can claim (`idle_text`)
+    unmonitored_cost: Decimal = ZERO
+    monitored: bool = False
+
+    def idle_text(self, money: Any, unread: str | None) -> tuple[str, str]:
+        """(idle dollars, idle share) as the digest's day allows: on a day whose utilization was
+        not all read, a line with GPU spend without utilization is "not read" (none of its
+        GPU-hours had any) or a lower bound, "≥ $X"."""
+        share = _pct(self.idle_share)
+        if unread is None or not self.unmonitored_cost:
+            return money(self.idle_cost), share
+        if not self.monitored:
+            return "not read", "-"
+        return f"≥ {money(self.idle_cost)}", f"≥ {share}"
 
     @property
     def idle_share(self) -> Decimal | None:
@@ -206,6 +221,8 @@ def _line(name: str, records: Sequence[Any], other: bool = False) -> DigestJob:
         ),
         count=len(records),
         other=other,
+        unmonitored_cost=sum((r.gpu.unmonitored_cost for r in records), ZERO),
+        monitored=any(r.gpu.monitored_gpu_hours for r in records),
     )
 
 
@@ -319,6 +336,11 @@ def digest_jobs(
     return JobsSection(day, tz, jobs, n).chart(sums).add(rows, gpu).result()
 
 
+def _idle_share(j: DigestJob, money: Any, unread: str | None) -> str:
+    share = j.idle_text(money, unread)[1]
+    return "not read" if share == "-" and unread is not None and j.unmonitored_cost else share
+
+
 def _pct(share: Decimal | None) -> str:
     return "-" if share is None else f"{(share * 100).quantize(Decimal('0.1'))}%"
 
@@ -327,8 +349,9 @@ def _cell(text: str) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
-def jobs_markdown(d: DigestJobs, day: date, money: Any) -> list[str]:
-    """The "Top jobs" section as Markdown lines (`money` formats a Decimal like the digest does)."""
+def jobs_markdown(d: DigestJobs, day: date, money: Any, unread: str | None = None) -> list[str]:
+    """The "Top jobs" section as Markdown lines (`money` formats a Decimal like the digest does;
+    `unread`: the day's utilization was not all read, `DigestData.idle_unread`)."""
     lines = [
         f"## Top jobs ({day})",
         "",
@@ -337,21 +360,22 @@ def jobs_markdown(d: DigestJobs, day: date, money: Any) -> list[str]:
     ]
     for j in d.lines:
         name = f"*{_cell(j.name)}*" if j.other or j.name == NO_JOB else _cell(j.name)
+        idle, idle_share = j.idle_text(money, unread)
         lines.append(
-            f"| {name} | {money(j.cost)} | {money(j.idle_cost)} | {_pct(j.idle_share)} | "
+            f"| {name} | {money(j.cost)} | {idle} | {idle_share} | "
             f"{money(j.cross_zone_cost)} | {_pct(j.cross_zone_share)} |"
         )
     lines += [f"| **Total** | **{money(d.total)}** | | | | |", ""]
     return lines
 
 
-def jobs_blocks(d: DigestJobs, money: Any) -> list[dict[str, Any]]:
+def jobs_blocks(d: DigestJobs, money: Any, unread: str | None = None) -> list[dict[str, Any]]:
     """One Block Kit section: a line per job (names come from labels: escaped)."""
     if not d.lines:
         return []
     text = "\n".join(
         f"{'_' if j.other or j.name == NO_JOB else '*'}{esc(j.name)}{'_' if j.other or j.name == NO_JOB else '*'}"
-        f" {money(j.cost)}: idle {_pct(j.idle_share)}, cross-zone {_pct(j.cross_zone_share)}"
+        f" {money(j.cost)}: idle {_idle_share(j, money, unread)}, cross-zone {_pct(j.cross_zone_share)}"
         for j in d.lines
     )
     return [{"type": "section", "text": {"type": "mrkdwn", "text": truncate("*Top jobs*\n" + text, 2900)}}]

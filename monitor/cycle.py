@@ -475,6 +475,7 @@ def run_digest(
         deps.cfg.utilization.idle_threshold_pct,
         jobs=_jobs_config(deps.cfg),
         aggregates=deps.aggregates,
+        coverage=utilization_coverage(deps),
     )
     md, png = write_digest(data, deps.cfg.digest.out_dir)
     result: dict[str, Any] = {"day": str(day), "markdown": str(md), "png": str(png)}

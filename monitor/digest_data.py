@@ -53,6 +53,7 @@ from monitor.jobs.build import CLUSTER_FEE
 from monitor.state.analytics import AggregateStore
 from monitor.state.findings import open_findings
 from monitor.state.store import StateStore
+from monitor.utilization.coverage import Coverage, hour_covered
 from monitor.utilization.state import load_util_hours
 
 __all__ = ["digest_data"]
@@ -78,13 +79,25 @@ def digest_data(
     *,
     aggregates: AggregateStore,
     rows_at_once: int = ROWS_AT_ONCE,
+    coverage: Coverage = None,
 ) -> DigestData:
     """Billing from the `aggregates` store, utilization and findings from the state `store`.
     `jobs`: the `[jobs]` config naming jobs in "Top jobs" (None: its defaults). `rows_at_once`:
-    the stored rows the chart reads at a time (see `ROWS_AT_ONCE`)."""
+    the stored rows the chart reads at a time (see `ROWS_AT_ONCE`). `coverage`: the utilization
+    the store has read (`monitor.cycle.utilization_coverage`; None: all of it), so that a day whose
+    GPU-hours were not read says so instead of showing $0.00 of idle GPUs."""
     with aggregates.session():  # one open of the aggregate file for all the digest's reads
         return _digest_data(
-            store, day, timezone, now, provisional_days, idle_threshold_pct, jobs, aggregates, rows_at_once
+            store,
+            day,
+            timezone,
+            now,
+            provisional_days,
+            idle_threshold_pct,
+            jobs,
+            aggregates,
+            rows_at_once,
+            coverage,
         )
 
 
@@ -98,6 +111,7 @@ def _digest_data(
     jobs: Any,
     aggregates: AggregateStore,
     rows_at_once: int,
+    coverage: Coverage,
 ) -> DigestData:
     tz = ZoneInfo(timezone)
     end = datetime.combine(day + timedelta(days=1), time(), tz)
@@ -136,6 +150,10 @@ def _digest_data(
     # scale 48). The idle dollars and the jobs' figures are per hour (the digest joins billed GPU
     # hours only: no prices, no estimates), so the pieces add up exactly.
     idle: dict[date, Decimal] = defaultdict(Decimal)
+    # GPU node-hours per day, and those whose utilization was never read (before the daemon's first
+    # read reached back, a digest run on its own): their idle dollars are unknown, not $0.00
+    node_hours: dict[date, int] = defaultdict(int)
+    unread: dict[date, int] = defaultdict(int)
     section = JobsSection(day, timezone, jobs).chart(
         stored_job_sums(aggregates, chart_start, end, CLUSTER_FEE)
     )
@@ -144,7 +162,11 @@ def _digest_data(
         util = load_util_hours(store, lo, hi)
         joined = gpu_hours(gpu_node_hours(aggregates, lo, hi, since), util, idle_threshold_pct, None, hi)
         for g in joined:
-            idle[g.hour.astimezone(tz).date()] += g.idle_cost
+            d = g.hour.astimezone(tz).date()
+            idle[d] += g.idle_cost
+            node_hours[d] += 1
+            if g.mean_utilization_pct is None and not hour_covered(coverage, g.project, g.hour):
+                unread[d] += 1
         if lo < day_hi and hi > day_lo:
             section.add(stored_job_columns(aggregates, max(lo, day_lo), min(hi, day_hi)), joined)
         del util, joined  # before the next piece's are read
@@ -161,6 +183,9 @@ def _digest_data(
         mtd_by_category=dict(mtd),
         daily_by_category={d: dict(v) for d, v in by_day_cat.items() if chart_from <= d <= day},
         idle_gpu_by_day={d: v for d, v in idle.items() if chart_from <= d <= day},
+        idle_unread={
+            d: "all" if n == node_hours[d] else "some" for d, n in unread.items() if chart_from <= d <= day
+        },
         findings=[_digest_finding(f) for f in findings],
         provisional_days={d for d in by_day_cat if d >= prov_from} | ({day} if provisional else set()),
         invoice_month=invoice,

@@ -323,3 +323,28 @@ def test_the_digest_reads_its_chart_in_pieces_and_shows_the_whole_windows_figure
     assert pieces.idle_gpu_by_day == dict(idle) and sum(idle.values()) > 0
     assert pieces.jobs == whole and len(whole.daily) >= 2 and len(whole.lines) > 3
     assert pieces == one
+
+
+@pytest.mark.slow
+def test_a_day_whose_utilization_was_not_read_says_so_not_zero(tmp_path: Path, fleet: Path) -> None:
+    """Seed 23's daemon showed $0.00 of idle GPUs for the days before its first utilization read
+    reached back (and `gpucost digest` run on its own, which polls billing only, for every day), and
+    a lower figure for the day it read from 06:00. Its idle dollars are unknown there, not zero."""
+    from monitor.cycle import run_billing_poll, run_digest
+    from monitor.digest_data import digest_data
+    from monitor.utilization.coverage import ALL
+
+    now = datetime(2026, 11, 3, 9, tzinfo=UTC)
+    deps = daemon_on_fleet(tmp_path, fleet)
+    run_billing_poll(deps, now)  # no utilization read at all
+    text = Path(run_digest(deps, now)["markdown"]).read_text()
+    data = digest_data(deps.store, DAY, "UTC", now, 3, jobs=JOBS, aggregates=deps.aggregates, coverage={})
+    assert data.idle_unread == {DAY - timedelta(days=1): "all", DAY: "all"}
+    assert "| not read |" in text and '"not read" where gpucost had not read' in text
+    pretrain = next(line for line in text.splitlines() if line.startswith("| llm-pretrain |"))
+    assert pretrain.split("|")[3:5] == [" not read ", " - "]
+    # read from noon of the day: the rest of it, and the next day, are read (and had no samples)
+    read = {ALL: ((T0 - 12 * H, now),)}
+    data = digest_data(deps.store, DAY, "UTC", now, 3, jobs=JOBS, aggregates=deps.aggregates, coverage=read)
+    assert data.idle_unread == {DAY - timedelta(days=1): "some"}
+    deps.store.close()
