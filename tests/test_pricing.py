@@ -273,7 +273,13 @@ ABSENT = {
     ("H100 80GB", "asia-southeast1"): "excluded: the vms.csv figure is a non-plain SKU",
     ("A100 80GB", "us-west1"): "no A100 80GB row for us-west1",
     ("A100 40GB", "us-east4"): "no A100 row for us-east4",
-    ("A100 40GB", "europe-west4"): "excluded: differs from the EMEA SKU price of me-west1",
+    # excluded: each vms.csv figure is far from the GPU's share of Cyclenerd's whole-machine price of
+    # its a2 machine (e.g. A100 80GB us-central1: 1.8462 where a2-ultragpu-1g less its host is 3.928)
+    ("A100 40GB", "europe-west4"): "excluded: 1.61365, where a2-highgpu-1g less its host is 2.93391",
+    ("A100 40GB", "asia-southeast1"): "excluded: 1.70586, where a2-highgpu-1g less its host is 3.10156",
+    ("A100 80GB", "us-central1"): "excluded: 1.8462, where a2-ultragpu-1g less its host and SSD is 3.928",
+    ("A100 80GB", "us-east4"): "excluded: 2.07937, where a2-ultragpu-1g less its host and SSD is ~4.424",
+    ("A100 80GB", "europe-west4"): "excluded: 2.03285, where a2-ultragpu-1g less its host and SSD is ~4.325",
     ("V100", "us-east4"): "no V100 row",
     ("V100", "asia-southeast1"): "no V100 row",
     ("P100", "us-east4"): "no P100 row",
