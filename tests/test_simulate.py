@@ -557,7 +557,7 @@ def test_spot_skus_are_the_catalogs_wording(fleet: dict) -> None:
 
 def test_a_second_region_bills_its_own_catalog_price(fleet: dict) -> None:
     """H100 per GPU-hour (catalog-derived, cited in catalog.py): 12.73552 in europe-west4 vs
-    9.796550569 for the Americas SKU (x1.30); A100 3.2273 vs 2.93391 (x1.10): not one multiplier."""
+    9.796550569 for the Americas SKU (x1.30); A100 2.93391 in both (x1.00): not one multiplier."""
     price = {
         (r["sku"]["description"], r["currency"]): Decimal(repr(r["price"]["effective_price"]))
         / Decimal(repr(r["currency_conversion_rate"]))
@@ -570,7 +570,7 @@ def test_a_second_region_bills_its_own_catalog_price(fleet: dict) -> None:
     assert price[("Nvidia H100 80GB GPU attached to Spot Preemptible VMs running in Americas", "USD")] == (
         Decimal("5.8632")
     )
-    assert price[("Nvidia Tesla A100 GPU running in EMEA", "USD")] == Decimal("3.2273")
+    assert price[("Nvidia Tesla A100 GPU running in EMEA", "USD")] == Decimal("2.93391")
     assert price[("Nvidia Tesla A100 GPU running in Americas", "USD")] == Decimal("2.93391")
     assert price[("Nvidia L4 GPU attached to Spot Preemptible VMs running in Iowa", "USD")] == Decimal(
         "0.2231"

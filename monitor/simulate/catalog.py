@@ -172,14 +172,16 @@ H100 = GpuKind(
     {"us-central1": (D("9.796550569"), D("5.8632")), "europe-west4": (D("12.73552"), D("2.2913"))},
     D("6.17"),
 )
-# [vms.csv] commit 017e2502 (and 6f65ab58): A100 AcceleratorCount 1 rows. europe-west4 on demand is
-# billed by `Nvidia Tesla A100 GPU running in EMEA`, one SKU for EMEA: 3.2273, the me-west1 row; the
-# europe-west4 row's 1.61365 is another first match of the fetcher (as above).
+# [vms.csv] commit 017e2502 (and 6f65ab58): A100 AcceleratorCount 1 rows. europe-west4 on demand
+# (`Nvidia Tesla A100 GPU running in EMEA`): the europe-west4 row's 1.61365 is another first match
+# of the fetcher (as above), and me-west1's 3.2273 another region's; Cyclenerd pricing.yml
+# @fd66b26f (2026-07-30) prices a2-highgpu-1g in europe-west4 at 3.747972, which less the
+# europe-west4 host-only a2-highgpu-1g row of vms.csv (0.81406) leaves 2.93391 for the GPU.
 A100 = GpuKind(
     "Nvidia Tesla A100",
     "NVIDIA A100-SXM4-40GB",
     False,
-    {"us-central1": (D("2.93391"), D("1.1472")), "europe-west4": (D("3.2273"), D("1.1691"))},
+    {"us-central1": (D("2.93391"), D("1.1472")), "europe-west4": (D("2.93391"), D("1.1691"))},
     D("1.85"),
 )
 # [vms.csv] commit 6f65ab58: L4 AcceleratorCount 1 rows (us-central1 = Iowa in the SKU [hail]).
@@ -217,16 +219,17 @@ _FAMILY_PRICES: dict[tuple[str, str], dict[Pricing, tuple[Decimal, Decimal]]] = 
         Pricing.SPOT: (D("0.007689"), D("0.001031")),
     },
     # [vms.csv] us-central1 a2-highgpu-1g 0.73948 / a2-ultragpu-1g 1.09962 -> 0.031611 + 0.004237;
-    # Spot 0.29576 / 0.43983 -> 0.009483 + 0.001271 (rounded to the micro-dollar).
+    # Spot 0.29576 / 0.43983 -> 0.012641 + 0.001695 (rounded to the micro-dollar; the Spot pricing
+    # page's A2 vCPU figure is 0.01264).
     ("A2", _US): {
         Pricing.ON_DEMAND: (D("0.031611"), D("0.004237")),
-        Pricing.SPOT: (D("0.009483"), D("0.001271")),
+        Pricing.SPOT: (D("0.012641"), D("0.001695")),
     },
     # [vms.csv] europe-west4 a2-highgpu-1g 0.81406 / a2-ultragpu-1g 1.2105 -> 0.034802 + 0.004664;
-    # Spot 0.31824 / 0.47328 -> 0.013284 + 0.001824.
+    # Spot 0.31824 / 0.47328 -> 0.013600 + 0.001824.
     ("A2", _EU): {
         Pricing.ON_DEMAND: (D("0.034802"), D("0.004664")),
-        Pricing.SPOT: (D("0.013284"), D("0.001824")),
+        Pricing.SPOT: (D("0.0136"), D("0.001824")),
     },
     ("G2", _US): {
         Pricing.ON_DEMAND: (D("0.024988"), D("0.002927")),
