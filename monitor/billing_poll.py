@@ -63,6 +63,7 @@ __all__ = [
     "currencies",
     "hourly_costs",
     "last_poll",
+    "latest_export",
     "migrate",
     "net_by_hour",
     "net_by_resource_hour",
@@ -364,6 +365,14 @@ def last_poll(store: AggregateStore) -> datetime | None:
     """When billing was last polled (None before the first poll)."""
     with _reading(store):
         return _coverage(store)[1]
+
+
+def latest_export(store: AggregateStore) -> datetime | None:
+    """The export's latest load the polls have seen (the largest `MAX(export_time)` of a stored
+    partition), None before any: how fresh the export is (`alerts.export_stale`)."""
+    with _reading(store) as conn:
+        row = conn.execute("SELECT max(max_export_time) FROM billing_partitions").fetchone()
+    return _ts(row[0]) if row and row[0] else None
 
 
 def prune(store: AggregateStore, cut: datetime) -> dict[str, int]:

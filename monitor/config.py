@@ -95,6 +95,10 @@ class BillingConfig(_Strict):
     job_timeout_seconds: float = Field(default=900, ge=30, le=6 * 3600)
     lookback_days: int = Field(default=10, ge=1, le=62)
     provisional_days: int = Field(default=3, ge=0, le=31)
+    # Hours without a new load of the export (its latest export_time) before the daemon tells the
+    # channel it stopped arriving (alerts/export_stale.py; 0: never). Loads come with no latency
+    # guarantee and cost has been seen 1.6 days late, hence two days.
+    stale_after_hours: int = Field(default=48, ge=0, le=24 * 31)
     db: Path = Path("out/gpucost.duckdb")
     labels: tuple[str, ...] = ("team", "job")
     # DuckDB's memory bound (it spills to disk beyond it); its own default is 80% of RAM, all of

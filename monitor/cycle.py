@@ -30,7 +30,7 @@ from alerts.outbox import status as outbox_status
 from alerts.outbox_admin import requeue_failed
 from monitor import month
 from monitor.assemble import assemble_inputs
-from monitor.billing_poll import poll_billing, retire_state_tables
+from monitor.billing_poll import latest_export, poll_billing, retire_state_tables
 from monitor.billing_poll import prune as prune_billing
 from monitor.clock import Clock
 from monitor.config import Config
@@ -165,6 +165,7 @@ def run_billing_poll(deps: Deps, now: datetime) -> dict[str, Any]:
             "queries": len(report.queries),
         },
     )
+    _export_freshness(deps, now)
     if report.partitions_seen == 0:
         # every figure would read $0 without another word: an export pointed at the wrong table, or
         # one whose rows are all older than the lookback (a copy of last year's export)
@@ -174,6 +175,35 @@ def run_billing_poll(deps: Deps, now: datetime) -> dict[str, Any]:
             extra={"scope_start": to_iso(report.scope_start), "scope_end": to_iso(report.scope_end)},
         )
     return report.to_dict()
+
+
+def _export_freshness(deps: Deps, now: datetime) -> None:
+    """The export's age on /metrics, and the channel told once when it stopped arriving
+    (`alerts.export_stale`): polls keep succeeding on an export that no longer loads."""
+    from alerts.export_stale import is_stale, tell_stale_export
+
+    latest = latest_export(deps.aggregates)
+    if latest is None:
+        return
+    deps.metrics.billing_export_age.set(max(0.0, (now - latest).total_seconds()))
+    stale_after = timedelta(hours=deps.cfg.billing.stale_after_hours)
+    if not is_stale(latest, now, stale_after):
+        return
+    log.warning(
+        "the billing export has loaded nothing for %d h: check that it is still on and that [billing]"
+        " names its table (`gpucost check`)",
+        int((now - latest) / timedelta(hours=1)),
+        extra={"latest_export": to_iso(latest)},
+    )
+    table = deps.cfg.billing.table or str(deps.cfg.billing.db)
+    tell_stale_export(
+        deps.store,
+        latest_export=latest,
+        now=now,
+        stale_after=stale_after,
+        receiver=deps.alert_deps.default_channel,
+        table=table,
+    )
 
 
 def utilization_since(cfg: Config, now: datetime) -> datetime:

@@ -25,6 +25,7 @@ class Metrics:
     outbox_depth: Gauge
     delivery_failures: Counter
     spend_usd: Gauge
+    billing_export_age: Gauge
 
     @classmethod
     def create(cls) -> Metrics:
@@ -80,6 +81,11 @@ class Metrics:
                 "gpucost_spend_usd",
                 "Attributed net spend on the current invoice month (invoice.month; months turn at midnight US Pacific), by category.",
                 ["category"],
+                registry=r,
+            ),
+            billing_export_age=Gauge(
+                "gpucost_billing_export_age_seconds",
+                "Seconds since the billing export's latest load (its MAX(export_time)) that the polls have seen.",
                 registry=r,
             ),
         )

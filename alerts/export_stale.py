@@ -1,0 +1,84 @@
+"""Telling the channel once when the billing export stops arriving.
+
+Every figure gpucost shows comes from the export. When it stops (the export was turned off, moved to
+another dataset, or its service account lost access), polls succeed, detectors find nothing new and
+the digest shows days of $0.00: silence that reads like a quiet fleet. Google's loads come "at regular
+intervals" with no latency guarantee; cost usually appears within a day and has been seen 1.6 days
+late (../shared/reference/gcp.md, section 2), so the default `[billing] stale_after_hours` is 48:
+a fleet that runs GPUs bills something every hour, and two days without a single new load is not
+lateness.
+
+One message per stale episode, through the outbox like any alert (never lost, never repeated): its
+key is the latest load's export time, so a second poll of the same stale export adds nothing, and an
+export that resumes, then stops again, is told again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timedelta
+
+from alerts.notifier import Message
+from alerts.outbox import enqueue, ensure_schema, fmt_ts
+from monitor.state.store import StateStore
+
+__all__ = ["EXPORT_GROUP", "export_stale_message", "is_stale", "tell_stale_export"]
+
+EXPORT_GROUP = "billing-export"
+
+
+def is_stale(latest_export: datetime | None, now: datetime, stale_after: timedelta) -> bool:
+    """Whether the export's latest load is older than `stale_after` (never with it 0, or no load)."""
+    return latest_export is not None and stale_after > timedelta(0) and now - latest_export > stale_after
+
+
+def export_stale_message(latest_export: datetime, now: datetime, receiver: str, table: str) -> Message:
+    hours = int((now - latest_export) / timedelta(hours=1))
+    head = "gpucost: the billing export has stopped arriving"
+    text = (
+        f"The Cloud Billing export ({table}) has loaded nothing since {latest_export:%Y-%m-%d %H:%M} UTC"
+        f" ({hours} h ago). Every figure after that is missing, not zero: spend, findings and the"
+        " digest read a quiet fleet."
+    )
+    fix = (
+        "Check that the detailed usage cost export is still on (Billing > Billing export) and writes"
+        " to the table `[billing] table` names, and that gpucost's service account can still read it"
+        " (`gpucost check` shows the latest export time it sees)."
+    )
+    blocks = [
+        {"type": "header", "text": {"type": "plain_text", "text": head}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": text}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"*What to do:* {fix}"}},
+    ]
+    digest = hashlib.sha256(f"{fmt_ts(latest_export)}\x00{receiver}".encode()).hexdigest()[:20]
+    return Message(f"export-stale-{digest}", receiver, f"{head}: {text}", blocks)
+
+
+def tell_stale_export(
+    store: StateStore,
+    *,
+    latest_export: datetime | None,
+    now: datetime,
+    stale_after: timedelta,
+    receiver: str,
+    table: str,
+) -> str | None:
+    """Queue the message when the export is stale and this episode was not told; returns its key
+    when queued now."""
+    if latest_export is None or not is_stale(latest_export, now, stale_after):
+        return None
+    msg = export_stale_message(latest_export, now, receiver, table)
+    ensure_schema(store)
+    with store.transaction() as conn:
+        queued = enqueue(
+            conn,
+            key=msg.idempotency_key,
+            group_key=EXPORT_GROUP,
+            receiver=receiver,
+            sequence=int(latest_export.timestamp()),
+            reason="export_stale",
+            root_key=None,
+            message=msg,
+            now=now,
+        )
+    return msg.idempotency_key if queued else None

@@ -1,0 +1,79 @@
+"""An export that stops arriving is told once, through the outbox, and its age is on /metrics.
+
+Seed 23's daemon, run on 2026-12-05 over an export whose last load was 2026-11-20, polled without a
+word: every poll succeeded (early in a month the poll also reads the previous month's partitions, so
+"no export rows in scope" never fired) and the digest said "no hours billed yet".
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from alerts.export_stale import is_stale, tell_stale_export
+from alerts.outbox import ensure_schema
+from monitor.billing_poll import latest_export
+from monitor.state.store import open_store
+
+T = datetime(2026, 11, 20, 5, tzinfo=UTC)
+H = timedelta(hours=1)
+
+
+def _outbox(store) -> list[tuple]:
+    ensure_schema(store)
+    with store.transaction() as conn:
+        return conn.execute("SELECT idempotency_key, reason, channel, text FROM alerts_outbox").fetchall()
+
+
+def test_stale_only_past_the_threshold_and_never_when_off() -> None:
+    assert not is_stale(T, T + 48 * H, 48 * H) and is_stale(T, T + 49 * H, 48 * H)
+    assert not is_stale(T, T + 1000 * H, timedelta(0)) and not is_stale(None, T, 48 * H)
+
+
+def test_one_message_per_stale_episode(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'state.sqlite'}")
+    told = dict(stale_after=48 * H, receiver="#gpucost", table="p.d.gcp_billing_export_v1_X")
+    assert tell_stale_export(store, latest_export=T, now=T + 47 * H, **told) is None
+    key = tell_stale_export(store, latest_export=T, now=T + 49 * H, **told)
+    assert key is not None and tell_stale_export(store, latest_export=T, now=T + 60 * H, **told) is None
+    ((k, reason, channel, text),) = _outbox(store)
+    assert (k, reason, channel) == (key, "export_stale", "#gpucost")
+    assert "has loaded nothing since 2026-11-20 05:00 UTC (49 h ago)" in text and "p.d.gcp_billing" in text
+    # it resumed, then stopped again: a new episode
+    assert tell_stale_export(store, latest_export=T + 100 * H, now=T + 150 * H, **told) is not None
+    assert len(_outbox(store)) == 2
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.shared_fleets import shared_fleet
+
+    return shared_fleet(tmp_path_factory, 7, 2)[0]
+
+
+@pytest.mark.parametrize("hours", [0, 48])
+def test_the_daemons_poll_tells_a_stale_export_once(tmp_path: Path, fleet: Path, hours: int) -> None:
+    import duckdb
+
+    from monitor.cycle import run_billing_poll
+    from tests.test_digest_jobs import daemon_on_fleet
+
+    export = fleet / "billing" / "export.parquet"
+    ((last,),) = (
+        duckdb.connect().execute("SELECT max(export_time) FROM read_parquet(?)", [str(export)]).fetchall()
+    )
+    last = last.astimezone(UTC)
+    deps = daemon_on_fleet(tmp_path, fleet, billing={"stale_after_hours": hours})
+    run_billing_poll(deps, last + H)
+    assert latest_export(deps.aggregates) == last and not _outbox(deps.store)  # fresh: nothing
+    later = last + 3 * 24 * H
+    run_billing_poll(deps, later)
+    run_billing_poll(deps, later + H)  # the same episode: not told again
+    rows = _outbox(deps.store)
+    assert [r[1] for r in rows] == (["export_stale"] if hours else [])
+    age = deps.metrics.registry.get_sample_value("gpucost_billing_export_age_seconds")
+    assert age == (73 * H).total_seconds()
+    deps.store.close()
