@@ -27,8 +27,10 @@ __all__ = [
     "evidence_line",
     "findings_markdown",
     "findings_table",
+    "findings_tables",
     "findings_text",
     "is_advice",
+    "provisional_in_window",
 ]
 
 _SEV_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -220,20 +222,20 @@ def _header(
             f"**Spend:** {usd(totals.get('net_cost'))} net ({usd(totals.get('cost'))} before "
             f"{usd(totals.get('credits'))} credits), in USD{converted_note(converted)}."
         )
-    if w.get("provisional_from") and not _after_end(w["provisional_from"], w.get("end")):
+    if w.get("provisional_from") and provisional_in_window(w["provisional_from"], w.get("end")):
         lines.append(
             f"Billing from {_when(w['provisional_from'])} on is *provisional*: late rows may still raise it."
         )
     return [*lines, ""]
 
 
-def _after_end(provisional_from: datetime | str, end: datetime | str | None) -> bool:
-    """Whether nothing in the window is provisional (its first provisional instant is past the end)."""
+def provisional_in_window(provisional_from: datetime | str, end: datetime | str | None) -> bool:
+    """Whether part of the window is provisional (its first provisional instant is before the end)."""
     if end is None:
-        return False
+        return True
     p = provisional_from if isinstance(provisional_from, datetime) else parse_timestamp(str(provisional_from))
     e = end if isinstance(end, datetime) else parse_timestamp(str(end))
-    return p >= e
+    return p < e
 
 
 def is_advice(kind: str) -> bool:
@@ -350,11 +352,32 @@ def _details(rows: Sequence[Mapping[str, Any]], first: int, top: int) -> list[st
 # -- terminal ------------------------------------------------------------------------------------------
 
 
-def findings_table(findings: Sequence[Finding | Row]) -> Table:
+def findings_tables(findings: Sequence[Finding | Row]) -> list[Table]:
+    """The hidden costs, then (when there is any) the savings advice apart, as the Markdown report
+    lays them out: seed 11's table listed $44,911.44 of commitment and Spot advice among $77,712.91
+    of "Hidden costs", where the report counts $32,800.87 of them and tells not to add advice up."""
+    leaks = [f for f in findings if not is_advice(_as_dict(f)["kind"])]
+    advice = [f for f in findings if is_advice(_as_dict(f)["kind"])]
+    tables = [findings_table(leaks)]
+    if advice:
+        tables.append(
+            findings_table(
+                advice,
+                title="Savings opportunities",
+                caption="advice, not money lost: these overlap (the same hours priced as a commitment"
+                " or as Spot), so do not add them up",
+            )
+        )
+    return tables
+
+
+def findings_table(
+    findings: Sequence[Finding | Row], title: str = "Hidden costs", caption: str | None = None
+) -> Table:
     """A rich Table of findings, largest impact first; an empty one says so under its header (a
     bare header reads like output that failed to arrive)."""
-    caption = None if findings else "none found in this window"
-    table = Table(title="Hidden costs", show_lines=False, caption=caption)
+    caption = caption if findings else "none found in this window"
+    table = Table(title=title, show_lines=False, caption=caption)
     for col, kw in (
         ("Severity", {}),
         ("Impact", {"justify": "right"}),
@@ -379,5 +402,5 @@ def findings_table(findings: Sequence[Finding | Row]) -> Table:
 def findings_text(findings: Sequence[Finding | Row], width: int = 140) -> str:
     """The table as plain text (no colour codes), for logs, files and tests."""
     buf = io.StringIO()
-    Console(file=buf, width=width, color_system=None, force_terminal=False).print(findings_table(findings))
+    Console(file=buf, width=width, color_system=None, force_terminal=False).print(*findings_tables(findings))
     return buf.getvalue()

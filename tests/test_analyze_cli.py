@@ -63,7 +63,7 @@ def test_the_header_names_the_currencies_converted(fleet: Path) -> None:
     """Seed 7's USD total holds its EUR account converted ($263,739.10 against the USD invoice's
     $258,781.85 in `report`): the header says so."""
     rc, out = run(["analyze", *files(fleet)])
-    assert rc == 0 and "USD (EUR converted at the export's rates);" in out.splitlines()[0]
+    assert rc == 0 and "USD (EUR converted at the export's rates)" in out.splitlines()[0]
 
 
 def is_iso(v: Any) -> bool:
@@ -191,9 +191,17 @@ def test_markdown_leads_with_the_top_hidden_cost(fleet: Path, analyzed: dict) ->
 
 
 @pytest.mark.slow
-def test_table_format(fleet: Path) -> None:
+def test_table_format(fleet: Path, analyzed: dict[str, Any]) -> None:
     rc, out = run(["analyze", *files(fleet), "--format", "table"])
     assert rc == 0 and "Hidden costs" in out and "Where the money went" in out and "bob-a100-debug" in out
+    # advice apart, as in the Markdown report; provisional days named only when the window has some
+    advice = [f for f in analyzed["findings"] if is_advice(f["kind"])]
+    if advice:
+        assert out.index("Savings opportunities") > out.index("Hidden costs")
+    else:
+        assert "Savings opportunities" not in out
+    w = analyzed["window"]
+    assert ("provisional from" in out) == (w["provisional_from"] < w["end"])
 
 
 @pytest.fixture

@@ -90,6 +90,7 @@ def test_table_and_plain_text() -> None:
     lines = [ln for ln in text.splitlines() if "$" in ln]
     assert "$880.00" in lines[0] and "estimated" in lines[0]
     assert "[team=research]" in text  # label brackets are not swallowed as markup
+    assert "Savings opportunities" not in text  # no advice among them: no second table
 
 
 def every_kind():

@@ -25,7 +25,7 @@ from monitor.cli._common import (
 from monitor.clock import SystemClock
 from monitor.config import Config
 from monitor.model import usd
-from monitor.render import converted_note, findings_markdown, findings_table
+from monitor.render import converted_note, findings_markdown, findings_tables, provisional_in_window
 
 __all__ = ["analyze_cmd", "cli_analysis", "render_analysis_table"]
 
@@ -61,10 +61,16 @@ def render_analysis_table(result: Analysis, console: Console) -> None:
     w, t = d["window"], d["totals"]
     console.print(
         f"[bold]{w['start']} → {w['end']}[/]  net {usd(t['net_cost'])} (cost {usd(t['cost'])}, "
-        f"credits {usd(t['credits'])}) {d['currency']}{converted_note(d['converted_from'])}; "
-        f"provisional from {w['provisional_from']}"
+        f"credits {usd(t['credits'])}) {d['currency']}{converted_note(d['converted_from'])}"
+        # as the Markdown report: seed 11's table said "provisional from 2026-11-18" of a window
+        # ending 11-15
+        + (
+            f"; provisional from {w['provisional_from']}"
+            if provisional_in_window(w["provisional_from"], w["end"])
+            else ""
+        )
     )
-    console.print(findings_table(result.findings))
+    console.print(*findings_tables(result.findings))
     table = Table(title="Where the money went")
     for col in ("Category", "Pricing", "Cost", "Credits", "Net"):
         table.add_column(col, justify="left" if col in ("Category", "Pricing") else "right")
