@@ -284,3 +284,19 @@ def test_the_daemon_tells_each_finished_job_once(tmp_path: Path, fleet: Path) ->
     again = [json.loads(line) for line in (tmp_path / "console" / "alerts.jsonl").read_text().splitlines()]
     assert len([m for m in again if m["text"].startswith("Job finished: ")]) == len(named)
     deps.store.close()
+
+
+def test_a_job_on_gpus_of_several_models_names_them_all() -> None:
+    # seed 11's notebook job (two A100 VMs and an L4) was "3× A100 40GB"
+    l4 = [
+        GpuHour(
+            T0 + h * H, "ml", "llm-l4", "L4", 1, D(1), D(1), 80.0, zone="us-central1-a", labels={"job": "llm"}
+        )
+        for h in range(10)
+    ]
+    billed = [*_train(0, 9), *(_cost(h, "1", "llm", instance="llm-l4") for h in range(10))]
+    (r,) = finished_jobs(_records(billed, [*(_gpu(h) for h in range(10)), *l4], 30), [])
+    assert (r.gpu_model, r.gpus) == ("H100 + L4", 9)
+    assert "9 GPUs (H100 + L4), 90.0 GPU-hours" in json.dumps(
+        job_message(r, "#ml").blocks, ensure_ascii=False
+    )

@@ -515,7 +515,9 @@ def _record(
     hours = sorted(a.compute_hours or a.any_hours)
     last = max([*hours[-1:], *a.estimated_hours], default=None)
     spot, source = _spot(a.on_demand, prices, quotes)
-    model = max(a.models, key=lambda m: (a.models[m], m)) if a.models else None
+    # every model, most GPU-hours first: seed 11's notebook (two A100 VMs and an L4) read "3× A100
+    # 40GB" with one model named
+    model = " + ".join(sorted(a.models, key=lambda m: (-a.models[m], m))) if a.models else None
     gpus = max((int(v.to_integral_value(ROUND_HALF_EVEN)) for v in a.gpus_by_hour.values()), default=0)
     return JobRecord(
         job=job,
