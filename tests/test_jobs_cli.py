@@ -67,10 +67,9 @@ def test_jobs_add_up_to_the_export_to_the_cent(report: dict, fleet: dict) -> Non
     assert sum(_d(j["net_cost_usd"]) for j in report["jobs"]) == _d(totals["net_cost"])
     assert report["totals"] == {"cost_usd": totals["cost"], "net_cost_usd": totals["net_cost"]}
     assert [j["job"] for j in report["jobs"]].count(None) == 1 and report["jobs"][-1]["job"] is None
-    for j in report["jobs"]:  # the subcategories of a job make up its cost (each to the cent)
-        assert abs(sum(_d(v) for v in j["by_subcategory"].values()) - _d(j["cost_usd"])) <= CENT * len(
-            j["by_subcategory"]
-        )
+    for j in report["jobs"]:  # the subcategories of a job make up its cost and net as shown, exactly
+        assert sum(_d(v) for v in j["by_subcategory"].values()) == _d(j["cost_usd"]), j["job"]
+        assert sum(_d(v) for v in j["net_by_subcategory"].values()) == _d(j["net_cost_usd"]), j["job"]
 
 
 def _close(got: float, want: float) -> bool:

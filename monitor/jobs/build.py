@@ -164,10 +164,10 @@ class JobRecord:
             "mean_utilization_pct": self.gpu.mean_utilization_pct,
             "cost_usd": float(cost if cost is not None else _q(self.cost)),
             "net_cost_usd": float(net_cost if net_cost is not None else _q(self.net_cost)),
-            "by_subcategory": {k: _cents(micros_to_decimal(v)) for k, v in self.by_subcategory.items()},
-            "net_by_subcategory": {
-                k: _cents(micros_to_decimal(v)) for k, v in self.net_by_subcategory.items()
-            },
+            "by_subcategory": _parts(self.by_subcategory, cost if cost is not None else _q(self.cost)),
+            "net_by_subcategory": _parts(
+                self.net_by_subcategory, net_cost if net_cost is not None else _q(self.net_cost)
+            ),
             "idle_gpu_hours": _hours(self.gpu.idle_gpu_hours),
             "idle_cost_usd": _cents(self.gpu.idle_cost),
             "unmonitored_cost_usd": _cents(self.gpu.unmonitored_cost),
@@ -709,6 +709,21 @@ def paired_cents(costs: Sequence[Decimal], nets: Sequence[Decimal]) -> tuple[lis
     for k in range(int(abs(drift) / _CENT)):
         net_cents[order[k % len(order)]] += step
     return cost_cents, net_cents
+
+
+def _parts(micros: Mapping[str, int], total: Decimal) -> dict[str, float]:
+    """A job's subcategories to the cent, adding up to its `total` as shown (seed 11's detector-train
+    listed parts $0.02 off its cost_usd): each rounded, then the cents still missing moved, one at
+    a time, to the parts whose exact figures are furthest from their cents that way."""
+    exact = {k: micros_to_decimal(v) for k, v in micros.items()}
+    cents = {k: _q(v) for k, v in exact.items()}
+    drift = total - sum(cents.values(), Decimal(0))
+    if drift and cents:
+        step = _CENT if drift > 0 else -_CENT
+        order = sorted(cents, key=lambda k: (-(exact[k] - cents[k]) * step, k))
+        for i in range(int(abs(drift) / _CENT)):
+            cents[order[i % len(order)]] += step
+    return {k: float(v) for k, v in cents.items()}
 
 
 def _q(v: Decimal) -> Decimal:
