@@ -91,6 +91,9 @@ class DigestData:
     #: or "some" (`idle_gpu_by_day` is then a lower bound). Absent: every GPU-hour was read.
     idle_unread: dict[date, str] = field(default_factory=dict)
     top_findings: tuple[DigestFinding, ...] = ()
+    #: False when no detection has run on the store (`gpucost digest` before any daemon cycle): no
+    #: findings then means none looked for, not none found
+    detected: bool = True
     provisional_days: frozenset[date] = frozenset()
     currency: str = "USD"
     #: The invoice month (`YYYYMM`, `monitor.month`) the month to date sums: rows by `invoice.month`.
@@ -328,7 +331,10 @@ def render_markdown(d: DigestData, chart_name: str | None = None, jobs_chart_nam
     lines += [f"| {_md_cell(k)} | {money(v)} |" for k, v in d.mtd_by_category.items()]
     lines += [f"| **Total** | **{money(d.mtd_total)}** |", "", "## Top findings", ""]
     if not d.top_findings:
-        lines.append("No findings.")
+        lines.append(
+            "No findings." if d.detected else "Not looked for: no detection has run on this state store"
+            " yet (the daemon runs one each cycle; `gpucost run --once` runs one)."
+        )
     for i, f in enumerate(d.top_findings, 1):
         marks = ", ".join(m for m, on in (("provisional", f.provisional), ("estimated", f.estimated)) if on)
         where = f" ({_md_cell(f.project)})" if f.project else ""

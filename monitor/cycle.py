@@ -483,13 +483,20 @@ def _record_sent_digests(deps: Deps) -> None:
 
 
 def run_digest(
-    deps: Deps, now: datetime, day: date | None = None, send: bool = False, force: bool = False
+    deps: Deps,
+    now: datetime,
+    day: date | None = None,
+    send: bool = False,
+    force: bool = False,
+    *,
+    detected: bool = True,
 ) -> dict[str, Any]:
     """Yesterday's digest (in the digest's time zone) written under `digest.out_dir`; with `send`,
     also queued in the outbox, once per day and channel (key from (digest, day, channel): a restart
     or a second run adds nothing, and a digest sent for the day is never queued again), with its
     chart. The outbox job delivers it like any alert: retries with backoff, the look-up after an
-    uncertain send, `gpucost outbox`, the operator alert on a permanent failure.
+    uncertain send, `gpucost outbox`, the operator alert on a permanent failure. `detected`: False
+    when no detection has run on the store (its findings section says none was looked for).
     `force` (an operator asked for this day: `gpucost digest --send`) also re-queues the day's
     failed digest and delivers it at once, in this call. `result["sent"]` says whether it is at
     Slack, `result["queued"]` whether it waits in the outbox, `result["error"]` why not sent."""
@@ -506,6 +513,7 @@ def run_digest(
         jobs=_jobs_config(deps.cfg),
         aggregates=deps.aggregates,
         coverage=utilization_coverage(deps),
+        detected=detected,
     )
     md, png = write_digest(data, deps.cfg.digest.out_dir)
     result: dict[str, Any] = {"day": str(day), "markdown": str(md), "png": str(png)}

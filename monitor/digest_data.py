@@ -29,6 +29,7 @@ never cut: they are what `gpucost report` shows for that day.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from itertools import pairwise
@@ -80,14 +81,16 @@ def digest_data(
     aggregates: AggregateStore,
     rows_at_once: int = ROWS_AT_ONCE,
     coverage: Coverage = None,
+    detected: bool = True,
 ) -> DigestData:
     """Billing from the `aggregates` store, utilization and findings from the state `store`.
     `jobs`: the `[jobs]` config naming jobs in "Top jobs" (None: its defaults). `rows_at_once`:
     the stored rows the chart reads at a time (see `ROWS_AT_ONCE`). `coverage`: the utilization
     the store has read (`monitor.cycle.utilization_coverage`; None: all of it), so that a day whose
-    GPU-hours were not read says so instead of showing $0.00 of idle GPUs."""
+    GPU-hours were not read says so instead of showing $0.00 of idle GPUs. `detected`: whether a
+    detection has run on the store (its findings were looked for)."""
     with aggregates.session():  # one open of the aggregate file for all the digest's reads
-        return _digest_data(
+        data = _digest_data(
             store,
             day,
             timezone,
@@ -99,6 +102,7 @@ def digest_data(
             rows_at_once,
             coverage,
         )
+    return data if detected else replace(data, detected=False)
 
 
 def _digest_data(

@@ -109,6 +109,10 @@ def test_digest_figures_match_report_for_the_day(tmp_path, export_db, capsys, da
     assert len(expected) >= 3 and expected["Total"] > 0
     # the digest also lists, at $0.00, a category spent on only the day before
     assert {k: v for k, v in digest.items() if v or k in expected} == expected
+    # run before any daemon cycle, it read billing only: findings were not looked for (seed 11's
+    # said "No findings." over $14,004.30 of idle GPUs), nor was utilization read
+    text = md_path.read_text(encoding="utf-8")
+    assert "No findings." not in text and "Not looked for: no detection has run" in text
 
 
 def test_digest_send_posts_once_with_chart_and_fails_in_one_line(tmp_path, export_db, capsys, monkeypatch):
