@@ -85,6 +85,20 @@ def render_chart(d: DigestData, path: str | Path) -> Path:
             label="idle GPU $",
         )
     for xi, day in zip(x, days, strict=True):
+        # a day whose GPUs' utilization was not read has no idle hatch, or too small a one: said so
+        # at its foot, as the table says "not read" / "≥ $X"
+        if unread := d.idle_unread.get(day):
+            ax.annotate(
+                "idle\nnot read" if unread == "all" else "idle ≥",
+                (xi, idle[xi]),
+                ha="center",
+                va="bottom",
+                fontsize=6,
+                color="white",  # on the GPU bar it sits in
+                fontweight="bold",
+                xytext=(0, 2),
+                textcoords="offset points",
+            )
         if mark := provisional_mark(d, day):
             ax.annotate(
                 mark,
