@@ -1,0 +1,46 @@
+"""A group alert stays under Slack's 50 blocks, however many findings it holds: more is
+`invalid_blocks`, which Slack refuses for good, and the alert would be lost."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+
+from alerts.blocks import MAX_BLOCKS, render_group
+from alerts.dedupe import Reason
+from monitor.model import Finding, Scope, Severity
+
+T = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def _finding(i: int) -> Finding:
+    return Finding(
+        "idle_gpu",
+        Severity.WARNING,
+        f"Idle GPUs on node-{i}",
+        "8x H100 idle",
+        Decimal(100 + i),
+        T,
+        T,
+        Scope(project="ml", instance=f"node-{i}"),
+        {"idle_gpu_hours": 16, "gpus": 8},
+        "Stop it",
+        f"fp{i}",
+    )
+
+
+@pytest.mark.parametrize("reason", [Reason.NEW_GROUP, Reason.NEW_FIRING, Reason.REPEAT])
+@pytest.mark.parametrize("n", [1, 6, 7, 8, 30])
+def test_a_group_of_any_size_fits_slacks_block_limit(reason: Reason, n: int) -> None:
+    firing = [_finding(i) for i in range(n)]
+    resolved = [{"title": f"old {i}", "impact_usd": "5"} for i in range(25)]
+    _, blocks = render_group(reason, firing, frozenset(f.fingerprint for f in firing), resolved)
+    assert len(blocks) <= MAX_BLOCKS
+    headers = sum(1 for b in blocks if b["type"] == "header")
+    more = [b for b in blocks if b["type"] == "section" and b["text"]["text"].startswith("…and ")]
+    assert headers == n or (headers < n and more), (n, headers)
+    if headers < n:  # the rest counted, with their impact as listed
+        rest = sum(100 + i for i in range(headers, n))
+        assert more[0]["text"]["text"] == f"…and {n - headers} more findings (${rest:,.2f})"
