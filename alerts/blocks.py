@@ -83,10 +83,20 @@ def _impact_text(f: Finding) -> str:
     return f"*Impact:* {money(f.impact_usd)} over {window}{suffix}"
 
 
+def _header(f: Finding) -> str:
+    """`CRITICAL: <title>` within the header's limit, cut in the middle so that a title's closing
+    figure (", $3,291.64") stays: cut at the end, a GKE node's title lost its dollars ("..., $…")."""
+    text = f"{f.severity.value.upper()}: {esc(f.title)}"
+    tail = text[text.rfind(", $") :] if ", $" in text else ""
+    if len(text) <= HEADER_MAX or not tail or len(tail) > HEADER_MAX // 3:
+        return text  # `_plain` cuts it at the end
+    return truncate(text[: -len(tail)], HEADER_MAX - len(tail)) + tail
+
+
 def finding_blocks(f: Finding, *, new: bool) -> list[dict[str, Any]]:
     emoji = _SEVERITY_EMOJI.get(f.severity.value, "")
     blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": _plain(f"{f.severity.value.upper()}: {esc(f.title)}")},
+        {"type": "header", "text": _plain(_header(f))},
         _md(f"{emoji} {_impact_text(f)}{'  :new:' if new else ''}"),
         _md(f"*Scope:* {_scope_text(f)}"),
         _md(f"*Why:* {esc(f.summary)}"),

@@ -44,3 +44,18 @@ def test_a_group_of_any_size_fits_slacks_block_limit(reason: Reason, n: int) -> 
     if headers < n:  # the rest counted, with their impact as listed
         rest = sum(100 + i for i in range(headers, n))
         assert more[0]["text"]["text"] == f"…and {n - headers} more findings (${rest:,.2f})"
+
+
+def test_a_long_title_keeps_its_dollars_in_the_header() -> None:
+    from alerts.blocks import HEADER_MAX, finding_blocks
+
+    title = (
+        "Idle GPUs on GKE node gke-llm-train-h100-pool-c1a0321d-1eb0 (llm-train/h100-pool): 8× H100 80GB"
+        " idle for 42 h until 2026-11-07 03:00 UTC, $3,291.64"
+    )
+    f = _finding(0)
+    f = Finding(f.kind, Severity.CRITICAL, title, *(getattr(f, k) for k in ("summary", "impact_usd")),
+                f.window_start, f.window_end, f.scope, f.evidence, f.recommendation, f.fingerprint)  # fmt: skip
+    header = finding_blocks(f, new=True)[0]["text"]["text"]
+    assert len(header) <= HEADER_MAX and header.startswith("CRITICAL: Idle GPUs on GKE node")
+    assert header.endswith("…, $3,291.64")
