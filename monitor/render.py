@@ -153,19 +153,33 @@ def _where(i: Mapping[str, Any]) -> str:
 
 
 def _ev_commitment(e: Mapping[str, Any]) -> str:
-    prices = ", ".join(f"{t} {usd(p)}" for t, p in (e.get("term_usd_per_gpu_hour") or {}).items())
+    """Priced per GPU or per whole machine (`priced_per`): each names its own keys, which this
+    read as the GPU ones only ("mean None, max None; on demand $0.00" for machine-priced advice)."""
+    if e.get("priced_per") == "machine":
+        machines = f"{e.get('steady_machines')}× {e.get('machine_type')} ({e.get('gpu_model')})"
+        unit, steady = "machine", machines
+    else:
+        unit, steady = "gpu", f"{e.get('steady_gpus')} {e.get('gpu_model')} GPUs"
+    prices = ", ".join(f"{t} {usd(p)}" for t, p in (e.get(f"term_usd_per_{unit}_hour") or {}).items())
     return (
-        f"{e.get('steady_gpus')} {e.get('gpu_model')} GPUs on demand in {e.get('hours_at_or_above_steady')} of "
-        f"{e.get('hours')} hours (mean {e.get('mean_gpus')}, max {e.get('max_gpus')}); per GPU-hour: on demand "
-        f"{usd(e.get('on_demand_usd_per_gpu_hour'))}, {prices}"
+        f"{steady} on demand in {e.get('hours_at_or_above_steady')} of {e.get('hours')} hours (mean "
+        f"{e.get(f'mean_{unit}s')}, max {e.get(f'max_{unit}s')}); per {unit.replace('gpu', 'GPU')}-hour: "
+        f"on demand {usd(e.get(f'on_demand_usd_per_{unit}_hour'))}, {prices}"
     )
 
 
 def _ev_spot(e: Mapping[str, Any]) -> str:
-    return "; ".join(
-        f"{i.get('instance')}: {i.get('gpu_hours'):,} GPU-h ({i.get('reason')}), "
-        f"{usd(i.get('on_demand_usd_per_gpu_hour'))} → {usd(i.get('spot_usd_per_gpu_hour'))}/GPU-h"
-        for i in (e.get("instances") or [])[:5]
+    return "; ".join(_spot_line(i) for i in (e.get("instances") or [])[:5])
+
+
+def _spot_line(i: Mapping[str, Any]) -> str:
+    if i.get("priced_per") == "machine":
+        hours, unit, per = i.get("machine_hours"), f"{i.get('machine_type')}-h", "machine_hour"
+    else:
+        hours, unit, per = i.get("gpu_hours"), "GPU-h", "gpu_hour"
+    return (
+        f"{i.get('instance')}: {hours or 0:,} {unit} ({i.get('reason')}), "
+        f"{usd(i.get(f'on_demand_usd_per_{per}'))} → {usd(i.get(f'spot_usd_per_{per}'))}/{unit}"
     )
 
 

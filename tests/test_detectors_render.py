@@ -154,3 +154,39 @@ def test_hourly_anomaly_evidence_lists_the_hours() -> None:
         "6 hours above baseline: 03:00Z: $120.50 vs $40.00; 04:00Z: $120.50 vs $40.00; "
         "05:00Z: $120.50 vs $40.00; 06:00Z: $120.50 vs $40.00 (+2 more hours)"
     )
+
+
+def test_evidence_of_machine_priced_advice_reads_its_own_keys() -> None:
+    """Seed 11's report read "(mean None, max None); per GPU-hour: on demand $0.00" and
+    "$0.00 → $0.00/GPU-h": the advice is priced per whole machine and names machine keys."""
+    from monitor.render import evidence_line
+
+    commit = {
+        "kind": "commitment_opportunity",
+        "evidence": {
+            "priced_per": "machine", "machine_type": "a3-highgpu-8g", "gpu_model": "H100 80GB",
+            "steady_machines": 4, "hours": 336, "hours_at_or_above_steady": 336, "max_machines": 4.0,
+            "mean_machines": 4.0, "on_demand_usd_per_machine_hour": 88.49,
+            "term_usd_per_machine_hour": {"commit_1y": 61.38},
+        },
+    }  # fmt: skip
+    assert evidence_line(commit) == (
+        "4× a3-highgpu-8g (H100 80GB) on demand in 336 of 336 hours (mean 4.0, max 4.0);"
+        " per machine-hour: on demand $88.49, commit_1y $61.38"
+    )
+    spot = {
+        "kind": "spot_opportunity",
+        "evidence": {
+            "instances": [
+                {"instance": "hp-2", "reason": "name pattern", "priced_per": "machine", "machine_type":
+                 "a2-highgpu-8g", "machine_hours": 72.0, "gpu_hours": 576.0,
+                 "on_demand_usd_per_machine_hour": 29.39, "spot_usd_per_machine_hour": 15.42},
+                {"instance": "l4", "reason": "Spot elsewhere", "priced_per": "gpu", "gpu_hours": 10.0,
+                 "on_demand_usd_per_gpu_hour": 0.56, "spot_usd_per_gpu_hour": 0.31},
+            ]
+        },
+    }  # fmt: skip
+    assert evidence_line(spot) == (
+        "hp-2: 72.0 a2-highgpu-8g-h (name pattern), $29.39 → $15.42/a2-highgpu-8g-h; "
+        "l4: 10.0 GPU-h (Spot elsewhere), $0.56 → $0.31/GPU-h"
+    )
