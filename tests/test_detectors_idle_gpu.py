@@ -11,7 +11,7 @@ import pytest
 from monitor.detectors.idle_gpu import MPS_FALLBACK, IdleGpu, IdleGpuConfig
 from monitor.gpu_identity import row_identity
 from monitor.model import Severity, fingerprint
-from tests.test_detectors_common import D, FakePrices, H, at, gpu, inputs
+from tests.test_detectors_common import D, FakePrices, H, at, cost, gpu, inputs
 
 
 def pattern(spec: str, **kw) -> list:
@@ -301,6 +301,23 @@ def test_still_idle_only_when_the_idle_run_reaches_the_end_of_the_data() -> None
     # the current hour's samples may not be polled yet: an hour late is still ongoing, even without gaps
     (polled_late,) = IdleGpu(IdleGpuConfig(max_gap_hours=0)).evaluate(inp, at(6) + H / 2)
     assert polled_late.evidence["still_idle"] and polled_late.fingerprint == now_idle.fingerprint
+
+
+def test_a_run_ends_when_the_export_bills_on_without_it_not_when_the_clock_moves() -> None:
+    """The demo's daemon flipped bob-a100-debug between "still idle" and a past run (two
+    fingerprints, re-alerted) nine times in two minutes: measured to the clock, its latest hours
+    not yet billed read as a stop. The run ends when the rest of the export is billed past it."""
+    rows = pattern("BBIIII")
+    disk = [cost(h, "storage.persistent_disk", "0.1", instance="data-disk") for h in range(6)]
+    (at_six,) = IdleGpu().evaluate(inputs(disk, rows), at(6))
+    (lagging,) = IdleGpu().evaluate(inputs(disk, rows), at(12))  # the whole export 6 h behind
+    assert lagging.evidence["still_idle"] and lagging.fingerprint == at_six.fingerprint
+    billed_on = disk + [cost(h, "storage.persistent_disk", "0.1", instance="data-disk") for h in range(6, 12)]
+    (stopped,) = IdleGpu().evaluate(inputs(billed_on, rows), at(12))
+    assert not stopped.evidence["still_idle"] and stopped.fingerprint != at_six.fingerprint
+    # an export silent for over a day: measured to the clock less a day, the run is over
+    (silent,) = IdleGpu().evaluate(inputs(disk, rows), at(40))
+    assert not silent.evidence["still_idle"]
 
 
 # ------------------------------------------------------------------- GKE identity, effective price

@@ -509,7 +509,9 @@ def billed_until(costs: Costs, start: datetime, end: datetime, within: timedelta
     usage by hours and by more for some resources than for others (the demo's daemon told "Job finished: embeddings" at 12:00 for a VM billed to 04:00 while
     others were billed to 07:00; it ran on, and the message cannot be taken back). When the whole
     export has been silent for more than twice `within` (every job of the fleet stopped, its disks
-    too), the clock less that time: the jobs are told then, not never."""
+    too), the clock less that time: the jobs are told then, not never. Nothing billed at all in
+    [start, end) is no sign of lag: the clock (`end`)."""
     total = costs.sums((), start=start, end=end).get(())
-    billed = total.last + timedelta(hours=1) if total is not None else start
-    return min(end, max(billed, end - 2 * within))
+    if total is None:
+        return end
+    return min(end, max(total.last + timedelta(hours=1), end - 2 * within))

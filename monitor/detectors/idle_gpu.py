@@ -17,7 +17,8 @@ history is its hours in the window; "read" are those with utilization data):
 
 Findings and fingerprints (kind + the node identity of `monitor.gpu_identity`: project + instance
 id for a GCE VM, project + cluster + node name for a GKE node; never the amount or whether the cost
-is estimated): the run still going at the end of the data is THE node's finding, fingerprinted by
+is estimated): the run still going at the end of the data (the export's latest billed hour, not
+the clock: billing lags usage by hours) is THE node's finding, fingerprinted by
 the node alone as in earlier releases, so a finding first raised from estimated prices is
 reconciled when the billing rows land, and backfilled older hours do not re-key it. A run that
 ended inside the window (a job hung for a day last week, then resumed or deleted) is a finding of
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -52,6 +53,7 @@ from monitor.detectors.base import (
     q6,
     register,
 )
+from monitor.detectors.costs import billed_until
 from monitor.detectors.idle_gpu_words import MPS_FALLBACK, wording
 from monitor.detectors.inputs import DetectorInputs, GpuHour
 from monitor.gpu_identity import NodeKind, billed_identity, row_identity
@@ -69,6 +71,9 @@ __all__ = [
     "node_pool",
     "signal_evidence",
 ]
+
+#: `billed_until`'s half-bound: an export silent for twice this is measured to the clock less that
+_EXPORT_LAG = timedelta(hours=12)
 
 
 class IdleGpuConfig(DetectorConfig):
@@ -198,7 +203,12 @@ class IdleGpu(Detector):
             if inputs.window_start <= r.hour < inputs.window_end and r.hour < now:
                 groups[instance_key(r)].append(r)
         findings = []
-        end = min(inputs.window_end, now)
+        # the end of the data, not the clock: billing lags usage by hours, so measured to the clock
+        # a still idle node whose latest hours had not landed read as a run that ended, then as
+        # ongoing again when they did: the demo's daemon flipped bob-a100-debug's fingerprint (and
+        # re-alerted it) nine times in two minutes. The export's latest billed hour, unless it
+        # has been silent for over a day (then the clock less a day: a stopped fleet ends its runs)
+        end = billed_until(inputs.hourly, inputs.window_start, min(inputs.window_end, now), _EXPORT_LAG)
         for key in sorted(groups, key=str):
             rows = _dedupe_hours(groups[key])
             for run in self._runs(rows):
