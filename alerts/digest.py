@@ -266,6 +266,10 @@ def delta(now: Decimal, before: Decimal) -> str:
     return text
 
 
+_NOT_LOOKED = (
+    "Not looked for: no detection has run on this state store yet (the daemon runs one each cycle;"
+    " `gpucost run --once` runs one)."
+)
 _UNREAD_NOTE = (
     "*Idle GPU: \"not read\" where gpucost had not read the GPUs' utilization for those hours (it"
     " reads back to its detection window), \"≥\" where it read some of them.*"
@@ -331,10 +335,7 @@ def render_markdown(d: DigestData, chart_name: str | None = None, jobs_chart_nam
     lines += [f"| {_md_cell(k)} | {money(v)} |" for k, v in d.mtd_by_category.items()]
     lines += [f"| **Total** | **{money(d.mtd_total)}** |", "", "## Top findings", ""]
     if not d.top_findings:
-        lines.append(
-            "No findings." if d.detected else "Not looked for: no detection has run on this state store"
-            " yet (the daemon runs one each cycle; `gpucost run --once` runs one)."
-        )
+        lines.append("No findings." if d.detected else _NOT_LOOKED)
     for i, f in enumerate(d.top_findings, 1):
         marks = ", ".join(m for m, on in (("provisional", f.provisional), ("estimated", f.estimated)) if on)
         where = f" ({_md_cell(f.project)})" if f.project else ""
@@ -428,6 +429,8 @@ def render_blocks(d: DigestData) -> list[dict[str, Any]]:
                 "text": {"type": "mrkdwn", "text": truncate("*Top findings*\n" + "\n".join(lines), 2900)},
             }
         )
+    elif not d.detected:
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"*Top findings*\n{_NOT_LOOKED}"}})
     if d.provisional_days:
         days = ", ".join(str(x) for x in sorted(d.provisional_days))
         blocks.append(

@@ -1,7 +1,7 @@
 """Telling the channel once when the billing export stops arriving.
 
-Every figure gpucost shows comes from the export. When it stops (the export was turned off, moved to
-another dataset, or its service account lost access), polls succeed, detectors find nothing new and
+Every figure gpucost shows comes from the BigQuery export. When it stops (the export was turned off
+or moved to another dataset), polls succeed, detectors find nothing new and
 the digest shows days of $0.00: silence that reads like a quiet fleet. Google's loads come "at regular
 intervals" with no latency guarantee; cost usually appears within a day and has been seen 1.6 days
 late (../shared/reference/gcp.md, section 2), so the default `[billing] stale_after_hours` is 48:
@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime, timedelta
 
+from alerts.escape import escape_mrkdwn as esc
 from alerts.notifier import Message
 from alerts.outbox import enqueue, ensure_schema, fmt_ts
 from monitor.state.store import StateStore
@@ -33,17 +34,18 @@ def is_stale(latest_export: datetime | None, now: datetime, stale_after: timedel
 
 
 def export_stale_message(latest_export: datetime, now: datetime, receiver: str, table: str) -> Message:
+    """What stopped, since when, and where to look; keyed by the latest load and the receiver."""
     hours = int((now - latest_export) / timedelta(hours=1))
     head = "gpucost: the billing export has stopped arriving"
     text = (
-        f"The Cloud Billing export ({table}) has loaded nothing since {latest_export:%Y-%m-%d %H:%M} UTC"
+        f"The Cloud Billing export (`{esc(table)}`) has loaded nothing since {latest_export:%Y-%m-%d %H:%M} UTC"
         f" ({hours} h ago). Every figure after that is missing, not zero: spend, findings and the"
         " digest read a quiet fleet."
     )
     fix = (
-        "Check that the detailed usage cost export is still on (Billing > Billing export) and writes"
-        " to the table `[billing] table` names, and that gpucost's service account can still read it"
-        " (`gpucost check` shows the latest export time it sees)."
+        "Check in the Cloud Console (Billing, then Billing export) that the detailed usage cost export"
+        " is still on and still writes to this table; `gpucost check` shows the latest export time"
+        " gpucost sees."
     )
     blocks = [
         {"type": "header", "text": {"type": "plain_text", "text": head}},

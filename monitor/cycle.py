@@ -46,7 +46,7 @@ from monitor.sources.pricing import price_source_from_config
 from monitor.state.analytics import AggregateStore, aggregates_path
 from monitor.state.findings import record_findings
 from monitor.state.retention import horizon, prune
-from monitor.state.store import SQLiteStore, open_store
+from monitor.state.store import SQLiteStore, last_detection, open_store, record_detection
 from monitor.timeutil import floor_hour, to_iso
 from monitor.utilization import migrate as migrate_utilization
 from monitor.utilization import replace_windows
@@ -178,16 +178,15 @@ def run_billing_poll(deps: Deps, now: datetime) -> dict[str, Any]:
 
 
 def _export_freshness(deps: Deps, now: datetime) -> None:
-    """The export's age on /metrics, and the channel told once when it stopped arriving
-    (`alerts.export_stale`): polls keep succeeding on an export that no longer loads."""
+    """The export's age on /metrics, and, for BigQuery, the channel told once when it stopped
+    arriving (`alerts.export_stale`): polls keep succeeding on an export that no longer loads. A
+    local DuckDB copy is a snapshot its user loads: its age is no news."""
     from alerts.export_stale import is_stale, tell_stale_export
 
     latest = latest_export(deps.aggregates)
-    if latest is None:
-        return
-    deps.metrics.billing_export_age.set(max(0.0, (now - latest).total_seconds()))
+    deps.metrics.watch_export(latest, deps.clock)
     stale_after = timedelta(hours=deps.cfg.billing.stale_after_hours)
-    if not is_stale(latest, now, stale_after):
+    if latest is None or deps.cfg.billing.source != "bigquery" or not is_stale(latest, now, stale_after):
         return
     log.warning(
         "the billing export has loaded nothing for %d h: check that it is still on and that [billing]"
@@ -195,7 +194,7 @@ def _export_freshness(deps: Deps, now: datetime) -> None:
         int((now - latest) / timedelta(hours=1)),
         extra={"latest_export": to_iso(latest)},
     )
-    table = deps.cfg.billing.table or str(deps.cfg.billing.db)
+    table = deps.cfg.billing.table or ""
     tell_stale_export(
         deps.store,
         latest_export=latest,
@@ -231,7 +230,11 @@ def run_utilization_poll(deps: Deps, now: datetime, *, backfill: bool = True) ->
         # a first read holds one piece's samples, not the window's (bench scale 48: three days of
         # files, 4.14 M samples, peaked at 2.6 GB read at once, 1,060 MB a day at a time, 469 MB
         # so). A crash between pieces leaves those stored so far recorded as read, the rest unread.
-        count, skipped = replace_windows(deps.store, "files", "files", src.fetch_pieces(start, end), now=now)
+        # recorded as read up to now, not to the end of the current hour: the rest of the hour has no
+        # samples yet, and an hour recorded as read without them is "unmonitored" (the demo's
+        # daemon warned of GPU spend without utilization, then resolved it, cycle after cycle)
+        pieces = src.fetch_pieces(start, end)
+        count, skipped = replace_windows(deps.store, "files", "files", pieces, now=now, until=now)
     deps.metrics.set_unknown_units(getattr(src, "unknown_units", {}))
     deps.metrics.utilization_samples.labels(deps.cfg.utilization.source).inc(count)
     _ok(deps, "utilization", now)
@@ -381,6 +384,7 @@ def run_detection(deps: Deps, now: datetime, cancelled: Callable[[], bool] | Non
         findings = run_in_window(inputs, deps.detectors, now, detection_window(now)[0])
         checkpoint()
         counts = record_findings(deps.store, findings, now)
+        record_detection(deps.store, now)
         report = pipeline.process(findings, now, deps.alert_deps, history_read=history_read(deps, now))
         jobs_told = announce_jobs(deps, inputs, now)  # finished jobs: one message each, outbox only
         deps.findings = findings
@@ -483,20 +487,15 @@ def _record_sent_digests(deps: Deps) -> None:
 
 
 def run_digest(
-    deps: Deps,
-    now: datetime,
-    day: date | None = None,
-    send: bool = False,
-    force: bool = False,
-    *,
-    detected: bool = True,
+    deps: Deps, now: datetime, day: date | None = None, send: bool = False, force: bool = False
 ) -> dict[str, Any]:
     """Yesterday's digest (in the digest's time zone) written under `digest.out_dir`; with `send`,
     also queued in the outbox, once per day and channel (key from (digest, day, channel): a restart
     or a second run adds nothing, and a digest sent for the day is never queued again), with its
     chart. The outbox job delivers it like any alert: retries with backoff, the look-up after an
-    uncertain send, `gpucost outbox`, the operator alert on a permanent failure. `detected`: False
-    when no detection has run on the store (its findings section says none was looked for).
+    uncertain send, `gpucost outbox`, the operator alert on a permanent failure. Before any
+    detection ran on the store (the daemon's first digest, `gpucost digest` on its own), its
+    findings section says none was looked for.
     `force` (an operator asked for this day: `gpucost digest --send`) also re-queues the day's
     failed digest and delivers it at once, in this call. `result["sent"]` says whether it is at
     Slack, `result["queued"]` whether it waits in the outbox, `result["error"]` why not sent."""
@@ -513,7 +512,7 @@ def run_digest(
         jobs=_jobs_config(deps.cfg),
         aggregates=deps.aggregates,
         coverage=utilization_coverage(deps),
-        detected=detected,
+        detected=last_detection(deps.store) is not None,
     )
     md, png = write_digest(data, deps.cfg.digest.out_dir)
     result: dict[str, Any] = {"day": str(day), "markdown": str(md), "png": str(png)}

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -83,12 +86,23 @@ class Metrics:
                 ["category"],
                 registry=r,
             ),
-            billing_export_age=Gauge(
-                "gpucost_billing_export_age_seconds",
-                "Seconds since the billing export's latest load (its MAX(export_time)) that the polls have seen.",
-                registry=r,
+            billing_export_age=_unknown(
+                Gauge(
+                    "gpucost_billing_export_age_seconds",
+                    "Seconds since the billing export's latest load (its MAX(export_time)) that the polls"
+                    " have seen; NaN before one has seen any.",
+                    registry=r,
+                )
             ),
         )
+
+    def watch_export(self, latest: datetime | None, clock: Any) -> None:
+        """The export's age, computed at each scrape from its latest load the polls saw: it keeps
+        growing while polls fail (a revoked reader), and reads NaN, not "just loaded", while none
+        was seen."""
+        if latest is None:
+            return
+        self.billing_export_age.set_function(lambda: max(0.0, (clock.now() - latest).total_seconds()))
 
     def set_unknown_units(self, unknown: Mapping[str, str]) -> None:
         """Replace the unknown-unit series with the metrics a source skipped in its last read
@@ -96,3 +110,8 @@ class Metrics:
         self.metric_unit_unknown.clear()
         for metric_type, unit in sorted(unknown.items()):
             self.metric_unit_unknown.labels(metric_type, unit).set(1)
+
+
+def _unknown(g: Gauge) -> Gauge:
+    g.set(math.nan)
+    return g

@@ -330,7 +330,7 @@ def test_a_day_whose_utilization_was_not_read_says_so_not_zero(tmp_path: Path, f
     """Seed 23's daemon showed $0.00 of idle GPUs for the days before its first utilization read
     reached back (and `gpucost digest` run on its own, which polls billing only, for every day), and
     a lower figure for the day it read from 06:00. Its idle dollars are unknown there, not zero."""
-    from monitor.cycle import run_billing_poll, run_digest
+    from monitor.cycle import run_billing_poll, run_detection, run_digest
     from monitor.digest_data import digest_data
     from monitor.utilization.coverage import ALL
 
@@ -341,10 +341,13 @@ def test_a_day_whose_utilization_was_not_read_says_so_not_zero(tmp_path: Path, f
     data = digest_data(deps.store, DAY, "UTC", now, 3, jobs=JOBS, aggregates=deps.aggregates, coverage={})
     assert data.idle_unread == {DAY - timedelta(days=1): "all", DAY: "all"}
     assert "| not read |" in text and '"not read" where gpucost had not read' in text
+    assert "Not looked for: no detection has run" in text  # the daemon's first digest came first
     pretrain = next(line for line in text.splitlines() if line.startswith("| llm-pretrain |"))
     assert pretrain.split("|")[3:5] == [" not read ", " - "]
     # read from noon of the day: the rest of it, and the next day, are read (and had no samples)
     read = {ALL: ((T0 - 12 * H, now),)}
     data = digest_data(deps.store, DAY, "UTC", now, 3, jobs=JOBS, aggregates=deps.aggregates, coverage=read)
     assert data.idle_unread == {DAY - timedelta(days=1): "some"}
+    run_detection(deps, now)
+    assert "Not looked for" not in Path(run_digest(deps, now)["markdown"]).read_text()
     deps.store.close()

@@ -69,11 +69,29 @@ def test_the_daemons_poll_tells_a_stale_export_once(tmp_path: Path, fleet: Path,
     deps = daemon_on_fleet(tmp_path, fleet, billing={"stale_after_hours": hours})
     run_billing_poll(deps, last + H)
     assert latest_export(deps.aggregates) == last and not _outbox(deps.store)  # fresh: nothing
+    run_billing_poll(deps, last + 3 * 24 * H)  # a local DuckDB copy is a snapshot: never alerted on
+    assert not _outbox(deps.store)
+    # as BigQuery (the same engine answers): the stopped export is told once
+    billing = deps.cfg.billing.model_copy(
+        update={"source": "bigquery", "table": "p.d.gcp_billing_export_v1_X"}
+    )
+    deps.cfg = deps.cfg.model_copy(update={"billing": billing})
     later = last + 3 * 24 * H
     run_billing_poll(deps, later)
     run_billing_poll(deps, later + H)  # the same episode: not told again
     rows = _outbox(deps.store)
     assert [r[1] for r in rows] == (["export_stale"] if hours else [])
+    # computed at the scrape, from the clock: it grows while polls fail
+    deps.clock.advance(later + 5 * H - deps.clock.now())
     age = deps.metrics.registry.get_sample_value("gpucost_billing_export_age_seconds")
-    assert age == (73 * H).total_seconds()
+    assert age == (77 * H).total_seconds()
     deps.store.close()
+
+
+def test_the_age_is_unknown_before_a_poll_saw_a_load() -> None:
+    import math
+
+    from monitor.metrics import Metrics
+
+    metrics = Metrics.create()
+    assert math.isnan(metrics.registry.get_sample_value("gpucost_billing_export_age_seconds"))

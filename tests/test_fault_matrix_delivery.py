@@ -113,8 +113,7 @@ def billing_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def write_config(tmp: Path, slack: FakeSlack, billing: Path) -> Path:
     """A production-shaped config: local billing and utilization, Slack at the fake, no group wait
     (one message per group at once), no resolved messages (the daemon's detection over the tiny
-    export must not add any), no stale-export message (the tiny export is weeks old by the clock),
-    JSON logs, an ephemeral HTTP port."""
+    export must not add any), JSON logs, an ephemeral HTTP port."""
     db = tmp / "billing.duckdb"
     shutil.copyfile(billing, db)
     (tmp / "util").mkdir(exist_ok=True)
@@ -123,7 +122,6 @@ def write_config(tmp: Path, slack: FakeSlack, billing: Path) -> Path:
         f"""
 [billing]
 db = "{db}"
-stale_after_hours = 0
 [utilization]
 files = ["{tmp / "util"}"]
 [slack]

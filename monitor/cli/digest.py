@@ -88,8 +88,7 @@ def digest_cmd(config_path: Path | None, day: datetime | None, send: bool) -> No
         if now is None:
             run_billing_poll(deps, clock.now())
         the_day: date | None = day.date() if day is not None else None
-        # a store the daemon never filled had no detection either: its findings were not looked for
-        result = run_digest(deps, clock.now(), the_day, send=send, force=True, detected=now is not None)
+        result = run_digest(deps, clock.now(), the_day, send=send, force=True)
     finally:
         deps.store.close()
         deps.aggregates.close()

@@ -36,7 +36,9 @@ __all__ = [
     "StateStore",
     "StateStoreError",
     "first_start",
+    "last_detection",
     "open_store",
+    "record_detection",
     "recorded_first_start",
     "redact_url",
     "refuse_newer",
@@ -268,6 +270,26 @@ def recorded_first_start(store: StateStore) -> datetime | None:
     store.migrate("state", _META_MIGRATIONS)
     with store.transaction() as conn:
         row = conn.execute("SELECT value FROM state_meta WHERE key = 'first_start'").fetchone()
+    return None if row is None else datetime.fromisoformat(row[0])
+
+
+def record_detection(store: StateStore, now: datetime) -> None:
+    """That a detection ran (its findings, none included, are what the store holds)."""
+    store.migrate("state", _META_MIGRATIONS)
+    with store.transaction() as conn:
+        conn.execute(
+            "INSERT INTO state_meta (key, value) VALUES ('last_detection', ?)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (now.astimezone(UTC).isoformat(),),
+        )
+
+
+def last_detection(store: StateStore) -> datetime | None:
+    """When a detection last ran on this store; None before any: no findings then means none was
+    looked for (`gpucost digest` before the daemon's first detection), not none found."""
+    store.migrate("state", _META_MIGRATIONS)
+    with store.transaction() as conn:
+        row = conn.execute("SELECT value FROM state_meta WHERE key = 'last_detection'").fetchone()
     return None if row is None else datetime.fromisoformat(row[0])
 
 
