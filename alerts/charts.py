@@ -73,10 +73,11 @@ def render_chart(d: DigestData, path: str | Path) -> Path:
                 bar.set_alpha(0.45)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     idle = [float(d.idle_gpu_by_day.get(day, 0)) for day in days]
+    hatched = [i for i, day in enumerate(days) if d.idle_unread.get(day) != "all"]  # no $0 outline
     if any(idle):
         ax.bar(
-            x,
-            idle,
+            [x[i] for i in hatched],
+            [idle[i] for i in hatched],
             width=0.8,
             facecolor="none",
             edgecolor="#D62728",

@@ -31,7 +31,7 @@ from alerts.escape import escape_mrkdwn as esc
 from alerts.escape import truncate
 from alerts.notifier import Message
 from alerts.outbox import enqueue
-from monitor.model import Finding
+from monitor.model import Finding, to_cents
 
 __all__ = [
     "DIGEST_GROUP",
@@ -256,12 +256,14 @@ def delta(now: Decimal, before: Decimal) -> str:
     '-$5.06 (-0.0%)'
     >>> delta(Decimal("-150"), Decimal("-100"))
     '-$50.00 (-50.0%)'
+    >>> delta(Decimal("10.004"), Decimal("5.006")), delta(Decimal("99.996"), Decimal("100"))
+    ('+$4.99 (+99.8%)', '+$0.00 (+0.0%)')
     """
-    d = now - before
+    d = to_cents(now) - to_cents(before)  # the change of the figures shown beside it
     sign = "-" if d < 0 else "+"
     text = f"{sign}{money(abs(d))}"
     if before:
-        pct = (abs(d) / abs(before) * 100).quantize(Decimal("0.1"))
+        pct = (abs(now - before) / abs(before) * 100).quantize(Decimal("0.1"))
         text += f" ({sign}{pct}%)"
     return text
 
@@ -276,12 +278,12 @@ _UNREAD_NOTE = (
 )
 
 
-def idle_cell(d: DigestData, day: date, amount: Decimal | None = None) -> str:
-    """A day's idle GPU dollars (`amount`, default the day's), as far as utilization was read:
+def idle_cell(d: DigestData, day: date) -> str:
+    """A day's idle GPU dollars, as far as utilization was read:
     "not read" when none of its GPU-hours was, "≥ $X" when only some were (seed 23's daemon showed
     $0.00 for days before its first read reached back, and $1,875.43 for a day it read from 06:00,
     where the day held $2,500.58)."""
-    value = d.idle_gpu_by_day.get(day, ZERO) if amount is None else amount
+    value = d.idle_gpu_by_day.get(day, ZERO)
     unread = d.idle_unread.get(day)
     if unread == "all":
         return "not read"
@@ -330,7 +332,7 @@ def render_markdown(d: DigestData, chart_name: str | None = None, jobs_chart_nam
         "Yesterday by project", "Project", d.yesterday_by_project, d.previous_by_project, d
     )
     if d.jobs is not None and d.jobs.lines:
-        lines += jobs_markdown(d.jobs, d.day, money, d.idle_unread.get(d.day))
+        lines += jobs_markdown(d.jobs, d.day, money)
     lines += ["## Month to date by category", "", "| Category | Month to date |", "|---|---:|"]
     lines += [f"| {_md_cell(k)} | {money(v)} |" for k, v in d.mtd_by_category.items()]
     lines += [f"| **Total** | **{money(d.mtd_total)}** |", "", "## Top findings", ""]
@@ -415,7 +417,7 @@ def render_blocks(d: DigestData) -> list[dict[str, Any]]:
             }
         )
     if d.jobs is not None:
-        blocks += jobs_blocks(d.jobs, money, d.idle_unread.get(d.day))
+        blocks += jobs_blocks(d.jobs, money)
     if d.top_findings:
         lines = [
             f"{i}. *{money(f.impact_usd)}* {esc(f.title)}"

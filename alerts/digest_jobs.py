@@ -173,16 +173,16 @@ class DigestJob:
     unmonitored_cost: Decimal = ZERO
     monitored: bool = False
 
-    def idle_text(self, money: Any, unread: str | None) -> tuple[str, str]:
-        """(idle dollars, idle share) as the digest's day allows: on a day whose utilization was
-        not all read, a line with GPU spend without utilization is "not read" (none of its
-        GPU-hours had any) or a lower bound, "≥ $X"."""
+    def idle_text(self, money: Any) -> tuple[str, str]:
+        """(idle dollars, idle share) as far as utilization tells them, as a finished job's message
+        says them: "unknown" when none of the line's GPU-hours had utilization (never read, or no
+        agent), a lower bound ("≥ $X") when only some had."""
         share = _pct(self.idle_share)
-        if unread is None or not self.unmonitored_cost:
+        if not self.unmonitored_cost:
             return money(self.idle_cost), share
         if not self.monitored:
-            return "not read", "-"
-        return f"≥ {money(self.idle_cost)}", f"≥ {share}"
+            return "unknown", "-"
+        return f"≥ {money(self.idle_cost)}", (f"≥ {share}" if self.idle_share is not None else "-")
 
     @property
     def idle_share(self) -> Decimal | None:
@@ -336,9 +336,9 @@ def digest_jobs(
     return JobsSection(day, tz, jobs, n).chart(sums).add(rows, gpu).result()
 
 
-def _idle_share(j: DigestJob, money: Any, unread: str | None) -> str:
-    share = j.idle_text(money, unread)[1]
-    return "not read" if share == "-" and unread is not None and j.unmonitored_cost else share
+def _idle_share(j: DigestJob, money: Any) -> str:
+    dollars, share = j.idle_text(money)
+    return dollars if dollars == "unknown" else share
 
 
 def _pct(share: Decimal | None) -> str:
@@ -349,9 +349,8 @@ def _cell(text: str) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
-def jobs_markdown(d: DigestJobs, day: date, money: Any, unread: str | None = None) -> list[str]:
-    """The "Top jobs" section as Markdown lines (`money` formats a Decimal like the digest does;
-    `unread`: the day's utilization was not all read, `DigestData.idle_unread`)."""
+def jobs_markdown(d: DigestJobs, day: date, money: Any) -> list[str]:
+    """The "Top jobs" section as Markdown lines (`money` formats a Decimal like the digest does)."""
     lines = [
         f"## Top jobs ({day})",
         "",
@@ -360,7 +359,7 @@ def jobs_markdown(d: DigestJobs, day: date, money: Any, unread: str | None = Non
     ]
     for j in d.lines:
         name = f"*{_cell(j.name)}*" if j.other or j.name == NO_JOB else _cell(j.name)
-        idle, idle_share = j.idle_text(money, unread)
+        idle, idle_share = j.idle_text(money)
         lines.append(
             f"| {name} | {money(j.cost)} | {idle} | {idle_share} | "
             f"{money(j.cross_zone_cost)} | {_pct(j.cross_zone_share)} |"
@@ -369,13 +368,13 @@ def jobs_markdown(d: DigestJobs, day: date, money: Any, unread: str | None = Non
     return lines
 
 
-def jobs_blocks(d: DigestJobs, money: Any, unread: str | None = None) -> list[dict[str, Any]]:
+def jobs_blocks(d: DigestJobs, money: Any) -> list[dict[str, Any]]:
     """One Block Kit section: a line per job (names come from labels: escaped)."""
     if not d.lines:
         return []
     text = "\n".join(
         f"{'_' if j.other or j.name == NO_JOB else '*'}{esc(j.name)}{'_' if j.other or j.name == NO_JOB else '*'}"
-        f" {money(j.cost)}: idle {_idle_share(j, money, unread)}, cross-zone {_pct(j.cross_zone_share)}"
+        f" {money(j.cost)}: idle {_idle_share(j, money)}, cross-zone {_pct(j.cross_zone_share)}"
         for j in d.lines
     )
     return [{"type": "section", "text": {"type": "mrkdwn", "text": truncate("*Top jobs*\n" + text, 2900)}}]

@@ -48,8 +48,17 @@ class DemoClock:
         """Move forward (never past `end`); returns the (previous, new) instants."""
         with self._lock:
             prev = self._now
-            self._now = min(self._now + delta, self.end)
+            self._now = self.next(delta)
             return prev, self._now
+
+    def next(self, delta: timedelta) -> datetime:
+        """Where `advance(delta)` would move to, without moving."""
+        return min(self._now + delta, self.end)
+
+    def move_to(self, at: datetime) -> None:
+        """Set the instant (forward only), once what it makes visible is in place."""
+        with self._lock:
+            self._now = max(self._now, min(at, self.end))
 
     @property
     def exhausted(self) -> bool:

@@ -79,9 +79,15 @@ class DemoFeeder:
         """Move simulated time forward one step; returns (from, to, rows loaded)."""
         if self.clock.exhausted:
             return self.clock.now(), self.clock.now(), 0
-        prev, now = self.clock.advance(timedelta(hours=self.cfg.demo.hours_per_cycle))
+        # the export's rows and the utilization files first, then the clock: a utilization poll
+        # running meanwhile at the new instant read files not yet written to it, recorded those
+        # hours as read, and the daemon warned of GPU spend without utilization (resolved at the
+        # next poll), cycle after cycle
+        prev = self.clock.now()
+        now = self.clock.next(timedelta(hours=self.cfg.demo.hours_per_cycle))
         rows = self._load(prev, now)
         self._write_utilization(floor_day(prev), now)
+        self.clock.move_to(now)
         log.info("demo: simulated time advanced", extra={"to": now.isoformat(), "rows_loaded": rows})
         return prev, now, rows
 

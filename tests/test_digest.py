@@ -93,6 +93,9 @@ def test_a_change_and_its_percentage_carry_one_sign() -> None:
     assert delta(Decimal("-150"), Decimal("-100")) == "-$50.00 (-50.0%)"
     assert delta(Decimal("-50"), Decimal("-100")) == "+$50.00 (+50.0%)"
     assert delta(Decimal("5"), Decimal("0")) == "+$5.00"
+    # the change of the figures shown: $10.00 and $5.01 differ by $4.99 (not the exact 4.998)
+    assert delta(Decimal("10.004"), Decimal("5.006")) == "+$4.99 (+99.8%)"
+    assert delta(Decimal("99.996"), Decimal("100")) == "+$0.00 (+0.0%)"  # both show $100.00
 
 
 def test_floats_are_rejected() -> None:

@@ -343,7 +343,7 @@ def test_a_day_whose_utilization_was_not_read_says_so_not_zero(tmp_path: Path, f
     assert "| not read |" in text and '"not read" where gpucost had not read' in text
     assert "Not looked for: no detection has run" in text  # the daemon's first digest came first
     pretrain = next(line for line in text.splitlines() if line.startswith("| llm-pretrain |"))
-    assert pretrain.split("|")[3:5] == [" not read ", " - "]
+    assert pretrain.split("|")[3:5] == [" unknown ", " - "]  # as a finished job's message says it
     # read from noon of the day: the rest of it, and the next day, are read (and had no samples)
     read = {ALL: ((T0 - 12 * H, now),)}
     data = digest_data(deps.store, DAY, "UTC", now, 3, jobs=JOBS, aggregates=deps.aggregates, coverage=read)
