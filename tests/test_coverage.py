@@ -228,7 +228,8 @@ def test_daemon_file_poll_covers_its_window_and_fills_what_it_never_read(tmp_pat
     try:
         deps = _deps(cfg, FileUtilizationSource([tmp_path]), state)
         run_utilization_poll(deps, now)
-        window = (datetime(2026, 11, 6, 13, tzinfo=UTC), datetime(2026, 11, 20, 13, tzinfo=UTC))
+        # read to now, not to the end of the current hour, whose rest has no samples yet
+        window = (datetime(2026, 11, 6, 13, tzinfo=UTC), now)
         assert detection_inputs(deps, now).utilization_coverage == {ALL: (window,)}
         later = now + timedelta(days=5)  # down for five days: the files' usual 3-day re-read is not enough
         run_utilization_poll(deps, later)

@@ -318,6 +318,14 @@ def test_a_run_ends_when_the_export_bills_on_without_it_not_when_the_clock_moves
     # an export silent for over a day: measured to the clock less a day, the run is over
     (silent,) = IdleGpu().evaluate(inputs(disk, rows), at(40))
     assert not silent.evidence["still_idle"]
+    # the rest billed on, but utilization (the node's only sign after its own lagging billing) was
+    # read to hour 6 only: not seen stopping yet (the demo's bob-a100-debug, read to 12:00 of 17:00)
+    read = {"*": ((at(0), at(6)),)}
+    (unread,) = IdleGpu().evaluate(replace(inputs(billed_on, rows), utilization_coverage=read), at(12))
+    assert unread.evidence["still_idle"] and unread.fingerprint == at_six.fingerprint
+    read = {"*": ((at(0), at(12)),)}
+    (read_on,) = IdleGpu().evaluate(replace(inputs(billed_on, rows), utilization_coverage=read), at(12))
+    assert not read_on.evidence["still_idle"]
 
 
 # ------------------------------------------------------------------- GKE identity, effective price

@@ -36,6 +36,7 @@ idle dollars.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
@@ -58,6 +59,7 @@ from monitor.detectors.idle_gpu_words import MPS_FALLBACK, wording
 from monitor.detectors.inputs import DetectorInputs, GpuHour
 from monitor.gpu_identity import NodeKind, billed_identity, row_identity
 from monitor.model import Finding, Scope, fingerprint
+from monitor.utilization.coverage import read_until
 
 __all__ = [
     "FORGOTTEN_MIN_READ_HOURS",
@@ -208,10 +210,17 @@ class IdleGpu(Detector):
         # ongoing again when they did: the demo's daemon flipped bob-a100-debug's fingerprint (and
         # re-alerted it) nine times in two minutes. The export's latest billed hour, unless it
         # has been silent for over a day (then the clock less a day: a stopped fleet ends its runs)
-        end = billed_until(inputs.hourly, inputs.window_start, min(inputs.window_end, now), _EXPORT_LAG)
+        # Nor past what utilization was read to: a node whose own billing lags is seen after it
+        # only by utilization (estimated hours), so before the next read it looked stopped (the
+        # demo's bob-a100-debug, billed to 11:00 and read to 12:00 while the rest was billed to 17:00)
+        billed = functools.cache(
+            lambda: billed_until(inputs.hourly, inputs.window_start, min(inputs.window_end, now), _EXPORT_LAG)
+        )  # asked only when there is an idle run to judge
         for key in sorted(groups, key=str):
             rows = _dedupe_hours(groups[key])
+            read = read_until(inputs.utilization_coverage, rows[0].project)
             for run in self._runs(rows):
+                end = billed() if read is None else min(billed(), max(read, inputs.window_start))
                 if (f := self._finding(rows, run, inputs, end)) is not None:
                     findings.append(f)
         return findings

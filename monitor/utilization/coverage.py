@@ -42,6 +42,7 @@ __all__ = [
     "merge",
     "newest_chunk",
     "read_coverage",
+    "read_until",
     "record_coverage",
 ]
 
@@ -113,6 +114,15 @@ def hour_covered(coverage: Coverage, project: str | None, hour: datetime) -> boo
         return True
     ranges = coverage.get(project or "", coverage.get(ALL, ()))
     return any(s <= hour and hour + _HOUR <= e for s, e in ranges)
+
+
+def read_until(coverage: Coverage, project: str | None) -> datetime | None:
+    """How far utilization was read for `project`: the end of its latest read range (None without
+    coverage, everything read, or when nothing was)."""
+    if coverage is None:
+        return None
+    ranges = coverage.get(project or "", coverage.get(ALL, ()))
+    return max((e for _, e in ranges), default=None)
 
 
 def coverage_start(coverage: Coverage, project: str | None, before: datetime) -> datetime | None:
