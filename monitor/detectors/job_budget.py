@@ -127,16 +127,24 @@ class JobBudget(Detector):
         if earlier:
             last_gpu |= _last_gpu_hours(inputs.all_gpu_hours(), {j: budgets[j] for j in earlier}, keys)
         findings = []
+        # quiet measured to the latest hour billed, as a finished job's message measures it: billing
+        # lags the clock by hours, more than `running_within_hours` for some resources
+        within = timedelta(hours=self.jobs.running_within_hours)
+        quiet_to = billed_until(costs, inputs.window_start, as_of, within) if rows else as_of
         for job in sorted(rows):
             amount = Decimal(str(budgets[job]))
-            if (
-                f := self._job(job, label_key[job], amount, rows[job], last_gpu.get(job), inputs, as_of)
-            ) is not None:
+            f = self._job(job, label_key[job], amount, rows[job], last_gpu.get(job), inputs, as_of, quiet_to)
+            if f is not None:
                 findings.append(f)
         return findings
 
     def projection(
-        self, rows: Sequence[CostHour], last_gpu: datetime | None, inputs: DetectorInputs, as_of: datetime
+        self,
+        rows: Sequence[CostHour],
+        last_gpu: datetime | None,
+        inputs: DetectorInputs,
+        as_of: datetime,
+        quiet_to: datetime,
     ) -> dict[str, Any]:
         """The job's spend so far, its burn rate and the projection, as numbers a reader can add up."""
         first = min(r.hour for r in rows)
@@ -148,10 +156,7 @@ class JobBudget(Detector):
         prov = min(max(inputs.provisional_from, spend_from), as_of)
         rr = run_rate(rows, spend_from, spend_from, prov, as_of, self.config.run_rate_days)
         latest = max(last, last_gpu) if last_gpu is not None else last
-        within = timedelta(hours=self.jobs.running_within_hours)
-        # quiet measured to the latest hour billed, as a finished job's message measures it: billing
-        # lags the clock by hours, more than `within` for some resources
-        running = latest + _HOUR >= billed_until(inputs.hourly, inputs.window_start, as_of, within) - within
+        running = latest + _HOUR >= quiet_to - timedelta(hours=self.jobs.running_within_hours)
         rate = rr.hourly if running else _ZERO
         settled = _net(rows, None, prov)
         prov_billed = _net(rows, prov, as_of)
@@ -191,8 +196,9 @@ class JobBudget(Detector):
         last_gpu: datetime | None,
         inputs: DetectorInputs,
         as_of: datetime,
+        quiet_to: datetime,
     ) -> Finding | None:
-        p = self.projection(rows, last_gpu, inputs, as_of)
+        p = self.projection(rows, last_gpu, inputs, as_of, quiet_to)
         projected: Decimal = p["projected_usd"]
         crossed = [t for t in self.config.thresholds_pct if projected > amount * Decimal(str(t)) / 100]
         if not crossed:
