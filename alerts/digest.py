@@ -371,12 +371,18 @@ def render_markdown(d: DigestData, chart_name: str | None = None, jobs_chart_nam
 def _fields(
     now: Mapping[str, Decimal], before: Mapping[str, Decimal], limit: int = 10
 ) -> list[dict[str, Any]]:
+    """Block Kit's at most 10 fields: past them, the rest summed in the last one (the 11th project
+    and after were dropped without a word)."""
+    items = list(now.items())
+    shown = items if len(items) <= limit else items[: limit - 1]
+    cells = [(esc(k), v, before.get(k, ZERO)) for k, v in shown]
+    if len(shown) < len(items):
+        rest = items[len(shown) :]
+        was = sum((before.get(k, ZERO) for k, _ in rest), ZERO)
+        cells.append((f"{len(rest)} others", sum((v for _, v in rest), ZERO), was))
     return [
-        {
-            "type": "mrkdwn",
-            "text": truncate(f"*{esc(k)}*\n{money(v)} ({delta(v, before.get(k, ZERO))})", 1900),
-        }
-        for k, v in list(now.items())[:limit]
+        {"type": "mrkdwn", "text": truncate(f"*{name}*\n{money(v)} ({delta(v, b)})", 1900)}
+        for name, v, b in cells
     ]
 
 

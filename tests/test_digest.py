@@ -457,3 +457,22 @@ def test_a_day_without_spend_renders_a_readable_digest() -> None:
         (a, b) for a, b in pairwise(render_markdown(sample()).splitlines()) if a.startswith("| Day |")
     )
     assert header.count("|") == rule.count("|") == 7  # six columns: Day, three categories, Total, Idle GPU
+
+
+def test_block_kit_sums_the_projects_past_its_ten_fields() -> None:
+    """Slack allows 10 fields a section: the 11th project and after were dropped without a word."""
+    projects = {f"p{i:02d}": Decimal(100 - i) for i in range(14)}
+    d = DigestData.from_dicts(
+        day=DAY,
+        timezone="UTC",
+        yesterday_by_category={"compute": Decimal(1)},
+        previous_by_category={},
+        yesterday_by_project=projects,
+        previous_by_project={"p13": Decimal(80)},
+        mtd_by_category={"compute": Decimal(1)},
+        daily_by_category={DAY: {"compute": Decimal(1)}},
+    )
+    (section,) = [b for b in render_blocks(d) if "By project" in b.get("text", {}).get("text", "")]
+    texts = [f["text"] for f in section["fields"]]
+    assert len(texts) == 10 and texts[-1].startswith("*5 others*\n$445.00")  # 91 + 90 + 89 + 88 + 87
+    assert texts[-1].endswith("(+$365.00 (+456.2%))")  # against p13's $80 the day before
