@@ -131,7 +131,9 @@ def _fallback(reason: Reason, firing: Sequence[Finding], resolved: Sequence[Mapp
         total = _total(firing)
         first = firing[0]
         more = f" (+{len(firing) - 1} more)" if len(firing) > 1 else ""
-        return f"[{first.severity.value.upper()}] {head}: {esc(first.title)}{more}: {total}"
+        text = f"[{first.severity.value.upper()}] {head}: {esc(first.title)}{more}"
+        # a lone finding whose title ends with its figure said it twice ("...: $7,331.26: $7,331.26")
+        return text if not more and first.title.endswith(total) else f"{text}: {total}"
     names = ", ".join(esc(r.get("title", "?")) for r in resolved[:3])
     return f"[RESOLVED] {names}" + (" …" if len(resolved) > 3 else "")
 

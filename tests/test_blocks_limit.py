@@ -59,3 +59,14 @@ def test_a_long_title_keeps_its_dollars_in_the_header() -> None:
     header = finding_blocks(f, new=True)[0]["text"]["text"]
     assert len(header) <= HEADER_MAX and header.startswith("CRITICAL: Idle GPUs on GKE node")
     assert header.endswith("…, $3,291.64")
+
+
+def test_the_fallback_text_says_a_lone_findings_figure_once() -> None:
+    f = _finding(0)
+    titled = Finding(f.kind, f.severity, "Cross-zone traffic in llm-train: $100.00", *(
+        getattr(f, k) for k in ("summary", "impact_usd", "window_start", "window_end", "scope", "evidence",
+                                "recommendation", "fingerprint")))  # fmt: skip
+    text, _ = render_group(Reason.NEW_GROUP, [titled], frozenset(), [])
+    assert text == "[WARNING] New: Cross-zone traffic in llm-train: $100.00"
+    text, _ = render_group(Reason.NEW_GROUP, [titled, _finding(1)], frozenset(), [])
+    assert text.endswith("(+1 more): $201.00")
