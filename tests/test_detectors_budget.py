@@ -55,8 +55,10 @@ def test_forecast_against_total_budget(budget, impact, severity) -> None:
     assert ev["month_to_date_usd"] == 30000 and ev["daily_run_rate_usd"] == 2400
     assert ev["month"] == "2026-11"
     assert f.provisional
-    assert "Recent days are counted at the run rate" in f.summary
-    assert "Days of the month before the analysed window are estimated" in f.summary
+    # spend so far + what the estimates add + the rest of the month = the forecast, all in the text
+    assert "spend so far is $30,000.00" in f.summary
+    assert "counted at the run rate while their billing is still arriving: $7,200.00 where $3,600.00" in f.summary
+    assert "Days of the month before the analysed window are estimated at the run rate: $1,700.00" in f.summary
 
 
 def test_project_and_label_budgets_only_count_their_rows() -> None:

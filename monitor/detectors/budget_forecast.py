@@ -173,10 +173,19 @@ class BudgetForecast(Detector):
         )
         if over_now:
             summary += " The budget is already exceeded."
+        # each estimate with its figure, so that spend so far + the estimates + the rest of the month
+        # at the run rate add up to the forecast (a reader could not find $1,320.48 of it)
         if fc["provisional_counted_usd"] != fc["provisional_billed_usd"]:
-            summary += " Recent days are counted at the run rate while their billing is still arriving."
+            summary += (
+                " Recent days are counted at the run rate while their billing is still arriving:"
+                f" {fmt_usd(fc['provisional_counted_usd'])} where {fmt_usd(fc['provisional_billed_usd'])}"
+                " is billed so far."
+            )
         if fc["before_window_estimate_usd"]:
-            summary += " Days of the month before the analysed window are estimated at the run rate."
+            summary += (
+                " Days of the month before the analysed window are estimated at the run rate:"
+                f" {fmt_usd(fc['before_window_estimate_usd'])}."
+            )
         evidence = {k: (money(v) if isinstance(v, Decimal) else v) for k, v in fc.items()}
         evidence |= {"budget": budget.name, "budget_usd": money(budget.amount), "overrun_usd": money(impact)}
         return Finding(
