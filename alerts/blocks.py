@@ -18,6 +18,7 @@ from alerts.escape import escape_mrkdwn as esc
 from alerts.escape import truncate
 from monitor.model import Finding, to_cents
 from monitor.model import usd as money  # `$1,234.57`, `-$3.00`: the one dollar format
+from monitor.render import evidence_line
 
 __all__ = ["money", "render_group", "render_summary", "snapshot"]
 
@@ -69,11 +70,11 @@ def _scope_text(f: Finding) -> str:
     return " · ".join(parts) or "(no scope)"
 
 
-def _evidence_text(evidence: Mapping[str, Any], limit: int = 6) -> str:
-    items = [(k, v) for k, v in evidence.items() if isinstance(v, str | int | float | Decimal | bool)]
-    shown = ", ".join(f"{esc(k)}: {esc(v)}" for k, v in items[:limit])
-    more = len(evidence) - min(len(items), limit)
-    return shown + (f" (+{more} more in the report)" if more > 0 else "")
+def _evidence_text(f: Finding) -> str:
+    """The evidence as `gpucost analyze`'s report words it (`monitor.render.evidence_line`, one
+    wording for both): the alert showed a raw dump of keys ("month: 2026-11, as_of: ...,
+    settled_usd: 136919.196759, ... (+11 more in the report)") where the report was readable."""
+    return esc(evidence_line({"kind": f.kind, "evidence": f.evidence}))
 
 
 def _impact_text(f: Finding) -> str:
@@ -103,7 +104,7 @@ def finding_blocks(f: Finding, *, new: bool) -> list[dict[str, Any]]:
         _md(f"*What to do:* {esc(f.recommendation)}"),
     ]
     if f.evidence:
-        ctx = truncate(f"Evidence: {_evidence_text(f.evidence)} · fp `{f.fingerprint}`", SECTION_MAX)
+        ctx = truncate(f"Evidence: {_evidence_text(f)} · fp `{f.fingerprint}`", SECTION_MAX)
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": ctx}]})
     return blocks
 

@@ -70,3 +70,21 @@ def test_the_fallback_text_says_a_lone_findings_figure_once() -> None:
     assert text == "[WARNING] New: Cross-zone traffic in llm-train: $100.00"
     text, _ = render_group(Reason.NEW_GROUP, [titled, _finding(1)], frozenset(), [])
     assert text.endswith("(+1 more): $201.00")
+
+
+def test_an_alerts_evidence_is_worded_as_the_report_words_it() -> None:
+    """The alert showed "month: 2026-11, as_of: ..., settled_usd: 136919.196759, ... (+11 more in
+    the report)" where `analyze`'s report was readable."""
+    from alerts.blocks import finding_blocks
+
+    f = _finding(0)
+    evidence = {"month": "2026-11", "as_of": "2026-11-14T06:00:00Z", "settled_usd": 136919.196759,
+                "month_to_date_usd": 237267.93, "daily_run_rate_usd": 18121.21, "forecast_usd": 549669.22,
+                "budget_usd": 400000.0}  # fmt: skip
+    budget = Finding("budget_forecast", *(getattr(f, k) for k in ("severity", "title", "summary", "impact_usd",
+                     "window_start", "window_end", "scope")), evidence, f.recommendation, "fpb")  # fmt: skip
+    ctx = finding_blocks(budget, new=True)[-1]["elements"][0]["text"]
+    assert ctx == (
+        "Evidence: 2026-11: month to date $237,267.93, run rate $18,121.21/day, forecast $549,669.22 vs"
+        " budget $400,000.00 · fp `fpb`"
+    )

@@ -48,7 +48,14 @@ def finding(instance: str = "a3-hung-1", kind: str = "idle_gpu", impact: str = "
         window_start=T0 - timedelta(hours=6),
         window_end=T0.replace(minute=0, second=0),
         scope=scope,
-        evidence={"gpus": 8, "idle_hours": 6, "rate_usd_h": Decimal("135.40"), "since": T0},
+        evidence={
+            "gpus": 8,
+            "gpu_model": "H100",
+            "idle_hours": 6,
+            "idle_gpu_hours": Decimal("48.0"),
+            "idle_cost_usd": Decimal("812.40"),
+            "since": T0,
+        },
         recommendation="Check the job; stop the VM if it hung",
         fingerprint=fingerprint(kind, scope),
     )
@@ -184,7 +191,7 @@ def test_a_flushed_message_reads_as_one_from_a_detection_run(tmp_path: Path) -> 
 
     live, flushed = blocks(flush=False), blocks(flush=True)
     assert flushed == live
-    assert "rate_usd_h: 135.40" in json.dumps(flushed)
+    assert "6 idle hours, 48.0 idle GPU-hours of 8× H100 = $812.40" in json.dumps(flushed, ensure_ascii=False)
 
 
 def test_the_timer_works_on_both_state_stores(store, tmp_path: Path) -> None:  # noqa: F811
