@@ -703,12 +703,23 @@ def paired_cents(costs: Sequence[Decimal], nets: Sequence[Decimal]) -> tuple[lis
     drift = sum((net_cents[i] - cost_cents[i] for i in free), Decimal(0))
     for i in free:
         net_cents[i] = cost_cents[i]
-    others = [i for i in range(len(nets)) if nets[i] != costs[i]]
+    shown = dict(enumerate(net_cents))
+    _spread(shown, dict(enumerate(nets)), drift, [i for i in range(len(nets)) if nets[i] != costs[i]])
+    return cost_cents, [shown[i] for i in range(len(nets))]
+
+
+def _spread(
+    cents: dict[Any, Decimal], exact: Mapping[Any, Decimal], drift: Decimal, among: Sequence[Any]
+) -> None:
+    """Move `drift` (whole cents) onto the figures `among`, a cent at a time, to those whose exact
+    figures are furthest from their cents that way (ties: the first key): the one largest-remainder
+    step of `paired_cents` and `_parts`."""
+    if not drift or not among:
+        return
     step = _CENT if drift > 0 else -_CENT
-    order = sorted(others, key=lambda i: (-(nets[i] - net_cents[i]) * step, i))
-    for k in range(int(abs(drift) / _CENT)):
-        net_cents[order[k % len(order)]] += step
-    return cost_cents, net_cents
+    order = sorted(among, key=lambda k: (-(exact[k] - cents[k]) * step, k))
+    for i in range(int(abs(drift) / _CENT)):
+        cents[order[i % len(order)]] += step
 
 
 def _parts(micros: Mapping[str, int], total: Decimal) -> dict[str, float]:
@@ -717,12 +728,7 @@ def _parts(micros: Mapping[str, int], total: Decimal) -> dict[str, float]:
     a time, to the parts whose exact figures are furthest from their cents that way."""
     exact = {k: micros_to_decimal(v) for k, v in micros.items()}
     cents = {k: _q(v) for k, v in exact.items()}
-    drift = total - sum(cents.values(), Decimal(0))
-    if drift and cents:
-        step = _CENT if drift > 0 else -_CENT
-        order = sorted(cents, key=lambda k: (-(exact[k] - cents[k]) * step, k))
-        for i in range(int(abs(drift) / _CENT)):
-            cents[order[i % len(order)]] += step
+    _spread(cents, exact, total - sum(cents.values(), Decimal(0)), list(cents))
     return {k: float(v) for k, v in cents.items()}
 
 
