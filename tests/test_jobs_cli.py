@@ -176,3 +176,14 @@ def test_real_rows_add_up_to_the_cent(real_files: list[Path]) -> None:
     assert sum(j.net_micros for j in report.jobs) / Decimal(1_000_000) == report.totals["net_cost"]
     assert sum(_d(j["cost_usd"]) for j in doc["jobs"]) == report.totals["cost"].quantize(CENT)
     assert sum(_d(j["net_cost_usd"]) for j in doc["jobs"]) == report.totals["net_cost"].quantize(CENT)
+
+
+def test_idle_dollars_are_unknown_without_utilization_in_the_table() -> None:
+    """Seed 23's embeddings (one L4 without an agent) read "$0.00" idle, as its message did."""
+    from monitor.cli.jobs import _cell
+
+    job = {"idle_cost_usd": 0.0, "unmonitored_cost_usd": 188.17, "mean_utilization_pct": None}
+    assert _cell(job, "idle_cost_usd") == "unknown"
+    assert _cell(job | {"mean_utilization_pct": 40.0, "idle_cost_usd": 12.5}, "idle_cost_usd") == "≥ $12.50"
+    assert _cell(job | {"unmonitored_cost_usd": 0.0}, "idle_cost_usd") == "$0.00"
+    assert _cell(job, "cost_usd") == "-"  # absent: as before

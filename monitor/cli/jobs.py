@@ -49,6 +49,16 @@ def _get(doc: dict[str, Any], key: str) -> Any:
     return doc.get(key)
 
 
+def _cell(doc: dict[str, Any], key: str) -> str:
+    """`cell`, but idle dollars as far as utilization tells them, as a finished job's message and
+    the digest say them: "unknown" when none of its GPU-hours had utilization, "≥ $X" when some had
+    none (seed 23's embeddings, one L4 without an agent, read "$0.00")."""
+    text = cell(key, _get(doc, key))
+    if key != "idle_cost_usd" or not doc.get("unmonitored_cost_usd"):
+        return text
+    return "unknown" if doc.get("mean_utilization_pct") is None else f"≥ {text}"
+
+
 def _name(doc: dict[str, Any]) -> str:
     name = doc["job"] if doc["job"] is not None else "(no job label)"
     flags = [f for f, on in (("running", doc["running"]), ("estimated", doc["estimated"])) if on]
@@ -70,7 +80,7 @@ def jobs_markdown(doc: dict[str, Any]) -> str:
         "|---|---|" + "---:|" * len(_COLUMNS),
     ]
     for j in doc["jobs"]:
-        cells = [cell(k, _get(j, k)) for k, _ in _COLUMNS]
+        cells = [_cell(j, k) for k, _ in _COLUMNS]
         lines.append(f"| {_name(j)} | {_when(j)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -108,7 +118,7 @@ def _print_table(doc: dict[str, Any]) -> None:
     for _, head in _COLUMNS:
         table.add_column(head, justify="right")
     for j in doc["jobs"]:
-        table.add_row(_name(j), _when(j), *(cell(k, _get(j, k)) for k, _ in _COLUMNS))
+        table.add_row(_name(j), _when(j), *(_cell(j, k) for k, _ in _COLUMNS))
     console.print(table)
     for j in doc["jobs"]:
         if "hours" in j:
