@@ -177,7 +177,10 @@ def _digest_data(
 
     chart_from = day - timedelta(days=_CHART_DAYS - 1)
     findings = [r.payload for r in open_findings(store)]
-    return DigestData.from_dicts(
+    day_rows = sum(r.rows for r in latest)
+    before_rows = sum(r.rows for r in sums if r.hour.astimezone(tz).date() == day - timedelta(days=1))
+    share = Decimal(day_rows) / Decimal(before_rows) if provisional and before_rows else None
+    data = DigestData.from_dicts(
         day=day,
         timezone=timezone,
         yesterday_by_category=dict(by_day_cat.get(day, {})),
@@ -200,6 +203,7 @@ def _digest_data(
         not_compared=held,
         jobs=section.result(),
     )
+    return data if share is None else replace(data, rows_share=share)
 
 
 def _arrived(latest: list[ResourceHourNet], tz: ZoneInfo) -> dict[tuple, int]:

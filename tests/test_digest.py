@@ -300,7 +300,8 @@ def test_a_provisional_day_is_compared_with_the_same_hours_of_the_day_before(tmp
     md = render_markdown(d)
     assert (
         "- Yesterday (2026-12-02): **$120.00** *(provisional: 12 of 24 hours billed so far, latest "
-        "11:00-12:00)*, +$0.00 (+0.0%) vs the same hours and resources of 2026-12-01\n"
+        "11:00-12:00; 50% as many export rows as 2026-12-01)*, +$0.00 (+0.0%) vs the same hours and"
+        " resources of 2026-12-01\n"
         "- $120.00 of 2026-12-01's cost not compared yet: its rows for 2026-12-02 have not arrived "
         "(late billing, or the resource stopped)\n" in md
     )
@@ -319,7 +320,10 @@ def test_rows_billed_late_are_left_out_of_both_days(tmp_path: Path) -> None:
     d = _digest(tmp_path, before + after, now=datetime(2026, 12, 3, 6, tzinfo=UTC))
     assert (d.yesterday_total, d.previous_total) == (D(17 * 11), D(17 * 10))
     assert d.not_compared == D(10 + 6 * 1000 + 12 * 5)
-    assert d.completeness == "12 of 24 hours billed so far, latest 11:00-12:00"
+    # every hour has rows, but 17 of the day before's 36 rows have come: the count says how far
+    assert d.completeness == (
+        "12 of 24 hours billed so far, latest 11:00-12:00; 47% as many export rows as 2026-12-01"
+    )
     assert d.change == "+$17.00 (+10.0%) vs the same hours and resources of 2026-12-01"
 
 
@@ -343,7 +347,10 @@ def test_same_hours_are_clock_hours_in_the_digest_time_zone(tmp_path: Path) -> N
     rows += [(start + timedelta(days=1, hours=h), "202612", "10") for h in range(6)]
     d = _digest(tmp_path, rows, now=datetime(2026, 12, 3, 6, tzinfo=UTC), tz="Europe/Paris")
     assert (d.yesterday_total, d.previous_total, d.billed_hours) == (D(60), D(60), 6)
-    assert d.completeness == "6 of 24 hours billed so far, latest 05:00-06:00"
+    assert (
+        d.completeness
+        == "6 of 24 hours billed so far, latest 05:00-06:00; 25% as many export rows as 2026-12-01"
+    )
 
 
 def test_a_complete_day_is_compared_with_the_whole_day_before(tmp_path: Path) -> None:
