@@ -504,10 +504,11 @@ def as_costs(rows: Costs | Iterable[CostHour]) -> Costs:
 
 
 def billed_until(costs: Costs, start: datetime, end: datetime, within: timedelta) -> datetime:
-    """Where a job's quiet is measured to (a finished job's message, `job_budget`'s "still
-    running"): the end of the latest hour billed in [start, end), not the clock, since billing lags
-    usage by hours and by more for some resources than for others (the demo's daemon told "Job finished: embeddings" at 12:00 for a VM billed to 04:00 while
-    others were billed to 07:00; it ran on, and the message cannot be taken back). When the whole
+    """Where quiet is measured to (a finished job's message, `job_budget`'s "still running",
+    `idle_gpu`'s "still idle"): the end of the latest hour billed in [start, end), not the clock,
+    since billing lags usage by hours and by more for some resources than for others (the demo's
+    daemon told "Job finished: embeddings" at 12:00 for a VM billed to 04:00 while others were
+    billed to 07:00; it ran on, and the message cannot be taken back). When the whole
     export has been silent for more than twice `within` (every job of the fleet stopped, its disks
     too), the clock less that time: the jobs are told then, not never. Nothing billed at all in
     [start, end) is no sign of lag: the clock (`end`)."""

@@ -265,12 +265,17 @@ def first_start(store: StateStore, now: datetime) -> datetime:
     return datetime.fromisoformat(row[0])
 
 
-def recorded_first_start(store: StateStore) -> datetime | None:
-    """The first start, if one was recorded (read only)."""
+def _recorded(store: StateStore, key: str) -> datetime | None:
+    """The instant recorded under `key` in `state_meta`, if any (read only)."""
     store.migrate("state", _META_MIGRATIONS)
     with store.transaction() as conn:
-        row = conn.execute("SELECT value FROM state_meta WHERE key = 'first_start'").fetchone()
+        row = conn.execute("SELECT value FROM state_meta WHERE key = ?", (key,)).fetchone()
     return None if row is None else datetime.fromisoformat(row[0])
+
+
+def recorded_first_start(store: StateStore) -> datetime | None:
+    """The first start, if one was recorded (read only)."""
+    return _recorded(store, "first_start")
 
 
 def record_detection(store: StateStore, now: datetime) -> None:
@@ -287,10 +292,7 @@ def record_detection(store: StateStore, now: datetime) -> None:
 def last_detection(store: StateStore) -> datetime | None:
     """When a detection last ran on this store; None before any: no findings then means none was
     looked for (`gpucost digest` before the daemon's first detection), not none found."""
-    store.migrate("state", _META_MIGRATIONS)
-    with store.transaction() as conn:
-        row = conn.execute("SELECT value FROM state_meta WHERE key = 'last_detection'").fetchone()
-    return None if row is None else datetime.fromisoformat(row[0])
+    return _recorded(store, "last_detection")
 
 
 def open_store(url: str) -> StateStore:

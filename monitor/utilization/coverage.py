@@ -108,12 +108,16 @@ def newest_chunk(
     return max(lo, _floor(hi - size, align)), hi
 
 
+def _ranges(coverage: Mapping[str, Sequence[Interval]], project: str | None) -> Sequence[Interval]:
+    """`project`'s read ranges: its own entry, else the one for every other project (`ALL`)."""
+    return coverage.get(project or "", coverage.get(ALL, ()))
+
+
 def hour_covered(coverage: Coverage, project: str | None, hour: datetime) -> bool:
     """Whether the whole hour starting at `hour` was read for `project` (always, without coverage)."""
     if coverage is None:
         return True
-    ranges = coverage.get(project or "", coverage.get(ALL, ()))
-    return any(s <= hour and hour + _HOUR <= e for s, e in ranges)
+    return any(s <= hour and hour + _HOUR <= e for s, e in _ranges(coverage, project))
 
 
 def read_until(coverage: Coverage, project: str | None) -> datetime | None:
@@ -121,8 +125,7 @@ def read_until(coverage: Coverage, project: str | None) -> datetime | None:
     coverage, everything read, or when nothing was)."""
     if coverage is None:
         return None
-    ranges = coverage.get(project or "", coverage.get(ALL, ()))
-    return max((e for _, e in ranges), default=None)
+    return max((e for _, e in _ranges(coverage, project)), default=None)
 
 
 def coverage_start(coverage: Coverage, project: str | None, before: datetime) -> datetime | None:
@@ -130,9 +133,8 @@ def coverage_start(coverage: Coverage, project: str | None, before: datetime) ->
     when that hour was not read (or there is no coverage record: everything was read)."""
     if coverage is None:
         return None
-    ranges = coverage.get(project or "", coverage.get(ALL, ()))
     last = before - _HOUR
-    return next((s for s, e in ranges if s <= last and last + _HOUR <= e), None)
+    return next((s for s, e in _ranges(coverage, project) if s <= last and last + _HOUR <= e), None)
 
 
 # ----------------------------------------------------------------------------------------- store
