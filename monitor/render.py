@@ -252,6 +252,19 @@ def provisional_in_window(provisional_from: datetime | str, end: datetime | str 
     return p < e
 
 
+#: Why advice is listed apart and never summed, in the Markdown report and the terminal's table.
+_ADVICE_NOTE = (
+    "advice, not money lost: these overlap (the same hours priced as a commitment or as Spot), so do"
+    " not add them up"
+)
+
+
+def _split(findings: Sequence[Finding | Row]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(hidden costs, savings advice), each largest impact first."""
+    rows = _sorted(findings)
+    return [f for f in rows if not is_advice(f["kind"])], [f for f in rows if is_advice(f["kind"])]
+
+
 def is_advice(kind: str) -> bool:
     """Findings of advice detectors (cheaper ways to buy the same thing), reported apart from leaks."""
     cls = registered().get(kind)
@@ -318,9 +331,7 @@ def findings_markdown(
     `start`/`end`/`provisional_from` as datetimes or ISO strings); findings may be `Finding`s or
     their `to_dict()` form. `converted`: the export currencies converted into those USD figures.
     """
-    rows = _sorted(findings)
-    leaks = [f for f in rows if not is_advice(f["kind"])]
-    advice = [f for f in rows if is_advice(f["kind"])]
+    leaks, advice = _split(findings)
     lines = _header(totals, window, converted)
     if not leaks:
         lines += ["## Hidden costs", "", "No hidden costs found in this window.", ""]
@@ -344,8 +355,7 @@ def findings_markdown(
             "## Savings opportunities",
             "",
             f"{len(advice)} way(s) to pay less for the same GPU hours, worth {usd(saved)} in this "
-            "window. Advice, not money lost: these overlap (the same hours priced as a commitment "
-            "or as Spot), so do not add them up.",
+            f"window. {_ADVICE_NOTE[0].upper()}{_ADVICE_NOTE[1:]}.",
             "",
             *_summary_table(advice, len(leaks) + 1),
             *_details(advice, len(leaks) + 1, top),
@@ -370,18 +380,10 @@ def findings_tables(findings: Sequence[Finding | Row]) -> list[Table]:
     """The hidden costs, then (when there is any) the savings advice apart, as the Markdown report
     lays them out: seed 11's table listed $44,911.44 of commitment and Spot advice among $77,712.91
     of "Hidden costs", where the report counts $32,800.87 of them and tells not to add advice up."""
-    leaks = [f for f in findings if not is_advice(_as_dict(f)["kind"])]
-    advice = [f for f in findings if is_advice(_as_dict(f)["kind"])]
+    leaks, advice = _split(findings)
     tables = [findings_table(leaks)]
     if advice:
-        tables.append(
-            findings_table(
-                advice,
-                title="Savings opportunities",
-                caption="advice, not money lost: these overlap (the same hours priced as a commitment"
-                " or as Spot), so do not add them up",
-            )
-        )
+        tables.append(findings_table(advice, title="Savings opportunities", caption=_ADVICE_NOTE))
     return tables
 
 
