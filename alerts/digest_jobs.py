@@ -31,6 +31,7 @@ from zoneinfo import ZoneInfo
 
 from alerts.escape import escape_mrkdwn as esc
 from alerts.escape import truncate
+from monitor.model import idle_usd
 
 __all__ = [
     "NO_JOB",
@@ -173,16 +174,13 @@ class DigestJob:
     unmonitored_cost: Decimal = ZERO
     monitored: bool = False
 
-    def idle_text(self, money: Any) -> tuple[str, str]:
-        """(idle dollars, idle share) as far as utilization tells them, as a finished job's message
-        says them: "unknown" when none of the line's GPU-hours had utilization (never read, or no
-        agent), a lower bound ("≥ $X") when only some had."""
-        share = _pct(self.idle_share)
-        if not self.unmonitored_cost:
-            return money(self.idle_cost), share
-        if not self.monitored:
-            return "unknown", "-"
-        return f"≥ {money(self.idle_cost)}", (f"≥ {share}" if self.idle_share is not None else "-")
+    def idle_text(self) -> tuple[str, str]:
+        """(idle dollars, idle share) as far as utilization tells them (`monitor.model.idle_usd`):
+        the share is a lower bound as the dollars are, and none when they are unknown."""
+        dollars = idle_usd(self.idle_cost, self.unmonitored_cost, self.monitored)
+        if dollars == "unknown" or self.idle_share is None:
+            return dollars, "-"
+        return dollars, ("≥ " if self.unmonitored_cost else "") + _pct(self.idle_share)
 
     @property
     def idle_share(self) -> Decimal | None:
@@ -336,8 +334,8 @@ def digest_jobs(
     return JobsSection(day, tz, jobs, n).chart(sums).add(rows, gpu).result()
 
 
-def _idle_share(j: DigestJob, money: Any) -> str:
-    dollars, share = j.idle_text(money)
+def _idle_share(j: DigestJob) -> str:
+    dollars, share = j.idle_text()
     return dollars if dollars == "unknown" else share
 
 
@@ -359,7 +357,7 @@ def jobs_markdown(d: DigestJobs, day: date, money: Any) -> list[str]:
     ]
     for j in d.lines:
         name = f"*{_cell(j.name)}*" if j.other or j.name == NO_JOB else _cell(j.name)
-        idle, idle_share = j.idle_text(money)
+        idle, idle_share = j.idle_text()
         lines.append(
             f"| {name} | {money(j.cost)} | {idle} | {idle_share} | "
             f"{money(j.cross_zone_cost)} | {_pct(j.cross_zone_share)} |"
@@ -374,7 +372,7 @@ def jobs_blocks(d: DigestJobs, money: Any) -> list[dict[str, Any]]:
         return []
     text = "\n".join(
         f"{'_' if j.other or j.name == NO_JOB else '*'}{esc(j.name)}{'_' if j.other or j.name == NO_JOB else '*'}"
-        f" {money(j.cost)}: idle {_idle_share(j, money)}, cross-zone {_pct(j.cross_zone_share)}"
+        f" {money(j.cost)}: idle {_idle_share(j)}, cross-zone {_pct(j.cross_zone_share)}"
         for j in d.lines
     )
     return [{"type": "section", "text": {"type": "mrkdwn", "text": truncate("*Top jobs*\n" + text, 2900)}}]

@@ -25,6 +25,7 @@ __all__ = [
     "Severity",
     "category_of",
     "fingerprint",
+    "idle_usd",
     "micros_to_decimal",
     "plain_cents",
     "to_cents",
@@ -126,6 +127,20 @@ def usd(amount: Decimal | float | int | None) -> str:
     """
     cents = to_cents(amount)
     return f"-${-cents:,.2f}" if cents < 0 else f"${cents:,.2f}"
+
+
+def idle_usd(idle: Decimal | float, unmonitored: Decimal | float, monitored: bool) -> str:
+    """Idle GPU dollars as far as utilization tells them: "unknown" when none of the GPU-hours had
+    utilization (`monitored` False: never read, or no agent), "≥ $X" when only some had, else
+    `usd`. One wording for the jobs table and the digest's Top jobs (seed 23's embeddings, one L4
+    without an agent, read "$0.00" idle).
+
+    >>> idle_usd(Decimal(0), Decimal("188.17"), False), idle_usd(12.5, 3, True), idle_usd(12.5, 0, True)
+    ('unknown', '≥ $12.50', '$12.50')
+    """
+    if not unmonitored:
+        return usd(idle)
+    return f"≥ {usd(idle)}" if monitored else "unknown"
 
 
 @dataclass(frozen=True)

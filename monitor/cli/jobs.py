@@ -23,7 +23,7 @@ from monitor.cli._common import (
 )
 from monitor.clock import SystemClock
 from monitor.jobs.run import jobs_config, jobs_once
-from monitor.model import usd
+from monitor.model import idle_usd, usd
 
 __all__ = ["jobs_cmd", "jobs_markdown"]
 
@@ -50,13 +50,13 @@ def _get(doc: dict[str, Any], key: str) -> Any:
 
 
 def _cell(doc: dict[str, Any], key: str) -> str:
-    """`cell`, but idle dollars as far as utilization tells them, as a finished job's message and
-    the digest say them: "unknown" when none of its GPU-hours had utilization, "≥ $X" when some had
-    none (seed 23's embeddings, one L4 without an agent, read "$0.00")."""
-    text = cell(key, _get(doc, key))
-    if key != "idle_cost_usd" or not doc.get("unmonitored_cost_usd"):
-        return text
-    return "unknown" if doc.get("mean_utilization_pct") is None else f"≥ {text}"
+    """`cell`, but idle dollars as far as utilization tells them (`idle_usd`, as the digest says
+    them): a job's `mean_utilization_pct` is None when none of its GPU-hours had utilization."""
+    if key != "idle_cost_usd":
+        return cell(key, _get(doc, key))
+    return idle_usd(
+        doc[key], doc.get("unmonitored_cost_usd") or 0, doc.get("mean_utilization_pct") is not None
+    )
 
 
 def _name(doc: dict[str, Any]) -> str:
