@@ -135,6 +135,8 @@ class DigestData:
         like_for_like: bool = False,
         not_compared: Decimal = ZERO,
         jobs: DigestJobs | None = None,
+        detected: bool = True,
+        rows_share: Decimal | None = None,
     ) -> DigestData:
         """Validate (Decimals only: a float here means money was summed inexactly upstream) and keep
         the `top_n` findings by impact."""
@@ -162,6 +164,8 @@ class DigestData:
             like_for_like=like_for_like,
             not_compared=_dec("not_compared", {"total": not_compared})["total"],
             jobs=jobs,
+            detected=detected,
+            rows_share=rows_share,
         )
 
     @property

@@ -29,7 +29,6 @@ never cut: they are what `gpucost report` shows for that day.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import replace
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from itertools import pairwise
@@ -90,7 +89,7 @@ def digest_data(
     GPU-hours were not read says so instead of showing $0.00 of idle GPUs. `detected`: whether a
     detection has run on the store (its findings were looked for)."""
     with aggregates.session():  # one open of the aggregate file for all the digest's reads
-        data = _digest_data(
+        return _digest_data(
             store,
             day,
             timezone,
@@ -101,8 +100,8 @@ def digest_data(
             aggregates,
             rows_at_once,
             coverage,
+            detected,
         )
-    return data if detected else replace(data, detected=False)
 
 
 def _digest_data(
@@ -116,6 +115,7 @@ def _digest_data(
     aggregates: AggregateStore,
     rows_at_once: int,
     coverage: Coverage,
+    detected: bool,
 ) -> DigestData:
     tz = ZoneInfo(timezone)
     end = datetime.combine(day + timedelta(days=1), time(), tz)
@@ -179,8 +179,7 @@ def _digest_data(
     findings = [r.payload for r in open_findings(store)]
     day_rows = sum(r.rows for r in latest)
     before_rows = sum(r.rows for r in sums if r.hour.astimezone(tz).date() == day - timedelta(days=1))
-    share = Decimal(day_rows) / Decimal(before_rows) if provisional and before_rows else None
-    data = DigestData.from_dicts(
+    return DigestData.from_dicts(
         day=day,
         timezone=timezone,
         yesterday_by_category=dict(by_day_cat.get(day, {})),
@@ -202,8 +201,9 @@ def _digest_data(
         like_for_like=provisional,
         not_compared=held,
         jobs=section.result(),
+        detected=detected,
+        rows_share=Decimal(day_rows) / Decimal(before_rows) if provisional and before_rows else None,
     )
-    return data if share is None else replace(data, rows_share=share)
 
 
 def _arrived(latest: list[ResourceHourNet], tz: ZoneInfo) -> dict[tuple, int]:
