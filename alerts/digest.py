@@ -283,8 +283,8 @@ _NOT_LOOKED = (
     " `gpucost run --once` runs one)."
 )
 _UNREAD_NOTE = (
-    "*Idle GPU: \"not read\" where gpucost had not read the GPUs' utilization for those hours (it"
-    " reads back to its detection window), \"≥\" where it read some of them.*"
+    '*Idle GPU: "not read" where gpucost had not read the GPUs\' utilization for those hours (it'
+    ' reads back to its detection window), "≥" where it read some of them.*'
 )
 
 
@@ -364,8 +364,7 @@ def render_markdown(d: DigestData, chart_name: str | None = None, jobs_chart_nam
     for day, by_cat in d.daily_by_category.items():
         cells = " | ".join(money(by_cat.get(c, ZERO)) for c in cats)
         lines.append(
-            f"| {day}{_prov(d, day)} | {cells} | {money(sum(by_cat.values(), ZERO))} | "
-            f"{idle_cell(d, day)} |"
+            f"| {day}{_prov(d, day)} | {cells} | {money(sum(by_cat.values(), ZERO))} | {idle_cell(d, day)} |"
         )
     if d.provisional_days:
         lines += ["", "*Provisional days may still change as late billing rows arrive.*"]
@@ -448,7 +447,9 @@ def render_blocks(d: DigestData) -> list[dict[str, Any]]:
             }
         )
     elif not d.detected:
-        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"*Top findings*\n{_NOT_LOOKED}"}})
+        blocks.append(
+            {"type": "section", "text": {"type": "mrkdwn", "text": f"*Top findings*\n{_NOT_LOOKED}"}}
+        )
     if d.provisional_days:
         days = ", ".join(str(x) for x in sorted(d.provisional_days))
         blocks.append(
@@ -520,7 +521,11 @@ def write_digest(d: DigestData, out_dir: str | Path) -> tuple[Path, Path]:
     jobs_png = None
     if d.jobs is not None and d.jobs.daily:
         jobs_png = render_jobs_chart(
-            d.jobs, d.day, out / f"digest-{d.day}-jobs.png", provisional=d.provisional_days, currency=d.currency
+            d.jobs,
+            d.day,
+            out / f"digest-{d.day}-jobs.png",
+            provisional=d.provisional_days,
+            currency=d.currency,
         )
     md = out / f"digest-{d.day}.md"
     md.write_text(render_markdown(d, png.name, jobs_png.name if jobs_png else None), encoding="utf-8")
