@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 from alerts import pipeline
 from alerts.console import ConsoleNotifier
 from alerts.digest import DIGEST_GROUP, digest_key, enqueue_digest, write_digest
+from alerts.export_stale import is_stale, tell_stale_export
 from alerts.factory import make_notifier
 from alerts.job_message import announce_jobs
 from alerts.notifier import Notifier
@@ -187,8 +188,6 @@ def _export_freshness(deps: Deps, now: datetime, latest: datetime | None) -> Non
     """The export's age on /metrics, and, for BigQuery, the channel told once when it stopped
     arriving (`alerts.export_stale`): polls keep succeeding on an export that no longer loads. A
     local DuckDB copy is a snapshot its user loads: its age is no news."""
-    from alerts.export_stale import is_stale, tell_stale_export
-
     deps.metrics.watch_export(latest, deps.clock)
     stale_after = timedelta(hours=deps.cfg.billing.stale_after_hours)
     if latest is None or deps.cfg.billing.source != "bigquery" or not is_stale(latest, now, stale_after):
