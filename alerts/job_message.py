@@ -38,7 +38,7 @@ from alerts.escape import truncate
 from alerts.notifier import Message
 from alerts.outbox import enqueue, ensure_schema, fmt_ts, parse_ts
 from monitor.detectors.costs import Costs, Touching, as_costs, billed_until
-from monitor.model import Finding, Scope, Severity
+from monitor.model import Finding, Scope, Severity, idle_usd
 from monitor.state.store import StateStore
 
 __all__ = [
@@ -129,11 +129,12 @@ def _sub(r: Any, sub: str) -> Decimal:
 
 
 def _idle(usage: Any) -> str:
-    """The idle GPUs' dollars as the fallback text says them: "" for a job without GPU-hours,
-    "unknown" when none of its GPU-hours reported utilization."""
+    """The idle GPUs' dollars as the jobs table and the digest say them (`idle_usd`): "" for a job
+    without GPU-hours, "unknown" when none of its GPU-hours reported utilization, "≥ $X" when only
+    some did (the message said the exact "$X" beside its spend with no utilization data)."""
     if not usage.gpu_hours:
         return ""
-    return money(usage.idle_cost) if usage.monitored_gpu_hours else "unknown"
+    return idle_usd(usage.idle_cost, usage.unmonitored_cost, bool(usage.monitored_gpu_hours))
 
 
 def job_message(r: Any, receiver: str, *, partial_from: datetime | None = None) -> Message:

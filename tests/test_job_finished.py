@@ -134,6 +134,18 @@ def test_idle_gpus_are_unknown_without_utilization_and_unsaid_without_gpus() -> 
     assert "idle GPUs" not in json.dumps(msg.blocks) + msg.text and "no GPUs" in json.dumps(msg.blocks)
 
 
+def test_idle_gpus_of_a_partly_monitored_job_are_a_lower_bound() -> None:
+    # the message said the exact "$200.00" beside $500.00 of GPU spend no utilization judged, where
+    # `gpucost jobs` and the digest say "≥ $200.00" (`monitor.model.idle_usd`)
+    gpu = [_gpu(h, idle=h >= 8) if h >= 5 else replace(_gpu(h), mean_utilization_pct=None) for h in range(10)]
+    (r,) = finished_jobs(_records(_train(0, 9), gpu, 30), [])
+    msg = job_message(r, "#ml")
+    text = json.dumps(msg.blocks, ensure_ascii=False)
+    assert "idle GPUs: ≥ $200.00 (19.0%)" in text
+    assert "GPU spend with no utilization data: $500.00" in text and "cannot be told" not in text
+    assert "; idle GPUs ≥ $200.00, one zone" in msg.text
+
+
 def test_names_from_labels_are_escaped() -> None:
     (r,) = finished_jobs(_records(_train(0, 2, job="<!channel>"), [], 30), [])
     msg = job_message(r, "#ml")
