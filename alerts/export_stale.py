@@ -10,7 +10,9 @@ lateness.
 
 One message per stale episode, through the outbox like any alert (never lost, never repeated): its
 key is the latest load's export time, so a second poll of the same stale export adds nothing, and an
-export that resumes, then stops again, is told again.
+export that resumes, then stops again, is told again. An export that has loaded nothing at all
+since gpucost first ran against its store (a table left empty: the export was never turned on, or
+writes elsewhere) is told the same way, once, measured from that first start: its polls succeed too.
 """
 
 from __future__ import annotations
@@ -33,15 +35,26 @@ def is_stale(latest_export: datetime | None, now: datetime, stale_after: timedel
     return latest_export is not None and stale_after > timedelta(0) and now - latest_export > stale_after
 
 
-def export_stale_message(latest_export: datetime, now: datetime, receiver: str, table: str) -> Message:
-    """What stopped, since when, and where to look; keyed by the latest load and the receiver."""
+def export_stale_message(
+    latest_export: datetime, now: datetime, receiver: str, table: str, *, never: bool = False
+) -> Message:
+    """What stopped, since when, and where to look; keyed by the latest load and the receiver.
+    `never`: no load was ever seen, and `latest_export` is when gpucost started watching."""
     hours = int((now - latest_export) / timedelta(hours=1))
-    head = "gpucost: the billing export has stopped arriving"
-    text = (
-        f"The Cloud Billing export (`{esc(table)}`) has loaded nothing since {latest_export:%Y-%m-%d %H:%M} UTC"
-        f" ({hours} h ago). Every figure after that is missing, not zero: spend, findings and the"
-        " digest read a quiet fleet."
-    )
+    if never:
+        head = "gpucost: the billing export has not loaded anything"
+        since = f"since gpucost started watching it on {latest_export:%Y-%m-%d %H:%M} UTC ({hours} h ago)"
+        text = (
+            f"The Cloud Billing export (`{esc(table)}`) has loaded no rows at all {since}. Every figure"
+            " is missing, not zero: spend, findings and the digest read an empty fleet."
+        )
+    else:
+        head = "gpucost: the billing export has stopped arriving"
+        text = (
+            f"The Cloud Billing export (`{esc(table)}`) has loaded nothing since {latest_export:%Y-%m-%d %H:%M} UTC"
+            f" ({hours} h ago). Every figure after that is missing, not zero: spend, findings and the"
+            " digest read a quiet fleet."
+        )
     fix = (
         "Check in the Cloud Console (Billing, then Billing export) that the detailed usage cost export"
         " is still on and still writes to this table; `gpucost check` shows the latest export time"
@@ -52,7 +65,8 @@ def export_stale_message(latest_export: datetime, now: datetime, receiver: str, 
         {"type": "section", "text": {"type": "mrkdwn", "text": text}},
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*What to do:* {fix}"}},
     ]
-    digest = hashlib.sha256(f"{fmt_ts(latest_export)}\x00{receiver}".encode()).hexdigest()[:20]
+    seed = f"{fmt_ts(latest_export)}\x00{receiver}" + ("\x00never" if never else "")
+    digest = hashlib.sha256(seed.encode()).hexdigest()[:20]
     return Message(f"export-stale-{digest}", receiver, f"{head}: {text}", blocks)
 
 
@@ -64,12 +78,16 @@ def tell_stale_export(
     stale_after: timedelta,
     receiver: str,
     table: str,
+    watched_since: datetime | None = None,
 ) -> str | None:
     """Queue the message when the export is stale and this episode was not told; returns its key
-    when queued now."""
-    if latest_export is None or not is_stale(latest_export, now, stale_after):
+    when queued now. Without any load (`latest_export` None) the export is stale once
+    `stale_after` has passed since `watched_since` (gpucost's first start on this store)."""
+    never = latest_export is None
+    since = watched_since if never else latest_export
+    if since is None or not is_stale(since, now, stale_after):
         return None
-    msg = export_stale_message(latest_export, now, receiver, table)
+    msg = export_stale_message(since, now, receiver, table, never=never)
     ensure_schema(store)
     with store.transaction() as conn:
         queued = enqueue(
@@ -77,7 +95,7 @@ def tell_stale_export(
             key=msg.idempotency_key,
             group_key=EXPORT_GROUP,
             receiver=receiver,
-            sequence=int(latest_export.timestamp()),
+            sequence=int(since.timestamp()),
             reason="export_stale",
             root_key=None,
             message=msg,

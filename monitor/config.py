@@ -96,8 +96,9 @@ class BillingConfig(_Strict):
     lookback_days: int = Field(default=10, ge=1, le=62)
     provisional_days: int = Field(default=3, ge=0, le=31)
     # Hours without a new load of the export (its latest export_time) before the daemon tells the
-    # channel it stopped arriving (alerts/export_stale.py; 0: never). Loads come with no latency
-    # guarantee and cost has been seen 1.6 days late, hence two days.
+    # channel it stopped arriving, or, with no load at all, after this long since gpucost first
+    # started (alerts/export_stale.py; 0: never). Loads come with no latency guarantee and cost
+    # has been seen 1.6 days late, hence two days.
     stale_after_hours: int = Field(default=48, ge=0, le=24 * 31)
     db: Path = Path("out/gpucost.duckdb")
     labels: tuple[str, ...] = ("team", "job")

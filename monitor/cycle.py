@@ -47,7 +47,7 @@ from monitor.sources.pricing import price_source_from_config
 from monitor.state.analytics import AggregateStore, aggregates_path
 from monitor.state.findings import record_findings
 from monitor.state.retention import horizon, prune
-from monitor.state.store import SQLiteStore, last_detection, open_store, record_detection
+from monitor.state.store import SQLiteStore, first_start, last_detection, open_store, record_detection
 from monitor.timeutil import floor_hour, to_iso
 from monitor.utilization import migrate as migrate_utilization
 from monitor.utilization import replace_windows
@@ -186,17 +186,23 @@ def run_billing_poll(deps: Deps, now: datetime) -> dict[str, Any]:
 
 def _export_freshness(deps: Deps, now: datetime, latest: datetime | None) -> None:
     """The export's age on /metrics, and, for BigQuery, the channel told once when it stopped
-    arriving (`alerts.export_stale`): polls keep succeeding on an export that no longer loads. A
-    local DuckDB copy is a snapshot its user loads: its age is no news."""
+    arriving, or never loaded anything since gpucost first ran (`alerts.export_stale`): polls keep
+    succeeding on an export that no longer loads, or on an empty table. A local DuckDB copy is a
+    snapshot its user loads: its age is no news."""
     deps.metrics.watch_export(latest, deps.clock)
     stale_after = timedelta(hours=deps.cfg.billing.stale_after_hours)
-    if latest is None or deps.cfg.billing.source != "bigquery" or not is_stale(latest, now, stale_after):
+    if deps.cfg.billing.source != "bigquery":
+        return
+    # an export without any load is measured from gpucost's first start (the daemon records it)
+    since = latest if latest is not None else first_start(deps.store, now)
+    if not is_stale(since, now, stale_after):
         return
     log.warning(
-        "the billing export has loaded nothing for %d h: check that it is still on and that [billing]"
+        "the billing export has loaded nothing for %d h%s: check that it is still on and that [billing]"
         " names its table (`gpucost check`)",
-        int((now - latest) / timedelta(hours=1)),
-        extra={"latest_export": to_iso(latest)},
+        int((now - since) / timedelta(hours=1)),
+        "" if latest is not None else " (no load seen since gpucost first started)",
+        extra={"latest_export": to_iso(latest) if latest is not None else None},
     )
     table = deps.cfg.billing.table or ""
     tell_stale_export(
@@ -206,6 +212,7 @@ def _export_freshness(deps: Deps, now: datetime, latest: datetime | None) -> Non
         stale_after=stale_after,
         receiver=deps.alert_deps.default_channel,
         table=table,
+        watched_since=since,
     )
 
 

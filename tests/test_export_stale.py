@@ -95,3 +95,48 @@ def test_the_age_is_unknown_before_a_poll_saw_a_load() -> None:
 
     metrics = Metrics.create()
     assert math.isnan(metrics.registry.get_sample_value("gpucost_billing_export_age_seconds"))
+
+
+def test_an_export_that_never_loaded_is_told_once_from_the_first_start(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'state.sqlite'}")
+    told = dict(stale_after=48 * H, receiver="#gpucost", table="p.d.gcp_billing_export_v1_X")
+    assert tell_stale_export(store, latest_export=None, now=T + 49 * H, **told) is None  # since when?
+    assert tell_stale_export(store, latest_export=None, watched_since=T, now=T + 47 * H, **told) is None
+    key = tell_stale_export(store, latest_export=None, watched_since=T, now=T + 49 * H, **told)
+    assert key is not None
+    assert tell_stale_export(store, latest_export=None, watched_since=T, now=T + 60 * H, **told) is None
+    ((_, reason, _, text),) = _outbox(store)
+    assert reason == "export_stale"
+    assert (
+        "has loaded no rows at all since gpucost started watching it on 2026-11-20 05:00 UTC (49 h ago)"
+        in text
+    )
+    # a first load, then silence: a stale episode of its own
+    assert tell_stale_export(store, latest_export=T + 50 * H, watched_since=T, now=T + 99 * H, **told)
+    assert len(_outbox(store)) == 2
+    store.close()
+
+
+def test_the_daemons_poll_of_a_bigquery_export_without_a_load_tells_it_once(
+    tmp_path: Path, fleet: Path
+) -> None:
+    """A table the export never wrote to in the poll's scope (turned on for another table, or an
+    old copy): every poll succeeds on it, and before this nothing was said, ever (`latest_export`
+    is None). Seed 7's rows end in November 2026; polled from June 2027 none is in scope."""
+    from monitor.cycle import run_billing_poll
+    from tests.test_digest_jobs import daemon_on_fleet
+
+    deps = daemon_on_fleet(tmp_path, fleet, billing={"stale_after_hours": 48})
+    billing = deps.cfg.billing.model_copy(
+        update={"source": "bigquery", "table": "p.d.gcp_billing_export_v1_X"}
+    )
+    deps.cfg = deps.cfg.model_copy(update={"billing": billing})
+    start = datetime(2027, 6, 1, 5, tzinfo=UTC)
+    for hours in (0, 47, 49, 50):
+        run_billing_poll(deps, start + hours * H)
+        assert latest_export(deps.aggregates) is None
+        assert len(_outbox(deps.store)) == (hours >= 49)
+    ((_, _, channel, text),) = _outbox(deps.store)
+    assert channel == deps.alert_deps.default_channel
+    assert "since gpucost started watching it on 2027-06-01 05:00 UTC (49 h ago)" in text
+    deps.store.close()
