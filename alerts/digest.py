@@ -253,10 +253,12 @@ def _dec(name: str, m: Mapping[Any, Any]) -> dict[Any, Decimal]:
 
 
 def delta(now: Decimal, before: Decimal) -> str:
-    """`+$12.00 (+5.0%)`; the percentage only when the day before is not zero. The percentage is
-    of the day before's size and carries the dollar change's sign, so a fall never reads "+-0.0%"
-    (a tiny fall rounds to a signed zero) and a fall from a negative day (credits over cost) is
-    never a rise.
+    """`+$12.00 (+5.0%)`; the percentage only when the day before, as shown, is not zero. Both the
+    change and the percentage are of the figures shown beside them (to the cent), and the
+    percentage is of the day before's size with the change's sign: a fall never reads "+-0.0%" (a
+    tiny fall rounds to a signed zero), a fall from a negative day (credits over cost) is never a
+    rise, and a fall of under a cent never reads as a rise of 100% beside two "$0.00" (a real
+    export's network line went from $0.000021 to $0: "+$0.00 (+100.0%)").
 
     >>> delta(Decimal("105"), Decimal("100"))
     '+$5.00 (+5.0%)'
@@ -267,13 +269,16 @@ def delta(now: Decimal, before: Decimal) -> str:
     >>> delta(Decimal("-150"), Decimal("-100"))
     '-$50.00 (-50.0%)'
     >>> delta(Decimal("10.004"), Decimal("5.006")), delta(Decimal("99.996"), Decimal("100"))
-    ('+$4.99 (+99.8%)', '+$0.00 (+0.0%)')
+    ('+$4.99 (+99.6%)', '+$0.00 (+0.0%)')
+    >>> delta(Decimal("0"), Decimal("0.000021")), delta(Decimal("0.050438"), Decimal("0.050560"))
+    ('+$0.00', '+$0.00 (+0.0%)')
     """
-    d = to_cents(now) - to_cents(before)  # the change of the figures shown beside it
+    shown, shown_before = to_cents(now), to_cents(before)
+    d = shown - shown_before
     sign = "-" if d < 0 else "+"
     text = f"{sign}{money(abs(d))}"
-    if before:
-        pct = (abs(now - before) / abs(before) * 100).quantize(Decimal("0.1"))
+    if shown_before:
+        pct = (abs(d) / abs(shown_before) * 100).quantize(Decimal("0.1"))
         text += f" ({sign}{pct}%)"
     return text
 

@@ -93,9 +93,14 @@ def test_a_change_and_its_percentage_carry_one_sign() -> None:
     assert delta(Decimal("-150"), Decimal("-100")) == "-$50.00 (-50.0%)"
     assert delta(Decimal("-50"), Decimal("-100")) == "+$50.00 (+50.0%)"
     assert delta(Decimal("5"), Decimal("0")) == "+$5.00"
-    # the change of the figures shown: $10.00 and $5.01 differ by $4.99 (not the exact 4.998)
-    assert delta(Decimal("10.004"), Decimal("5.006")) == "+$4.99 (+99.8%)"
+    # the change of the figures shown: $10.00 and $5.01 differ by $4.99 (not the exact 4.998), 99.6%
+    # of $5.01 (not 99.8% of the exact 5.006)
+    assert delta(Decimal("10.004"), Decimal("5.006")) == "+$4.99 (+99.6%)"
     assert delta(Decimal("99.996"), Decimal("100")) == "+$0.00 (+0.0%)"  # both show $100.00
+    # a real export's network line (koku's AGPL sample) fell from $0.000021 to $0 and read
+    # "$0.00 | $0.00 | +$0.00 (+100.0%)"; its project fell 0.24% and read "+$0.00 (+0.2%)"
+    assert delta(Decimal("0"), Decimal("0.000021")) == "+$0.00"
+    assert delta(Decimal("0.050438"), Decimal("0.050560")) == "+$0.00 (+0.0%)"
 
 
 def test_floats_are_rejected() -> None:
