@@ -100,6 +100,15 @@ _PRICING_CATEGORY = {
 _PROVIDER = "Google Cloud"
 
 
+def _commitment_category(credit_type: str | None) -> str:
+    """FOCUS CommitmentDiscountCategory of a CUD credit: spend-based commitments (the export's
+    `COMMITTED_USAGE_DISCOUNT_DOLLAR_BASE`, and `FEE_UTILIZATION_OFFSET` of the new spend-based
+    model; ../shared/reference/gcp.md) are "Spend", resource-based ones "Usage"."""
+    if credit_type in ("COMMITTED_USAGE_DISCOUNT_DOLLAR_BASE", "FEE_UTILIZATION_OFFSET"):
+        return "Spend"
+    return "Usage"
+
+
 def focus_rows(
     source: BillingSource,
     *,
@@ -175,7 +184,9 @@ def to_focus(
     category = category_of(sub)
     charge_category, charge_class, frequency = _charge(sub, row["cost_type"])
     period_start, period_end = _billing_period(row["invoice_month"])
-    committed = pm == "committed"
+    # FOCUS: the commitment columns are null unless CommitmentDiscountId is known (older exports'
+    # credits have no id: their CUD-covered rows said "Usage"/"Used" beside no id)
+    commitment = (row["cud_id"] or "") if pm == "committed" and row["cud_micros"] else ""
     day, day_end = row["usage_day"], row["usage_day"] + timedelta(days=1)
     if within is not None:
         day, day_end = max(day, within[0]), min(day_end, within[1])
@@ -193,10 +204,10 @@ def to_focus(
         "ChargeFrequency": frequency,
         "ChargePeriodEnd": to_iso(day_end) or "",
         "ChargePeriodStart": to_iso(day) or "",
-        "CommitmentDiscountCategory": "Usage" if committed and row["cud_micros"] else "",
-        "CommitmentDiscountId": "",
+        "CommitmentDiscountCategory": _commitment_category(row["cud_type"]) if commitment else "",
+        "CommitmentDiscountId": commitment,
         "CommitmentDiscountName": "",
-        "CommitmentDiscountStatus": "Used" if committed and row["cud_micros"] else "",
+        "CommitmentDiscountStatus": "Used" if commitment else "",
         "CommitmentDiscountType": "",
         "ConsumedQuantity": _quantity(row["usage_amount"]),
         "ConsumedUnit": row["usage_unit"] or "",

@@ -44,7 +44,15 @@ WITH export_rows AS (
       SELECT SUM(GPUCOST_MICROS(c.amount))
       FROM UNNEST(credits) AS c
       WHERE GPUCOST_CUD_CREDIT(c)
-    ), 0) AS cud_micros
+    ), 0) AS cud_micros,
+    -- the commitment behind the row's CUD credits (FOCUS CommitmentDiscountId), and its kind:
+    -- older exports have no credits.id, and then FOCUS wants no commitment columns at all
+    (
+      SELECT MIN(c.id) FROM UNNEST(credits) AS c WHERE (GPUCOST_CUD_CREDIT(c)) AND c.id IS NOT NULL
+    ) AS cud_id,
+    (
+      SELECT MIN(c.type) FROM UNNEST(credits) AS c WHERE (GPUCOST_CUD_CREDIT(c)) AND c.id IS NOT NULL
+    ) AS cud_type
   FROM billing_export
   WHERE
     GPUCOST_USAGE_WINDOW()
@@ -80,6 +88,8 @@ SELECT
   currency,
   usage_unit,
   pricing_unit,
+  cud_id,
+  cud_type,
   COUNT(*) AS row_count,
   SUM(usage_amount) AS usage_amount,
   SUM(pricing_amount) AS pricing_amount,
@@ -92,5 +102,6 @@ FROM attributed
 GROUP BY
   usage_day, billing_account_id, invoice_month, project_id, project_name, region, zone,
   resource_name, resource_global_name, label_set, service_id, service_description, sku_id,
-  sku_description, subcategory, pricing_model, cost_type, currency, usage_unit, pricing_unit
+  sku_description, subcategory, pricing_model, cost_type, currency, usage_unit, pricing_unit, cud_id,
+  cud_type
 ORDER BY usage_day, project_id, service_description, sku_description, resource_name

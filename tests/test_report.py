@@ -150,6 +150,39 @@ def test_focus_rows_use_focus_names_and_conserve_cost(source) -> None:
     assert spot["PricingCategory"] == "Dynamic"
 
 
+def test_focus_commitment_columns_name_the_commitment_or_stay_null() -> None:
+    """FOCUS 1.x: CommitmentDiscountCategory (and Status) MUST be null when CommitmentDiscountId is
+    null. CUD-covered rows said "Usage"/"Used" with no id (a helper's check of the psp sample,
+    whose older-export credits have no `id`); the id is the credit's (`credits.id`), and a spend
+    commitment is "Spend"."""
+    path = "projects/1/regions/us-central1/commitments/"
+    rows = []
+    for kind, cid, zone in (
+        ("COMMITTED_USAGE_DISCOUNT", f"{path}111", "us-central1-a"),
+        ("COMMITTED_USAGE_DISCOUNT_DOLLAR_BASE", f"{path}222", "us-central1-b"),
+        (None, None, "us-central1-c"),  # an older export: no type, no id, named "Committed ..."
+    ):
+        row = export_row("Nvidia H100 80GB GPU running in Americas", 9.8, zone=zone, credits=[(kind, -1.0)])
+        row["credits"][0].update(id=cid, name="Committed Usage Discount: GPU")
+        rows.append(row)
+    conn = open_billing_db(None)
+    load_rows(conn, rows)
+    out = list(focus_rows(DuckDBBillingSource(conn), start=T0, end=T0 + timedelta(days=1), now=T0))
+    conn.close()
+    got = {
+        r["AvailabilityZone"]: (
+            r["CommitmentDiscountId"], r["CommitmentDiscountCategory"], r["CommitmentDiscountStatus"]
+        )
+        for r in out
+    }  # fmt: skip
+    assert got == {
+        "us-central1-a": (f"{path}111", "Usage", "Used"),
+        "us-central1-b": (f"{path}222", "Spend", "Used"),
+        "us-central1-c": ("", "", ""),
+    }
+    assert {r["PricingCategory"] for r in out} == {"Committed"}
+
+
 def test_focus_columns_match_the_official_sample() -> None:
     if not SAMPLE_FOCUS.is_file():
         pytest.skip(f"{SAMPLE_FOCUS} not present")
