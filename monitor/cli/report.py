@@ -22,6 +22,7 @@ from monitor.clock import SystemClock
 from monitor.config import Config
 from monitor.focus import focus_rows, write_focus_csv
 from monitor.report import (
+    GROUPINGS,
     build_report,
     data_window,
     parse_by,
@@ -68,7 +69,7 @@ def resolve_window(
     "by",
     default="category",
     show_default=True,
-    help="Group by category, project, zone, instance or label:KEY.",
+    help=f"Group by {', '.join(GROUPINGS)} or label:KEY.",
 )
 @format_option("table", "json", "csv", "focus")
 def report_cmd(billing_paths, config_path, start, end, by, fmt) -> None:
