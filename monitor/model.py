@@ -24,6 +24,7 @@ __all__ = [
     "Scope",
     "Severity",
     "category_of",
+    "counted",
     "fingerprint",
     "idle_usd",
     "micros_to_decimal",
@@ -127,6 +128,16 @@ def usd(amount: Decimal | float | int | None) -> str:
     """
     cents = to_cents(amount)
     return f"-${-cents:,.2f}" if cents < 0 else f"${cents:,.2f}"
+
+
+def counted(n: int, noun: str) -> str:
+    """`1 hour`, `3 hours`, `0 findings`: a count with its noun, for every sentence gpucost writes
+    ("1 GPU instance(s)" read as a form, not a sentence). Every noun it counts takes an "s".
+
+    >>> counted(1, "GPU instance"), counted(3, "GPU-hour"), counted(0, "finding")
+    ('1 GPU instance', '3 GPU-hours', '0 findings')
+    """
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def idle_usd(idle: Decimal | float, unmonitored: Decimal | float, monitored: bool) -> str:

@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from monitor.detectors.base import registered
-from monitor.model import Finding, usd
+from monitor.model import Finding, counted, usd
 from monitor.timeutil import parse_timestamp, to_iso
 
 __all__ = [
@@ -197,7 +197,7 @@ def _ev_generic(e: Mapping[str, Any]) -> str:
     parts = []
     for k, v in e.items():
         if isinstance(v, list):
-            parts.append(f"{k}: {len(v)} item(s)")
+            parts.append(f"{k}: {counted(len(v), 'item')}")
         elif not isinstance(v, dict) and v is not None:
             parts.append(f"{k}: {usd(v) if k.endswith('_usd') else v}")
     return ", ".join(parts[:8])
@@ -341,7 +341,7 @@ def findings_markdown(
         lines += [
             "## Hidden costs",
             "",
-            f"{len(leaks)} finding(s), {usd(total)} total impact "
+            f"{counted(len(leaks), 'finding')}, {usd(total)} total impact "
             f"({counts['critical']} critical, {counts['warning']} warning, {counts['info']} info).",
             "",
             *_summary_table(leaks),
@@ -354,7 +354,7 @@ def findings_markdown(
         lines += [
             "## Savings opportunities",
             "",
-            f"{len(advice)} way(s) to pay less for the same GPU hours, worth {usd(saved)} in this "
+            f"{counted(len(advice), 'way')} to pay less for the same GPU hours, worth {usd(saved)} in this "
             f"window. {_ADVICE_NOTE[0].upper()}{_ADVICE_NOTE[1:]}.",
             "",
             *_summary_table(advice, len(leaks) + 1),
@@ -369,7 +369,7 @@ def _details(rows: Sequence[Mapping[str, Any]], first: int, top: int) -> list[st
     for i, f in enumerate(rows[:top], first):
         lines += _detail(i, f)
     if len(rows) > top:
-        lines += [f"_{len(rows) - top} smaller finding(s) are listed in the table above only._", ""]
+        lines += [f"_{counted(len(rows) - top, 'smaller finding')} {'is' if len(rows) - top == 1 else 'are'} listed in the table above only._", ""]
     return lines
 
 

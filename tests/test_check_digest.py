@@ -297,14 +297,14 @@ def test_check_names_a_file_metric_with_an_unknown_unit(tmp_path, export_db, cap
     util.write_text(json.dumps({"timeSeries": [series], "unit": "1"}), encoding="utf-8")
     code, lines, text = _check(capsys, config, "--offline")
     assert code == 0, text
-    assert lines["utilization"].split(None, 2)[1:] == ["ok", "files: 1 file(s) under 1 path(s)"]
+    assert lines["utilization"].split(None, 2)[1:] == ["ok", "files: 1 file under 1 path"]
 
     util.write_text(json.dumps({"timeSeries": [series | {"unit": "ms"}]}), encoding="utf-8")
     code, lines, text = _check(capsys, config, "--offline")
     assert code == 1
     assert lines["utilization"].split(None, 2)[1:] == [
         "FAIL",
-        f"files: 1 file(s) under 1 path(s); skipped, unit unknown (never guessed): {DCGM_V1} (unit 'ms')",
+        f"files: 1 file under 1 path; skipped, unit unknown (never guessed): {DCGM_V1} (unit 'ms')",
     ]
 
 

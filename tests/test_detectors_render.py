@@ -53,7 +53,7 @@ def test_markdown_report_leads_with_impact_why_and_what_to_do() -> None:
     md = findings_markdown(fs, TOTALS, ATTRIBUTION, window)
     assert md.startswith("# GPU cost report: 2026-11-02 00:00 UTC → 2026-11-03 00:00 UTC\n")
     assert "**Spend:** $10,000.00 net ($10,500.00 before -$500.00 credits), in USD." in md
-    assert "3 finding(s), $968.80 total impact (0 critical, 2 warning, 1 info)." in md
+    assert "3 findings, $968.80 total impact (0 critical, 2 warning, 1 info)." in md
     # largest first; the idle job found partly from estimated prices says so
     first = md.index("### 1. [WARNING] Idle GPUs on train-0")
     assert first < md.index("### 2. [WARNING] Cross-zone traffic in VM w|0")

@@ -443,7 +443,7 @@ def test_slack_fault(rig: Rig, fault: Fault, fault_free: set, caplog: pytest.Log
         fault.fix(rig.slack)
         listing = rig.cli("outbox")
         assert listing.count("failed") >= 2 and fault.error in listing
-        assert rig.cli("outbox", "--requeue-failed").startswith("re-queued 2 failed message(s)")
+        assert rig.cli("outbox", "--requeue-failed").startswith("re-queued 2 failed messages")
         texts += [listing]
         rig.tick(seconds=1)
     else:

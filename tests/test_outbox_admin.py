@@ -45,7 +45,7 @@ def test_a_failed_message_is_listed_requeued_and_delivered_once(tmp_path: Path, 
         slack.unarchive_channel("alerts")  # the operator fixed the cause
         assert main(["outbox", "--config", str(config), "--requeue", "999"]) == 2  # not a failed row
         assert main(["outbox", "--config", str(config), "--requeue-failed"]) == 0
-        assert "re-queued 1 failed message(s)" in capsys.readouterr().out
+        assert "re-queued 1 failed message" in capsys.readouterr().out
 
         for tick in range(2, 6):  # delivery, then nothing more: no repeat, no second post
             outbox_tick(deps, now + tick * OUTBOX)

@@ -28,6 +28,7 @@ from monitor.cli._common import config_option
 from monitor.clock import SystemClock
 from monitor.config import Config, load_config, slack_token
 from monitor.logs import redact
+from monitor.model import counted
 from monitor.state.store import StateStoreError, redact_url
 
 __all__ = ["Check", "run_checks"]
@@ -130,7 +131,7 @@ def check_utilization(cfg: Config, offline: bool, now: datetime) -> Check:
         from monitor.sources.utilization_files import FileUtilizationSource
 
         unknown = FileUtilizationSource(u.files).scan_units()
-        detail = f"files: {count} file(s) under {len(u.files)} path(s)"
+        detail = f"files: {counted(count, 'file')} under {counted(len(u.files), 'path')}"
         return Check("utilization", not unknown, detail + _unknown_units(unknown))
     if offline:
         return Check(

@@ -10,6 +10,7 @@ from monitor.cli import cli
 from monitor.cli._common import config_option, load_optional_config
 from monitor.clock import SystemClock
 from monitor.logs import redact
+from monitor.model import counted
 from monitor.state.store import open_store
 
 
@@ -45,7 +46,7 @@ def outbox_cmd(
             done = requeue(store, SystemClock().now(), ids)
             missing = sorted(set(ids) - set(done))
             click.echo(
-                f"re-queued {len(done)} failed message(s){': ' + ', '.join(map(str, done)) if done else ''}"
+                f"re-queued {counted(len(done), 'failed message')}{': ' + ', '.join(map(str, done)) if done else ''}"
             )
             if missing:
                 raise click.UsageError(

@@ -64,7 +64,7 @@ from monitor.detectors.base import (
 from monitor.detectors.costs import CostSum
 from monitor.detectors.inputs import DetectorInputs
 from monitor.detectors.spend_hourly import MAD_TO_SIGMA, continued_from, hourly_findings, project_hours
-from monitor.model import Finding, Scope, category_of, fingerprint
+from monitor.model import Finding, Scope, category_of, counted, fingerprint
 
 __all__ = ["SpendAnomaly", "SpendAnomalyConfig"]
 
@@ -266,7 +266,7 @@ class SpendAnomaly(Detector):
         return self._still_running(
             daily,
             hourly.impact_usd,
-            f"{len(hours)} hour(s) since {hours[0]['hour']} were above the usual level for their hour of "
+            f"{counted(len(hours), 'hour')} since {hours[0]['hour']} {'was' if len(hours) == 1 else 'were'} above the usual level for their hour of "
             f"day, by {fmt_usd(hourly.impact_usd)} more (counted in the impact).",
             hourly.window_end,
             {"days": [*daily.evidence["days"], *hourly.evidence["days"]], "hours": hours},
@@ -385,7 +385,7 @@ class SpendAnomaly(Detector):
         ratio = f"{worst.spend / worst.baseline:.1f}×" if worst.baseline > 0 else "far above"
         prov = [d.day.isoformat() for d in flagged if d.provisional]
         summary = (
-            f"Daily {what} was above its usual level on {len(flagged)} day(s) by {fmt_usd(impact)} "
+            f"Daily {what} was above its usual level on {counted(len(flagged), 'day')} by {fmt_usd(impact)} "
             f"in total; worst {worst.day.isoformat()}: {fmt_usd(worst.spend)} vs a usual "
             f"{fmt_usd(worst.baseline)} ({ratio}, median of {worst.points} earlier "
             f"{'same weekdays' if worst.kind == 'same_weekday' else 'days'})."

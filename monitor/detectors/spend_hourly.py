@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from monitor.detectors.base import ONE_HOUR, first_last, fmt_usd, human, iso, money, q6
 from monitor.detectors.costs import CostSum
 from monitor.detectors.inputs import DetectorInputs
-from monitor.model import Finding, Scope, Severity, fingerprint
+from monitor.model import Finding, Scope, Severity, counted, fingerprint
 
 __all__ = ["MAD_TO_SIGMA", "continued_from", "hourly_findings", "jump_start", "project_hours", "start_day"]
 
@@ -232,7 +232,7 @@ def _hourly_finding(
     worst = max(flagged, key=lambda h: h.excess)
     prov = [h for h in flagged if h.provisional]
     summary = (
-        f"Hourly spend in {project} was above its usual level for {len(flagged)} hour(s) in a row "
+        f"Hourly spend in {project} was above its usual level for {counted(len(flagged), 'hour')} in a row "
         f"since {human(start)}, by {fmt_usd(impact)} in total; worst {human(worst.hour)}: "
         f"{fmt_usd(worst.spend)} vs a usual {fmt_usd(worst.baseline)} for that hour of day (median "
         f"of {worst.points} earlier days). The daily check has not flagged these days (yet)."

@@ -26,7 +26,7 @@ from monitor.detectors.opportunities import (
     on_demand_hours,
     price_source,
 )
-from monitor.model import Finding, Scope, fingerprint
+from monitor.model import Finding, Scope, counted, fingerprint
 
 __all__ = ["SpotOpportunity", "SpotOpportunityConfig"]
 
@@ -106,7 +106,7 @@ class SpotOpportunity(Detector):
             severity=capped_severity(self, impact),
             title=f"Run restartable GPU work in {project} on Spot: save {fmt_usd(impact)}",
             summary=(
-                f"{len(lines)} on-demand GPU instance(s) in {project} ({names}) look restartable and used "
+                f"{counted(len(lines), 'on-demand GPU instance')} in {project} ({names}) look restartable and used "
                 f"{gpu_hours:,.0f} GPU-hours; Spot prices{per_vm} would have saved {fmt_usd(impact)} in this window. "
                 f"Prices: {source}."
             ),

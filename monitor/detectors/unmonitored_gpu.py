@@ -32,7 +32,7 @@ from monitor.detectors.base import (
 )
 from monitor.detectors.idle_gpu import NODE_POOL_LABEL, instance_key, node_pool
 from monitor.detectors.inputs import DetectorInputs, GpuHour
-from monitor.model import Finding, Scope, Severity, fingerprint
+from monitor.model import Finding, Scope, Severity, counted, fingerprint
 from monitor.utilization.coverage import ALL, hour_covered
 
 __all__ = ["UnmonitoredGpu", "UnmonitoredGpuConfig"]
@@ -120,7 +120,7 @@ class UnmonitoredGpu(Detector):
             severity=sev,
             title=f"GPU spend without utilization data in {project}: {fmt_usd(impact)}",
             summary=(
-                f"{len(per_instance)} GPU instance(s) in {project} ({names}{more}) billed "
+                f"{counted(len(per_instance), 'GPU instance')} in {project} ({names}{more}) billed "
                 f"{fmt_usd(impact)} of GPU time with no utilization metrics, so idle GPUs there "
                 "cannot be detected." + _coverage_note(read)
             ),
@@ -169,7 +169,7 @@ def _coverage_note(read: dict) -> str:
     since = f" (read back to {human(read['coverage_start'])})" if read["coverage_start"] else ""
     return (
         f" Only hours whose utilization was read count{since}: "
-        f"{read['hours_outside_coverage']} GPU-hour(s) ({cost}) not read yet are not judged."
+        f"{counted(read['hours_outside_coverage'], 'GPU-hour')} ({cost}) not read yet {'is' if read['hours_outside_coverage'] == 1 else 'are'} not judged."
     )
 
 
