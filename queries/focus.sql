@@ -104,4 +104,9 @@ GROUP BY
   resource_name, resource_global_name, label_set, service_id, service_description, sku_id,
   sku_description, subcategory, pricing_model, cost_type, currency, usage_unit, pricing_unit, cud_id,
   cud_type
-ORDER BY usage_day, project_id, service_description, sku_description, resource_name
+-- every grouping key, so both engines write the rows in one order (ties, such as a usage row and
+-- its correction, came out swapped between BigQuery and DuckDB)
+ORDER BY
+  usage_day, project_id, service_description, sku_description, resource_name, cost_type, zone, region,
+  label_set, resource_global_name, billing_account_id, invoice_month, project_name, service_id, sku_id,
+  subcategory, pricing_model, currency, usage_unit, pricing_unit, cud_id, cud_type

@@ -385,3 +385,18 @@ def test_focus_charge_periods_end_at_the_window(tmp_path: Path, capsys) -> None:
         ("2026-11-02T07:00:00Z", "2026-11-03T00:00:00Z", "17.000000"),
         ("2026-11-03T00:00:00Z", "2026-11-03T19:00:00Z", "19.000000"),
     ]
+
+
+def test_focus_rows_are_ordered_by_every_grouping_key() -> None:
+    """Ties left to the engine came out in another order on BigQuery than on DuckDB (a usage row and
+    its correction, seed 11, a helper's cross-check of the two sources): the ORDER BY names every
+    key of the GROUP BY, so one export gives one FOCUS file."""
+    import sqlglot
+    from sqlglot import exp
+
+    from monitor.attribution.compile import render_query
+
+    query = sqlglot.parse_one(render_query("focus", "bigquery"), read="bigquery")
+    grouped = {c.name for c in query.args["group"].expressions}
+    ordered = {o.this.name for o in query.args["order"].expressions if isinstance(o.this, exp.Column)}
+    assert grouped and grouped <= ordered
