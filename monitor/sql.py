@@ -29,6 +29,7 @@ from monitor.schema import TABLE_NAME
 
 __all__ = [
     "RULE_INPUTS",
+    "bigquery_numeric",
     "classify_distinct_skus",
     "for_bigquery",
     "for_duckdb",
@@ -89,7 +90,20 @@ def for_duckdb(name: str, table: str = TABLE_NAME, *, vectorize: bool = True) ->
     tree = _parsed(name) if table == TABLE_NAME else _with_table(_parsed(name), table, "duckdb")
     if vectorize:
         tree = classify_distinct_skus(vectorize_unnest_aggregates(plain_regexp_extract(tree)))
-    return tree.sql(dialect="duckdb", pretty=True)
+    return bigquery_numeric(tree).sql(dialect="duckdb", pretty=True)
+
+
+def bigquery_numeric(tree: exp.Expression) -> exp.Expression:
+    """BigQuery's NUMERIC (and its alias DECIMAL) written without a precision is DECIMAL(38, 9)
+    (https://cloud.google.com/bigquery/docs/reference/standard-sql/data-types#decimal_types): said
+    so for DuckDB, whose bare DECIMAL is DECIMAL(18, 3), as sqlglot would write it."""
+
+    def fix(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.DataType) and node.this == exp.DataType.Type.DECIMAL and not node.expressions:
+            return exp.DataType.build("DECIMAL(38, 9)", dialect="duckdb")
+        return node
+
+    return tree.transform(fix)
 
 
 #: What `GPUCOST_RULE()` reads (`monitor.attribution.compile`): a row's rule is a function of these.

@@ -31,9 +31,12 @@ WITH export_rows AS (
     IFNULL(cost_type, 'regular') AS cost_type,
     transaction_type,
     currency,
-    usage.amount AS usage_amount,
+    -- quantities as NUMERIC (9 decimals; DECIMAL(38, 9) on DuckDB, monitor.sql.bigquery_numeric):
+    -- an exact sum, the same on both engines and every run; FLOAT64 sums depend on the order the rows are added in, and the
+    -- FOCUS quantities of one export differed in their last digits between BigQuery and DuckDB
+    CAST(usage.amount AS NUMERIC) AS usage_amount,
     usage.unit AS usage_unit,
-    usage.amount_in_pricing_units AS pricing_amount,
+    CAST(usage.amount_in_pricing_units AS NUMERIC) AS pricing_amount,
     usage.pricing_unit AS pricing_unit,
     GPUCOST_MICROS(IFNULL(cost, 0)) AS gross_micros,
     GPUCOST_MICROS(IFNULL(cost_at_list, IFNULL(cost, 0))) AS list_micros,

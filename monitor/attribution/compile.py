@@ -37,7 +37,7 @@ from monitor.attribution.rules import BUILTIN_RULES, Rule
 from monitor.config import AttributionRule
 from monitor.errors import ConfigError
 from monitor.schema import TABLE_NAME
-from monitor.sql import RULE_INPUTS, for_bigquery, for_duckdb
+from monitor.sql import RULE_INPUTS, bigquery_numeric, for_bigquery, for_duckdb
 
 __all__ = [
     "SLOTS",
@@ -322,7 +322,8 @@ def render_sql(sql: str, dialect: str, *, rules: Sequence[Rule] | None = None) -
     exactly what the queries compute."""
     if dialect not in _DIALECTS:
         raise ValueError(f"dialect must be one of {sorted(_DIALECTS)}, got {dialect!r}")
-    base = sqlglot.transpile(sql, read="bigquery", write=dialect, pretty=True)[0]
+    tree = sqlglot.parse_one(sql, read="bigquery")
+    base = (bigquery_numeric(tree) if dialect == "duckdb" else tree).sql(dialect=dialect, pretty=True)
     return _filled(base, dialect, tuple(BUILTIN_RULES if rules is None else rules))
 
 
