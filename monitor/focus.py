@@ -10,6 +10,10 @@ resource, cost type and label set; each of its rows becomes one FOCUS charge row
   (commitment fees, also ChargeFrequency Recurring), else Usage.
 - PricingCategory: Standard (on-demand and non-compute), Dynamic (Spot), Committed (commitment
   fees, CUD-covered and reserved usage).
+- CommitmentDiscountId / Type / Name: the CUD credit's `id`, `type` and `full_name` (as Google's
+  FOCUS view template takes them); Category Spend for spend-based credit types, else Usage; Status
+  Used. All null without a credit id (older exports), as FOCUS requires of them without an Id.
+- Quantities are summed as NUMERIC, so both engines give the same figures.
 - gpucost's own attribution travels in `x_` columns (FOCUS's prefix for custom columns).
 """
 
@@ -212,9 +216,9 @@ def to_focus(
         "ChargePeriodStart": to_iso(day) or "",
         "CommitmentDiscountCategory": _commitment_category(row["cud_type"]) if commitment else "",
         "CommitmentDiscountId": commitment,
-        "CommitmentDiscountName": "",
+        "CommitmentDiscountName": (row["cud_name"] or "") if commitment else "",
         "CommitmentDiscountStatus": "Used" if commitment else "",
-        "CommitmentDiscountType": "",
+        "CommitmentDiscountType": (row["cud_type"] or "") if commitment else "",
         "ConsumedQuantity": _quantity(row["usage_amount"]),
         "ConsumedUnit": row["usage_unit"] or "",
         "ContractedCost": _amount(row["gross_micros"]),

@@ -55,7 +55,10 @@ WITH export_rows AS (
     ) AS cud_id,
     (
       SELECT MIN(c.type) FROM UNNEST(credits) AS c WHERE (GPUCOST_CUD_CREDIT(c)) AND c.id IS NOT NULL
-    ) AS cud_type
+    ) AS cud_type,
+    (
+      SELECT MIN(c.full_name) FROM UNNEST(credits) AS c WHERE (GPUCOST_CUD_CREDIT(c)) AND c.id IS NOT NULL
+    ) AS cud_name
   FROM billing_export
   WHERE
     GPUCOST_USAGE_WINDOW()
@@ -93,6 +96,7 @@ SELECT
   pricing_unit,
   cud_id,
   cud_type,
+  cud_name,
   COUNT(*) AS row_count,
   SUM(usage_amount) AS usage_amount,
   SUM(pricing_amount) AS pricing_amount,
@@ -106,10 +110,10 @@ GROUP BY
   usage_day, billing_account_id, invoice_month, project_id, project_name, region, zone,
   resource_name, resource_global_name, label_set, service_id, service_description, sku_id,
   sku_description, subcategory, pricing_model, cost_type, currency, usage_unit, pricing_unit, cud_id,
-  cud_type
+  cud_type, cud_name
 -- every grouping key, so both engines write the rows in one order (ties, such as a usage row and
 -- its correction, came out swapped between BigQuery and DuckDB)
 ORDER BY
   usage_day, project_id, service_description, sku_description, resource_name, cost_type, zone, region,
   label_set, resource_global_name, billing_account_id, invoice_month, project_name, service_id, sku_id,
-  subcategory, pricing_model, currency, usage_unit, pricing_unit, cud_id, cud_type
+  subcategory, pricing_model, currency, usage_unit, pricing_unit, cud_id, cud_type, cud_name

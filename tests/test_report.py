@@ -163,22 +163,22 @@ def test_focus_commitment_columns_name_the_commitment_or_stay_null() -> None:
         (None, None, "us-central1-c"),  # an older export: no type, no id, named "Committed ..."
     ):
         row = export_row("Nvidia H100 80GB GPU running in Americas", 9.8, zone=zone, credits=[(kind, -1.0)])
-        row["credits"][0].update(id=cid, name="Committed Usage Discount: GPU")
+        row["credits"][0].update(id=cid, name="Committed Usage Discount: GPU", full_name=cid and f"CUD {cid[-3:]}")
         rows.append(row)
     conn = open_billing_db(None)
     load_rows(conn, rows)
     out = list(focus_rows(DuckDBBillingSource(conn), start=T0, end=T0 + timedelta(days=1), now=T0))
     conn.close()
     got = {
-        r["AvailabilityZone"]: (
-            r["CommitmentDiscountId"], r["CommitmentDiscountCategory"], r["CommitmentDiscountStatus"]
+        r["AvailabilityZone"]: tuple(
+            r[f"CommitmentDiscount{c}"] for c in ("Id", "Category", "Status", "Type", "Name")
         )
         for r in out
     }  # fmt: skip
     assert got == {
-        "us-central1-a": (f"{path}111", "Usage", "Used"),
-        "us-central1-b": (f"{path}222", "Spend", "Used"),
-        "us-central1-c": ("", "", ""),
+        "us-central1-a": (f"{path}111", "Usage", "Used", "COMMITTED_USAGE_DISCOUNT", "CUD 111"),
+        "us-central1-b": (f"{path}222", "Spend", "Used", "COMMITTED_USAGE_DISCOUNT_DOLLAR_BASE", "CUD 222"),
+        "us-central1-c": ("", "", "", "", ""),
     }
     assert {r["PricingCategory"] for r in out} == {"Committed"}
 
