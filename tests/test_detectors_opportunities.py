@@ -52,6 +52,7 @@ def test_spot_advice_from_the_catalog_says_so_with_the_fetch_time() -> None:
     assert f.evidence["price_source"] == CATALOG_TEXT
     assert f.evidence["instances"][0]["price_source"] == CATALOG_TEXT
     assert f.summary.endswith(f"Prices: {CATALOG_TEXT}.")
+    assert f.summary.startswith("1 on-demand GPU instance in ml-prod (sweep-lr-3) looks restartable")
 
 
 def test_spot_advice_from_the_snapshot_names_its_date_and_sources() -> None:

@@ -106,7 +106,8 @@ class SpotOpportunity(Detector):
             severity=capped_severity(self, impact),
             title=f"Run restartable GPU work in {project} on Spot: save {fmt_usd(impact)}",
             summary=(
-                f"{counted(len(lines), 'on-demand GPU instance')} in {project} ({names}) look restartable and used "
+                f"{counted(len(lines), 'on-demand GPU instance')} in {project} ({names}) "
+                f"{'looks' if len(lines) == 1 else 'look'} restartable and used "
                 f"{gpu_hours:,.0f} GPU-hours; Spot prices{per_vm} would have saved {fmt_usd(impact)} in this window. "
                 f"Prices: {source}."
             ),
