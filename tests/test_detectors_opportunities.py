@@ -226,11 +226,14 @@ def test_hours_before_the_export_begins_are_no_unused_commitment() -> None:
     (f,) = ev(CommitmentOpportunity(), inputs(billed, fleet, days=15, prices=_snapshot()))
     assert f.evidence["unused_commitment"]["machine_hours"] == 0.0
     assert f.impact_usd == 2 * (D(336) * (A3_OD - A3_1Y)).quantize(D("0.000001"))
-    assert f.title.endswith("per 14 days") and "of the 336 hours analysed" in f.summary
+    assert f.title.endswith("over 14 days") and "of the 336 hours analysed" in f.summary
     assert (f.window_start, f.window_end) == (T0 + timedelta(days=1), T0 + timedelta(days=15))
     short = replace(inputs(billed, fleet, days=15, prices=_snapshot()), window_end=T0 + timedelta(hours=24 + 180))
     (g,) = ev(CommitmentOpportunity(), short)
-    assert g.title.endswith("per 180 hours")
+    assert g.title.endswith("over 7.5 days")
+    odd = replace(short, window_end=T0 + timedelta(hours=24 + 181))
+    (h,) = ev(CommitmentOpportunity(), odd)
+    assert h.title.endswith("over 181 hours")
 
 
 def test_no_commitment_advice_for_spot_hours() -> None:

@@ -52,9 +52,12 @@ def _data_start(inputs: DetectorInputs, end: datetime) -> datetime:
 
 
 def _span(hours: int) -> str:
-    """The period a saving is stated for: "14 days", or "180 hours" when not whole days (a 7.5-day
-    window's saving read "per 7 days", a weekly rate about 7% too high)."""
-    return f"{hours // 24} days" if hours % 24 == 0 else f"{hours} hours"
+    """The period a saving is stated over: "14 days", "13.5 days", or "181 hours" when not whole
+    half days (a 7.5-day window's saving read "per 7 days", a weekly rate about 7% too high; the
+    demo's first screen then read "save $35,129.80 per 324 hours")."""
+    if hours % 12:
+        return f"{hours} hours"
+    return f"{hours // 24} days" if hours % 24 == 0 else f"{hours / 24:.1f} days"
 
 
 @register("commitment_opportunity")
@@ -168,7 +171,7 @@ class CommitmentOpportunity(Detector):
         return Finding(
             kind=self.name,
             severity=capped_severity(self, impact),
-            title=f"Commit {steady}× {machine} in {region} ({project}): save {fmt_usd(impact)} per {_span(hours)}",
+            title=f"Commit {steady}× {machine} in {region} ({project}): save {fmt_usd(impact)} over {_span(hours)}",
             summary=(
                 f"{project} ran at least {steady} {machine} VMs ({gpus} {model} GPUs each) on demand in "
                 f"{region} in {100 - self.config.steady_percentile:g}% of the {hours} hours analysed. "
@@ -241,7 +244,7 @@ class CommitmentOpportunity(Detector):
         return Finding(
             kind=self.name,
             severity=capped_severity(self, impact),
-            title=f"Commit {steady}× {model} in {region} ({project}): save {fmt_usd(impact)} per {_span(hours)}",
+            title=f"Commit {steady}× {model} in {region} ({project}): save {fmt_usd(impact)} over {_span(hours)}",
             summary=(
                 f"{project} ran at least {steady} {model} GPUs on demand in {region} in "
                 f"{100 - self.config.steady_percentile:g}% of the {hours} hours analysed. A {years} "
