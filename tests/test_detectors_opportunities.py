@@ -230,10 +230,10 @@ def test_hours_before_the_export_begins_are_no_unused_commitment() -> None:
     assert (f.window_start, f.window_end) == (T0 + timedelta(days=1), T0 + timedelta(days=15))
     short = replace(inputs(billed, fleet, days=15, prices=_snapshot()), window_end=T0 + timedelta(hours=24 + 180))
     (g,) = ev(CommitmentOpportunity(), short)
-    assert g.title.endswith("over 7.5 days")
+    assert g.title.endswith("over 7 days 12 hours")
     odd = replace(short, window_end=T0 + timedelta(hours=24 + 181))
     (h,) = ev(CommitmentOpportunity(), odd)
-    assert h.title.endswith("over 181 hours")
+    assert h.title.endswith("over 7 days 13 hours")
 
 
 def test_no_commitment_advice_for_spot_hours() -> None:

@@ -28,7 +28,7 @@ from monitor.detectors.opportunities import (
     price_source,
     split_by_machine_price,
 )
-from monitor.model import Finding, Scope, fingerprint
+from monitor.model import Finding, Scope, counted, fingerprint
 
 __all__ = ["CommitmentOpportunity", "CommitmentOpportunityConfig"]
 
@@ -52,12 +52,12 @@ def _data_start(inputs: DetectorInputs, end: datetime) -> datetime:
 
 
 def _span(hours: int) -> str:
-    """The period a saving is stated over: "14 days", "13.5 days", or "181 hours" when not whole
-    half days (a 7.5-day window's saving read "per 7 days", a weekly rate about 7% too high; the
-    demo's first screen then read "save $35,129.80 per 324 hours")."""
-    if hours % 12:
-        return f"{hours} hours"
-    return f"{hours // 24} days" if hours % 24 == 0 else f"{hours / 24:.1f} days"
+    """The period a saving is stated over: "14 days", "13 days 18 hours", "20 hours" (a 7.5-day
+    window's saving read "per 7 days", a weekly rate about 7% too high; the demo's first screen
+    then read "save $35,129.80 per 324 hours")."""
+    days, rest = divmod(hours, 24)
+    parts = [counted(days, "day")] if days else []
+    return " ".join(parts + ([counted(rest, "hour")] if rest or not days else []))
 
 
 @register("commitment_opportunity")
