@@ -263,11 +263,12 @@ class SpendAnomaly(Detector):
         in its evidence). Else a jump whose latest day is not flagged yet (its billing still
         arriving) would look over."""
         hours = hourly.evidence["hours"]
+        was, their = ("was", "its") if len(hours) == 1 else ("were", "their")
         return self._still_running(
             daily,
             hourly.impact_usd,
-            f"{counted(len(hours), 'hour')} since {hours[0]['hour']} {'was' if len(hours) == 1 else 'were'} above the usual level for their hour of "
-            f"day, by {fmt_usd(hourly.impact_usd)} more (counted in the impact).",
+            f"{counted(len(hours), 'hour')} since {hours[0]['hour']} {was} above the usual level for {their} hour"
+            f" of day, by {fmt_usd(hourly.impact_usd)} more (counted in the impact).",
             hourly.window_end,
             {"days": [*daily.evidence["days"], *hourly.evidence["days"]], "hours": hours},
             hourly.provisional,
