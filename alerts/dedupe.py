@@ -20,7 +20,10 @@ Rules (in order):
 - Open episode, nothing changed, still firing: notify again once `repeat_interval` has passed
   since the last DELIVERY (or permanent failure), and never while a message is still queued: a
   message stuck behind a Slack outage is retried, not joined by repeats, and the next repeat
-  counts from when it finally arrived.
+  counts from when it finally arrived. Only a group with a finding still current is reminded
+  (`current`: those whose waste is not over, `Finding.over`; all unless the pipeline says): an
+  idle run that ended last week was told when found, and a daily "still firing" about it, for as
+  long as the window holds it, is noise.
 
 A fingerprint is *resolved* when it no longer fires at all. One that still fires but is silenced
 or below `min_severity` is *muted*: it stays in the log and is not announced either way.
@@ -109,11 +112,13 @@ def decide(
     still_firing: frozenset[str],
     now: datetime,
     policy: Policy,
+    current: frozenset[str] | None = None,
 ) -> Decision:
     """Decide for one group.
 
     `firing`: this group's notifiable fingerprints now (after silences and min_severity).
     `still_firing`: every fingerprint firing now, notifiable or not (absence means resolved).
+    `current`: the fingerprints whose waste is not over (None: all); only they earn a repeat.
     """
     e = entry or LogEntry()
     if not e.firing:
@@ -127,7 +132,11 @@ def decide(
         reason = Reason.NEW_FIRING
     elif resolved:
         reason = Reason.RESOLVED
-    elif firing and e.queued_at is None and _due(e.last_outcome_at, now, policy.repeat_interval):
+    elif (
+        (firing if current is None else firing & current)
+        and e.queued_at is None
+        and _due(e.last_outcome_at, now, policy.repeat_interval)
+    ):
         return _notify(e, Reason.REPEAT, kept, now, frozenset(), frozenset())
     else:
         return Decision(Action.NONE, e)

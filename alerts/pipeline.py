@@ -140,6 +140,7 @@ class Ctx:
     only: frozenset[tuple[str, str]] | None = None  # a timer flush: decide for these groups only
     started: datetime | None = None  # first start; None: no history split
     history_cut: datetime | None = None  # a finding ending before this is history
+    remind_ended: bool = False  # remind findings whose waste is over (`Finding.over`) too
     summary_due: bool = False  # the history had time to be read: summarise it
     counts: dict[str, int] = field(default_factory=dict)
     notified: list[Notified] = field(default_factory=list)
@@ -213,7 +214,8 @@ def dedupe(b: Batch, ctx: Ctx) -> Batch:
         row = logs.get(gid)
         entry = _entry(row) if row is not None else None
         firing = frozenset(f.fingerprint for f in g.findings)
-        d = decide(entry, firing, ctx.still_firing, ctx.now, ctx.policy)
+        current = None if ctx.remind_ended else frozenset(f.fingerprint for f in g.findings if not f.over)
+        d = decide(entry, firing, ctx.still_firing, ctx.now, ctx.policy, current)
         decisions.append((g, d, {"row": row}))
     return replace(b, decisions=decisions)
 
@@ -342,6 +344,7 @@ def _settings(deps: Deps, now: datetime, *, history_read: bool = False) -> dict[
             repeat_interval=timedelta(hours=a.repeat_interval_hours),
             send_resolved=a.send_resolved,
         ),
+        "remind_ended": a.remind_ended,
         **history_settings(deps.alerts, deps.store, now, history_read=history_read),
     }
 

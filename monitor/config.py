@@ -250,6 +250,11 @@ class AlertsConfig(_Strict):
     first_start_summary: bool = True
     first_start_grace_hours: float = Field(default=24, ge=0)
     first_start_summary_wait_minutes: float = Field(default=60, ge=0)
+    # A finding whose waste is over (an idle run that stopped inside the detection window) is told
+    # when new and not reminded every `repeat_interval_hours` while the window slides over it (up
+    # to 14 days); `remind_ended = true` reminds it as long as it fires, as Alertmanager repeats
+    # any firing alert. A group with a finding still going is reminded whole, as before.
+    remind_ended: bool = False
 
     @field_validator("repeat_interval_hours")
     @classmethod

@@ -203,6 +203,14 @@ class Finding:
     provisional: bool = False
     estimated: bool = False
 
+    @property
+    def over(self) -> bool:
+        """The waste it describes has ended: an idle run that stopped inside the window (`idle_gpu`
+        says so in its evidence, `still_idle` false, judged against the export's latest billed
+        hour, not the clock). Such a finding stays while the window holds it; the alert pipeline
+        tells it once and does not remind it (`alerts.remind_ended`)."""
+        return self.evidence.get("still_idle") is False
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,

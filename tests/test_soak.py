@@ -347,7 +347,8 @@ def _spans(soak: Soak, fps: set[str]) -> dict[str, list[datetime]]:
 def test_every_hidden_cost_is_alerted_once_per_repeat_interval(soak: Soak) -> None:
     """Per injected cost, per fingerprint of its findings: shown at the first detection that found
     it and never once it stopped firing; alone in its group, exactly 1 + (firing span // repeat
-    interval) messages show it (told, then reminded once per interval). An idle run that ends while
+    interval) messages show it (told, then reminded once per interval), or one if its waste is over
+    (a past idle run: told once, not reminded, `alerts.remind_ended`). An idle run that ends while
     watched is two findings by design: the ongoing one resolves and the run is told once more, as a
     past run with its final length and cost."""
     listed, mates = _listed(soak)
@@ -361,7 +362,8 @@ def test_every_hidden_cost_is_alerted_once_per_repeat_interval(soak: Soak) -> No
             continue
         counts = []
         for fp, span in spans.items():
-            got, expected = listed.get(fp, []), 1 + (span[-1] - span[0]) // interval
+            over = soak.findings[fp]["evidence"].get("still_idle") is False
+            got, expected = listed.get(fp, []), 1 if over else 1 + (span[-1] - span[0]) // interval
             counts.append(f"{fp}: {len(got)}/{expected}" + (" (shared group)" if mates.get(fp) else ""))
             if not got or got[0] != span[0] or any(t not in span for t in got):
                 problems.append(f"{label} {fp}: shown {got}, firing {span[0]}..{span[-1]}")
@@ -379,12 +381,15 @@ def test_every_hidden_cost_is_alerted_once_per_repeat_interval(soak: Soak) -> No
 def test_no_firing_finding_goes_unreminded_longer_than_the_repeat_interval(soak: Soak) -> None:
     """What a shared group adds: a finding still firing is shown again within one repeat interval,
     whatever news its group mates had in between (Alertmanager shows every firing alert in each
-    notification of a group, so restarting the interval there loses nothing)."""
+    notification of a group, so restarting the interval there loses nothing). A past idle run is
+    told once and not reminded (`alerts.remind_ended`)."""
     listed, _ = _listed(soak)
     interval = timedelta(hours=REPEAT_HOURS)
     silent = []
     for h in soak.truth["hidden_costs"]:
         for fp, span in _spans(soak, _matching(soak, h)).items():
+            if soak.findings[fp]["evidence"].get("still_idle") is False:
+                continue
             shown = [t for t in listed.get(fp, []) if t in span]
             gaps = [(a, b) for a, b in pairwise([*shown, span[-1]]) if b - a > interval]
             silent += [f"{h['kind']} {fp}: not shown from {a} to {b}" for a, b in gaps]
