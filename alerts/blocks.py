@@ -16,7 +16,7 @@ from typing import Any
 from alerts.dedupe import Reason
 from alerts.escape import escape_mrkdwn as esc
 from alerts.escape import truncate
-from monitor.model import Finding, to_cents
+from monitor.model import Finding, counted, to_cents
 from monitor.model import usd as money  # `$1,234.57`, `-$3.00`: the one dollar format
 from monitor.render import evidence_line
 
@@ -127,7 +127,12 @@ def _total(findings: Sequence[Finding]) -> str:
 
 
 def _fallback(reason: Reason, firing: Sequence[Finding], resolved: Sequence[Mapping[str, Any]]) -> str:
+    """The notification's preview. A resolution names what resolved: it named the group's first
+    finding still firing ("Update: resolved: Commit 3× a2-highgpu-1g ...", advice still active,
+    when the a2-highgpu-8g advice had resolved)."""
     head = _REASON_TEXT[reason]
+    if reason is Reason.RESOLVED and resolved:
+        return f"{_resolved_names(resolved)} ({counted(len(firing), 'finding')} still firing)"
     if firing:
         total = _total(firing)
         first = firing[0]
@@ -135,6 +140,10 @@ def _fallback(reason: Reason, firing: Sequence[Finding], resolved: Sequence[Mapp
         text = f"[{first.severity.value.upper()}] {head}: {esc(first.title)}{more}"
         # a lone finding whose title ends with its figure said it twice ("...: $7,331.26: $7,331.26")
         return text if not more and first.title.endswith(total) else f"{text}: {total}"
+    return _resolved_names(resolved)
+
+
+def _resolved_names(resolved: Sequence[Mapping[str, Any]]) -> str:
     names = ", ".join(esc(r.get("title", "?")) for r in resolved[:3])
     return f"[RESOLVED] {names}" + (" …" if len(resolved) > 3 else "")
 
