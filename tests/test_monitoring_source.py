@@ -641,3 +641,26 @@ def test_a_backfill_step_stops_between_chunks_on_shutdown(server, make_source, s
     step = src.backfill(store, NOW - 2 * 24 * H, NOW, cancelled=cancelled)
     assert len(step.windows) == 1  # the chunk read was committed; the rest waits for the next start
     assert read_coverage(store, "p1", "ops_agent_nvml") == [(END - 18 * H, END)]
+
+
+def test_a_page_over_grpcs_default_4_mib_is_read_on_the_plaintext_channel(make_source) -> None:
+    """The generated transport lifts gRPC's 4 MiB receive limit; the plaintext channel built for an
+    `api_endpoint` (emulators, a local proxy) kept it, so a large page failed with
+    RESOURCE_EXHAUSTED ("Received message larger than max"), retried as if it were a quota
+    (a helper's run of seed 11's fleet through the stand-in: 5,300,508 bytes)."""
+    srv = FakeMonitoringServer(page_size=1000).start()
+    try:
+        srv.add(*(nvml(i, buckets(T0 + M5, [float(i % 100)] * 288)) for i in range(800)))
+        cfg = UtilizationConfig(
+            source="cloud_monitoring", presets=("ops_agent_nvml",), api_endpoint=srv.address, insecure=True,
+            projects=("p1",),
+        )  # fmt: skip
+        src = CloudMonitoringSource(cfg, GoogleConfig(credentials="anonymous"), sleep=lambda s: None)
+        try:
+            result = src.fetch(T0, T0 + 288 * M5)
+        finally:
+            src.close()
+    finally:
+        srv.stop()
+    assert len(result.samples) == 800 * 288
+    assert result.requests == 3  # one page of series, the memory metric, one descriptor

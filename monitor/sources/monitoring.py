@@ -146,7 +146,11 @@ def build_client(cfg: UtilizationConfig, google: GoogleConfig) -> Any:
     if cfg.insecure:
         if target is None:
             raise ConfigError('utilization.insecure: needs utilization.api_endpoint = "host:port"')
-        transport = MetricServiceGrpcTransport(channel=grpc.insecure_channel(target))
+        # the options the generated transport gives its own channels: without them gRPC's 4 MiB
+        # receive limit stays, and a page of many series failed ("Received message larger than
+        # max (5300508 vs. 4194304)"), retried as if RESOURCE_EXHAUSTED were a quota
+        unlimited = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+        transport = MetricServiceGrpcTransport(channel=grpc.insecure_channel(target, options=unlimited))
         return monitoring_v3.MetricServiceClient(transport=transport)
     credentials = AnonymousCredentials() if google.credentials == "anonymous" else None
     options = ClientOptions(api_endpoint=target) if target else None
