@@ -164,7 +164,8 @@ class UtilizationConfig(_Strict):
     # `backfill_chunk_hours`, never inside a live poll (0 chunks: no backfill). The defaults read 14
     # days of one (project, preset) in about 3.5 minutes at 8 chunk reads a minute (each a few
     # pages), a small share of the per-minute "time series queries" quota
-    # (https://cloud.google.com/monitoring/quotas).
+    # (https://cloud.google.com/monitoring/quotas). The chunks are shared by every (project,
+    # preset): 6 projects x 3 presets take about an hour; raise `backfill_chunks_per_run` for more.
     backfill_chunk_hours: int = Field(default=12, ge=1, le=24)
     backfill_chunks_per_run: int = Field(default=4, ge=0, le=100)
     backfill_interval_seconds: float = Field(default=30, gt=0)
