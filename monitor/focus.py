@@ -11,8 +11,9 @@ resource, cost type and label set; each of its rows becomes one FOCUS charge row
 - PricingCategory: Standard (on-demand and non-compute), Dynamic (Spot), Committed (commitment
   fees, CUD-covered and reserved usage).
 - CommitmentDiscountId / Type / Name: the CUD credit's `id`, `type` and `full_name` (as Google's
-  FOCUS view template takes them); Category Spend for spend-based credit types, else Usage; Status
-  Used. All null without a credit id (older exports), as FOCUS requires of them without an Id.
+  FOCUS view template takes them; of the lowest id when two commitments cover a row); Category
+  Spend for spend-based credit types, else Usage; Status Used; PricingCategory Committed. All
+  null without a credit id (older exports), as FOCUS requires of them without an Id.
 - Quantities are summed as NUMERIC, so both engines give the same figures.
 - gpucost's own attribution travels in `x_` columns (FOCUS's prefix for custom columns).
 """
@@ -195,8 +196,10 @@ def to_focus(
     charge_category, charge_class, frequency = _charge(sub, row["cost_type"])
     period_start, period_end = _billing_period(row["invoice_month"])
     # FOCUS: the commitment columns are null unless CommitmentDiscountId is known (older exports'
-    # credits have no id: their CUD-covered rows said "Usage"/"Used" beside no id)
-    commitment = (row["cud_id"] or "") if pm == "committed" and row["cud_micros"] else ""
+    # credits have no id: their CUD-covered rows said "Usage"/"Used" beside no id); any row a CUD
+    # credit with an id covers has them, a spend-based one on Cloud SQL or Cloud Run too
+    credit = (row["cud_credit"] or "||") if row["cud_micros"] else "||"
+    commitment, cud_type, cud_name = credit.split("|", 2)  # one credit whole (focus.sql)
     day, day_end = row["usage_day"], row["usage_day"] + timedelta(days=1)
     if within is not None:
         day, day_end = max(day, within[0]), min(day_end, within[1])
@@ -214,11 +217,11 @@ def to_focus(
         "ChargeFrequency": frequency,
         "ChargePeriodEnd": to_iso(day_end) or "",
         "ChargePeriodStart": to_iso(day) or "",
-        "CommitmentDiscountCategory": _commitment_category(row["cud_type"]) if commitment else "",
+        "CommitmentDiscountCategory": _commitment_category(cud_type) if commitment else "",
         "CommitmentDiscountId": commitment,
-        "CommitmentDiscountName": (row["cud_name"] or "") if commitment else "",
+        "CommitmentDiscountName": cud_name if commitment else "",
         "CommitmentDiscountStatus": "Used" if commitment else "",
-        "CommitmentDiscountType": (row["cud_type"] or "") if commitment else "",
+        "CommitmentDiscountType": cud_type if commitment else "",
         "ConsumedQuantity": _quantity(row["usage_amount"]),
         "ConsumedUnit": row["usage_unit"] or "",
         "ContractedCost": _amount(row["gross_micros"]),
@@ -227,7 +230,7 @@ def to_focus(
         "InvoiceIssuerName": _PROVIDER,
         "ListCost": _amount(row["list_micros"]),
         "ListUnitPrice": _unit_price(row["list_micros"], row["pricing_amount"]),
-        "PricingCategory": _PRICING_CATEGORY.get(pm or "", "Standard"),
+        "PricingCategory": "Committed" if commitment else _PRICING_CATEGORY.get(pm or "", "Standard"),
         "PricingQuantity": _quantity(row["pricing_amount"]),
         "PricingUnit": row["pricing_unit"] or "",
         "ProviderName": _PROVIDER,

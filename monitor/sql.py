@@ -96,11 +96,30 @@ def for_duckdb(name: str, table: str = TABLE_NAME, *, vectorize: bool = True) ->
 def bigquery_numeric(tree: exp.Expression) -> exp.Expression:
     """BigQuery's NUMERIC (and its alias DECIMAL) written without a precision is DECIMAL(38, 9)
     (https://cloud.google.com/bigquery/docs/reference/standard-sql/data-types#decimal_types): said
-    so for DuckDB, whose bare DECIMAL is DECIMAL(18, 3), as sqlglot would write it."""
+    so for DuckDB, whose bare DECIMAL is DECIMAL(18, 3), as sqlglot would write it.
+
+    A cast of a FLOAT64 to it is exact in BigQuery; DuckDB scales the double by 10^9 in floating
+    point first, which loses digits above about 10^7 (123456789012 bytes came out as
+    123456789011.999997952). So the whole part and the fraction are cast apart: the whole part
+    through HUGEINT (exact below 2^53), the fraction (exact in a double) alone."""
+
+    def decimal() -> exp.DataType:
+        return exp.DataType.build("DECIMAL(38, 9)", dialect="duckdb")
+
+    def bare(node: exp.Expression) -> bool:
+        return (
+            isinstance(node, exp.DataType) and node.this == exp.DataType.Type.DECIMAL and not node.expressions
+        )
 
     def fix(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.DataType) and node.this == exp.DataType.Type.DECIMAL and not node.expressions:
-            return exp.DataType.build("DECIMAL(38, 9)", dialect="duckdb")
+        if isinstance(node, exp.Cast) and bare(node.to):
+            x = node.this
+            hugeint = exp.DataType.build("HUGEINT", dialect="duckdb")
+            whole = exp.Cast(this=exp.Cast(this=exp.func("TRUNC", x.copy()), to=hugeint), to=decimal())
+            part = exp.Cast(this=exp.Sub(this=x.copy(), expression=exp.func("TRUNC", x.copy())), to=decimal())
+            return exp.Paren(this=exp.Add(this=whole, expression=part))
+        if bare(node):
+            return decimal()
         return node
 
     return tree.transform(fix)

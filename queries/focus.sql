@@ -48,17 +48,15 @@ WITH export_rows AS (
       FROM UNNEST(credits) AS c
       WHERE GPUCOST_CUD_CREDIT(c)
     ), 0) AS cud_micros,
-    -- the commitment behind the row's CUD credits (FOCUS CommitmentDiscountId), and its kind:
-    -- older exports have no credits.id, and then FOCUS wants no commitment columns at all
+    -- the commitment behind the row's CUD credits, one credit whole (FOCUS CommitmentDiscountId,
+    -- Type, Name): "id|type|full_name" of the credit with the lowest id, split by monitor/focus.py
+    -- (ids are resource paths, without "|"); a row covered by two commitments names the first.
+    -- Older exports have no credits.id, and then FOCUS wants no commitment columns at all.
     (
-      SELECT MIN(c.id) FROM UNNEST(credits) AS c WHERE (GPUCOST_CUD_CREDIT(c)) AND c.id IS NOT NULL
-    ) AS cud_id,
-    (
-      SELECT MIN(c.type) FROM UNNEST(credits) AS c WHERE (GPUCOST_CUD_CREDIT(c)) AND c.id IS NOT NULL
-    ) AS cud_type,
-    (
-      SELECT MIN(c.full_name) FROM UNNEST(credits) AS c WHERE (GPUCOST_CUD_CREDIT(c)) AND c.id IS NOT NULL
-    ) AS cud_name
+      SELECT MIN(CONCAT(c.id, '|', IFNULL(c.type, ''), '|', IFNULL(c.full_name, '')))
+      FROM UNNEST(credits) AS c
+      WHERE (GPUCOST_CUD_CREDIT(c)) AND c.id IS NOT NULL
+    ) AS cud_credit
   FROM billing_export
   WHERE
     GPUCOST_USAGE_WINDOW()
@@ -94,9 +92,7 @@ SELECT
   currency,
   usage_unit,
   pricing_unit,
-  cud_id,
-  cud_type,
-  cud_name,
+  cud_credit,
   COUNT(*) AS row_count,
   SUM(usage_amount) AS usage_amount,
   SUM(pricing_amount) AS pricing_amount,
@@ -109,11 +105,11 @@ FROM attributed
 GROUP BY
   usage_day, billing_account_id, invoice_month, project_id, project_name, region, zone,
   resource_name, resource_global_name, label_set, service_id, service_description, sku_id,
-  sku_description, subcategory, pricing_model, cost_type, currency, usage_unit, pricing_unit, cud_id,
-  cud_type, cud_name
+  sku_description, subcategory, pricing_model, cost_type, currency, usage_unit, pricing_unit,
+  cud_credit
 -- every grouping key, so both engines write the rows in one order (ties, such as a usage row and
 -- its correction, came out swapped between BigQuery and DuckDB)
 ORDER BY
   usage_day, project_id, service_description, sku_description, resource_name, cost_type, zone, region,
   label_set, resource_global_name, billing_account_id, invoice_month, project_name, service_id, sku_id,
-  subcategory, pricing_model, currency, usage_unit, pricing_unit, cud_id, cud_type, cud_name
+  subcategory, pricing_model, currency, usage_unit, pricing_unit, cud_credit

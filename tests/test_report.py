@@ -165,6 +165,18 @@ def test_focus_commitment_columns_name_the_commitment_or_stay_null() -> None:
         row = export_row("Nvidia H100 80GB GPU running in Americas", 9.8, zone=zone, credits=[(kind, -1.0)])
         row["credits"][0].update(id=cid, name="Committed Usage Discount: GPU", full_name=cid and f"CUD {cid[-3:]}")
         rows.append(row)
+    # two commitments cover one row: the columns name one credit whole (its id, type and name),
+    # not the smallest of each apart (which paired 333's id with 444's type and name)
+    two = export_row("Nvidia H100 80GB GPU running in Americas", 9.8, zone="us-central1-f",
+                     credits=[("COMMITTED_USAGE_DISCOUNT_DOLLAR_BASE", -1.0), ("COMMITTED_USAGE_DISCOUNT", -2.0)])  # fmt: skip
+    two["credits"][0].update(id=f"{path}333", full_name="Zulu spend CUD")
+    two["credits"][1].update(id=f"{path}444", full_name="Alpha resource CUD")
+    # a spend-based commitment covers Cloud SQL, whose rows have no pricing model
+    sql = export_row("Cloud SQL for PostgreSQL: Zonal - vCPU in Americas", 2.0, zone="us-central1-x",
+                     service={"id": "9662-B51E-5089", "description": "Cloud SQL"},
+                     credits=[("COMMITTED_USAGE_DISCOUNT_DOLLAR_BASE", -0.5)])  # fmt: skip
+    sql["credits"][0].update(id=f"{path}555", full_name="Cloud SQL CUD")
+    rows += [two, sql]
     conn = open_billing_db(None)
     load_rows(conn, rows)
     out = list(focus_rows(DuckDBBillingSource(conn), start=T0, end=T0 + timedelta(days=1), now=T0))
@@ -179,6 +191,8 @@ def test_focus_commitment_columns_name_the_commitment_or_stay_null() -> None:
         "us-central1-a": (f"{path}111", "Usage", "Used", "COMMITTED_USAGE_DISCOUNT", "CUD 111"),
         "us-central1-b": (f"{path}222", "Spend", "Used", "COMMITTED_USAGE_DISCOUNT_DOLLAR_BASE", "CUD 222"),
         "us-central1-c": ("", "", "", "", ""),
+        "us-central1-f": (f"{path}333", "Spend", "Used", "COMMITTED_USAGE_DISCOUNT_DOLLAR_BASE", "Zulu spend CUD"),
+        "us-central1-x": (f"{path}555", "Spend", "Used", "COMMITTED_USAGE_DISCOUNT_DOLLAR_BASE", "Cloud SQL CUD"),
     }
     assert {r["PricingCategory"] for r in out} == {"Committed"}
 
@@ -416,5 +430,21 @@ def test_focus_quantities_are_exact_sums() -> None:
     load_rows(conn, rows)
     (out,) = focus_rows(DuckDBBillingSource(conn), start=T0, end=T0 + timedelta(days=1), now=T0)
     conn.close()
-    assert (out["PricingQuantity"], out["ConsumedQuantity"]) == ("0.6", "644245094.4")
+    # each double rounded to 9 decimals as BigQuery's CAST rounds it: 0.1 x 2^30 bytes is the
+    # double 107374182.400000005960..., so .400000006 (+ .800000012 + .199999988)
+    assert (out["PricingQuantity"], out["ConsumedQuantity"]) == ("0.6", "644245094.400000006")
     assert out["ListUnitPrice"] == "0.050000000"  # $0.03 for 0.6 GiB
+
+
+def test_focus_quantities_of_large_amounts_are_exact() -> None:
+    """DuckDB casts a double to DECIMAL(38, 9) by scaling it in floating point: 123456789012 bytes
+    read 123456789011.999997952 where BigQuery's NUMERIC gives 123456789012 (a helper's review).
+    Quantities in bytes and byte-seconds are that large in real exports."""
+    row = export_row("Network Inter Zone Data Transfer Out", 1.15, instance="vm")
+    row["usage"] = {"amount": 123456789012.0, "unit": "bytes", "amount_in_pricing_units": 114.978,
+                    "pricing_unit": "gibibyte"}  # fmt: skip
+    conn = open_billing_db(None)
+    load_rows(conn, [row])
+    (out,) = focus_rows(DuckDBBillingSource(conn), start=T0, end=T0 + timedelta(days=1), now=T0)
+    conn.close()
+    assert (out["ConsumedQuantity"], out["PricingQuantity"]) == ("123456789012", "114.978")
