@@ -65,7 +65,7 @@ def export_stale_message(
         {"type": "section", "text": {"type": "mrkdwn", "text": text}},
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*What to do:* {fix}"}},
     ]
-    seed = f"{fmt_ts(latest_export)}\x00{receiver}" + ("\x00never" if never else "")
+    seed = f"{fmt_ts(latest_export)}\x00{receiver}" + (f"\x00never\x00{table}" if never else "")
     digest = hashlib.sha256(seed.encode()).hexdigest()[:20]
     return Message(f"export-stale-{digest}", receiver, f"{head}: {text}", blocks)
 

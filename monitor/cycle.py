@@ -47,7 +47,14 @@ from monitor.sources.pricing import price_source_from_config
 from monitor.state.analytics import AggregateStore, aggregates_path
 from monitor.state.findings import record_findings
 from monitor.state.retention import horizon, prune
-from monitor.state.store import SQLiteStore, first_start, last_detection, open_store, record_detection
+from monitor.state.store import (
+    SQLiteStore,
+    export_seen,
+    last_detection,
+    open_store,
+    record_detection,
+    recorded_first_start,
+)
 from monitor.timeutil import floor_hour, to_iso
 from monitor.utilization import migrate as migrate_utilization
 from monitor.utilization import replace_windows
@@ -193,9 +200,11 @@ def _export_freshness(deps: Deps, now: datetime, latest: datetime | None) -> Non
     stale_after = timedelta(hours=deps.cfg.billing.stale_after_hours)
     if deps.cfg.billing.source != "bigquery":
         return
-    # an export without any load is measured from gpucost's first start (the daemon records it)
-    since = latest if latest is not None else first_start(deps.store, now)
-    if not is_stale(since, now, stale_after):
+    # the newest load ever seen (retention prunes the partitions of an export stopped for months);
+    # without one, the export is measured from gpucost's first start, as the daemon records it
+    latest = export_seen(deps.store, latest)
+    since = latest if latest is not None else recorded_first_start(deps.store)
+    if since is None or not is_stale(since, now, stale_after):
         return
     log.warning(
         "the billing export has loaded nothing for %d h%s: check that it is still on and that [billing]"

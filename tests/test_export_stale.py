@@ -47,6 +47,15 @@ def test_one_message_per_stale_episode(tmp_path: Path) -> None:
     store.close()
 
 
+def _as_bigquery(deps):
+    """A daemon on a DuckDB copy of the export, configured as BigQuery (the same engine answers)."""
+    billing = deps.cfg.billing.model_copy(
+        update={"source": "bigquery", "table": "p.d.gcp_billing_export_v1_X"}
+    )
+    deps.cfg = deps.cfg.model_copy(update={"billing": billing})
+    return deps
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.shared_fleets import shared_fleet
@@ -122,16 +131,18 @@ def test_the_daemons_poll_of_a_bigquery_export_without_a_load_tells_it_once(
 ) -> None:
     """A table the export never wrote to in the poll's scope (turned on for another table, or an
     old copy): every poll succeeds on it, and before this nothing was said, ever (`latest_export`
-    is None). Seed 7's rows end in November 2026; polled from June 2027 none is in scope."""
+    is None). Seed 7's rows end in November 2026; polled from June 2027 none is in scope. It is
+    measured from the daemon's first start; a poll records none (a `gpucost digest` or a one-shot
+    run before the daemon would have moved the first start's history cut)."""
     from monitor.cycle import run_billing_poll
+    from monitor.state.store import first_start, recorded_first_start
     from tests.test_digest_jobs import daemon_on_fleet
 
-    deps = daemon_on_fleet(tmp_path, fleet, billing={"stale_after_hours": 48})
-    billing = deps.cfg.billing.model_copy(
-        update={"source": "bigquery", "table": "p.d.gcp_billing_export_v1_X"}
-    )
-    deps.cfg = deps.cfg.model_copy(update={"billing": billing})
+    deps = _as_bigquery(daemon_on_fleet(tmp_path, fleet, billing={"stale_after_hours": 48}))
     start = datetime(2027, 6, 1, 5, tzinfo=UTC)
+    run_billing_poll(deps, start + 100 * H)  # no first start recorded: nothing to measure from
+    assert recorded_first_start(deps.store) is None and not _outbox(deps.store)
+    first_start(deps.store, start)  # the daemon records it when it starts
     for hours in (0, 47, 49, 50):
         run_billing_poll(deps, start + hours * H)
         assert latest_export(deps.aggregates) is None
@@ -139,4 +150,34 @@ def test_the_daemons_poll_of_a_bigquery_export_without_a_load_tells_it_once(
     ((_, _, channel, text),) = _outbox(deps.store)
     assert channel == deps.alert_deps.default_channel
     assert "since gpucost started watching it on 2027-06-01 05:00 UTC (49 h ago)" in text
+    deps.store.close()
+
+
+def test_an_export_stopped_past_retention_is_not_told_it_never_loaded(tmp_path: Path, fleet: Path) -> None:
+    """Retention prunes the partitions the latest load is read from: an export stopped for longer
+    than `state.retention_days` read as never loaded, and the channel was told so a second time.
+    The newest load a poll saw is kept in the state store."""
+    import duckdb
+
+    from monitor.billing_poll import prune
+    from monitor.cycle import run_billing_poll
+    from monitor.state.store import export_seen, first_start
+    from tests.test_digest_jobs import daemon_on_fleet
+
+    export = fleet / "billing" / "export.parquet"
+    ((last,),) = (
+        duckdb.connect().execute("SELECT max(export_time) FROM read_parquet(?)", [str(export)]).fetchall()
+    )
+    last = last.astimezone(UTC)
+    deps = _as_bigquery(daemon_on_fleet(tmp_path, fleet, billing={"stale_after_hours": 48}))
+    first_start(deps.store, last)
+    run_billing_poll(deps, last + H)
+    assert export_seen(deps.store, None) == last
+    run_billing_poll(deps, last + 3 * 24 * H)  # stale: told once
+    later = datetime(2027, 6, 1, tzinfo=UTC)
+    prune(deps.aggregates, later - timedelta(days=90))  # retention, months later
+    assert latest_export(deps.aggregates) is None
+    run_billing_poll(deps, later)
+    ((_, reason, _, text),) = _outbox(deps.store)
+    assert reason == "export_stale" and "loaded no rows at all" not in text
     deps.store.close()

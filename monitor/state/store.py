@@ -278,15 +278,31 @@ def recorded_first_start(store: StateStore) -> datetime | None:
     return _recorded(store, "first_start")
 
 
-def record_detection(store: StateStore, now: datetime) -> None:
-    """That a detection ran (its findings, none included, are what the store holds)."""
+def _record(store: StateStore, key: str, when: datetime) -> None:
+    """Record `when` under `key` in `state_meta`, replacing what was there."""
     store.migrate("state", _META_MIGRATIONS)
     with store.transaction() as conn:
         conn.execute(
-            "INSERT INTO state_meta (key, value) VALUES ('last_detection', ?)"
+            "INSERT INTO state_meta (key, value) VALUES (?, ?)"
             " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (now.astimezone(UTC).isoformat(),),
+            (key, when.astimezone(UTC).isoformat()),
         )
+
+
+def record_detection(store: StateStore, now: datetime) -> None:
+    """That a detection ran (its findings, none included, are what the store holds)."""
+    _record(store, "last_detection", now)
+
+
+def export_seen(store: StateStore, latest: datetime | None) -> datetime | None:
+    """The newest load of the billing export any poll saw: `latest` (the aggregate store's, recorded
+    when newer) or, once retention has pruned the partitions it was read from, the one recorded.
+    None: no poll ever saw a load (`alerts.export_stale` tells that apart from a stopped export)."""
+    seen = _recorded(store, "export_seen")
+    if latest is not None and (seen is None or latest > seen):
+        _record(store, "export_seen", latest)
+        return latest
+    return seen
 
 
 def last_detection(store: StateStore) -> datetime | None:
