@@ -132,7 +132,8 @@ def _fallback(reason: Reason, firing: Sequence[Finding], resolved: Sequence[Mapp
     when the a2-highgpu-8g advice had resolved)."""
     head = _REASON_TEXT[reason]
     if reason is Reason.RESOLVED and resolved:
-        return f"{_resolved_names(resolved)} ({counted(len(firing), 'finding')} still firing)"
+        still = f" ({counted(len(firing), 'finding')} still firing)" if firing else ""
+        return _resolved_names(resolved) + still
     if firing:
         total = _total(firing)
         first = firing[0]

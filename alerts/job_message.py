@@ -134,7 +134,9 @@ def _idle(usage: Any) -> str:
     some did (the message said the exact "$X" beside its spend with no utilization data)."""
     if not usage.gpu_hours:
         return ""
-    return idle_usd(usage.idle_cost, usage.unmonitored_cost, bool(usage.monitored_gpu_hours))
+    if not usage.monitored_gpu_hours:  # even at $0 of unmonitored spend (reserved GPUs, no agent)
+        return "unknown"
+    return idle_usd(usage.idle_cost, usage.unmonitored_cost, True)
 
 
 def job_message(r: Any, receiver: str, *, partial_from: datetime | None = None) -> Message:

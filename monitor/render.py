@@ -119,7 +119,7 @@ def _ev_anomaly(e: Mapping[str, Any]) -> str:
             for h in hours[:4]
         )
         more = f" (+{len(hours) - 4} more hours)" if len(hours) > 4 else ""
-        return f"{len(hours)} hours above baseline: {shown}{more}"
+        return f"{counted(len(hours), 'hour')} above baseline: {shown}{more}"
     days = "; ".join(
         f"{d['date']}{' (provisional)' if d.get('provisional') else ''}: {usd(d['spend_usd'])} vs "
         f"{usd(d['baseline_usd'])} (+{usd(d['excess_usd'])})"
@@ -369,7 +369,9 @@ def _details(rows: Sequence[Mapping[str, Any]], first: int, top: int) -> list[st
     for i, f in enumerate(rows[:top], first):
         lines += _detail(i, f)
     if len(rows) > top:
-        lines += [f"_{counted(len(rows) - top, 'smaller finding')} {'is' if len(rows) - top == 1 else 'are'} listed in the table above only._", ""]
+        rest = len(rows) - top
+        verb = "is" if rest == 1 else "are"
+        lines += [f"_{counted(rest, 'smaller finding')} {verb} listed in the table above only._", ""]
     return lines
 
 

@@ -123,17 +123,12 @@ def test_group_wait_then_one_message_with_every_finding(env: Env) -> None:
     assert (st.sent, st.pending, st.failed) == (1, 0, 0)
 
 
-def _ongoing(f: Finding, now: datetime) -> Finding:
-    """`f` as a detection at `now` finds a waste still going: its window ends where the data does."""
-    return replace(f, window_end=now)
-
-
 def test_exactly_once_per_repeat_interval_over_three_days(env: Env) -> None:
     a, b = finding(instance="n1"), finding(kind="inter_zone_egress", instance="n2")
     deps = env.deps()
     end = T0 + timedelta(hours=72)
     while env.clock.now < end:
-        env.cycle([_ongoing(a, env.clock.now), _ongoing(b, env.clock.now)], deps)
+        env.cycle([a, b], deps)
         env.clock.advance(minutes=15)
     posts = env.posts()
     for f in (a, b):
@@ -146,7 +141,6 @@ def test_exactly_once_per_repeat_interval_over_three_days(env: Env) -> None:
     assert {m["thread_ts"] for m in repeats} == {m["ts"] for m in roots}
 
 
-
 @pytest.mark.parametrize(("remind", "told"), [(False, 1), (True, 3)])
 def test_a_finding_whose_waste_is_over_is_told_once_not_reminded(env: Env, remind: bool, told: int) -> None:
     """An idle run that ended inside the window (`still_idle` false) stays a finding while the
@@ -154,16 +148,32 @@ def test_a_finding_whose_waste_is_over_is_told_once_not_reminded(env: Env, remin
     up to two weeks is noise. What still goes on is reminded as before; `remind_ended = true`
     reminds everything that fires, as Alertmanager does."""
     f = finding(instance="hung-job-vm")
-    past = replace(f, evidence={**f.evidence, "still_idle": False})  # its run ended at T0
-    going = finding(kind="inter_zone_egress", instance="n2")
+    past = replace(f, evidence={**f.evidence, "still_idle": False})  # its run ended
+    going = finding(kind="inter_zone_egress", instance="n2")  # another group (kind, project)
     env.alerts = env.alerts.model_copy(update={"remind_ended": remind})
     deps = env.deps()
-    end = T0 + timedelta(hours=72)
-    while env.clock.now < end:
-        env.cycle([past, _ongoing(going, env.clock.now)], deps)
+    while env.clock.now < T0 + timedelta(hours=72):
+        env.cycle([past, going], deps)
         env.clock.advance(minutes=15)
     shown = {f.kind: sum(f.fingerprint in fps_in(m) for m in env.posts()) for f in (past, going)}
     assert shown == {"idle_gpu": told, "inter_zone_egress": 3}
+
+
+def test_a_group_with_a_waste_still_going_is_reminded_whole(env: Env) -> None:
+    """The ended run shares a group with a node still idle: the group is reminded for the one
+    still going, and every message shows the whole group, the ended run too."""
+    f = finding(instance="hung-job-vm")
+    past = replace(f, evidence={**f.evidence, "still_idle": False})
+    going = finding(instance="forgotten-vm")  # same kind and project: one group
+    deps = env.deps()
+    while env.clock.now < T0 + timedelta(hours=72):
+        env.cycle([past, going], deps)
+        env.clock.advance(minutes=15)
+    posts = env.posts()
+    assert len(posts) == 3 and all(
+        past.fingerprint in fps_in(m) and going.fingerprint in fps_in(m) for m in posts
+    )
+
 
 def test_resolution_goes_in_the_thread_of_the_first_message(env: Env) -> None:
     a, b = finding(instance="n1"), finding(instance="n2")

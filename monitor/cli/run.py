@@ -19,7 +19,7 @@ from monitor.cli._common import config_option, stderr_logging
 from monitor.config import load_config
 from monitor.daemon import install_signal_handlers
 from monitor.logs import configure_logging
-from monitor.model import usd
+from monitor.model import counted, usd
 from monitor.render import findings_text
 from monitor.timeutil import floor_hour, to_iso
 
@@ -42,7 +42,7 @@ def _summary(service) -> str:
         lines.append(f"  {sub:<26} gross {usd(gross[sub]):>15}   net {usd(net[sub]):>15}")
     lines.append(f"  {'TOTAL':<26} gross {usd(sum(gross.values())):>15}   net {usd(sum(net.values())):>15}")
     lines.append("")
-    lines.append(f"gpucost: {len(deps.findings)} findings")
+    lines.append(f"gpucost: {counted(len(deps.findings), 'finding')}")
     if deps.findings:
         lines.append(findings_text(deps.findings))
     return "\n".join(lines)

@@ -22,7 +22,7 @@ from pydantic import Field
 from monitor.detectors.base import ONE_HOUR, Detector, DetectorConfig, fmt_usd, iso, money, q6, register
 from monitor.detectors.costs import Costs, one_of
 from monitor.detectors.inputs import CostHour, DetectorInputs
-from monitor.model import Finding, Scope, fingerprint
+from monitor.model import Finding, Scope, counted, fingerprint
 from monitor.timeutil import from_naive_utc
 
 __all__ = ["IdleOrchestration", "IdleOrchestrationConfig"]
@@ -155,7 +155,7 @@ class IdleOrchestration(Detector):
             severity=self.severity(impact),
             title=f"{what} {name} billed with no compute behind it: {fmt_usd(impact)}",
             summary=(
-                f"{what} {name} ({project}) billed {fmt_usd(impact)} over {idle_hours} hours in which "
+                f"{what} {name} ({project}) billed {fmt_usd(impact)} over {counted(idle_hours, 'hour')} in which "
                 f"{basis} ran no compute at all (longest stretch {max(len(r) for r in runs)} h)."
             ),
             impact_usd=impact,

@@ -245,7 +245,7 @@ def _hourly_finding(
             kind=det.name,
             severity=det.severity(impact),
             title=f"Hourly spend in {project} jumped: {fmt_usd(impact)} above baseline "
-            f"over {len(flagged)} hours",
+            f"over {counted(len(flagged), 'hour')}",
             summary=summary,
             impact_usd=impact,
             window_start=start,

@@ -167,9 +167,10 @@ def _coverage_note(read: dict) -> str:
         return ""
     cost = fmt_usd(Decimal(str(read["cost_outside_coverage_usd"])))
     since = f" (read back to {human(read['coverage_start'])})" if read["coverage_start"] else ""
+    unread = read["hours_outside_coverage"]
     return (
         f" Only hours whose utilization was read count{since}: "
-        f"{counted(read['hours_outside_coverage'], 'GPU-hour')} ({cost}) not read yet {'is' if read['hours_outside_coverage'] == 1 else 'are'} not judged."
+        f"{counted(unread, 'instance-hour')} ({cost}) not read yet {'is' if unread == 1 else 'are'} not judged."
     )
 
 
