@@ -134,6 +134,15 @@ def test_idle_gpus_are_unknown_without_utilization_and_unsaid_without_gpus() -> 
     assert "idle GPUs" not in json.dumps(msg.blocks) + msg.text and "no GPUs" in json.dumps(msg.blocks)
 
 
+def test_idle_gpus_of_reserved_gpus_without_utilization_are_unknown() -> None:
+    # billed at $0 (reserved) with no agent: no unmonitored spend, and still nothing known of idle
+    # GPUs ("idle GPUs: $0.00" after 73c0e73, a helper's review)
+    dark = [replace(_gpu(h), mean_utilization_pct=None, gpu_cost=D(0)) for h in range(10)]
+    (r,) = finished_jobs(_records(_train(0, 9), dark, 30), [])
+    msg = job_message(r, "#ml")
+    assert "; idle GPUs unknown, one zone" in msg.text
+
+
 def test_idle_gpus_of_a_partly_monitored_job_are_a_lower_bound() -> None:
     # the message said the exact "$200.00" beside $500.00 of GPU spend no utilization judged, where
     # `gpucost jobs` and the digest say "≥ $200.00" (`monitor.model.idle_usd`)
