@@ -14,7 +14,9 @@ resource, cost type and label set; each of its rows becomes one FOCUS charge row
   FOCUS view template takes them; of the lowest id when two commitments cover a row); Category
   Spend for spend-based credit types, else Usage; Status Used; PricingCategory Committed. All
   null without a credit id (older exports), as FOCUS requires of them without an Id.
-- Quantities are summed as NUMERIC, so both engines give the same figures.
+- Quantities are summed as NUMERIC, so both engines give the same figures: to 9 decimals, as
+  Google's FOCUS view template casts them (a usage under 5e-10 of its unit reads 0, and its unit
+  price is then left empty).
 - gpucost's own attribution travels in `x_` columns (FOCUS's prefix for custom columns).
 """
 
