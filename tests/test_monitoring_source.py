@@ -650,17 +650,19 @@ def test_a_page_over_grpcs_default_4_mib_is_read_on_the_plaintext_channel(make_s
     (a helper's run of seed 11's fleet through the stand-in: 5,300,508 bytes)."""
     srv = FakeMonitoringServer(page_size=1000).start()
     try:
-        srv.add(*(nvml(i, buckets(T0 + M5, [float(i % 100)] * 288)) for i in range(800)))
+        # 50 series with a 110 kB label each: a 5.5 MB page, without building 5 MB of points
+        wide = {"model": "NVIDIA H100 80GB HBM3 " + "x" * 110_000}
+        srv.add(*(nvml(i, buckets(T0 + M5, [float(i)] * 12), labels=wide) for i in range(50)))
         cfg = UtilizationConfig(
             source="cloud_monitoring", presets=("ops_agent_nvml",), api_endpoint=srv.address, insecure=True,
             projects=("p1",),
         )  # fmt: skip
         src = CloudMonitoringSource(cfg, GoogleConfig(credentials="anonymous"), sleep=lambda s: None)
         try:
-            result = src.fetch(T0, T0 + 288 * M5)
+            result = src.fetch(T0, T0 + 12 * M5)
         finally:
             src.close()
     finally:
         srv.stop()
-    assert len(result.samples) == 800 * 288
+    assert len(result.samples) == 50 * 12
     assert result.requests == 3  # one page of series, the memory metric, one descriptor
