@@ -301,8 +301,9 @@ class StateConfig(_Strict):
     # monitor/state/retention.py); 62 keeps two invoice months for month-to-date figures.
     retention_days: int = Field(default=90, ge=62)
     # The billing aggregates' DuckDB file (monitor/state/analytics.py); default: aggregates.duckdb
-    # beside a SQLite state file, in the working directory beside PostgreSQL. A cache of the export:
-    # keep it on a local disk; lost, the next poll rebuilds it.
+    # beside a SQLite state file. With PostgreSQL it must be set: a default in the working directory
+    # gave every command run elsewhere a store of its own, which polled the export again. A cache
+    # of the export: keep it on a local disk; lost, the next poll rebuilds it.
     aggregates_path: str | None = None
 
     @field_validator("url")
@@ -315,6 +316,17 @@ class StateConfig(_Strict):
         if urlsplit(v).password is not None:  # a secret: never in the config file (nor in errors)
             raise ValueError("a password does not belong in the config file; set PGPASSWORD or use ~/.pgpass")
         return v
+
+    @model_validator(mode="after")
+    def _aggregates_beside_postgres(self) -> StateConfig:
+        if self.url.startswith(("postgresql://", "postgres://")) and not self.aggregates_path:
+            raise ValueError(
+                "aggregates_path: with a PostgreSQL state store, set it to the DuckDB file the daemon and"
+                ' every command share, on a local disk (e.g. "/var/lib/gpucost/aggregates.duckdb"): it'
+                " has no state file to sit beside, and one in the working directory gave a command run"
+                " elsewhere a store of its own"
+            )
+        return self
 
 
 class DaemonConfig(_Strict):

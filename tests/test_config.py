@@ -88,6 +88,13 @@ CASES = [
         "licensing.os, licensing.marketplace, support, tax, other",
     ),
     (
+        {"state": {"url": "postgresql://gpucost@db:5432/state"}},
+        "gpucost.toml: state: aggregates_path: with a PostgreSQL state store, set it to the DuckDB file the"
+        ' daemon and every command share, on a local disk (e.g. "/var/lib/gpucost/aggregates.duckdb"): it has'
+        " no state file to sit beside, and one in the working directory gave a command run elsewhere a store"
+        " of its own",
+    ),
+    (
         {"state": {"url": "postgresql://gpucost:s3cret@db:5432/state"}},
         "gpucost.toml: state.url: a password does not belong in the config file; "
         "set PGPASSWORD or use ~/.pgpass",

@@ -48,8 +48,9 @@ _LOCKED = re.compile(r"Could not set lock on file|Conflicting lock", re.IGNORECA
 
 def aggregates_path(state_url: str, configured: str | None) -> Path | None:
     """Where the aggregate store lives: `configured` when set; else beside a SQLite state file
-    (`aggregates.duckdb` in its directory); in memory beside an in-memory SQLite store; in the working
-    directory beside PostgreSQL (the container's state volume, `deploy/kubernetes`).
+    (`aggregates.duckdb` in its directory); in memory beside an in-memory SQLite store. Beside
+    PostgreSQL the config requires `configured` (`StateConfig`); the working directory is only a
+    last resort for callers that bypass it.
 
     >>> str(aggregates_path("sqlite:///out/demo/state.sqlite", None))
     'out/demo/aggregates.duckdb'
