@@ -28,7 +28,7 @@ from typing import Any
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from alerts.notifier import DeliveryResult, Outcome
+from alerts.notifier import AUTH_ERRORS, TOKEN_REFUSED, DeliveryResult, Outcome
 
 __all__ = ["CHANNEL_TYPES", "REQUIRED_SCOPES", "ChannelDirectory", "is_conversation_id", "list_channels"]
 
@@ -131,12 +131,19 @@ class ChannelDirectory:
             if found is None and key not in self._warned:
                 self._warned.add(key)
                 why = self._error or "no such channel visible to the bot"
+                # a refused token is not a missing scope (a revoked token read "grant channels:read")
+                refused = why.rsplit(": ", 1)[-1] in AUTH_ERRORS
+                fix = (
+                    TOKEN_REFUSED
+                    if refused
+                    else f"Configure the channel id or grant {', '.join(REQUIRED_SCOPES)}"
+                )
                 log.warning(
                     "cannot resolve Slack channel %r to an id (%s); posting by name, so after a timeout"
-                    " or crash an alert may be posted twice. Configure the channel id or grant %s",
+                    " or crash an alert may be posted twice. %s",
                     channel,
                     why,
-                    ", ".join(REQUIRED_SCOPES),
+                    fix[0].upper() + fix[1:],
                 )
             return found
 

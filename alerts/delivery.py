@@ -35,7 +35,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from alerts.notifier import DeliveryResult, Message, Outcome
+from alerts.notifier import AUTH_ERRORS, TOKEN_REFUSED, DeliveryResult, Message, Outcome
 from alerts.outbox import (
     MAX_ATTEMPTS,
     OutboxRow,
@@ -237,7 +237,6 @@ def _record(
 
 
 EXHAUSTED = "retries exhausted"
-_AUTH = ("invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired")
 
 
 def how_to_fix(error: str, channel: str) -> str:
@@ -252,8 +251,8 @@ def how_to_fix(error: str, channel: str) -> str:
             f"Slack did not take it for about a day (the last error says why): check the network path"
             f" to slack.com, https://status.slack.com and {channel}"
         )
-    if code in _AUTH:
-        return "the Slack token was refused: set a valid bot token in SLACK_BOT_TOKEN (or slack.token_file)"
+    if code in AUTH_ERRORS:
+        return TOKEN_REFUSED
     if code == "channel_not_found":
         return (
             f"channel {channel} does not exist or the bot cannot see it: fix slack.channel / the route,"

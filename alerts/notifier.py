@@ -19,11 +19,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 __all__ = [
+    "AUTH_ERRORS",
+    "TOKEN_REFUSED",
     "DeliveryResult",
     "Message",
     "Notifier",
     "Outcome",
 ]
+
+#: Slack's error codes for a token it refuses, and what the operator should do about them.
+AUTH_ERRORS = ("invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired")
+TOKEN_REFUSED = "the Slack token was refused: set a valid bot token in SLACK_BOT_TOKEN (or slack.token_file)"
 
 
 class Outcome(StrEnum):

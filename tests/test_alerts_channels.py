@@ -301,3 +301,14 @@ def test_row_left_inflight_by_the_previous_schema_is_found_by_name(tmp_path: Pat
     report = deliver_outbox(Deps(store, n), NOW + timedelta(minutes=1))
     assert report.recovered == 1 and keys(slack) == ["old"]
     assert get_row(store, "old").slack_channel == "C0ALERTS"
+
+
+def test_a_refused_token_is_not_reported_as_a_missing_scope(caplog) -> None:
+    """A revoked token made `conversations.list` fail with invalid_auth, and the warning advised
+    granting channels:read (a helper's run with a revoked token): the fix is the token."""
+    caplog.set_level(logging.WARNING, "alerts")
+    with FakeSlack(token=T, channels={"alerts": "C0ALERTS"}) as s:
+        n = SlackNotifier(SecretStr("xoxb-revoked"), s.base_url)
+        assert n.resolve_channel("#alerts") is None
+    [warning] = [r.getMessage() for r in caplog.records if "cannot resolve" in r.getMessage()]
+    assert "invalid_auth" in warning and "SLACK_BOT_TOKEN" in warning and "channels:read" not in warning
