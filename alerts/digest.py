@@ -105,6 +105,9 @@ class DigestData:
     #: rows while most of them are still to come (seed 11's 11-13 read "24 of 24 hours billed" at
     #: $15,188 against $18k days)
     rows_share: Decimal | None = None
+    #: the day's net on an invoice month other than `invoice_month` (its first hours, before
+    #: midnight Pacific, on the month before): counted in the day, not in the month to date
+    other_month: Decimal = ZERO
     like_for_like: bool = False
     not_compared: Decimal = ZERO
     #: "Top jobs" of `day` and the daily spend per job (`alerts.digest_jobs`); None: not computed.
@@ -137,6 +140,7 @@ class DigestData:
         jobs: DigestJobs | None = None,
         detected: bool = True,
         rows_share: Decimal | None = None,
+        other_month: Decimal = ZERO,
     ) -> DigestData:
         """Validate (Decimals only: a float here means money was summed inexactly upstream) and keep
         the `top_n` findings by impact."""
@@ -166,6 +170,7 @@ class DigestData:
             jobs=jobs,
             detected=detected,
             rows_share=rows_share,
+            other_month=_dec("other_month", {"total": other_month})["total"],
         )
 
     @property
@@ -173,6 +178,15 @@ class DigestData:
         """` (invoice month 2026-12)` when known, for the "Month to date" lines."""
         m = self.invoice_month
         return f" (invoice month {m[:4]}-{m[4:]})" if m else ""
+
+    @property
+    def month_note(self) -> str:
+        """Why the month to date can be below yesterday: on the 2nd of a month a UTC day's first
+        eight hours are the month before on the invoice (Cloud Billing's days begin at midnight
+        Pacific), so the month to date leaves out part of the day it follows."""
+        if not to_cents(self.other_month):
+            return ""
+        return f" ({money(self.other_month)} of {self.day} is on another invoice month)"
 
     @property
     def previous_day(self) -> date:
@@ -337,7 +351,7 @@ def render_markdown(d: DigestData, chart_name: str | None = None, jobs_chart_nam
         "",
         f"- Yesterday ({d.day}): **{money(d.yesterday_total)}**{_prov(d, d.day)}, {d.change}",
         *([f"- {d.pending}"] if d.pending else []),
-        f"- Month to date{d.month_label}: **{money(d.mtd_total)}**",
+        f"- Month to date{d.month_label}: **{money(d.mtd_total)}**{d.month_note}",
         "",
     ]
     lines += _compare_table(
@@ -416,7 +430,7 @@ def render_blocks(d: DigestData) -> list[dict[str, Any]]:
                 "type": "mrkdwn",
                 "text": f"*Yesterday:* {money(d.yesterday_total)}{prov} ({d.change})\n"
                 + (f"_{d.pending}_\n" if d.pending else "")
-                + f"*Month to date{d.month_label}:* {money(d.mtd_total)}",
+                + f"*Month to date{d.month_label}:* {money(d.mtd_total)}{d.month_note}",
             },
         },
     ]

@@ -131,12 +131,15 @@ def _digest_data(
     by_day_proj: dict[date, dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
     mtd: dict[str, Decimal] = defaultdict(Decimal)
     mtd.update(month_net_by_category(aggregates, month.read_start(invoice), start, invoice))
+    other_month = Decimal(0)  # the day's net on another invoice month
     for hour, category, project, invoice_month, net in net_by_hour(aggregates, start, end):
         d = hour.astimezone(tz).date()
         by_day_cat[d][category] += net
         by_day_proj[d][project or "(no project)"] += net
         if month.row_month(invoice_month, hour) == invoice:
             mtd[category] += net
+        elif d == day:
+            other_month += net
 
     prov_from = since.astimezone(tz).date()
     provisional = day >= prov_from
@@ -202,6 +205,7 @@ def _digest_data(
         not_compared=held,
         jobs=section.result(),
         detected=detected,
+        other_month=other_month,
         rows_share=Decimal(day_rows) / Decimal(before_rows) if provisional and before_rows else None,
     )
 

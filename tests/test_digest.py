@@ -5,6 +5,7 @@ Slack."""
 from __future__ import annotations
 
 import io
+import json
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from itertools import pairwise
@@ -270,6 +271,35 @@ def test_month_to_date_is_the_invoice_month(tmp_path: Path) -> None:
     assert data.mtd_by_category == {"compute": D("830")}
     assert data.yesterday_by_category == {"compute": D("100")}  # days stay usage days
     assert "- Month to date (invoice month 2026-12): **$830.00**" in render_markdown(data)
+    assert data.other_month == 0  # nothing of Dec 2 is on another invoice
+
+
+def test_the_day_whose_first_hours_are_last_months_says_so(tmp_path: Path) -> None:
+    """Cloud Billing's days begin at midnight Pacific: Dec 1's first eight UTC hours are November on
+    the invoice, so the digest of Dec 1 showed a month to date below its own day ($100 against
+    $150) without a word. It says how much of the day is on another invoice month."""
+    from monitor.digest_data import digest_data
+    from monitor.state.analytics import AggregateStore
+    from monitor.state.store import SQLiteStore
+    from monitor.utilization import migrate
+
+    store, aggregates = SQLiteStore(tmp_path / "state.sqlite"), AggregateStore(None)
+    migrate(store)
+    _stored(
+        aggregates,
+        [
+            (datetime(2026, 12, 1, 2, tzinfo=UTC), "202611", "50"),  # 18:00 on Nov 30 in California
+            (datetime(2026, 12, 1, 12, tzinfo=UTC), "202612", "100"),
+        ],
+    )
+    data = digest_data(
+        store, date(2026, 12, 1), "UTC", datetime(2026, 12, 3, 6, tzinfo=UTC), 1, aggregates=aggregates
+    )
+    assert (data.yesterday_total, data.mtd_total, data.other_month) == (D("150"), D("100"), D("50"))
+    md = render_markdown(data)
+    line = "- Month to date (invoice month 2026-12): **$100.00** ($50.00 of 2026-12-01 is on another invoice month)"
+    assert line in md
+    assert "($50.00 of 2026-12-01 is on another invoice month)" in json.dumps(render_blocks(data))
 
 
 # Like with like: a provisional day (billing rows still arriving) is compared only with the part of
