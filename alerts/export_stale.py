@@ -25,7 +25,7 @@ from alerts.notifier import Message
 from alerts.outbox import enqueue, ensure_schema, fmt_ts
 from monitor.state.store import StateStore
 
-__all__ = ["EXPORT_GROUP", "export_stale_message", "is_stale", "tell_stale_export"]
+__all__ = ["EXPORT_GROUP", "export_stale_message", "is_stale", "stale_since", "tell_stale_export"]
 
 EXPORT_GROUP = "billing-export"
 
@@ -33,6 +33,16 @@ EXPORT_GROUP = "billing-export"
 def is_stale(latest_export: datetime | None, now: datetime, stale_after: timedelta) -> bool:
     """Whether the export's latest load is older than `stale_after` (never with it 0, or no load)."""
     return latest_export is not None and stale_after > timedelta(0) and now - latest_export > stale_after
+
+
+def stale_since(
+    latest_export: datetime | None, watched_since: datetime | None, now: datetime, stale_after: timedelta
+) -> datetime | None:
+    """Since when the export is stale at `now`, or None when it is not: measured from its latest
+    load, or, without any, from when gpucost started watching it (`watched_since`, its first start
+    on the store; None: not known, never stale)."""
+    since = latest_export if latest_export is not None else watched_since
+    return since if is_stale(since, now, stale_after) else None
 
 
 def export_stale_message(
@@ -83,11 +93,10 @@ def tell_stale_export(
     """Queue the message when the export is stale and this episode was not told; returns its key
     when queued now. Without any load (`latest_export` None) the export is stale once
     `stale_after` has passed since `watched_since` (gpucost's first start on this store)."""
-    never = latest_export is None
-    since = watched_since if never else latest_export
-    if since is None or not is_stale(since, now, stale_after):
+    since = stale_since(latest_export, watched_since, now, stale_after)
+    if since is None:
         return None
-    msg = export_stale_message(since, now, receiver, table, never=never)
+    msg = export_stale_message(since, now, receiver, table, never=latest_export is None)
     ensure_schema(store)
     with store.transaction() as conn:
         queued = enqueue(

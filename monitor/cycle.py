@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 from alerts import pipeline
 from alerts.console import ConsoleNotifier
 from alerts.digest import DIGEST_GROUP, digest_key, enqueue_digest, write_digest
-from alerts.export_stale import is_stale, tell_stale_export
+from alerts.export_stale import stale_since, tell_stale_export
 from alerts.factory import make_notifier
 from alerts.job_message import announce_jobs
 from alerts.notifier import Notifier
@@ -197,14 +197,15 @@ def _export_freshness(deps: Deps, now: datetime, latest: datetime | None) -> Non
     succeeding on an export that no longer loads, or on an empty table. A local DuckDB copy is a
     snapshot its user loads: its age is no news."""
     deps.metrics.watch_export(latest, deps.clock)
-    stale_after = timedelta(hours=deps.cfg.billing.stale_after_hours)
     if deps.cfg.billing.source != "bigquery":
         return
     # the newest load ever seen (retention prunes the partitions of an export stopped for months);
     # without one, the export is measured from gpucost's first start, as the daemon records it
     latest = export_seen(deps.store, latest)
-    since = latest if latest is not None else recorded_first_start(deps.store)
-    if since is None or not is_stale(since, now, stale_after):
+    watched_since = recorded_first_start(deps.store) if latest is None else None
+    stale_after = timedelta(hours=deps.cfg.billing.stale_after_hours)
+    since = stale_since(latest, watched_since, now, stale_after)
+    if since is None:
         return
     log.warning(
         "the billing export has loaded nothing for %d h%s: check that it is still on and that [billing]"
@@ -221,7 +222,7 @@ def _export_freshness(deps: Deps, now: datetime, latest: datetime | None) -> Non
         stale_after=stale_after,
         receiver=deps.alert_deps.default_channel,
         table=table,
-        watched_since=since,
+        watched_since=watched_since,
     )
 
 
