@@ -135,20 +135,15 @@ def _amount(micros: int | None) -> str:
     return f"{micros_to_decimal(micros):.6f}"
 
 
-def _decimal(v: Decimal | float) -> Decimal:
-    """A quantity as `focus.sql` sums it (NUMERIC: a Decimal from either engine); a float from a
-    caller is taken at its printed value."""
-    return v if isinstance(v, Decimal) else Decimal(repr(v))
+def _quantity(v: Decimal | None) -> str:
+    """A quantity as `focus.sql` sums it: NUMERIC, a Decimal from either engine."""
+    return "" if v is None else format(v.normalize(), "f")
 
 
-def _quantity(v: Decimal | float | None) -> str:
-    return "" if v is None else format(_decimal(v).normalize(), "f")
-
-
-def _unit_price(micros: int, quantity: Decimal | float | None) -> str:
+def _unit_price(micros: int, quantity: Decimal | None) -> str:
     if not quantity:
         return ""
-    return f"{micros_to_decimal(micros) / _decimal(quantity):.9f}"
+    return f"{micros_to_decimal(micros) / quantity:.9f}"
 
 
 def _billing_period(month: str | None) -> tuple[str, str]:
