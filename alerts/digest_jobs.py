@@ -173,11 +173,12 @@ class DigestJob:
     #: its GPU-hours had utilization: what its idle cell can claim (`idle_text`)
     unmonitored_cost: Decimal = ZERO
     monitored: bool = False
+    gpu_hours: Decimal = ZERO
 
     def idle_text(self) -> tuple[str, str]:
         """(idle dollars, idle share) as far as utilization tells them (`monitor.model.idle_usd`):
         the share is a lower bound as the dollars are, and none when they are unknown."""
-        dollars = idle_usd(self.idle_cost, self.unmonitored_cost, self.monitored)
+        dollars = idle_usd(self.idle_cost, self.unmonitored_cost, self.monitored, self.gpu_hours)
         if dollars == "unknown" or self.idle_share is None:
             return dollars, "-"
         return dollars, ("≥ " if self.unmonitored_cost else "") + _pct(self.idle_share)
@@ -221,6 +222,7 @@ def _line(name: str, records: Sequence[Any], other: bool = False) -> DigestJob:
         other=other,
         unmonitored_cost=sum((r.gpu.unmonitored_cost for r in records), ZERO),
         monitored=any(r.gpu.monitored_gpu_hours for r in records),
+        gpu_hours=sum((Decimal(r.gpu.gpu_hours) for r in records), ZERO),
     )
 
 

@@ -129,14 +129,11 @@ def _sub(r: Any, sub: str) -> Decimal:
 
 
 def _idle(usage: Any) -> str:
-    """The idle GPUs' dollars as the jobs table and the digest say them (`idle_usd`): "" for a job
-    without GPU-hours, "unknown" when none of its GPU-hours reported utilization, "≥ $X" when only
-    some did (the message said the exact "$X" beside its spend with no utilization data)."""
+    """The idle GPUs' dollars as the jobs table and the digest say them (`idle_usd`), "" for a job
+    without GPU-hours (the message then has no idle line)."""
     if not usage.gpu_hours:
         return ""
-    if not usage.monitored_gpu_hours:  # even at $0 of unmonitored spend (reserved GPUs, no agent)
-        return "unknown"
-    return idle_usd(usage.idle_cost, usage.unmonitored_cost, True)
+    return idle_usd(usage.idle_cost, usage.unmonitored_cost, bool(usage.monitored_gpu_hours), usage.gpu_hours)
 
 
 def job_message(r: Any, receiver: str, *, partial_from: datetime | None = None) -> Message:

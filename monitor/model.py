@@ -140,18 +140,24 @@ def counted(n: int, noun: str) -> str:
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
-def idle_usd(idle: Decimal | float, unmonitored: Decimal | float, monitored: bool) -> str:
-    """Idle GPU dollars as far as utilization tells them: "unknown" when none of the GPU-hours had
-    utilization (`monitored` False: never read, or no agent), "≥ $X" when only some had, else
-    `usd`. One wording for the jobs table and the digest's Top jobs (seed 23's embeddings, one L4
-    without an agent, read "$0.00" idle).
+def idle_usd(
+    idle: Decimal | float, unmonitored: Decimal | float, monitored: bool, gpu_hours: Decimal | float
+) -> str:
+    """Idle GPU dollars as far as utilization tells them: "unknown" when the line has GPU-hours
+    and none of them had utilization (`monitored` False: never read, or no agent), even at $0 of
+    GPU spend (reserved GPUs); "≥ $X" when only some had; else `usd` (a line without GPUs: $0.00).
+    One wording for the jobs table, the digest's Top jobs and the finished-job message (seed 23's
+    embeddings, one L4 without an agent, read "$0.00" idle; so did GPUs billed at $0 with no
+    agent, in the table and the digest, while the message said "unknown").
 
-    >>> idle_usd(Decimal(0), Decimal("188.17"), False), idle_usd(12.5, 3, True), idle_usd(12.5, 0, True)
-    ('unknown', '≥ $12.50', '$12.50')
+    >>> idle_usd(Decimal(0), Decimal("188.17"), False, 24), idle_usd(0, 0, False, 24)
+    ('unknown', 'unknown')
+    >>> idle_usd(12.5, 3, True, 24), idle_usd(12.5, 0, True, 24), idle_usd(0, 0, False, 0)
+    ('≥ $12.50', '$12.50', '$0.00')
     """
-    if not unmonitored:
-        return usd(idle)
-    return f"≥ {usd(idle)}" if monitored else "unknown"
+    if not monitored and (gpu_hours or unmonitored):
+        return "unknown"
+    return f"≥ {usd(idle)}" if unmonitored else usd(idle)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from alerts.digest_jobs import job_records
+from alerts.digest_jobs import job_records, top_jobs
 from alerts.job_message import (
     JOB_GROUP,
     Announced,
@@ -27,6 +27,7 @@ from alerts.job_message import (
     job_message_key,
 )
 from alerts.outbox import ensure_schema
+from monitor.cli.jobs import _cell
 from monitor.detectors.inputs import CostHour, GpuHour
 from monitor.jobs.config import JobsConfig
 from monitor.state.store import open_store
@@ -141,6 +142,14 @@ def test_idle_gpus_of_reserved_gpus_without_utilization_are_unknown() -> None:
     (r,) = finished_jobs(_records(_train(0, 9), dark, 30), [])
     msg = job_message(r, "#ml")
     assert "; idle GPUs unknown, one zone" in msg.text
+    # and so do its twins, `gpucost jobs`' table and the digest's Top jobs (they said "$0.00")
+    assert _cell(r.to_dict(), "idle_cost_usd") == "unknown"
+    (line,) = top_jobs([r], [r], "UTC").lines
+    assert line.idle_text() == ("unknown", "-")
+    # a job without GPUs has no idle GPUs: $0.00, as before
+    (cpu,) = finished_jobs(_records([_cost(h, "3", "etl", "compute.cpu") for h in range(10)], [], 30), [])
+    assert _cell(cpu.to_dict(), "idle_cost_usd") == "$0.00"
+    assert top_jobs([cpu], [cpu], "UTC").lines[0].idle_text()[0] == "$0.00"
 
 
 def test_idle_gpus_of_a_partly_monitored_job_are_a_lower_bound() -> None:

@@ -55,7 +55,10 @@ def _cell(doc: dict[str, Any], key: str) -> str:
     if key != "idle_cost_usd":
         return cell(key, _get(doc, key))
     return idle_usd(
-        doc[key], doc.get("unmonitored_cost_usd") or 0, doc.get("mean_utilization_pct") is not None
+        doc[key],
+        doc.get("unmonitored_cost_usd") or 0,
+        doc.get("mean_utilization_pct") is not None,
+        doc.get("gpu_hours") or 0,
     )
 
 
