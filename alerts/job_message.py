@@ -145,7 +145,7 @@ def job_message(r: Any, receiver: str, *, partial_from: datetime | None = None) 
     total = f"*Total:* {money(net)} net ({money(r.cost)} before credits) over {span}"
     if partial_from is not None:
         total += f" _(from {partial_from:%Y-%m-%d}: it started before the billing read)_"
-    several = r.gpu_model is not None and " + " in r.gpu_model  # GPUs of several models
+    several = len(r.gpu_models) > 1
     gpus = (
         (f"{r.gpus} GPUs ({esc(r.gpu_model)}), " if several else f"{r.gpus}× {esc(r.gpu_model)}, ")
         if r.gpu_model

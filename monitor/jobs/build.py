@@ -107,7 +107,8 @@ class JobRecord:
     projects: tuple[str, ...]
     zones: tuple[str, ...]
     instances: tuple[str, ...]
-    gpu_model: str | None
+    #: every GPU model of the job, most GPU-hours first (seed 11's notebook: two A100 VMs and an L4)
+    gpu_models: tuple[str, ...]
     gpus: int
     first_hour: datetime | None
     last_hour: datetime | None
@@ -122,6 +123,11 @@ class JobRecord:
     spot_price_source: str | None
     estimated_gpu: GpuUsage
     hours: tuple[JobHour, ...] = ()
+
+    @property
+    def gpu_model(self) -> str | None:
+        """The models as one name ("A100 40GB + L4"), None for a job without GPUs."""
+        return " + ".join(self.gpu_models) or None
 
     @property
     def cost(self) -> Decimal:
@@ -517,7 +523,7 @@ def _record(
     spot, source = _spot(a.on_demand, prices, quotes)
     # every model, most GPU-hours first: seed 11's notebook (two A100 VMs and an L4) read "3× A100
     # 40GB" with one model named
-    model = " + ".join(sorted(a.models, key=lambda m: (-a.models[m], m))) if a.models else None
+    models = tuple(sorted(a.models, key=lambda m: (-a.models[m], m)))
     gpus = max((int(v.to_integral_value(ROUND_HALF_EVEN)) for v in a.gpus_by_hour.values()), default=0)
     return JobRecord(
         job=job,
@@ -525,7 +531,7 @@ def _record(
         projects=tuple(sorted(a.projects)),
         zones=tuple(sorted(a.zones)),
         instances=tuple(sorted(a.instances)),
-        gpu_model=model,
+        gpu_models=models,
         gpus=gpus,
         first_hour=hours[0] if hours else None,
         last_hour=last,
