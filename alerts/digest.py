@@ -31,7 +31,7 @@ from alerts.escape import escape_mrkdwn as esc
 from alerts.escape import truncate
 from alerts.notifier import Message
 from alerts.outbox import enqueue
-from monitor.model import Finding, to_cents
+from monitor.model import Finding, cents_adding_up, to_cents
 
 __all__ = [
     "DIGEST_GROUP",
@@ -336,8 +336,9 @@ def _compare_table(
     keys = list(now) + [k for k in before if k not in now]
     before_head = f"{d.previous_day}" + (" (same hours and resources)" if d.like_for_like else "")
     lines = [f"## {title}", "", f"| {label} | {d.day} | {before_head} | Change |", "|---|---:|---:|---:|"]
+    shown_now, shown_before = cents_adding_up(now), cents_adding_up(before)
     for k in keys:
-        a, b = now.get(k, ZERO), before.get(k, ZERO)
+        a, b = shown_now.get(k, ZERO), shown_before.get(k, ZERO)
         lines.append(f"| {_md_cell(k)} | {money(a)} | {money(b)} | {delta(a, b)} |")
     ta, tb = sum(now.values(), ZERO), sum(before.values(), ZERO)
     lines += [f"| **Total** | **{money(ta)}** | **{money(tb)}** | {delta(ta, tb)} |", ""]
@@ -363,7 +364,7 @@ def render_markdown(d: DigestData, chart_name: str | None = None, jobs_chart_nam
     if d.jobs is not None and d.jobs.lines:
         lines += jobs_markdown(d.jobs, d.day, money)
     lines += ["## Month to date by category", "", "| Category | Month to date |", "|---|---:|"]
-    lines += [f"| {_md_cell(k)} | {money(v)} |" for k, v in d.mtd_by_category.items()]
+    lines += [f"| {_md_cell(k)} | {money(v)} |" for k, v in cents_adding_up(d.mtd_by_category).items()]
     lines += [f"| **Total** | **{money(d.mtd_total)}** |", "", "## Top findings", ""]
     if not d.top_findings:
         lines.append("No findings." if d.detected else _NOT_LOOKED)
@@ -381,7 +382,8 @@ def render_markdown(d: DigestData, chart_name: str | None = None, jobs_chart_nam
     else:  # a header alone, with a column per category of none, was not a table Markdown reads
         lines += ["No spend in these days."]
     for day, by_cat in d.daily_by_category.items():
-        cells = " | ".join(money(by_cat.get(c, ZERO)) for c in cats)
+        shown = cents_adding_up(by_cat)
+        cells = " | ".join(money(shown.get(c, ZERO)) for c in cats)
         lines.append(
             f"| {day}{_prov(d, day)} | {cells} | {money(sum(by_cat.values(), ZERO))} | {idle_cell(d, day)} |"
         )
@@ -400,7 +402,9 @@ def _fields(
     now: Mapping[str, Decimal], before: Mapping[str, Decimal], limit: int = 10
 ) -> list[dict[str, Any]]:
     """Block Kit's at most 10 fields: past them, the rest summed in the last one (the 11th project
-    and after were dropped without a word)."""
+    and after were dropped without a word). The figures add up to the total above them, as
+    shown (`cents_adding_up`)."""
+    now, before = cents_adding_up(now), cents_adding_up(before)
     items = list(now.items())
     shown = items if len(items) <= limit else items[: limit - 1]
     cells = [(esc(k), v, before.get(k, ZERO)) for k, v in shown]

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from monitor.timeutil import to_iso
+
+K = TypeVar("K")
 
 __all__ = [
     "CATEGORY_SQL",
@@ -24,10 +27,12 @@ __all__ = [
     "Scope",
     "Severity",
     "category_of",
+    "cents_adding_up",
     "counted",
     "fingerprint",
     "idle_usd",
     "micros_to_decimal",
+    "move_cents",
     "plain_cents",
     "to_cents",
     "usd",
@@ -107,6 +112,38 @@ def to_cents(amount: Decimal | float | int | None) -> Decimal:
     value = amount if isinstance(amount, Decimal) else Decimal(str(amount))
     cents = value.quantize(_CENT, rounding=ROUND_HALF_EVEN)
     return cents if cents else abs(cents)
+
+
+def cents_adding_up(exact: Mapping[K, Decimal], total: Decimal | None = None) -> dict[K, Decimal]:
+    """Figures shown beside their sum, each to the cent, adding up to the sum as shown (`total`, by
+    default the exact sum to the cent): each rounded, then the cents still missing moved, one at a
+    time, to the figures furthest from their cents that way (largest remainder, `move_cents`). No
+    figure moves by a cent or more, and the same figures get the same cents in every table, in
+    whatever order it lists them (rounded each, the digest's categories read $0.01 off its total).
+
+    >>> cents_adding_up({"c": Decimal("0.004"), "a": Decimal("0.004"), "b": Decimal("0.0041")})
+    {'c': Decimal('0.00'), 'a': Decimal('0.00'), 'b': Decimal('0.01')}
+    >>> cents_adding_up({"gpu": Decimal("10.005"), "disk": Decimal("0.005")})  # $10.01; a tie: by key
+    {'gpu': Decimal('10.00'), 'disk': Decimal('0.01')}
+    """
+    cents = {k: to_cents(v) for k, v in exact.items()}
+    shown = to_cents(sum(exact.values(), Decimal(0))) if total is None else total
+    move_cents(cents, exact, shown - sum(cents.values(), Decimal(0)), list(cents))
+    return cents
+
+
+def move_cents(
+    cents: dict[K, Decimal], exact: Mapping[K, Decimal], drift: Decimal, among: Sequence[K]
+) -> None:
+    """Move `drift` (whole cents) onto the figures `among`, a cent at a time, to those whose exact
+    figures are furthest from their cents that way (ties: the first key): the one largest-remainder
+    step of every table whose cents add up (`cents_adding_up`, `monitor.jobs.build.paired_cents`)."""
+    if not drift or not among:
+        return
+    step = _CENT if drift > 0 else -_CENT
+    order = sorted(among, key=lambda k: (-(exact[k] - cents[k]) * step, k))  # type: ignore[operator]
+    for i in range(int(abs(drift) / _CENT)):
+        cents[order[i % len(order)]] += step
 
 
 def plain_cents(amount: Decimal | float | int | None) -> str:

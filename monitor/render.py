@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from monitor.detectors.base import registered
-from monitor.model import Finding, counted, usd
+from monitor.model import Finding, counted, to_cents, usd
 from monitor.timeutil import parse_timestamp, to_iso
 
 __all__ = [
@@ -232,9 +232,12 @@ def _header(
     w = window or {}
     lines = [f"# GPU cost report: {_when(w.get('start'))} → {_when(w.get('end'))}", ""]
     if totals:
+        # credits as the difference of the two figures shown beside them, so the sentence adds up:
+        # each rounded on its own, a window read "$10.00 net ($10.01 before $0.00 credits)"
+        net, cost = to_cents(totals.get("net_cost")), to_cents(totals.get("cost"))
         lines.append(
-            f"**Spend:** {usd(totals.get('net_cost'))} net ({usd(totals.get('cost'))} before "
-            f"{usd(totals.get('credits'))} credits), in USD{converted_note(converted)}."
+            f"**Spend:** {usd(net)} net ({usd(cost)} before {usd(net - cost)} credits), "
+            f"in USD{converted_note(converted)}."
         )
     if w.get("provisional_from") and provisional_in_window(w["provisional_from"], w.get("end")):
         lines.append(

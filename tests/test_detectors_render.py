@@ -47,6 +47,14 @@ ATTRIBUTION = [
 ]
 
 
+def test_the_spend_sentence_adds_up_as_shown() -> None:
+    # the analyze JSON rounds each total on its own (cost 10.006, credits -0.003, net 10.003):
+    # "$10.00 net ($10.01 before $0.00 credits)" did not add up; credits are what the two differ by
+    totals = {"cost": 10.01, "credits": 0.0, "net_cost": 10.0}
+    md = findings_markdown([], totals, [], {"start": None, "end": None})
+    assert "**Spend:** $10.00 net ($10.01 before -$0.01 credits), in USD." in md
+
+
 def test_markdown_report_leads_with_impact_why_and_what_to_do() -> None:
     inp, fs = findings()
     window = {"start": inp.window_start, "end": inp.window_end, "provisional_from": inp.provisional_from}

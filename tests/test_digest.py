@@ -85,6 +85,35 @@ def test_markdown_shows_the_figures_passed_in() -> None:
     assert "| 2026-10-26 | $1,000.00 |" in md
 
 
+def _table(md: str, title: str) -> dict[str, Decimal]:
+    """A digest table's first money column by row name, Total included."""
+    rows = md.split(f"## {title}\n\n", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    cells = [[c.strip().strip("*") for c in r.strip("|").split("|")] for r in rows]
+    return {c[0]: D(c[1].replace("$", "").replace(",", "")) for c in cells}
+
+
+def test_the_figures_of_a_table_add_up_to_its_total_as_shown() -> None:
+    # rounded each, three categories of $10.004 read $10.00 three times under a total of $30.01;
+    # now the cent goes to one of them, the same one in every table and in Slack's fields
+    thirds = {"gpu": D("10.004"), "cpu": D("10.004"), "disk": D("10.004")}
+    d = empty_digest(
+        yesterday_by_category=thirds,
+        previous_by_category={"gpu": D("5.005"), "cpu": D("5.005")},
+        yesterday_by_project={"a": D("15.006"), "b": D("15.006")},
+        mtd_by_category=thirds,
+        daily_by_category={DAY: thirds},
+    )
+    md = render_markdown(d)
+    for title in ("Yesterday by category", "Yesterday by project", "Month to date by category"):
+        table = _table(md, title)
+        assert sum(v for k, v in table.items() if k != "Total") == table["Total"] == D("30.01"), title
+    assert _table(md, "Yesterday by category")["cpu"] == D("10.01")
+    assert "| cpu | $10.01 | $5.01 | +$5.00 (+99.8%) |" in md  # the change of the figures shown
+    assert "| 2026-11-01 | $10.01 | $10.00 | $10.00 | $30.01 | $0.00 |" in md  # cpu, disk, gpu
+    (fields,) = [b["fields"] for b in render_blocks(d) if "By category" in b["text"]["text"]]
+    assert [f["text"].split("\n")[1].split(" (")[0] for f in fields] == ["$10.01", "$10.00", "$10.00"]
+
+
 def test_a_change_and_its_percentage_carry_one_sign() -> None:
     # seed 23's digest printed "-$5.06 (+-0.0%)": a tiny fall rounds to a signed zero
     assert delta(Decimal("99994.94"), Decimal("100000")) == "-$5.06 (-0.0%)"

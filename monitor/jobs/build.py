@@ -50,7 +50,7 @@ from monitor.detectors.opportunities import (
 from monitor.gpu_identity import billed_identity, row_identity
 from monitor.gpu_rollups import GpuUsage, split_exact
 from monitor.jobs.identity import job_of, parse_labels
-from monitor.model import micros_to_decimal
+from monitor.model import cents_adding_up, micros_to_decimal, move_cents
 from monitor.timeutil import to_iso
 
 __all__ = [
@@ -710,32 +710,15 @@ def paired_cents(costs: Sequence[Decimal], nets: Sequence[Decimal]) -> tuple[lis
     for i in free:
         net_cents[i] = cost_cents[i]
     shown = dict(enumerate(net_cents))
-    _spread(shown, dict(enumerate(nets)), drift, [i for i in range(len(nets)) if nets[i] != costs[i]])
+    move_cents(shown, dict(enumerate(nets)), drift, [i for i in range(len(nets)) if nets[i] != costs[i]])
     return cost_cents, [shown[i] for i in range(len(nets))]
-
-
-def _spread(
-    cents: dict[Any, Decimal], exact: Mapping[Any, Decimal], drift: Decimal, among: Sequence[Any]
-) -> None:
-    """Move `drift` (whole cents) onto the figures `among`, a cent at a time, to those whose exact
-    figures are furthest from their cents that way (ties: the first key): the one largest-remainder
-    step of `paired_cents` and `_parts`."""
-    if not drift or not among:
-        return
-    step = _CENT if drift > 0 else -_CENT
-    order = sorted(among, key=lambda k: (-(exact[k] - cents[k]) * step, k))
-    for i in range(int(abs(drift) / _CENT)):
-        cents[order[i % len(order)]] += step
 
 
 def _parts(micros: Mapping[str, int], total: Decimal) -> dict[str, float]:
     """A job's subcategories to the cent, adding up to its `total` as shown (seed 11's detector-train
-    listed parts $0.02 off its cost_usd): each rounded, then the cents still missing moved, one at
-    a time, to the parts whose exact figures are furthest from their cents that way."""
+    listed parts $0.02 off its cost_usd)."""
     exact = {k: micros_to_decimal(v) for k, v in micros.items()}
-    cents = {k: _q(v) for k, v in exact.items()}
-    _spread(cents, exact, total - sum(cents.values(), Decimal(0)), list(cents))
-    return {k: float(v) for k, v in cents.items()}
+    return {k: float(v) for k, v in cents_adding_up(exact, total).items()}
 
 
 def _q(v: Decimal) -> Decimal:
