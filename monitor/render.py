@@ -31,6 +31,7 @@ __all__ = [
     "findings_text",
     "is_advice",
     "provisional_in_window",
+    "shown_spend",
 ]
 
 _SEV_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -226,17 +227,27 @@ def evidence_line(f: Mapping[str, Any]) -> str:
 # -- markdown ------------------------------------------------------------------------------------------
 
 
+def shown_spend(figures: Mapping[str, Any]) -> tuple[Decimal, Decimal, Decimal]:
+    """(net, cost, credits) of an `analyze` totals or attribution object as shown side by side: the
+    credits are the difference of the net and cost shown, so the three add up (each rounded on its
+    own, a window read "$10.00 net ($10.01 before $0.00 credits)"); they move by under a cent.
+
+    >>> shown_spend({"cost": 10.01, "credits": 0.0, "net_cost": 10.0})
+    (Decimal('10.00'), Decimal('10.01'), Decimal('-0.01'))
+    """
+    net, cost = to_cents(figures.get("net_cost")), to_cents(figures.get("cost"))
+    return net, cost, net - cost
+
+
 def _header(
     totals: Mapping[str, Any] | None, window: Mapping[str, Any] | None, converted: Sequence[str] = ()
 ) -> list[str]:
     w = window or {}
     lines = [f"# GPU cost report: {_when(w.get('start'))} → {_when(w.get('end'))}", ""]
     if totals:
-        # credits as the difference of the two figures shown beside them, so the sentence adds up:
-        # each rounded on its own, a window read "$10.00 net ($10.01 before $0.00 credits)"
-        net, cost = to_cents(totals.get("net_cost")), to_cents(totals.get("cost"))
+        net, cost, credits = shown_spend(totals)
         lines.append(
-            f"**Spend:** {usd(net)} net ({usd(cost)} before {usd(net - cost)} credits), "
+            f"**Spend:** {usd(net)} net ({usd(cost)} before {usd(credits)} credits), "
             f"in USD{converted_note(converted)}."
         )
     if w.get("provisional_from") and provisional_in_window(w["provisional_from"], w.get("end")):

@@ -25,7 +25,13 @@ from monitor.cli._common import (
 from monitor.clock import SystemClock
 from monitor.config import Config
 from monitor.model import usd
-from monitor.render import converted_note, findings_markdown, findings_tables, provisional_in_window
+from monitor.render import (
+    converted_note,
+    findings_markdown,
+    findings_tables,
+    provisional_in_window,
+    shown_spend,
+)
 
 __all__ = ["analyze_cmd", "cli_analysis", "render_analysis_table"]
 
@@ -58,10 +64,10 @@ def cli_analysis(
 def render_analysis_table(result: Analysis, console: Console) -> None:
     """Window and totals, the findings table, then spend by category."""
     d = result.to_dict()
-    w, t = d["window"], d["totals"]
+    w, (net, cost, credits) = d["window"], shown_spend(d["totals"])
     console.print(
-        f"[bold]{w['start']} → {w['end']}[/]  net {usd(t['net_cost'])} (cost {usd(t['cost'])}, "
-        f"credits {usd(t['credits'])}) {d['currency']}{converted_note(d['converted_from'])}"
+        f"[bold]{w['start']} → {w['end']}[/]  net {usd(net)} (cost {usd(cost)}, "
+        f"credits {usd(credits)}) {d['currency']}{converted_note(d['converted_from'])}"
         # as the Markdown report: seed 11's table said "provisional from 2026-11-18" of a window
         # ending 11-15
         + (
@@ -75,13 +81,8 @@ def render_analysis_table(result: Analysis, console: Console) -> None:
     for col in ("Category", "Pricing", "Cost", "Credits", "Net"):
         table.add_column(col, justify="left" if col in ("Category", "Pricing") else "right")
     for a in d["attribution"]:
-        table.add_row(
-            a["subcategory"],
-            a["pricing_model"] or "-",
-            usd(a["cost"]),
-            usd(a["credits"]),
-            usd(a["net_cost"]),
-        )
+        net, cost, credits = shown_spend(a)
+        table.add_row(a["subcategory"], a["pricing_model"] or "-", usd(cost), usd(credits), usd(net))
     console.print(table)
     s = d["stats"]
     console.print(
