@@ -38,7 +38,7 @@ from alerts.escape import truncate
 from alerts.notifier import Message
 from alerts.outbox import enqueue, ensure_schema, fmt_ts, parse_ts
 from monitor.detectors.costs import Costs, Touching, as_costs, billed_until
-from monitor.model import Finding, Scope, Severity, idle_usd
+from monitor.model import JOB_FINISHED, Finding, Scope, Severity, idle_usd
 from monitor.state.store import StateStore
 
 __all__ = [
@@ -53,7 +53,7 @@ __all__ = [
     "routing_finding",
 ]
 
-JOB_GROUP = "job_finished"  # the outbox group of finished-job messages
+JOB_GROUP = JOB_FINISHED  # the outbox group of finished-job messages, and their kind
 _HOUR = timedelta(hours=1)
 _MICROS = Decimal(1_000_000)
 _MIGRATIONS = [

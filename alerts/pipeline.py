@@ -42,10 +42,9 @@ from alerts.delivery import DeliveryReport, deliver_outbox, fire_fault
 from alerts.history import enqueue_summaries, history_settings
 from alerts.notifier import Message, Notifier
 from alerts.outbox import enqueue, ensure_schema, fmt_ts, idempotency_key, load_firing, parse_ts, save_firing
-from alerts.routing import MATCH_KEYS, finding_value, route, routes_from_config
+from alerts.routing import finding_value, route, routes_from_config
 from alerts.silence import ActiveSilence, is_silenced, silences_from_config
 from monitor.config import AlertsConfig, SlackConfig
-from monitor.errors import ConfigError
 from monitor.model import Finding, Severity
 from monitor.state.store import StateStore
 
@@ -327,11 +326,6 @@ def _report(ctx: Ctx) -> PipelineReport:
 
 def _settings(deps: Deps, now: datetime, *, history_read: bool = False) -> dict[str, Any]:
     a = deps.alerts
-    for key in a.group_by:
-        if key not in MATCH_KEYS and not (key.startswith("label.") and len(key) > 6):
-            raise ConfigError(
-                f'alerts.group_by: unknown key "{key}"; use one of {", ".join(MATCH_KEYS)} or label.<key>'
-            )
     return {
         "min_rank": Severity(a.min_severity).rank,
         "silences": silences_from_config(a),

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from monitor.config import SlackConfig
-from monitor.errors import ConfigError
+from monitor.config import MATCH_KEYS, SlackConfig
 from monitor.model import Finding
 
 __all__ = [
@@ -20,11 +19,7 @@ __all__ = [
     "matches",
     "route",
     "routes_from_config",
-    "validate_matcher",
 ]
-
-#: Keys a matcher may use besides `label.<key>`.
-MATCH_KEYS: tuple[str, ...] = ("kind", "severity", "project", "zone", "region", "cluster", "instance")
 
 
 def finding_value(finding: Finding, key: str) -> str | None:
@@ -38,18 +33,6 @@ def finding_value(finding: Finding, key: str) -> str | None:
     if key in MATCH_KEYS:
         return getattr(finding.scope, key)
     raise KeyError(key)
-
-
-def validate_matcher(where: str, match: Mapping[str, str]) -> None:
-    """Raise a ConfigError naming `where` for an empty matcher or an unknown key."""
-    if not match:
-        raise ConfigError(f"{where}.match: empty matcher would match every finding; name at least one key")
-    for key in match:
-        if key in MATCH_KEYS or (key.startswith("label.") and len(key) > len("label.")):
-            continue
-        raise ConfigError(
-            f'{where}.match: unknown key "{key}"; use one of {", ".join(MATCH_KEYS)} or label.<key>'
-        )
 
 
 def matches(finding: Finding, match: Mapping[str, str]) -> bool:
@@ -66,9 +49,5 @@ def route(finding: Finding, routes: Sequence[tuple[Mapping[str, str], str]], def
 
 
 def routes_from_config(cfg: SlackConfig) -> list[tuple[dict[str, str], str]]:
-    """Validated `(match, channel)` pairs from `[[slack.routes]]`."""
-    out = []
-    for i, r in enumerate(cfg.routes):
-        validate_matcher(f"slack.routes[{i}]", r.match)
-        out.append((dict(r.match), r.channel))
-    return out
+    """`(match, channel)` pairs from `[[slack.routes]]` (validated as the config loaded)."""
+    return [(dict(r.match), r.channel) for r in cfg.routes]

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from alerts.routing import matches, validate_matcher
+from alerts.routing import matches
 from monitor.config import AlertsConfig
 from monitor.errors import ConfigError
 from monitor.model import Finding
@@ -35,7 +35,6 @@ def silences_from_config(cfg: AlertsConfig) -> list[ActiveSilence]:
     out = []
     for i, s in enumerate(cfg.silences):
         where = f"alerts.silences[{i}]"
-        validate_matcher(where, s.match)
         try:
             until = parse_timestamp(s.until)
         except ValueError as e:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from datetime import datetime
+from datetime import time as dt_time
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -31,8 +33,8 @@ from pydantic import (
 )
 
 from monitor.errors import ConfigError
-from monitor.jobs.config import JobsConfig
-from monitor.model import SUBCATEGORIES, PricingModel
+from monitor.jobs.config import JobsConfig, check_label_keys
+from monitor.model import JOB_FINISHED, SUBCATEGORIES, PricingModel
 
 #: The billing engine's DuckDB memory limit unless `billing.duckdb_memory_limit` sets one.
 DUCKDB_MEMORY_LIMIT = "1GB"
@@ -113,6 +115,11 @@ class BillingConfig(_Strict):
             raise ValueError(f'expected "project.dataset.table", got "{v}"')
         return v
 
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return check_label_keys(v)
+
     @field_validator("duckdb_memory_limit")
     @classmethod
     def _memory(cls, v: str) -> str:
@@ -142,6 +149,15 @@ class AttributionRule(_Strict):
         if v not in SUBCATEGORIES:
             raise ValueError(f'unknown category "{v}"; use one of: {", ".join(SUBCATEGORIES)}')
         return v
+
+    @model_validator(mode="after")
+    def _conditioned(self) -> AttributionRule:
+        if self.service is None and self.sku_regex is None and self.sku_id is None:
+            raise ValueError(
+                "give at least one of service, sku_regex or sku_id (a rule without a condition would"
+                " claim every row)"
+            )
+        return self
 
 
 class AttributionConfig(_Strict):
@@ -185,29 +201,81 @@ class PricingConfig(_Strict):
 
 
 class Budget(_Strict):
-    name: str
-    amount_usd: float = Field(gt=0)
+    name: str = Field(min_length=1)
+    amount_usd: float = Field(gt=0, allow_inf_nan=False)
     project: str | None = None
     label: str | None = Field(default=None, description='"key=value"')
 
     @field_validator("label")
     @classmethod
     def _kv(cls, v: str | None) -> str | None:
-        if v is not None and "=" not in v:
+        key, eq, value = (v or "").partition("=")
+        if v is not None and not (eq and key.strip() and value.strip()):
             raise ValueError(f'expected "key=value", got "{v}"')
         return v
 
 
 class BudgetsConfig(_Strict):
     source: Literal["config", "api"] = "config"
-    billing_account: str | None = None
+    billing_account: str | None = Field(default=None, validate_default=True)
     api_endpoint: Endpoint = None
     insecure: bool = False
     items: tuple[Budget, ...] = ()
 
+    @field_validator("billing_account")
+    @classmethod
+    def _api_needs_account(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if info.data.get("source") == "api" and not v:
+            raise ValueError(
+                'required when budgets.source = "api" (the id shown in Cloud Billing, e.g.'
+                ' "012345-6789AB-CDEF01")'
+            )
+        return v
+
+    @field_validator("items")
+    @classmethod
+    def _named_once(cls, v: tuple[Budget, ...]) -> tuple[Budget, ...]:
+        # a budget's alerts are told apart by its name: two of one name crashed every detection
+        # run (a UNIQUE constraint on the findings' fingerprints)
+        seen: dict[str, int] = {}
+        for i, b in enumerate(v):
+            if b.name in seen:
+                raise ValueError(
+                    f'"{b.name}" names two budgets (items {seen[b.name]} and {i}); give each its own name'
+                )
+            seen[b.name] = i
+        return v
+
+
+#: Keys a matcher (`[[slack.routes]]`, `[[alerts.silences]]`) or `alerts.group_by` may use besides
+#: `label.<key>`.
+MATCH_KEYS: tuple[str, ...] = ("kind", "severity", "project", "zone", "region", "cluster", "instance")
+_SEVERITIES = ("info", "warning", "critical")
+
+
+def _match_key(key: str) -> str:
+    if key in MATCH_KEYS or (key.startswith("label.") and len(key) > len("label.")):
+        return key
+    raise ValueError(f'unknown key "{key}"; use one of {", ".join(MATCH_KEYS)} or label.<key>')
+
+
+def _matcher(match: dict[str, str]) -> dict[str, str]:
+    """A matcher's keys and severity, checked as the config loads (`gpucost check` passed matchers
+    `gpucost run` then refused); its kinds are checked against the detectors in `parse_config`."""
+    if not match:
+        raise ValueError("empty matcher would match every finding; name at least one key")
+    for key, value in match.items():
+        _match_key(key)
+        if key == "severity" and value not in _SEVERITIES:
+            raise ValueError(f'severity "{value}": use one of {", ".join(_SEVERITIES)} (lower case)')
+    return match
+
+
+Matcher = Annotated[dict[str, str], AfterValidator(_matcher)]
+
 
 class Route(_Strict):
-    match: dict[str, str]
+    match: Matcher
     channel: str
 
 
@@ -218,11 +286,28 @@ class SlackConfig(_Strict):
     token_file: Path | None = None
     routes: tuple[Route, ...] = ()
 
+    @field_validator("webhook_url_env")
+    @classmethod
+    def _env_name(cls, v: str | None) -> str | None:
+        # the variable's name, not the URL (a secret, never in the config file)
+        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError(
+                "the name of an environment variable holding the webhook URL (e.g. SLACK_WEBHOOK_URL),"
+                " not the URL itself"
+            )
+        return v
+
 
 class Silence(_Strict):
-    match: dict[str, str]
+    match: Matcher
     until: str
     comment: str = ""
+
+    @field_validator("until", mode="before")
+    @classmethod
+    def _toml_datetime(cls, v: Any) -> Any:
+        # an unquoted TOML date-time (until = 2027-01-01T00:00:00Z) arrives as a datetime
+        return v.isoformat() if isinstance(v, datetime) else v
 
     @field_validator("until")
     @classmethod
@@ -234,7 +319,7 @@ class Silence(_Strict):
 
 
 class AlertsConfig(_Strict):
-    group_by: tuple[str, ...] = ("kind", "project")
+    group_by: tuple[Annotated[str, AfterValidator(_match_key)], ...] = ("kind", "project")
     group_wait_seconds: int = Field(default=30, ge=0)
     group_interval_seconds: int = Field(default=300, ge=0)
     repeat_interval_hours: float = Field(default=24.0, gt=0)
@@ -276,6 +361,12 @@ class DigestConfig(_Strict):
     timezone: str = "UTC"
     out_dir: Path = Path("out")
 
+    @field_validator("time", mode="before")
+    @classmethod
+    def _toml_time(cls, v: Any) -> Any:
+        # an unquoted TOML time (time = 09:00:00) arrives as a datetime.time
+        return v.strftime("%H:%M") if isinstance(v, dt_time) and not v.second else v
+
     @field_validator("time")
     @classmethod
     def _hhmm(cls, v: str) -> str:
@@ -311,6 +402,8 @@ class StateConfig(_Strict):
     def _scheme(cls, v: str) -> str:
         if not v.startswith(("sqlite:///", "postgresql://", "postgres://")):
             raise ValueError(f'expected "sqlite:///PATH" or "postgresql://...", got "{v}"')
+        if v.removeprefix("sqlite:///") in ("", ":memory:"):  # a store gone at exit: alerts repeat
+            raise ValueError(f'"{v}" names no file; the state must outlive the process: "sqlite:///PATH"')
         from urllib.parse import urlsplit
 
         if urlsplit(v).password is not None:  # a secret: never in the config file (nor in errors)
@@ -458,20 +551,39 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
         # One line, whatever the count: the CLI prints every error as a single line.
         raise ConfigError(f"{source}: " + "; ".join(_format_error(err) for err in e.errors())) from None
     # Detector sections are declared by each registered detector; validate them at start-up too.
-    from monitor.detectors import build_detectors
+    from monitor.detectors import build_detectors, registered
 
     build_detectors(cfg.detectors, source)
+    if cfg.attribution.rules:  # their patterns as the engines read them (RE2), not as Python's re does
+        from monitor.attribution.compile import compile_rules
+
+        try:
+            compile_rules(cfg.attribution.rules)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+    kinds = (*registered(), JOB_FINISHED)
+    matchers = [(f"slack.routes.{i}", r.match) for i, r in enumerate(cfg.slack.routes)]
+    matchers += [(f"alerts.silences.{i}", s.match) for i, s in enumerate(cfg.alerts.silences)]
+    for where, match in matchers:
+        if "kind" in match and match["kind"] not in kinds:
+            raise ConfigError(
+                f'{source}: {where}.match: unknown kind "{match["kind"]}"; use one of {", ".join(kinds)}'
+            )
     return cfg
 
 
 def load_config(path: str | Path) -> Config:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors) is not TOML
     except FileNotFoundError:
         raise ConfigError(f"{p}: config file not found (pass --config PATH)") from None
     except OSError as e:
         raise ConfigError(f"{p}: cannot read config file ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{p}: not UTF-8 text (byte {e.start}); TOML is UTF-8: save the file as UTF-8"
+        ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

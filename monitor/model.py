@@ -21,6 +21,7 @@ K = TypeVar("K")
 
 __all__ = [
     "CATEGORY_SQL",
+    "JOB_FINISHED",
     "SUBCATEGORIES",
     "Finding",
     "PricingModel",
@@ -37,6 +38,10 @@ __all__ = [
     "to_cents",
     "usd",
 ]
+
+#: The kind a finished job's message has for `[[slack.routes]]` and silences (`alerts.job_message`),
+#: besides the detectors' names.
+JOB_FINISHED = "job_finished"
 
 #: The fixed `category.subcategory` vocabulary. Attribution rules may only name these.
 SUBCATEGORIES: tuple[str, ...] = (

@@ -20,7 +20,8 @@ from alerts.console import ConsoleNotifier
 from alerts.outbox import status
 from alerts.pipeline import Deps, deliver_outbox, process
 from alerts.slack import SlackNotifier, WebhookNotifier
-from monitor.config import AlertsConfig, Route, Silence, SlackConfig
+from monitor.config import AlertsConfig, Route, Silence, SlackConfig, parse_config
+from monitor.detectors import registered
 from monitor.errors import ConfigError
 from monitor.model import Finding, Scope, Severity, fingerprint
 from monitor.state.store import SQLiteStore
@@ -390,21 +391,42 @@ def test_routes_send_team_findings_to_the_team_channel(env: Env) -> None:
     assert crit.fingerprint in by_channel["C0DIGEST"] and other.fingerprint in by_channel["C0ALERTS"]
 
 
-def test_bad_matchers_are_config_errors(env: Env) -> None:
-    env.slack_cfg = SlackConfig(channel="C0ALERTS", routes=(Route(match={"teem": "ml"}, channel="#x"),))
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (
+            {"slack": {"routes": [{"match": {"teem": "ml"}, "channel": "#x"}]}},
+            'slack.routes.0.match: unknown key "teem"; use one of kind, severity, project, zone, region, '
+            "cluster, instance or label.<key>",
+        ),
+        ({"slack": {"routes": [{"match": {}, "channel": "#x"}]}}, "slack.routes.0.match: empty matcher"),
+        (
+            {"alerts": {"silences": [{"match": {"severity": "Critical"}, "until": "2027-01-01"}]}},
+            'alerts.silences.0.match: severity "Critical": use one of info, warning, critical',
+        ),
+        (
+            {"alerts": {"silences": [{"match": {"kind": "idle-gpu"}, "until": "2027-01-01"}]}},
+            'alerts.silences.0.match: unknown kind "idle-gpu"; use one of budget_forecast,',
+        ),
+        ({"alerts": {"group_by": ["kind", "team"]}}, 'alerts.group_by.1: unknown key "team"'),
+        (
+            {"alerts": {"silences": [{"match": {"kind": "x"}, "until": "next week"}]}},
+            'bad timestamp "next week"',
+        ),
+    ],
+)
+def test_bad_matchers_are_config_errors_as_the_config_loads(given: dict, message: str) -> None:
+    # `gpucost check` said "config OK" of matchers and group keys `gpucost run` then refused, and a
+    # silence of severity "Critical" or kind "idle-gpu" matched nothing, silently
     with pytest.raises(ConfigError) as e:
-        env.cycle([finding()])
-    assert str(e.value) == (
-        'slack.routes[0].match: unknown key "teem"; use one of kind, severity, project, zone, region, '
-        "cluster, instance or label.<key>"
-    )
-    env.slack_cfg = SlackConfig(channel="C0ALERTS")
-    # a silence's `until` is checked when the config is read (tests/test_bad_input.py, exit 2)
-    with pytest.raises(ValueError, match=r'bad timestamp "next week"'):
-        Silence(match={"kind": "idle_gpu"}, until="next week")
-    env.alerts = AlertsConfig(group_by=("kind", "team"))
-    with pytest.raises(ConfigError, match=r'^alerts\.group_by: unknown key "team"'):
-        env.cycle([finding()])
+        parse_config(given, "gpucost.toml")
+    assert str(e.value).startswith("gpucost.toml: ") and message in str(e.value)
+
+
+def test_matchers_take_every_kind_a_finding_has() -> None:
+    kinds = [*registered(), "job_finished"]
+    routes = [{"match": {"kind": k, "severity": "info"}, "channel": "#x"} for k in kinds]
+    assert len(parse_config({"slack": {"routes": routes}}).slack.routes) == len(kinds)
 
 
 def test_console_notifier_through_the_same_pipeline(tmp_path: Path) -> None:

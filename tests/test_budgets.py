@@ -131,11 +131,23 @@ def test_api_errors_are_classified(fake: FakeBudgets) -> None:
 
 
 def test_api_needs_a_billing_account() -> None:
-    cfg = BudgetsConfig(source="api")
+    # as the config loads, so `gpucost check` says it too (it passed, and `run` refused)
     with pytest.raises(
-        ConfigError, match=r'^budgets\.billing_account: required when budgets\.source = "api"'
+        ConfigError, match=r'^<config>: budgets\.billing_account: required when budgets\.source = "api"'
     ):
-        BudgetApiSource(cfg, GoogleConfig())
+        parse_config({"budgets": {"source": "api"}})
+
+
+def test_budgets_are_named_once_with_finite_amounts() -> None:
+    # two of one name crashed every detection run (UNIQUE constraint on findings.fingerprint)
+    two = [{"name": "fleet", "amount_usd": 100.0}, {"name": "fleet", "amount_usd": 200.0}]
+    with pytest.raises(ConfigError, match=r'budgets\.items: "fleet" names two budgets \(items 0 and 1\)'):
+        parse_config({"budgets": {"items": two}})
+    with pytest.raises(ConfigError, match=r"budgets\.items\.0\.amount_usd: Input should be a finite number"):
+        parse_config({"budgets": {"items": [{"name": "fleet", "amount_usd": float("inf")}]}})
+    for label in ("=research", "team=", "team"):
+        with pytest.raises(ConfigError, match=r'budgets\.items\.0\.label: expected "key=value"'):
+            parse_config({"budgets": {"items": [{"name": "x", "amount_usd": 1.0, "label": label}]}})
 
 
 def test_config_budgets() -> None:

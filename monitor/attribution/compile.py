@@ -111,12 +111,7 @@ def config_rules(rules: Iterable[AttributionRule]) -> tuple[Rule, ...]:
     """`[attribution] rules` as `Rule`s named `attribution.rules[i]`, validated for RE2."""
     out = []
     for i, r in enumerate(rules):
-        name = f"attribution.rules[{i}]"
-        if r.service is None and r.sku_regex is None and r.sku_id is None:
-            raise ConfigError(
-                f"{name}: give at least one of service, sku_regex or sku_id "
-                "(a rule without a condition would claim every row)"
-            )
+        name = f"attribution.rules[{i}]"  # validated as the config loaded (a condition at least)
         out.append(
             Rule(
                 name=name,

@@ -27,13 +27,25 @@ Where the default keys come from (all seen in real exports or real controllers):
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["K8S_LABEL_PREFIX", "JobsConfig"]
+__all__ = ["K8S_LABEL_PREFIX", "JobsConfig", "check_label_keys"]
 
 #: How GKE cost allocation writes a Kubernetes pod label's key into the export's `labels`.
 K8S_LABEL_PREFIX = "k8s-label/"
+
+
+def check_label_keys(keys: tuple[str, ...]) -> tuple[str, ...]:
+    """A list of label keys as config gives it (`[jobs] labels`, `[billing] labels`): each a key
+    a billing row can carry, once (`[billing] labels = ["", "team name"]` was taken as is)."""
+    for key in keys:
+        if not key or key != key.strip() or " " in key or "," in key or "=" in key:
+            raise ValueError(f'label keys are non-empty, without spaces, "," or "=", got "{key}"')
+    if len(set(keys)) != len(keys):
+        raise ValueError("a label key is listed twice")
+    return keys
 
 
 class JobsConfig(BaseModel):
@@ -55,6 +67,14 @@ class JobsConfig(BaseModel):
     #: 50000`); the `job_budget` detector warns when a job's burn rate is set to cross it.
     budgets: dict[str, float] = Field(default_factory=dict)
 
+    @field_validator("budgets", mode="before")
+    @classmethod
+    def _amounts(cls, v: Any) -> Any:
+        for key, amount in v.items() if isinstance(v, dict) else ():
+            if isinstance(amount, bool):  # `= true` was read as $1
+                raise ValueError(f'"{key}" = {str(amount).lower()}: a job budget is an amount in USD')
+        return v
+
     @field_validator("budgets")
     @classmethod
     def _budgets(cls, v: dict[str, float]) -> dict[str, float]:
@@ -70,12 +90,7 @@ class JobsConfig(BaseModel):
     @field_validator("labels", "k8s_labels", "vertex_labels")
     @classmethod
     def _keys(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        for key in v:
-            if not key or key != key.strip() or "," in key or "=" in key:
-                raise ValueError(f'label keys are non-empty, without spaces, "," or "=", got "{key}"')
-        if len(set(v)) != len(v):
-            raise ValueError("a label key is listed twice")
-        return v
+        return check_label_keys(v)
 
     def label_keys(self) -> tuple[str, ...]:
         """Every export label key that names a job, in precedence order (first present wins).

@@ -21,7 +21,6 @@ from typing import Any, Protocol
 
 from monitor.config import Budget as BudgetItem
 from monitor.config import BudgetsConfig, GoogleConfig
-from monitor.errors import ConfigError
 from monitor.sources._google import call_google, grpc_target
 from monitor.sources.pricing import money_to_decimal
 
@@ -166,11 +165,7 @@ class BudgetApiSource:
         insecure: bool = False,
         retry_deadline_s: float = 60.0,
     ):
-        if not cfg.billing_account:
-            raise ConfigError(
-                'budgets.billing_account: required when budgets.source = "api" '
-                '(the id shown in Cloud Billing, e.g. "012345-6789AB-CDEF01")'
-            )
+        assert cfg.billing_account, "BudgetsConfig requires it with source = api"
         self.parent = "billingAccounts/" + cfg.billing_account.removeprefix("billingAccounts/")
         self.cfg, self.google = cfg, google
         self._client = client
