@@ -30,6 +30,7 @@ CENT = Decimal("0.01")
 
 def _config(tmp: Path, *, slack: FakeSlack | None = None, db: Path | None = None) -> Path:
     (tmp / "util").mkdir(exist_ok=True)
+    (tmp / "util" / "none.json").write_text("[]")  # no samples (a directory without files is an error)
     text = f"""
 [billing]
 source = "duckdb"
@@ -108,7 +109,12 @@ def test_digest_figures_match_report_for_the_day(tmp_path, export_db, capsys, da
     expected = _report_categories(json.loads(out))
     assert len(expected) >= 3 and expected["Total"] > 0
     # the digest also lists, at $0.00, a category spent on only the day before
-    assert {k: v for k, v in digest.items() if v or k in expected} == expected
+    shown = {k: v for k, v in digest.items() if v or k in expected}
+    assert shown.keys() == expected.keys() and shown["Total"] == expected["Total"]
+    # its categories add up to its total as shown, each within a cent of the report's line, which
+    # is rounded on its own (README: "Its tables add up as shown")
+    assert sum(v for k, v in shown.items() if k != "Total") == shown["Total"]
+    assert all(abs(shown[k] - expected[k]) <= Decimal("0.01") for k in shown)
     # run before any daemon cycle, it read billing only: findings were not looked for (seed 11's
     # said "No findings." over $14,004.30 of idle GPUs), nor was utilization read
     text = md_path.read_text(encoding="utf-8")
@@ -177,7 +183,8 @@ def test_check_healthy(tmp_path, export_db, capsys, monkeypatch) -> None:
         code, lines, text = _check(capsys, _config(tmp_path, slack=slack, db=export_db))
         assert [r.method for r in slack.requests] == ["auth.test"]
     assert code == 0, text
-    assert list(lines) == ["billing", "utilization", "prices", "state", "aggregates", "outbox", "slack"]
+    names = ["billing", "utilization", "prices", "state", "aggregates", "outbox", "slack", "outputs"]
+    assert list(lines) == names
     assert re.match(
         r"billing +ok +DuckDB .*billing\.duckdb: 6\d\d export rows, last exported 2026-11-0", lines["billing"]
     )
@@ -286,6 +293,7 @@ def test_check_names_a_file_metric_with_an_unknown_unit(tmp_path, export_db, cap
     """A unit the table does not know is never guessed: the metric is skipped and `check` names it."""
     monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
     config = _config(tmp_path, db=export_db)
+    (tmp_path / "util" / "none.json").unlink()
     series = {
         "metric": {"type": DCGM_V1, "labels": {"gpu_number": "0", "model": "NVIDIA A100-SXM4-40GB"}},
         "resource": {"type": "gce_instance", "labels": {"project_id": "p", "instance_id": "1", "zone": "z"}},
