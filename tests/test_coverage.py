@@ -223,6 +223,7 @@ def test_daemon_poll_backfills_the_billing_window_and_detectors_see_what_was_rea
 
 def test_daemon_file_poll_covers_its_window_and_fills_what_it_never_read(tmp_path) -> None:
     now = datetime(2026, 11, 20, 12, 2, tzinfo=UTC)
+    (tmp_path / "empty.json").write_text("[]")  # no samples (a directory without files is an error)
     cfg = parse_config({"utilization": {"files": [str(tmp_path)]}})
     state = SQLiteStore(tmp_path / "state.sqlite")
     try:

@@ -28,6 +28,7 @@ def test_an_export_without_rows_in_scope_is_said_not_read_as_zero(
     path = write_ndjson(tmp_path / "old.ndjson", [old])
     assert main(["load", "--billing", str(path), "--db", "billing.duckdb"]) == 0
     (tmp_path / "util").mkdir()
+    (tmp_path / "util" / "none.json").write_text("[]")  # no samples (a directory without files is an error)
     config = tmp_path / "gpucost.toml"
     config.write_text(
         '[billing]\nsource = "duckdb"\ndb = "billing.duckdb"\n\n'

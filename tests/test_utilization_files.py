@@ -456,3 +456,15 @@ def test_what_the_stream_parser_stops_at_is_read_whole(tmp_path, text, expected)
     else:
         with pytest.raises(InputError, match=re.escape(expected)):
             FileUtilizationSource([path]).fetch(T0, T0 + M5)
+
+
+def test_a_directory_without_utilization_files_is_an_input_error(tmp_path) -> None:
+    # read as no utilization, every GPU was "agent missing" ($45k of unmonitored_gpu findings); the
+    # files one level down are not read
+    (tmp_path / "nested").mkdir()
+    (tmp_path / "nested" / "2026-11-01.json").write_text("[]")
+    with pytest.raises(
+        InputError, match=r"no \.json\.gz or \.json file in this directory \(files in its subdirectories"
+    ):
+        FileUtilizationSource([tmp_path]).files()
+    assert FileUtilizationSource([tmp_path / "nested"]).files() == [tmp_path / "nested" / "2026-11-01.json"]

@@ -154,7 +154,14 @@ class FileUtilizationSource:
         out: list[Path] = []
         for p in self.paths:
             if p.is_dir():
-                out += sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(_SUFFIXES))
+                found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(_SUFFIXES))
+                if not found:  # read as no utilization at all: every GPU "agent missing" ($45k)
+                    raise InputError(
+                        str(p),
+                        f"no {' or '.join(_SUFFIXES)} file in this directory (files in its"
+                        " subdirectories are not read; check utilization.files / --utilization)",
+                    )
+                out += found
             elif p.exists():
                 out.append(p)
             else:
