@@ -67,6 +67,12 @@ def _endpoint(v: str | None) -> str | None:
 Endpoint = Annotated[str | None, AfterValidator(_endpoint)]
 
 
+def _http_url(v: str | None) -> str | None:
+    if v is not None and not re.match(r"^https?://[^/\s]+", v):  # "slack.com/api": ValueError at send
+        raise ValueError(f'expected an http(s):// URL such as "https://slack.com/api/", got "{v}"')
+    return v
+
+
 def _regex(v: str) -> str:
     try:
         re.compile(v)
@@ -281,7 +287,7 @@ class Route(_Strict):
 
 class SlackConfig(_Strict):
     channel: str | None = None
-    api_base_url: str | None = None
+    api_base_url: Annotated[str | None, AfterValidator(_http_url)] = None
     webhook_url_env: str | None = None
     token_file: Path | None = None
     routes: tuple[Route, ...] = ()
@@ -601,5 +607,13 @@ def slack_token(cfg: SlackConfig, environ: dict[str, str] | None = None) -> Secr
             tok = cfg.token_file.read_text(encoding="utf-8").strip()
         except OSError as e:
             raise ConfigError(f"slack.token_file: cannot read {cfg.token_file} ({e.strerror})") from None
-        return SecretStr(tok) if tok else None
+        except UnicodeDecodeError:  # never quote it: a secret
+            raise ConfigError(
+                f"slack.token_file: {cfg.token_file} is not UTF-8 text; it holds the bot token (xoxb-...) alone"
+            ) from None
+        if not tok:  # said "SLACK_BOT_TOKEN is not set", of a file given and empty
+            raise ConfigError(
+                f"slack.token_file: {cfg.token_file} is empty; write the bot token (xoxb-...) in it"
+            )
+        return SecretStr(tok)
     return None

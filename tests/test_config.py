@@ -180,6 +180,19 @@ def test_slack_token_from_env_or_file_never_printed(tmp_path: Path) -> None:
     cfg3 = parse_config({"slack": {"token_file": str(tmp_path / "missing")}}).slack
     with pytest.raises(ConfigError, match=r"slack.token_file: cannot read .*missing"):
         slack_token(cfg3, {})
+    # an empty file was "SLACK_BOT_TOKEN is not set"; one not in UTF-8 a traceback
+    for data, says in ((b"\n", "is empty; write the bot token"), (b"xoxb-\xff\xfe", "is not UTF-8 text")):
+        f.write_bytes(data)
+        with pytest.raises(ConfigError, match=f"slack.token_file: {f} {says}") as e:
+            slack_token(cfg2, {})
+        assert "xoxb-" not in str(e.value).replace("(xoxb-...)", "")
+
+
+def test_slack_api_base_url_is_a_url() -> None:
+    # "slack.com/api" was a ValueError traceback at the first send
+    with pytest.raises(ConfigError, match=r"slack.api_base_url: expected an http\(s\):// URL"):
+        parse_config({"slack": {"api_base_url": "slack.com/api"}})
+    assert parse_config({"slack": {"api_base_url": "http://127.0.0.1:9/api/"}}).slack.api_base_url
 
 
 def test_duckdb_gets_the_configured_memory_limit() -> None:
