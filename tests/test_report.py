@@ -267,6 +267,12 @@ def test_cli_config_overrides_reach_the_engine(export_file: Path, tmp_path: Path
         (["report", "--config", "{cfg}"], "billing.db"),
         (["report", "--billing", "{file}", "--start", "2026-11-05", "--end", "2026-11-01"], "must be before"),
         (["skus", "--config", "{bad}"], "attribution.rules[0]"),
+        # given twice, --by kept the last; with focus it was ignored (a helper's audit)
+        (["report", "--billing", "{file}", "--by", "project", "--by", "zone"], "one grouping per report"),
+        (
+            ["report", "--billing", "{file}", "--by", "zone", "--format", "focus"],
+            "FOCUS rows are not grouped",
+        ),
     ],
 )
 def test_cli_user_mistakes_are_one_line(argv, needle, export_file, tmp_path, capsys) -> None:

@@ -66,14 +66,22 @@ def resolve_window(
 @window_options
 @click.option(
     "--by",
-    "by",
-    default="category",
-    show_default=True,
-    help=f"Group by {', '.join(GROUPINGS)} or label:KEY.",
+    "bys",
+    multiple=True,  # given twice, click kept the last one without a word
+    help=f"Group by {', '.join(GROUPINGS)} or label:KEY (one of them; default: category).",
 )
 @format_option("table", "json", "csv", "focus")
-def report_cmd(billing_paths, config_path, start, end, by, fmt) -> None:
+def report_cmd(billing_paths, config_path, start, end, bys, fmt) -> None:
     """Attributed gross / credits / net cost, provisional days marked."""
+    if len(bys) > 1:
+        raise click.BadParameter(
+            f"one grouping per report, got {', '.join(bys)} (run report once for each)", param_hint="'--by'"
+        )
+    if bys and fmt == "focus":
+        raise click.BadParameter(
+            "FOCUS rows are not grouped: drop --by with --format focus", param_hint="'--by'"
+        )
+    by = bys[0] if bys else "category"
     cfg = load_optional_config(config_path)
     try:
         parse_by(by)
