@@ -107,6 +107,24 @@ def _files(out: Path) -> dict[str, bytes]:
     return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
 
+def test_simulating_again_into_a_directory_leaves_no_day_of_the_last_run(tmp_path: Path) -> None:
+    # re-simulated with fewer days, the old run's utilization days stayed and analyses read them
+    write_fleet(tmp_path, seed=3, days=2)
+    (tmp_path / "utilization" / "notes.json.gz").write_bytes(b"")  # not a day: not ours to remove
+    write_fleet(tmp_path, seed=3, days=1, start=datetime(2026, 11, 5, tzinfo=UTC))
+    assert sorted(p.name for p in (tmp_path / "utilization").iterdir()) == [
+        "2026-11-05.json.gz",
+        "notes.json.gz",
+    ]
+
+
+def test_an_unwritable_out_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "file").write_text("")
+    assert main(["simulate", "--out", str(tmp_path / "file" / "fleet"), "--days", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "cannot write (Not a directory): pass a writable --out directory" in err
+
+
 # -- determinism ----------------------------------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ import click
 
 from monitor.cli import cli
 from monitor.cli._common import TIMESTAMP
+from monitor.errors import InputError
 from monitor.model import micros_to_decimal, usd
 
 
@@ -42,10 +43,16 @@ def simulate_cmd(out_dir: Path, days: int, seed: int, scale: int, start: datetim
     from monitor.progress import context_clock, progress
     from monitor.simulate import write_fleet
 
-    with progress("simulate", None, unit="rows", clock=context_clock()) as bar:
-        summary = write_fleet(
-            out_dir, seed=seed, days=days, scale=scale, start=start, inject=not clean, progress=bar
-        )
+    try:
+        with progress("simulate", None, unit="rows", clock=context_clock()) as bar:
+            summary = write_fleet(
+                out_dir, seed=seed, days=days, scale=scale, start=start, inject=not clean, progress=bar
+            )
+    except OSError as e:  # a read-only or full disk, a path under a file: one line, not a traceback
+        where = e.filename or out_dir
+        raise InputError(
+            str(where), f"cannot write ({e.strerror}): pass a writable --out directory"
+        ) from None
     totals = summary["totals"]
     click.echo(
         f"wrote {summary['rows']:,} billing rows, {days} days from {start:%Y-%m-%d %H:%M}Z, "
@@ -61,7 +68,11 @@ def simulate_cmd(out_dir: Path, days: int, seed: int, scale: int, start: datetim
         click.echo(f"hidden costs injected ({len(hidden)}): {listed}")
     else:
         click.echo("hidden costs injected: none (--clean)")
-    click.echo(f"files: {', '.join(summary['files'][:2])}, utilization/*.json.gz ({days}), ground_truth.json")
+    # the same rows in two formats: a user passing both to --billing counted every dollar twice
+    click.echo(
+        f"files: {' or '.join(summary['files'][:2])} (the same rows: read one), utilization/*.json.gz"
+        f" ({days}), ground_truth.json"
+    )
 
 
 def _usd(micros: int) -> str:

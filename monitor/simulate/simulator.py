@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -121,6 +121,19 @@ def _write_page(path: Path, series: Iterable[dict]) -> None:
         gz.write(b"]}")
 
 
+def _drop_stale_days(util_dir: Path, days: set[date]) -> None:
+    """Remove the day files an earlier `simulate` into the same directory wrote for other days:
+    re-simulated with fewer days, the old files stayed, and analyses read them with the new
+    export (a helper's audit). Other files are left alone."""
+    for f in util_dir.glob("*.json.gz"):
+        try:
+            day = date.fromisoformat(f.name.removesuffix(".json.gz"))
+        except ValueError:
+            continue
+        if day not in days:
+            f.unlink()
+
+
 def write_fleet(
     out_dir: Path,
     seed: int,
@@ -152,6 +165,7 @@ def write_fleet(
                 progress.update(tally.rows, total=estimate, unit="rows", approximate=h + 1 < sim.hours)
     if progress is not None:
         progress.describe("utilization")
+    _drop_stale_days(out_dir / "utilization", {sim.start.date() + timedelta(days=d) for d in range(days)})
     for d in range(days):
         if progress is not None:
             progress.update(d, total=days, unit="days")
