@@ -250,6 +250,9 @@ def test_hourly_config_is_strict() -> None:
         ValueError, match=r"hourly_min_history_days \(9\) must be at most hourly_baseline_days \(7\)"
     ):
         SpendAnomalyConfig(hourly_min_history_days=9)
+    # the daily pair too: 60 days of history within a 7-day baseline never fired (a helper's audit)
+    with pytest.raises(ValueError, match=r"\bmin_history_days \(60\) must be at most baseline_days \(7\)"):
+        SpendAnomalyConfig(min_history_days=60, baseline_days=7)
     with pytest.raises(ValueError, match="hourly_windw_hours"):
         SpendAnomalyConfig(hourly_windw_hours=3)  # type: ignore[call-arg]
     assert hourly_findings(hourly("40", "30", 11), SpendAnomalyConfig(hourly=False)) == []

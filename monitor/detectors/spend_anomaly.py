@@ -99,12 +99,14 @@ class SpendAnomalyConfig(DetectorConfig):
     hourly_min_relative_increase: float = Field(default=0.5, ge=0)
 
     @model_validator(mode="after")
-    def _hourly_history(self) -> SpendAnomalyConfig:
-        if self.hourly_min_history_days > self.hourly_baseline_days:
-            raise ValueError(
-                f"hourly_min_history_days ({self.hourly_min_history_days}) must be at most "
-                f"hourly_baseline_days ({self.hourly_baseline_days})"
-            )
+    def _history(self) -> SpendAnomalyConfig:
+        # more history than the baseline reads could never be had: the detector would never fire
+        for prefix in ("", "hourly_"):
+            need, look = getattr(self, f"{prefix}min_history_days"), getattr(self, f"{prefix}baseline_days")
+            if need > look:
+                raise ValueError(
+                    f"{prefix}min_history_days ({need}) must be at most {prefix}baseline_days ({look})"
+                )
         return self
 
 
