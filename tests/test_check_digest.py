@@ -121,6 +121,17 @@ def test_digest_figures_match_report_for_the_day(tmp_path, export_db, capsys, da
     assert "No findings." not in text and "Not looked for: no detection has run" in text
 
 
+def test_a_digest_of_a_day_to_come_is_refused(tmp_path, export_db, capsys) -> None:
+    # it wrote digest-2027-01-01.md, exit 0 (a helper's audit)
+    config = _config(tmp_path, db=export_db)
+    code, _, err = _cli(capsys, "digest", "--config", str(config), "--date", "2027-01-01")
+    assert code == 2 and "Traceback" not in err, err
+    assert re.search(
+        r"'--date': 2027-01-01 is after the day gpucost's data reaches \(2026-11-\d\d, UTC\)", err
+    )
+    assert not (tmp_path / "out" / "digest-2027-01-01.md").exists()
+
+
 def test_digest_send_posts_once_with_chart_and_fails_in_one_line(tmp_path, export_db, capsys, monkeypatch):
     """`digest --send` goes through the outbox: posted once with its chart; a day already sent is
     not posted again; a refused post fails in one line, and once the token is fixed the same

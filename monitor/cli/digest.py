@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import click
 
@@ -88,6 +89,12 @@ def digest_cmd(config_path: Path | None, day: datetime | None, send: bool) -> No
         if now is None:
             run_billing_poll(deps, clock.now())
         the_day: date | None = day.date() if day is not None else None
+        today = clock.now().astimezone(ZoneInfo(cfg.digest.timezone)).date()
+        if the_day is not None and the_day > today:  # it wrote a digest of a day to come, exit 0
+            raise click.BadParameter(
+                f"{the_day} is after the day gpucost's data reaches ({today}, {cfg.digest.timezone})",
+                param_hint="'--date'",
+            )
         result = run_digest(deps, clock.now(), the_day, send=send, force=True)
     finally:
         deps.store.close()
