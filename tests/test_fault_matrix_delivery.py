@@ -117,6 +117,7 @@ def write_config(tmp: Path, slack: FakeSlack, billing: Path) -> Path:
     db = tmp / "billing.duckdb"
     shutil.copyfile(billing, db)
     (tmp / "util").mkdir(exist_ok=True)
+    (tmp / "util" / "none.json").write_text("[]")  # no samples (a directory without files is an error)
     path = tmp / "gpucost.toml"
     path.write_text(
         f"""
