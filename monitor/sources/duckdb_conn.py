@@ -8,6 +8,8 @@ table is always created from `monitor.schema` (never hand-written DDL).
 from __future__ import annotations
 
 import atexit
+import errno
+import os
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -17,7 +19,7 @@ import duckdb
 import pyarrow as pa
 
 from monitor.config import DUCKDB_MEMORY_LIMIT
-from monitor.errors import InputError
+from monitor.errors import InputError, UserError
 from monitor.schema import EXPORT_SCHEMA, TABLE_NAME, Column, arrow_schema, duckdb_create_table, duckdb_type
 from monitor.sources.foreign import foreign_hint
 
@@ -26,6 +28,7 @@ __all__ = [
     "DEFAULT_MEMORY_LIMIT",
     "PARTITION_COLUMN",
     "REQUIRED_COLUMNS",
+    "DatabaseFileError",
     "create_parquet_view",
     "first_line",
     "insert_arrow",
@@ -79,41 +82,181 @@ _BATCH_VIEW = "_gpucost_batch"
 
 
 def open_billing_db(
-    path: Path | str | None, *, memory_limit: str | None = None, table: bool = True
+    path: Path | str | None,
+    *,
+    memory_limit: str | None = None,
+    table: bool = True,
+    read_only: bool = False,
 ) -> duckdb.DuckDBPyConnection:
     """Open (or create) the DuckDB file holding `billing_export`; None opens an in-memory database.
 
     The session time zone is UTC so that `TIMESTAMP_TRUNC(.., DAY)`, `DATE(..)` and the
     `_PARTITIONTIME` day match BigQuery, whose timestamps are UTC. A file that cannot be opened (not
-    a DuckDB file, locked by another process, unwritable directory) is an `InputError`.
+    a DuckDB file, locked by another process, not writable, not readable) is an `InputError` saying
+    which and the fix. An export file (Parquet, NDJSON, CSV) is refused by its header: DuckDB would
+    open it as an empty in-memory database, into which a load vanishes and from which reports read $0.
     `memory_limit` (`billing.duckdb_memory_limit`; None: `DEFAULT_MEMORY_LIMIT`) bounds DuckDB's
     memory; beyond it, it spills. `table=False` leaves `billing_export` to the caller (a view:
-    `create_parquet_view`).
+    `create_parquet_view`). `read_only`, for readers of an existing file (one the user may read but
+    not write, or one other readers hold open), checks that `billing_export` is there instead.
     """
     target = ":memory:" if path is None else str(path)
+    if path is not None:
+        _refuse_foreign(Path(path), read_only=read_only)
+    if path is not None and not read_only:
+        _check_writable(Path(path))
     try:
-        if path is not None:
+        if path is not None and not read_only:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        conn = duckdb.connect(target)
+        conn = _connect(target, read_only=read_only and path is not None)
     except (duckdb.Error, OSError) as e:
-        raise InputError(
-            target,
-            f"cannot open the DuckDB database ({first_line(e)}): pass a DuckDB file that no other "
-            "process holds open, or a new path",
-        ) from None
+        raise _cannot_open(target, e, read_only=read_only) from None
     try:
         conn.execute("SET TimeZone = 'UTC'")
         conn.execute("SET memory_limit = ?", [memory_limit or DEFAULT_MEMORY_LIMIT])
-        if path is None:  # an in-memory database would spill to ./.tmp: a private directory instead
+        if path is None or read_only:  # it would spill to ./.tmp, or beside a file it may not write
             spill = tempfile.mkdtemp(prefix="gpucost-duckdb-")
             atexit.register(shutil.rmtree, spill, ignore_errors=True)
             conn.execute("SET temp_directory = ?", [spill])
         if table:
-            conn.execute(duckdb_create_table())
+            conn.execute(f'SELECT * FROM "{TABLE_NAME}" LIMIT 0' if read_only else duckdb_create_table())
     except duckdb.Error as e:
         conn.close()
+        if read_only:
+            raise InputError(
+                target,
+                f"no {TABLE_NAME} table ({first_line(e)}): not a billing database made by `gpucost load`;"
+                " load export files with `gpucost load --billing FILE --db new.duckdb`",
+            ) from None
         raise InputError(target, f"cannot create table {TABLE_NAME} ({first_line(e)})") from None
     return conn
+
+
+class DatabaseFileError(InputError):
+    """A database path gpucost cannot use (an export file, a file it may not write), as a sentence
+    naming it: "out/export.parquet is a Parquet file, not a DuckDB database: ..." (an `InputError`
+    whose message is not prefixed with the path). `export`: the file is an export file, to load."""
+
+    def __init__(self, path: str, sentence: str, *, export: bool = False):
+        UserError.__init__(self, sentence)
+        self.path, self.line, self.field = path, None, None
+        self.export = export
+
+
+#: What a DuckDB database file starts with: an 8-byte checksum, then these bytes (DuckDB's storage
+#: header, as `gpucost load` writes it: b"f\xcb\x06\x01`\x03\xe8\xd2DUCK" with DuckDB 2.0).
+_DUCKDB_MAGIC = b"DUCK"
+
+
+def _refuse_foreign(path: Path, *, read_only: bool) -> None:
+    """A `DatabaseFileError` for an existing file without DuckDB's header, naming an export file
+    as such; a missing path (a new database) and a directory (DuckDB's error names it) pass."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(4096)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return
+    except OSError as e:
+        raise _cannot_open(str(path), e, read_only=True) from None
+    if head[8:12] == _DUCKDB_MAGIC:
+        return
+    kind = _export_kind(path, head)
+    if kind:
+        raise DatabaseFileError(
+            str(path),
+            f"{path} is {kind} file, not a DuckDB database: load it with"
+            f" `gpucost load --billing {path} --db new.duckdb`",
+            export=True,
+        )
+    what = "is empty" if not head else "is not a DuckDB database"
+    fix = "pass one made by `gpucost load`" + ("" if read_only else ", or a new path")
+    raise InputError(str(path), f"cannot open the DuckDB database: the file {what}; {fix}")
+
+
+#: A gzipped export file's format, by the suffix before `.gz` (`loader.detect_format`'s names).
+_GZIPPED = {
+    ".csv": "a gzipped CSV",
+    ".ndjson": "a gzipped NDJSON",
+    ".jsonl": "a gzipped NDJSON",
+    ".json": "a gzipped NDJSON",
+}
+
+
+def _export_kind(path: Path, head: bytes) -> str:
+    """The export format `head` (a file's first bytes) looks like, with its article ("a Parquet",
+    "an NDJSON", "a CSV", gzipped or not), else ""."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if head.startswith(b"PAR1"):
+        return "a Parquet"
+    if head.startswith(b"\x1f\x8b"):  # gzip: only the name tells what it holds
+        inner = suffixes[-2] if len(suffixes) > 1 and suffixes[-1] == ".gz" else ""
+        return _GZIPPED.get(inner, "")
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text.startswith((b"{", b"[")):
+        return "an NDJSON"
+    first = text.split(b"\n", 1)[0]
+    if (suffixes[-1:] == [".csv"] or first.count(b",") >= 2) and first.isascii():
+        return "a CSV"
+    return ""
+
+
+def _check_writable(path: Path) -> None:
+    """A `DatabaseFileError` for an existing database whose directory the user may not write: DuckDB
+    opens it, then fails at the first commit, creating its write-ahead log `<name>.wal` beside it."""
+    effective = os.access in os.supports_effective_ids  # the ids DuckDB's open is checked with
+    parent = path.absolute().parent
+    if (
+        path.is_file()
+        and os.access(path, os.W_OK, effective_ids=effective)
+        and not os.access(parent, os.W_OK, effective_ids=effective)
+    ):
+        raise DatabaseFileError(
+            str(path),
+            f"cannot write {path} (permission denied in {parent}, where DuckDB writes"
+            f" {path.name}.wal): run as a user who may write that directory, or load into a new path",
+        )
+
+
+def _connect(target: str, *, read_only: bool) -> duckdb.DuckDBPyConnection:
+    try:
+        return duckdb.connect(target, read_only=read_only)
+    except duckdb.ConnectionException as e:
+        if read_only and "different configuration" in str(e):
+            return duckdb.connect(target)  # this process has it open for writing already
+        raise
+
+
+def _cannot_open(target: str, e: BaseException, *, read_only: bool) -> InputError:
+    """Why `target` could not be opened, and the fix, as one line."""
+    why = first_line(e)
+    path = Path(target)
+    denied = "permission denied" in why.lower() or getattr(e, "errno", None) in (errno.EACCES, errno.EPERM)
+    if denied and read_only:
+        return DatabaseFileError(
+            target,
+            f"cannot read {target} (permission denied): run as a user who may read it, or have its"
+            " owner make it readable",
+        )
+    if denied and path.exists():
+        return DatabaseFileError(
+            target, f"cannot write {target} (permission denied): run as its owner or load into a new path"
+        )
+    if denied:
+        where = next((d for d in path.absolute().parents if d.exists()), path.parent)
+        return DatabaseFileError(
+            target,
+            f"cannot create {target} (permission denied in {where}): load into a path in a"
+            " directory you may write",
+        )
+    if "read-only file system" in why.lower() or getattr(e, "errno", None) == errno.EROFS:
+        return InputError(
+            target, f"cannot write the DuckDB database ({why}): load into a path on a writable volume"
+        )
+    return InputError(
+        target,
+        f"cannot open the DuckDB database ({why}): pass a DuckDB file that no other process holds open"
+        + ("" if read_only else ", or a new path"),
+    )
 
 
 def insert_arrow(conn: duckdb.DuckDBPyConnection, table: pa.Table, *, checked: bool = False) -> int:

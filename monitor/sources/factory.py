@@ -12,7 +12,7 @@ from typing import Any
 
 from monitor.attribution.rules import Rule
 from monitor.config import BillingConfig, GoogleConfig
-from monitor.errors import ConfigError
+from monitor.errors import ConfigError, InputError
 from monitor.sources.base import BillingSource
 
 __all__ = ["IN_MEMORY_MAX_BYTES", "billing_source_from_config", "billing_source_from_files", "search_range"]
@@ -37,14 +37,19 @@ def billing_source_from_config(
 
         return BigQueryBillingSource(cfg, google or GoogleConfig(), rules=rules)
     from monitor.sources.billing_duckdb import DuckDBBillingSource
-    from monitor.sources.duckdb_conn import open_billing_db
+    from monitor.sources.duckdb_conn import DatabaseFileError, open_billing_db
 
     if not cfg.db.is_file():
         raise ConfigError(
             f"billing.db: {cfg.db} does not exist; load export files into it with "
             f"`gpucost load --billing FILE --db {cfg.db}`, or pass --billing FILE"
         )
-    return DuckDBBillingSource(open_billing_db(cfg.db, memory_limit=cfg.duckdb_memory_limit), rules=rules)
+    try:  # read-only: every query only reads, and the file may be another user's (mode 644)
+        conn = open_billing_db(cfg.db, memory_limit=cfg.duckdb_memory_limit, read_only=True)
+    except InputError as e:
+        then = ", then set billing.db to new.duckdb" if isinstance(e, DatabaseFileError) and e.export else ""
+        raise ConfigError(f"billing.db: {e}{then}") from None
+    return DuckDBBillingSource(conn, rules=rules)
 
 
 def billing_source_from_files(

@@ -538,7 +538,21 @@ def _transaction(conn: duckdb.DuckDBPyConnection) -> Iterator[None]:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
-    conn.execute("COMMIT")
+    try:
+        conn.execute("COMMIT")
+    except duckdb.Error as e:  # writing the database failed (its directory, the disk): nothing loaded
+        raise InputError(
+            _database(conn),
+            f"cannot write the loaded rows ({db.first_line(e)}); nothing was loaded: load into a new path",
+        ) from None
+
+
+def _database(conn: duckdb.DuckDBPyConnection) -> str:
+    """The file of the connection's database (its name when in memory)."""
+    row = conn.execute(
+        "SELECT coalesce(path, database_name) FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone()
+    return str(row[0]) if row else "the database"
 
 
 def _load_file(conn: duckdb.DuckDBPyConnection, path: Path) -> int:
