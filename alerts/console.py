@@ -16,8 +16,26 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from alerts.notifier import DeliveryResult, Message
+from monitor.errors import ConfigError
 
-__all__ = ["ConsoleNotifier", "blocks_to_text"]
+__all__ = ["ConsoleNotifier", "blocks_to_text", "unusable_dir"]
+
+
+def unusable_dir(path: Path, setting: str) -> ConfigError | None:
+    """Why the directory `path` (the value of `setting`) cannot hold files, if it cannot: it, or
+    one of its parents, is a file. Never creates anything (a missing directory is made on first use).
+
+    >>> unusable_dir(Path("/"), "digest.out_dir") is None
+    True
+    """
+    path = Path(path)
+    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is None:
+        return None
+    what = f"{path} is a file" if blocker == path else f"{path}: {blocker} is a file"
+    return ConfigError(
+        f"{setting}: {what}, not a directory; point {setting} at a directory (created if missing)"
+    )
 
 
 def blocks_to_text(blocks: list[dict[str, Any]]) -> str:
@@ -44,6 +62,10 @@ class ConsoleNotifier:
     supports_threads = True
 
     def __init__(self, out_dir: Path, stream: TextIO | None = None):
+        """Raises `ConfigError` if `out_dir` (`alerts.console_dir`) is, or is under, a file: every
+        alert would stay pending (retried for ever) while nothing said why."""
+        if (problem := unusable_dir(Path(out_dir), "alerts.console_dir")) is not None:
+            raise problem
         self.out_dir = Path(out_dir)
         self.stream = stream if stream is not None else sys.stdout
         self.log_path = self.out_dir / "alerts.jsonl"

@@ -537,9 +537,21 @@ def enqueue_digest(
 
 
 def write_digest(d: DigestData, out_dir: str | Path) -> tuple[Path, Path]:
-    """Write `digest-YYYY-MM-DD.md` and `.png` under `out_dir`; returns both paths."""
+    """Write `digest-YYYY-MM-DD.md` and `.png` under `out_dir` (`digest.out_dir`, created if
+    missing; `ConfigError` if it is a file); returns both paths."""
+    from alerts.console import unusable_dir
+    from monitor.errors import ConfigError
+
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if (problem := unusable_dir(out, "digest.out_dir")) is not None:
+        raise problem
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(
+            f"digest.out_dir: cannot create {out} ({e.strerror or e}); create it writable by the user"
+            " gpucost runs as, or point digest.out_dir at a writable directory"
+        ) from None
     png = render_chart(d, out / f"digest-{d.day}.png")
     jobs_png = None
     if d.jobs is not None and d.jobs.daily:

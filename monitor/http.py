@@ -8,6 +8,7 @@ last run failed (a Catalog API outage shows there while the daemon stays ready o
 
 from __future__ import annotations
 
+import errno
 import json
 import threading
 from collections.abc import Callable
@@ -15,7 +16,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-__all__ = ["HealthServer"]
+from monitor.errors import ConfigError
+
+__all__ = ["HealthServer", "bind_error"]
 
 ReadyCheck = Callable[[], tuple[bool, dict[str, object]]]
 
@@ -48,7 +51,10 @@ class HealthServer:
             def log_message(self, format: str, *args: object) -> None:  # quiet: no access log spam
                 return
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        try:
+            self._server = ThreadingHTTPServer((host, port), Handler)
+        except OSError as e:
+            raise bind_error(host, port, e) from None
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
 
@@ -62,3 +68,23 @@ class HealthServer:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def bind_error(host: str, port: int, e: OSError) -> ConfigError:
+    """Why the server could not listen on `host:port`, naming the settings and the fix.
+
+    >>> str(bind_error("127.0.0.1", 9464, OSError(errno.EADDRINUSE, "Address already in use")))[:60]
+    'http.host / http.port: cannot listen on 127.0.0.1:9464: Addr'
+    """
+    where = f"http.host / http.port: cannot listen on {host}:{port}: {e.strerror or e}"
+    off = "or set http.enabled = false to run without /healthz, /readyz and /metrics"
+    if e.errno == errno.EADDRINUSE:
+        fix = f"stop the other process on port {port}, choose another http.port, {off}"
+    elif e.errno == errno.EACCES:
+        fix = f"choose an http.port above 1023 (or grant this process the right to bind it), {off}"
+    else:  # EADDRNOTAVAIL, an unknown name (socket.gaierror): the host is not this machine's
+        fix = (
+            'set http.host to an address of this machine ("127.0.0.1", or "0.0.0.0" for every '
+            f"interface), {off}"
+        )
+    return ConfigError(f"{where}; {fix}")

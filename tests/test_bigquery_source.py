@@ -157,7 +157,7 @@ def test_missing_default_credentials_is_a_config_error(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
-    with pytest.raises(ConfigError, match="found no Application Default Credentials"):
+    with pytest.raises(ConfigError, match=r"GOOGLE_APPLICATION_CREDENTIALS=\S+: File \S+ was not found"):
         make_client(BillingConfig(source="bigquery", table="a.b.c"), GoogleConfig())
 
 

@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,12 @@ __all__ = [
 ]
 
 
+#: The times a command accepts: windows are widened by days on both sides (late loads, partitions,
+#: the default 14 days before `--end`), which overflows near the ends of `datetime`'s range.
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+LATEST = datetime(2100, 1, 1, tzinfo=UTC)
+
+
 class TimestampType(click.ParamType):
     name = "ISO-TIMESTAMP"
 
@@ -40,9 +46,13 @@ class TimestampType(click.ParamType):
         if isinstance(value, datetime):
             return value
         try:
-            return parse_timestamp(str(value))
-        except ValueError as e:
-            self.fail(str(e), param, ctx)
+            dt = parse_timestamp(str(value))
+        except (ValueError, OverflowError) as e:  # OverflowError: an offset past year 1 or 9999
+            self.fail(str(e) if isinstance(e, ValueError) else f'bad timestamp "{value}": {e}', param, ctx)
+        if not EARLIEST <= dt < LATEST:
+            years = f"{EARLIEST.year} to {LATEST.year - 1}"
+            self.fail(f'"{value}" is out of range: give a time in the years {years}', param, ctx)
+        return dt
 
 
 TIMESTAMP = TimestampType()

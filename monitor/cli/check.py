@@ -27,6 +27,7 @@ from monitor.cli import cli
 from monitor.cli._common import config_option
 from monitor.clock import SystemClock
 from monitor.config import Config, load_config, slack_token
+from monitor.errors import ConfigError
 from monitor.logs import redact
 from monitor.model import counted
 from monitor.state.store import StateStoreError, redact_url
@@ -78,12 +79,15 @@ def _check_duckdb(cfg: Config) -> Check:
         if cfg.demo.enabled:
             return Check("billing", True, f"DuckDB {db}: not created yet (the demo creates it on first run)")
         return Check("billing", False, f"DuckDB {db}: file not found; load exports with `gpucost load`")
-    try:
-        conn = duckdb.connect(str(db), read_only=True)
-    except duckdb.Error as e:
+    from monitor.errors import InputError
+    from monitor.sources.duckdb_conn import open_billing_db
+
+    try:  # the shared opener: it names an export file given as the database, and reads read-only
+        conn = open_billing_db(db, read_only=True, table=False)
+    except InputError as e:
         if "lock" in str(e).lower():
             return Check("billing", True, f"DuckDB {db}: present, held open by a running daemon")
-        return Check("billing", False, f"DuckDB {db}: cannot open ({str(e).splitlines()[0]})")
+        return Check("billing", False, str(e))
     try:
         rows, last = conn.execute("SELECT COUNT(*), MAX(export_time) FROM billing_export").fetchone()
         files = _loaded_files(conn)
@@ -272,6 +276,18 @@ def check_slack(cfg: Config, offline: bool, environ: Mapping[str, str]) -> Check
     return Check("slack", not problems, detail)
 
 
+def check_outputs(cfg: Config) -> Check:
+    """`alerts.console_dir` and `digest.out_dir` can hold files (missing ones are created on first
+    use): one that is a file would leave every console alert pending and fail each digest."""
+    from alerts.console import unusable_dir
+
+    dirs = {"alerts.console_dir": cfg.alerts.console_dir, "digest.out_dir": cfg.digest.out_dir}
+    problems = [str(p) for k, v in dirs.items() if (p := unusable_dir(Path(v), k)) is not None]
+    if problems:
+        return Check("outputs", False, "; ".join(problems))
+    return Check("outputs", True, ", ".join(f"{k} {v}" for k, v in dirs.items()))
+
+
 def _guard(name: str, fn: Callable[[], Check]) -> Check:
     """A check that raises is a failed check with the error's first line, never a traceback."""
     try:
@@ -290,6 +306,12 @@ def _missing_sqlite(url: str) -> Path | None:
 
 
 def _missing_store_check(path: Path) -> Check:
+    from monitor.state.store import unusable_sqlite_path
+
+    try:
+        unusable_sqlite_path(path)
+    except ConfigError as e:
+        return Check("state", False, str(e))
     parent = next((p for p in (path.parent, *path.parents) if p.exists()), Path("."))
     if os.access(parent, os.W_OK):
         return Check("state", True, f"{path}: not created yet (created on first run)")
@@ -325,6 +347,7 @@ def run_checks(cfg: Config, *, offline: bool, environ: Mapping[str, str], now: d
                 _guard("outbox", lambda: check_outbox(store())),
             ]
         checks.append(_guard("slack", lambda: check_slack(cfg, offline, environ)))
+        checks.append(_guard("outputs", lambda: check_outputs(cfg)))
         return checks
     finally:
         for s in opened:

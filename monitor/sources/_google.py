@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from monitor.errors import PermanentSourceError, RetryableSourceError
 
-__all__ = ["call_google", "grpc_target"]
+__all__ = ["ADC_ENV", "call_google", "credentials_problem", "grpc_target"]
+
+#: The variable google-auth reads a key file's path from (a path, never a secret itself).
+ADC_ENV = "GOOGLE_APPLICATION_CREDENTIALS"
 
 T = TypeVar("T")
 
@@ -15,6 +19,35 @@ T = TypeVar("T")
 def grpc_target(endpoint: str) -> str:
     """`host:port` for a gRPC channel from `api_endpoint` (which may be written as a URL)."""
     return endpoint.split("://", 1)[-1].rstrip("/")
+
+
+def credentials_problem(e: BaseException, environ: Mapping[str, str] | None = None) -> str | None:
+    """What is wrong with the key file `GOOGLE_APPLICATION_CREDENTIALS` names, in google-auth's own
+    words, when `e` (raised while finding Application Default Credentials) is about that file; None
+    otherwise (the variable unset, or `e` about something else).
+
+    >>> from google.auth.exceptions import DefaultCredentialsError
+    >>> credentials_problem(DefaultCredentialsError("File /k.json was not found."), {ADC_ENV: "/k.json"})[:54]
+    'GOOGLE_APPLICATION_CREDENTIALS=/k.json: File /k.json w'
+    """
+    from google.auth import exceptions as auth_exc
+
+    path = (os.environ if environ is None else environ).get(ADC_ENV)
+    if not path:
+        return None
+    if isinstance(e, IsADirectoryError):
+        reason = "a directory, not a key file"
+    elif isinstance(e, OSError) and e.filename == path:
+        reason = e.strerror or str(e)
+    elif isinstance(e, auth_exc.DefaultCredentialsError):
+        # args: a message, then (for a file it could not parse) the parser's exception
+        reason = ": ".join(str(a).strip().rstrip(".") for a in e.args if str(a).strip())
+    else:
+        return None
+    return (
+        f"{ADC_ENV}={path}: {reason}; point it at a service-account key file (JSON), or unset it to"
+        " use `gcloud auth application-default login` or the VM's / GKE node's service account"
+    )
 
 
 def call_google(what: str, fn: Callable[[], T]) -> T:
@@ -38,7 +71,11 @@ def call_google(what: str, fn: Callable[[], T]) -> T:
     )
     try:
         return fn()
-    except auth_exc.DefaultCredentialsError as e:
+    except (auth_exc.DefaultCredentialsError, OSError) as e:
+        if (problem := credentials_problem(e)) is not None:
+            raise PermanentSourceError(f"{what}: {problem}") from e
+        if not isinstance(e, auth_exc.DefaultCredentialsError):
+            raise
         raise PermanentSourceError(
             f"{what}: no Google credentials ({e}); run `gcloud auth application-default login`, "
             'or set google.credentials = "anonymous" for a local emulator'

@@ -44,6 +44,7 @@ from typing import Any
 
 from monitor.config import GoogleConfig, UtilizationConfig
 from monitor.errors import ConfigError, PermanentSourceError, RetryableSourceError, SourceError
+from monitor.sources._google import credentials_problem
 from monitor.sources.presets import PRESETS, MetricSpec
 from monitor.sources.units import NO_UNIT, UnknownUnit, UnknownUnitWarnings, declared, factor, resolve_unit
 from monitor.state.store import StateStore
@@ -156,7 +157,11 @@ def build_client(cfg: UtilizationConfig, google: GoogleConfig) -> Any:
     options = ClientOptions(api_endpoint=target) if target else None
     try:
         return monitoring_v3.MetricServiceClient(credentials=credentials, client_options=options)
-    except DefaultCredentialsError:
+    except (DefaultCredentialsError, OSError) as e:
+        if (problem := credentials_problem(e)) is not None:
+            raise ConfigError(f'google.credentials = "default": {problem}') from None
+        if not isinstance(e, DefaultCredentialsError):
+            raise
         raise ConfigError(
             "google.credentials: no Application Default Credentials found; run "
             '"gcloud auth application-default login" or use a service account'

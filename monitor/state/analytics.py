@@ -32,6 +32,7 @@ from pathlib import Path
 
 import duckdb
 
+from monitor.errors import ConfigError
 from monitor.state.store import StateStoreError
 
 __all__ = ["AggregateStore", "aggregates_path"]
@@ -82,7 +83,16 @@ class AggregateStore:
         if self.path is None:
             self._memory = self._configure(duckdb.connect(":memory:"))
         else:  # the file itself is created by the first migration: constructing the store does no I/O
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                in_the_way = isinstance(e, FileExistsError | NotADirectoryError)
+                why = "a file is in the way" if in_the_way else e.strerror
+                raise ConfigError(
+                    f"aggregate store {self.path}: cannot create the directory {self.path.parent}"
+                    f" ({why or e}); point state.aggregates_path (by default beside state.url's"
+                    " file) at a writable directory"
+                ) from None
 
     @property
     def name(self) -> str:

@@ -14,6 +14,8 @@ A store that cannot be written (another process holds the write lock past `busy_
 disk is full: SQLITE_BUSY / SQLITE_FULL, https://www.sqlite.org/rescode.html) raises
 `StateStoreError`, which names the file: the transaction is rolled back, so the step that failed
 left nothing behind (no watermark moved, no alert half-queued) and simply runs again next time.
+A `state.url` that cannot be opened at all (a directory, a file that is not SQLite, a directory
+that cannot be created or written) is a `ConfigError` naming it, the path and the fix.
 """
 
 from __future__ import annotations
@@ -94,19 +96,25 @@ class SQLiteStore:
         self.path = str(path)
         self._busy_timeout = busy_timeout_s
         self._pragmas = dict(pragmas or {})
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._named: dict[str, threading.Lock] = {}
-        with self.transaction() as conn:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                " component TEXT NOT NULL, version INTEGER NOT NULL,"
-                " applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ','now')),"
-                " PRIMARY KEY (component, version))"
-            )
+        try:
+            if self.path != ":memory:":
+                _make_parent(Path(self.path))
+            with self.transaction() as conn:
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                    " component TEXT NOT NULL, version INTEGER NOT NULL,"
+                    " applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ','now')),"
+                    " PRIMARY KEY (component, version))"
+                )
+        except (OSError, sqlite3.DatabaseError) as e:
+            self.close()
+            if isinstance(e, StateStoreError) and not _cannot_open(e):
+                raise  # locked or full: the step runs again, the path is fine
+            raise _open_error(self.path, e) from None
 
     @contextmanager
     def exclusive(self, name: str, wait_s: float) -> Iterator[bool]:
@@ -230,6 +238,61 @@ class SQLiteStore:
                 conn.close()
             self._all.clear()
         self._local = threading.local()
+
+
+_OPEN_FAILURES = ("unable to open", "not a database", "readonly database", "disk i/o error")
+
+
+def _cannot_open(e: BaseException) -> bool:
+    return any(text in str(e).lower() for text in _OPEN_FAILURES)
+
+
+def unusable_sqlite_path(path: Path) -> None:
+    """Raise `ConfigError` (naming `state.url`, the path and the fix) if `path` cannot be a SQLite
+    file: it is a directory, or one of its parents is a file. Never creates anything."""
+    if path.is_dir():
+        raise ConfigError(
+            f"state.url: {path} is a directory, not a SQLite file; name a file in it, e.g."
+            f' state.url = "sqlite:///{path / "state.sqlite"}"'
+        )
+    blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise ConfigError(
+            f"state.url: {path}: {blocker} is a file, not a directory; point state.url at a path"
+            " under a directory (it is created on first run)"
+        )
+
+
+def _make_parent(path: Path) -> None:
+    """Create the directory the SQLite file `path` goes in, or say why it cannot be."""
+    unusable_sqlite_path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(
+            f"state.url: {path}: cannot create the directory {path.parent} ({e.strerror or e}); create"
+            " it writable by the user gpucost runs as, or point state.url at a writable path"
+        ) from None
+
+
+def _open_error(path: str, e: BaseException) -> ConfigError:
+    """Why the SQLite file `path` could not be opened, as a `ConfigError` naming `state.url`."""
+    reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).split("; ")[0]
+    reason = reason.removeprefix(f"state store {path}: ")
+    if "not a database" in reason:
+        return ConfigError(
+            f"state.url: {path} is not a SQLite database ({reason}); point state.url at gpucost's"
+            " state file, or at a new path (created on first run)"
+        )
+    if not (isinstance(e, OSError) or _cannot_open(e)):
+        return ConfigError(
+            f"state.url: cannot open {path} ({reason}); point state.url at gpucost's state file, or at"
+            " a new path (created on first run)"
+        )
+    return ConfigError(
+        f"state.url: cannot open {path} ({reason}); make {Path(path).parent} writable by the user"
+        " gpucost runs as, or point state.url at a writable path"
+    )
 
 
 def refuse_newer(store: str, component: str, done: Iterable[int], known: int) -> None:
