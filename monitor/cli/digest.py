@@ -18,7 +18,7 @@ import click
 from monitor.attribution.compile import compile_rules
 from monitor.billing_poll import last_poll
 from monitor.cli import cli
-from monitor.cli._common import config_option, load_optional_config
+from monitor.cli._common import EARLIEST, config_option, load_optional_config
 from monitor.clock import FixedClock, SystemClock
 from monitor.config import Config
 from monitor.cycle import build_deps, run_billing_poll, run_digest
@@ -95,6 +95,8 @@ def digest_cmd(config_path: Path | None, day: datetime | None, send: bool) -> No
                 f"{the_day} is after the day gpucost's data reaches ({today}, {cfg.digest.timezone})",
                 param_hint="'--date'",
             )
+        if the_day is not None and the_day < EARLIEST.date():  # its chart's days overflowed
+            raise click.BadParameter(f"{the_day} is before {EARLIEST.year}", param_hint="'--date'")
         result = run_digest(deps, clock.now(), the_day, send=send, force=True)
     finally:
         deps.store.close()
