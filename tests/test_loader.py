@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -264,6 +265,35 @@ def test_the_same_contents_twice_in_one_call_are_refused(tmp_path: Path, conn, f
     with pytest.raises(InputError, match="the same bytes as"):
         load_billing([a, b], conn, again=True)  # `again` is about earlier loads, not this one
     assert _count(conn) == 0
+
+
+def test_the_same_rows_in_another_format_are_refused(tmp_path: Path) -> None:
+    """`simulate` writes the export as gzipped NDJSON and as Parquet: both to `--billing` counted
+    every dollar twice, and `gpucost load` took the .ndjson.gz after the .ndjson (other bytes, the
+    same rows). Their rows' count, exact cost, usage span and latest export tell them apart."""
+    from monitor.sources.factory import billing_source_from_files
+
+    rows = _three_rows()
+    plain = write_ndjson(tmp_path / "a.ndjson", rows)
+    gz = write_ndjson(tmp_path / "a.ndjson.gz", rows)
+    pq = write_parquet(tmp_path / "a.parquet", rows)
+    other = write_parquet(tmp_path / "b.parquet", rows[:2])
+    said = r"the same rows as {} \(3 rows, cost [\d.,]+, usage .* to .*\): its costs would count twice"
+    with pytest.raises(InputError, match=f"^{re.escape(str(gz))}: " + said.format(re.escape(str(pq)))):
+        billing_source_from_files([pq, gz])
+    reordered = write_parquet(tmp_path / "reordered.parquet", rows[::-1])  # other bytes (read in place)
+    assert reordered.read_bytes() != pq.read_bytes()
+    with pytest.raises(InputError, match=f"^{re.escape(str(reordered))}: " + said.format(re.escape(str(pq)))):
+        billing_source_from_files([pq, reordered])
+    assert billing_source_from_files([other, pq]) is not None  # some of the rows: not the same
+    db_file = tmp_path / "gpucost.duckdb"
+    c = open_billing_db(db_file)
+    load_billing([plain], c)
+    with pytest.raises(InputError, match=rf"the same rows as {re.escape(str(plain))}, loaded at .*--again"):
+        load_billing([gz], c)
+    assert _count(c) == 3
+    assert load_billing([gz], c, again=True).rows == 3
+    c.close()
 
 
 # --- malformed input: precise errors, nothing committed -----------------------------------------

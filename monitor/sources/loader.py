@@ -60,6 +60,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from monitor.errors import InputError
+from monitor.model import micros_to_decimal
 from monitor.schema import EXPORT_SCHEMA, Column
 from monitor.sources import duckdb_conn as db
 from monitor.sources.export_csv import iter_csv_records
@@ -371,8 +372,10 @@ def load_billing(
     per_file: dict[str, int] = {}
     standard: list[str] = []
     digests = _distinct_contents([Path(p) for p in paths])
+    signatures: dict[str, Path] = {}
     with _transaction(conn):
         conn.execute(_LOADS_DDL)
+        conn.execute(f"ALTER TABLE {LOADS_TABLE} ADD COLUMN IF NOT EXISTS rows_signature VARCHAR")
         if not again:
             _refuse_loaded(conn, digests)
         for i, p in enumerate(paths):
@@ -381,13 +384,16 @@ def load_billing(
                 progress.describe(path.name)
                 progress.update(i, total=len(paths), unit="files")
             before = _resources(conn)
+            first_row = conn.execute("SELECT coalesce(max(rowid) + 1, 0) FROM billing_export").fetchall()[0][0]
             loaded = _load_file(conn, path)
             per_file[str(path)] = per_file.get(str(path), 0) + loaded
             if _resources(conn) == before and str(path) not in standard:
                 standard.append(str(path))
+            signature = _signature(conn, "billing_export WHERE rowid >= ?", [first_row])
+            _refuse_same_rows(conn, path, signature, signatures, again=again)
             conn.execute(
-                f"INSERT INTO {LOADS_TABLE} VALUES (?, ?, ?, current_timestamp)",
-                [digests[path], str(path), loaded],
+                f"INSERT INTO {LOADS_TABLE} VALUES (?, ?, ?, current_timestamp, ?)",
+                [digests[path], str(path), loaded, signature],
             )
         native = [Path(p) for p in paths if detect_format(Path(p)) is not FileFormat.CSV]
         _check_zones(conn, native)
@@ -425,6 +431,11 @@ def view_billing(
             per_file[str(path)] = per_file.get(str(path), 0) + _nonempty(rows, path)
             if resources == 0 and str(path) not in standard:
                 standard.append(str(path))
+        if len(files) > 1:
+            seen: dict[str, Path] = {}
+            for path in files:
+                signature = _signature(conn, "read_parquet(?)", [str(path)])
+                _refuse_same_rows(conn, path, signature, seen, again=True)
         refused = db.parquet_row_rules(conn, files, present, refused=_REFUSED_ROW)
         db.create_parquet_view(conn, files, present)  # every row passed: the view does not check again
     except (duckdb.Error, UnicodeDecodeError) as e:
@@ -507,6 +518,53 @@ def _distinct_contents(paths: Sequence[Path]) -> dict[Path, str]:
             raise InputError(str(path), f"{same}: its costs would count twice; give each export file once")
         first[digest], digests[path] = path, digest
     return digests
+
+
+def _signature(conn: duckdb.DuckDBPyConnection, rows_from: str, params: list[Any]) -> str:
+    """What tells a file's rows apart from another's whatever its format: their count, cost in
+    micro-dollars summed exactly (in any order), first and last usage hour and latest export time.
+    The same rows as NDJSON and gzipped NDJSON, or as Parquet, differ in bytes, so only this catches
+    them (`simulate` writes both side by side; both passed to --billing counted every dollar twice).
+    """
+    # TRY_CAST: a NaN or infinite cost is refused later, naming its line (`_check_native`)
+    (row,) = conn.execute(
+        "SELECT count(*), sum(TRY_CAST(round(cost * 1000000) AS HUGEINT)), min(usage_start_time),"
+        f" max(usage_start_time), max(export_time) FROM {rows_from}",
+        params,
+    ).fetchall()
+    return "|".join("" if v is None else str(v) for v in row)
+
+
+def _refuse_same_rows(
+    conn: duckdb.DuckDBPyConnection, path: Path, signature: str, seen: dict[str, Path], *, again: bool
+) -> None:
+    """An `InputError` when `path`'s rows are those of a file before it in this call (`seen`), or,
+    unless `again`, of a file this database already holds (`LOADS_TABLE`); else note them."""
+    if signature in seen:
+        raise InputError(
+            str(path),
+            f"the same rows as {seen[signature]} ({_described(signature)}): its costs would count"
+            " twice; give one of them",
+        )
+    seen[signature] = path
+    if again:
+        return
+    found = conn.execute(
+        f"SELECT name, loaded_at FROM {LOADS_TABLE} WHERE rows_signature = ? ORDER BY loaded_at DESC LIMIT 1",
+        [signature],
+    ).fetchall()
+    if found:
+        row = found[0]
+        raise InputError(
+            str(path),
+            f"the same rows as {row[0]}, loaded at {to_iso(row[1])} ({_described(signature)}): loading"
+            " them again would count their costs twice; `gpucost load --again` loads them anyway",
+        )
+
+
+def _described(signature: str) -> str:
+    rows, micros, first, last, _ = signature.split("|")
+    return f"{int(rows):,} rows, cost {micros_to_decimal(int(micros or 0)):,.2f}, usage {first} to {last}"
 
 
 def _refuse_loaded(conn: duckdb.DuckDBPyConnection, digests: Mapping[Path, str]) -> None:
