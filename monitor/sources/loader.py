@@ -373,6 +373,7 @@ def load_billing(
     standard: list[str] = []
     digests = _distinct_contents([Path(p) for p in paths])
     signatures: dict[str, Path] = {}
+    ledger: list[tuple[Path, int, str]] = []
     with _transaction(conn):
         conn.execute(_LOADS_DDL)
         conn.execute(f"ALTER TABLE {LOADS_TABLE} ADD COLUMN IF NOT EXISTS rows_signature VARCHAR")
@@ -389,15 +390,16 @@ def load_billing(
             per_file[str(path)] = per_file.get(str(path), 0) + loaded
             if _resources(conn) == before and str(path) not in standard:
                 standard.append(str(path))
-            signature = _signature(conn, "billing_export WHERE rowid >= ?", [first_row])
+            ledger.append((path, loaded, _signature(conn, "billing_export WHERE rowid >= ?", [first_row])))
+        native = [Path(p) for p in paths if detect_format(Path(p)) is not FileFormat.CSV]
+        _check_zones(conn, native)
+        _check_native(conn, native)
+        for path, loaded, signature in ledger:  # after the rows' own checks: a bad row is told first
             _refuse_same_rows(conn, path, signature, signatures, again=again)
             conn.execute(
                 f"INSERT INTO {LOADS_TABLE} VALUES (?, ?, ?, current_timestamp, ?)",
                 [digests[path], str(path), loaded, signature],
             )
-        native = [Path(p) for p in paths if detect_format(Path(p)) is not FileFormat.CSV]
-        _check_zones(conn, native)
-        _check_native(conn, native)
     return _report(len(paths), per_file, standard, progress)
 
 
