@@ -12,6 +12,7 @@ Relative paths are relative to the working directory the daemon was started in.
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 import tomllib
@@ -581,7 +582,9 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
 def load_config(path: str | Path) -> Config:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors) is not TOML
+        # a byte-order mark (Windows editors) is not TOML; not the "utf-8-sig" codec: imported on
+        # first use, it fails where the Python install cannot be read (a test run as nobody)
+        text = p.read_bytes().removeprefix(codecs.BOM_UTF8).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{p}: config file not found (pass --config PATH)") from None
     except OSError as e:
