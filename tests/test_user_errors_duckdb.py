@@ -115,7 +115,9 @@ _DAY = ("--start", "2026-11-01T00:00:00Z", "--end", "2026-11-02T00:00:00Z")
 
 @contextmanager
 def _as_another_user() -> Iterator[None]:
-    """As root: effective uid and gid `nobody`, for the block (restored after); otherwise as is."""
+    """As root: effective uid and gid `nobody`, for the block (restored after); otherwise as is.
+    The block must not import a module on first use: the Python install may be private to root
+    (here under /root), so each test runs its commands once as itself first."""
     if os.geteuid() != 0:
         yield
         return
@@ -152,6 +154,7 @@ def test_a_billing_db_only_its_owner_may_write_is_read_and_not_loaded_into(
     db.chmod(0o444 if os.geteuid() != 0 else 0o644)  # as root: owned by root, read by nobody
     config = _config(shared_dir, db)
     config.chmod(0o644)
+    assert main(["report", "--config", str(config), "--format", "json", *_DAY]) == 0  # imports, as root
     capsys.readouterr()
     with _as_another_user():
         report = main(["report", "--config", str(config), "--format", "json", *_DAY])
