@@ -361,3 +361,30 @@ def test_missing_table_from_the_emulator_is_permanent_and_names_the_table(
     msg = str(info.value)
     assert msg.startswith(f"BigQuery query partitions on {table}: ")
     assert "no_such_export" in msg.split(";")[0] and "check billing.table" in msg
+
+
+def test_check_dry_runs_the_polls_aggregation_so_a_standard_export_table_fails(
+    bq_wire: WireProxy, bq_client: bigquery.Client, bq_export: LoadedExport
+) -> None:
+    """A standard usage cost export table (no `resource`: real koku and psp exports) passed `check`,
+    which dry-ran `partitions` only, and then failed every poll's `hourly` (a helper's real exports)."""
+    from monitor.cli.check import check_billing
+    from monitor.config import Config
+    from monitor.schema import bigquery_schema
+    from tests.emulators.fleet import DATASET
+    from tests.emulators.wire import PARTITION_STANDIN
+
+    name = f"{BQ_PROJECT}.{DATASET}.standard"
+    fields = [f for f in bigquery_schema() if f.name != "resource"]
+    table = bigquery.Table(name, schema=[*fields, bigquery.SchemaField(PARTITION_STANDIN, "TIMESTAMP")])
+    table.time_partitioning = bigquery.TimePartitioning(type_=bigquery.TimePartitioningType.DAY)
+    bq_client.create_table(table, exists_ok=True)
+    now = FLEET_END
+    for tbl, ok in ((bq_export.table, True), (name, False)):
+        cfg = Config(billing=billing_config(bq_wire.url, tbl), google=ANONYMOUS)
+        if ok:
+            check = check_billing(cfg, offline=False, now=now)
+            assert check.ok and "dry runs of `partitions` and `hourly`" in check.detail, check.detail
+        else:
+            with pytest.raises(PermanentSourceError, match=r"hourly.*detailed export table"):
+                check_billing(cfg, offline=False, now=now)

@@ -66,8 +66,14 @@ def check_billing(cfg: Config, offline: bool, now: datetime) -> Check:
     source = billing_source_from_config(b, google=cfg.google)
     window = {"usage_start": start, "usage_end": end, "partition_end": end + timedelta(days=1)}
     nbytes = source.dry_run("partitions", window)
+    # and of the poll's aggregation, which reads the detailed export's columns: a standard export
+    # table (no `resource`) passed `partitions` and then failed every poll (a helper's real exports)
+    hourly = source.dry_run("hourly", window | {"label_keys": list(cfg.stored_label_keys())})
     return Check(
-        "billing", True, f"BigQuery {b.table}: dry run of `partitions` would process {nbytes or 0:,} bytes"
+        "billing",
+        True,
+        f"BigQuery {b.table}: dry runs of `partitions` and `hourly` would process {nbytes or 0:,} and"
+        f" {hourly or 0:,} bytes",
     )
 
 
