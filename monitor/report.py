@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -24,6 +25,8 @@ from monitor.model import micros_to_decimal, plain_cents
 from monitor.sources.base import BillingSource
 from monitor.sources.factory import search_range
 from monitor.timeutil import floor_day, floor_hour, to_iso
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "GROUPINGS",
@@ -213,9 +216,18 @@ def data_window(
     of files or a table (a live daemon's window counts from the clock instead). Raises ValueError
     when the window is empty or reversed."""
     lo, hi = search_range(source.engine, now)
-    _, last_end, last_export, _ = data_extent(source, start or lo, end or hi, now)
-    if start is not None or end is not None:  # the window's rows were not all the data's
-        last_export = data_extent(source, lo, hi, now)[2]
+    _, last_end, last_export, rows = data_extent(source, start or lo, end or hi, now)
+    # the window's rows were not all the data's (a local copy: reading its extent is free)
+    if (start is not None or end is not None) and source.engine != "bigquery":
+        first, last, last_export, everywhere = data_extent(source, lo, hi, now)
+        if not rows and everywhere and (start or lo) < (end or hi):  # a mistyped year read $0.00, silent
+            log.warning(
+                "no export rows in the window %s to %s; the data's usage runs from %s to %s",
+                to_iso(start or lo),
+                to_iso(end or hi),
+                to_iso(first),
+                to_iso(last),
+            )
     start, end = default_window(last_end, start, end, now)
     return start, end, data_as_of(last_export, end)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -468,3 +469,14 @@ def test_a_window_is_read_as_of_the_datas_last_load_not_its_own(tmp_path: Path, 
     assert main(["analyze", "--billing", str(path), "--format", "json", *day]) == 0
     window = json.loads(capsys.readouterr().out)["window"]
     assert window["provisional_from"] == "2026-11-24T00:00:00Z"  # 3 days before the late load's day
+
+
+def test_a_window_without_rows_says_where_the_data_is(tmp_path: Path, caplog) -> None:
+    # a mistyped year read $0.00, exit 0, without a word (a helper's audit)
+    path = write_ndjson(tmp_path / "export.ndjson", [export_row("Nvidia L4 GPU running in Americas", 2.0)])
+    window = ["--start", "2025-11-02T00:00:00Z", "--end", "2025-11-03T00:00:00Z"]
+    caplog.set_level(logging.WARNING, "monitor.report")
+    assert main(["report", "--billing", str(path), "--format", "json", *window]) == 0
+    err = caplog.text
+    assert "no export rows in the window 2025-11-02T00:00:00Z to 2025-11-03T00:00:00Z; the data's usage" in err
+    assert "runs from 2026-11-02T00:00:00Z to 2026-11-02T01:00:00Z" in err, err
