@@ -189,10 +189,15 @@ def default_window(
     latest_usage_end: datetime | None, start: datetime | None, end: datetime | None, now: datetime
 ) -> tuple[datetime, datetime]:
     """`--start/--end` defaults: end = latest usage in the data (else now), start = end - 14 days."""
+    given = end is not None
     end = end or latest_usage_end or now
     start = start or end - timedelta(days=14)
-    if start >= end:
-        raise ValueError(f"--start ({to_iso(start)}) must be before --end ({to_iso(end)})")
+    if start >= end:  # "--end (now)" to a user who gave no --end
+        what = "--end" if given else "the data's latest usage" if latest_usage_end else "now"
+        raise ValueError(
+            f"--start ({to_iso(start)}) must be before {what} ({to_iso(end)})"
+            + ("" if given else "; pass --end")
+        )
     return start, end
 
 

@@ -84,8 +84,13 @@ def test_default_window_ends_at_the_latest_usage() -> None:
     now = datetime(2027, 1, 1, tzinfo=UTC)
     assert default_window(last, None, None, now) == (last - timedelta(days=14), last)
     assert default_window(None, None, None, now) == (now - timedelta(days=14), now)
-    with pytest.raises(ValueError, match="must be before"):
+    with pytest.raises(ValueError, match=r"must be before --end \(2026-11-04T00:00:00Z\)$"):
         default_window(last, last, last, now)
+    # no --end given: said "--end (now)" (a helper's audit)
+    with pytest.raises(ValueError, match=r"before the data's latest usage \(2026-11-04T00:00:00Z\); pass --end"):
+        default_window(last, last, None, now)
+    with pytest.raises(ValueError, match=r"before now \(2027-01-01T00:00:00Z\); pass --end"):
+        default_window(None, now, None, now)
 
 
 def test_report_by_category_with_pricing_models_and_provisional_days(source) -> None:
