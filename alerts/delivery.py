@@ -209,7 +209,10 @@ def _record(
         result = DeliveryResult.retry("lookup returned nothing", uncertain=True)
     if result.outcome is Outcome.SENT:
         mark_sent(deps.store, row.id, result.ts, result.channel, now)
-        log.info("alert %s sent to %s (ts %s)", row.idempotency_key, result.channel or row.channel, result.ts)
+        channel = result.channel or row.channel
+        # the console notifier "sent to #gpucost-alerts" in the demo, with no Slack token set
+        where = f"the console (for {channel})" if deps.notifier.name == "console" else channel
+        log.info("alert %s sent to %s (ts %s)", row.idempotency_key, where, result.ts)
         return "sent"
     error = result.error or "unknown error"
     if result.outcome is Outcome.RETRY and attempts < MAX_ATTEMPTS:

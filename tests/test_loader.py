@@ -278,7 +278,7 @@ def test_the_same_rows_in_another_format_are_refused(tmp_path: Path) -> None:
     gz = write_ndjson(tmp_path / "a.ndjson.gz", rows)
     pq = write_parquet(tmp_path / "a.parquet", rows)
     other = write_parquet(tmp_path / "b.parquet", rows[:2])
-    said = r"the same rows as {} \(3 rows, cost [\d.,]+, usage .* to .*\): its costs would count twice"
+    said = r"the same rows as {} \(3 rows, usage .* to .*\): its costs would count twice"
     with pytest.raises(InputError, match=f"^{re.escape(str(gz))}: " + said.format(re.escape(str(pq)))):
         billing_source_from_files([pq, gz])
     reordered = write_parquet(tmp_path / "reordered.parquet", rows[::-1])  # other bytes (read in place)

@@ -68,9 +68,17 @@ def digest_now(billing: BillingSource, real_now: datetime) -> datetime:
 
 @cli.command("digest")
 @config_option()
-@click.option("--date", "day", type=click.DateTime(["%Y-%m-%d"]), help="Day to report (default: yesterday).")
 @click.option(
-    "--send", is_flag=True, help="Also post it to Slack (the digest is written under out/ either way)."
+    "--date",
+    "day",
+    type=click.DateTime(["%Y-%m-%d"]),
+    help=(
+        "Day to report (default: the day before the last billing poll, or before a local copy's"
+        " latest load, in digest.timezone)."
+    ),
+)
+@click.option(
+    "--send", is_flag=True, help="Also post it to Slack (the digest is written to digest.out_dir either way)."
 )
 def digest_cmd(config_path: Path | None, day: datetime | None, send: bool) -> None:
     """Render the daily digest (Markdown + PNG chart) from the state store; --send posts it to Slack."""

@@ -42,7 +42,8 @@ def billing_source_from_config(
     if not cfg.db.is_file():
         raise ConfigError(
             f"billing.db: {cfg.db} does not exist; load export files into it with "
-            f"`gpucost load --billing FILE --db {cfg.db}`, or pass --billing FILE"
+            f"`gpucost load --billing FILE --db {cfg.db}` (report, analyze, jobs and gpus also read"
+            " export files: --billing FILE)"
         )
     try:  # read-only: every query only reads, and the file may be another user's (mode 644)
         conn = open_billing_db(cfg.db, memory_limit=cfg.duckdb_memory_limit, read_only=True)

@@ -60,7 +60,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from monitor.errors import InputError
-from monitor.model import micros_to_decimal
 from monitor.schema import EXPORT_SCHEMA, Column
 from monitor.sources import duckdb_conn as db
 from monitor.sources.export_csv import iter_csv_records
@@ -565,8 +564,9 @@ def _refuse_same_rows(
 
 
 def _described(signature: str) -> str:
-    rows, micros, first, last, _ = signature.split("|")
-    return f"{int(rows):,} rows, cost {micros_to_decimal(int(micros or 0)):,.2f}, usage {first} to {last}"
+    """Not the cost: summed over the export's currencies, it was no figure of any (a helper's run)."""
+    rows, _, first, last, _ = signature.split("|")
+    return f"{int(rows):,} rows, usage {first} to {last}"
 
 
 def _refuse_loaded(conn: duckdb.DuckDBPyConnection, digests: Mapping[Path, str]) -> None:
