@@ -360,3 +360,12 @@ def test_check_reads_units_from_cloud_monitoring(tmp_path, export_db, capsys, mo
         assert code == 1
         detail = lines["utilization"].split(None, 2)[2]
         assert detail.endswith(f"; skipped, unit unknown (never guessed): {DCGM_V1} (unit 'ms')")
+
+
+def test_a_digest_without_billing_data_writes_nothing(tmp_path, capsys, monkeypatch) -> None:
+    # it left out/aggregates.duckdb behind, opened before the billing check (a helper's README audit)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.toml").write_text("[http]\nenabled = false\n", encoding="utf-8")
+    code, _, err = _cli(capsys, "digest", "--config", "c.toml")
+    assert code == 2 and "billing.db: out/gpucost.duckdb does not exist" in err, err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["c.toml"]

@@ -84,11 +84,14 @@ def digest_cmd(config_path: Path | None, day: datetime | None, send: bool) -> No
     """Render the daily digest (Markdown + PNG chart) from the state store; --send posts it to Slack."""
     cfg = load_optional_config(config_path)
     billing = LazyBilling(cfg)
-    aggregates = AggregateStore(aggregates_path(cfg.state.url, cfg.state.aggregates_path))
-    try:
-        now = last_poll(aggregates)
-    finally:
-        aggregates.close()
+    path = aggregates_path(cfg.state.url, cfg.state.aggregates_path)
+    now = None
+    if path is None or path.exists():  # never polled: nothing to read, nor a file to leave behind
+        aggregates = AggregateStore(path)
+        try:
+            now = last_poll(aggregates)
+        finally:
+            aggregates.close()
     clock = FixedClock(now or digest_now(billing, SystemClock().now()))
     deps = build_deps(cfg, clock, billing)
     try:
