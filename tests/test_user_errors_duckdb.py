@@ -87,11 +87,25 @@ def test_a_new_database_path_is_created_with_duckdbs_header(
     assert main(["load", "--billing", str(source), "--db", str(db), "--again"]) == 0
 
 
+def test_billing_db_naming_a_directory_says_to_name_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # it said "does not exist; load export files into it with ... --db DIR", a load that fails
+    config = _config(tmp_path, tmp_path)
+    assert main(["report", "--config", str(config)]) == 2
+    assert _one_error_line(capsys) == (
+        f'gpucost: error: billing.db: {tmp_path} is a directory; name the DuckDB file, e.g. billing.db = "'
+        f'{tmp_path / "billing.duckdb"}"'
+    )
+
+
 def test_billing_db_naming_an_export_file_is_a_config_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`report` printed an empty table and `run --once` polled nothing, both exit 0."""
-    export = write_parquet(tmp_path / "export.parquet", [export_row()])
+    """`report` printed an empty table and `run --once` polled nothing, both exit 0. (Under a
+    directory named "blocks": `check` read "lock" in the message's path as a running daemon.)"""
+    (tmp_path / "blocks").mkdir()
+    export = write_parquet(tmp_path / "blocks" / "export.parquet", [export_row()])
     config = _config(tmp_path, export)
     assert main(["report", "--config", str(config)]) == 2
     assert _one_error_line(capsys) == (

@@ -81,6 +81,8 @@ def _check_duckdb(cfg: Config) -> Check:
     import duckdb
 
     db = cfg.billing.db
+    if db.is_dir():
+        return Check("billing", False, f"DuckDB {db} is a directory; name the DuckDB file in billing.db")
     if not db.is_file():
         if cfg.demo.enabled:
             return Check("billing", True, f"DuckDB {db}: not created yet (the demo creates it on first run)")
@@ -91,7 +93,7 @@ def _check_duckdb(cfg: Config) -> Check:
     try:  # the shared opener: it names an export file given as the database, and reads read-only
         conn = open_billing_db(db, read_only=True, table=False)
     except InputError as e:
-        if "lock" in str(e).lower():
+        if getattr(e, "locked", False):  # DuckDB's words: the path may hold "lock" ("/srv/blocks/")
             return Check("billing", True, f"DuckDB {db}: present, held open by a running daemon")
         return Check("billing", False, str(e))
     try:
@@ -126,7 +128,12 @@ def _loaded_files(conn: Any) -> str:
 def check_utilization(cfg: Config, offline: bool, now: datetime) -> Check:
     u = cfg.utilization
     if u.source == "files":
-        missing = [str(p) for p in u.files if not Path(p).exists()]
+        # a missing directory, or (the demo's) one without a file yet: the demo writes them
+        missing = [
+            str(p)
+            for p in u.files
+            if not Path(p).exists() or (cfg.demo.enabled and Path(p).is_dir() and not any(Path(p).iterdir()))
+        ]
         if not u.files:
             return Check("utilization", False, "utilization.files is empty")
         if missing and cfg.demo.enabled:
@@ -218,7 +225,7 @@ def check_aggregates(cfg: Config) -> Check:
     try:
         rows, last, covered = aggregate_summary(AggregateStore(path, lock_timeout_s=2))
     except StateStoreError as e:
-        if "lock" in str(e).lower():
+        if "lock" in str(e).replace(str(path), "").lower():  # not in the path ("/srv/blocks/")
             return Check("aggregates", True, f"{path}: present, held by a running daemon")
         return Check("aggregates", False, str(e))
     polled = f"last billing poll {last:%Y-%m-%d %H:%M} UTC" if last else "no billing poll yet"

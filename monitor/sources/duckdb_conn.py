@@ -252,11 +252,14 @@ def _cannot_open(target: str, e: BaseException, *, read_only: bool) -> InputErro
         return InputError(
             target, f"cannot write the DuckDB database ({why}): load into a path on a writable volume"
         )
-    return InputError(
+    error = InputError(
         target,
         f"cannot open the DuckDB database ({why}): pass a DuckDB file that no other process holds open"
         + ("" if read_only else ", or a new path"),
     )
+    # DuckDB's own words for a file another process holds (not the path: "/srv/blocks/" is no lock)
+    error.locked = "could not set lock" in why.lower() or "conflicting lock" in why.lower()  # type: ignore[attr-defined]
+    return error
 
 
 def insert_arrow(conn: duckdb.DuckDBPyConnection, table: pa.Table, *, checked: bool = False) -> int:

@@ -39,6 +39,11 @@ def billing_source_from_config(
     from monitor.sources.billing_duckdb import DuckDBBillingSource
     from monitor.sources.duckdb_conn import DatabaseFileError, open_billing_db
 
+    if cfg.db.is_dir():  # "does not exist; load into it" gave a fix that fails: --db is a directory
+        raise ConfigError(
+            f"billing.db: {cfg.db} is a directory; name the DuckDB file, e.g. billing.db ="
+            f' "{cfg.db / "billing.duckdb"}"'
+        )
     if not cfg.db.is_file():
         raise ConfigError(
             f"billing.db: {cfg.db} does not exist; load export files into it with "
