@@ -375,7 +375,10 @@ def render_markdown(d: DigestData, chart_name: str | None = None, jobs_chart_nam
             f"{i}. **{money(f.impact_usd)}** {_md_cell(f.title)}{where} `{f.kind}`{f' *({marks})*' if marks else ''}"
         )
     lines += ["", "## Daily spend", ""]
-    cats = list(d.mtd_by_category) or sorted({c for v in d.daily_by_category.values() for c in v})
+    # every category of the chart's days, the month's first: one spent only on days of the month
+    # before was in no column, and its row did not add up
+    cats = list(d.mtd_by_category)
+    cats += sorted({c for v in d.daily_by_category.values() for c in v} - set(cats))
     if d.daily_by_category:
         lines += ["| " + " | ".join(["Day", *(_md_cell(c) for c in cats), "Total", "Idle GPU"]) + " |"]
         lines += ["|---|" + "---:|" * (len(cats) + 2)]

@@ -114,6 +114,16 @@ def test_the_figures_of_a_table_add_up_to_its_total_as_shown() -> None:
     assert [f["text"].split("\n")[1].split(" (")[0] for f in fields] == ["$10.01", "$10.00", "$10.00"]
 
 
+def test_a_daily_row_has_a_column_for_each_of_its_categories() -> None:
+    # a category spent only on days of the month before was in no column: the row read
+    # "| 2026-10-30 | $50.00 | $79.00 |" (a helper's review)
+    d = empty_digest(
+        mtd_by_category={"compute": D("50")},
+        daily_by_category={date(2026, 10, 30): {"compute": D("50"), "support": D("29")}},
+    )
+    assert "| 2026-10-30 | $50.00 | $29.00 | $79.00 | $0.00 |" in render_markdown(d)
+
+
 def test_a_change_and_its_percentage_carry_one_sign() -> None:
     # seed 23's digest printed "-$5.06 (+-0.0%)": a tiny fall rounds to a signed zero
     assert delta(Decimal("99994.94"), Decimal("100000")) == "-$5.06 (-0.0%)"
