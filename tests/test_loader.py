@@ -286,6 +286,14 @@ def test_the_same_rows_in_another_format_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=f"^{re.escape(str(reordered))}: " + said.format(re.escape(str(pq)))):
         billing_source_from_files([pq, reordered])
     assert billing_source_from_files([other, pq]) is not None  # some of the rows: not the same
+    # a bad row is told before the same rows, read in place too (it was for NDJSON only)
+    bad = [dict(r) for r in rows]
+    bad[1] = bad[1] | {"cost": float("nan")}
+    bad_a = write_parquet(tmp_path / "bad_a.parquet", bad)
+    bad_b = write_parquet(tmp_path / "bad_b.parquet", bad[::-1])
+    with pytest.raises(InputError, match="cost") as info:
+        billing_source_from_files([bad_a, bad_b])
+    assert "the same rows" not in str(info.value)
     db_file = tmp_path / "gpucost.duckdb"
     c = open_billing_db(db_file)
     load_billing([plain], c)

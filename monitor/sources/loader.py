@@ -432,12 +432,8 @@ def view_billing(
             per_file[str(path)] = per_file.get(str(path), 0) + _nonempty(rows, path)
             if resources == 0 and str(path) not in standard:
                 standard.append(str(path))
-        if len(files) > 1:
-            seen: dict[str, Path] = {}
-            for path in files:
-                signature = _signature(conn, "read_parquet(?)", [str(path)])
-                _refuse_same_rows(conn, path, signature, seen, again=True)
         refused = db.parquet_row_rules(conn, files, present, refused=_REFUSED_ROW)
+        signatures = [_signature(conn, "read_parquet(?)", [str(p)]) for p in files] if len(files) > 1 else []
         db.create_parquet_view(conn, files, present)  # every row passed: the view does not check again
     except (duckdb.Error, UnicodeDecodeError) as e:
         for path in files:
@@ -447,6 +443,9 @@ def view_billing(
     _check_zones(conn, files)
     if refused:  # after the zones, as `load_billing` checks them
         _refuse(files)
+    seen: dict[str, Path] = {}
+    for path, signature in zip(files, signatures, strict=False):  # after the rows' own checks
+        _refuse_same_rows(conn, path, signature, seen, again=True)
     return _report(len(files), per_file, standard, progress)
 
 
