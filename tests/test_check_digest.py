@@ -132,6 +132,7 @@ def test_a_digest_of_a_day_to_come_is_refused(tmp_path, export_db, capsys) -> No
     assert not (tmp_path / "out" / "digest-2027-01-01.md").exists()
     code, _, err = _cli(capsys, "digest", "--config", str(config), "--date", "0001-01-01")  # OverflowError
     assert code == 2 and "'--date': 0001-01-01 is before 2000" in err, err
+    assert not (tmp_path / "state.sqlite").exists()  # refused before the state store is made
 
 
 def test_digest_send_posts_once_with_chart_and_fails_in_one_line(tmp_path, export_db, capsys, monkeypatch):

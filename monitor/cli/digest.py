@@ -93,21 +93,22 @@ def digest_cmd(config_path: Path | None, day: datetime | None, send: bool) -> No
         finally:
             aggregates.close()
     clock = FixedClock(now or digest_now(billing, SystemClock().now()))
+    the_day: date | None = day.date() if day is not None else None
+    today = clock.now().astimezone(ZoneInfo(cfg.digest.timezone)).date()
+    # before the state store and a poll: a refused --date wrote them (out/state.sqlite)
+    if the_day is not None and the_day > today:  # it wrote a digest of a day to come, exit 0
+        raise click.BadParameter(
+            f"{the_day} is after the day gpucost's data reaches ({today}, {cfg.digest.timezone})",
+            param_hint="'--date'",
+        )
+    if the_day is not None and the_day < EARLIEST.date():  # its chart's days overflowed
+        raise click.BadParameter(f"{the_day} is before {EARLIEST.year}", param_hint="'--date'")
     deps = build_deps(cfg, clock, billing)
     try:
         if send and deps.notifier.name == "console":
             raise ConfigError("--send needs SLACK_BOT_TOKEN and slack.channel (or slack.webhook_url_env)")
         if now is None:
             run_billing_poll(deps, clock.now())
-        the_day: date | None = day.date() if day is not None else None
-        today = clock.now().astimezone(ZoneInfo(cfg.digest.timezone)).date()
-        if the_day is not None and the_day > today:  # it wrote a digest of a day to come, exit 0
-            raise click.BadParameter(
-                f"{the_day} is after the day gpucost's data reaches ({today}, {cfg.digest.timezone})",
-                param_hint="'--date'",
-            )
-        if the_day is not None and the_day < EARLIEST.date():  # its chart's days overflowed
-            raise click.BadParameter(f"{the_day} is before {EARLIEST.year}", param_hint="'--date'")
         result = run_digest(deps, clock.now(), the_day, send=send, force=True)
     finally:
         deps.store.close()
