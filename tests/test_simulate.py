@@ -111,8 +111,11 @@ def test_simulating_again_into_a_directory_leaves_no_day_of_the_last_run(tmp_pat
     # re-simulated with fewer days, the old run's utilization days stayed and analyses read them
     write_fleet(tmp_path, seed=3, days=2)
     (tmp_path / "utilization" / "notes.json.gz").write_bytes(b"")  # not a day: not ours to remove
+    # a day the last run did not write (another tool's, the demo's): not ours either (a review)
+    (tmp_path / "utilization" / "2026-10-01.json.gz").write_bytes(b"")
     write_fleet(tmp_path, seed=3, days=1, start=datetime(2026, 11, 5, tzinfo=UTC))
     assert sorted(p.name for p in (tmp_path / "utilization").iterdir()) == [
+        "2026-10-01.json.gz",
         "2026-11-05.json.gz",
         "notes.json.gz",
     ]

@@ -121,17 +121,20 @@ def _write_page(path: Path, series: Iterable[dict]) -> None:
         gz.write(b"]}")
 
 
-def _drop_stale_days(util_dir: Path, days: set[date]) -> None:
-    """Remove the day files an earlier `simulate` into the same directory wrote for other days:
-    re-simulated with fewer days, the old files stayed, and analyses read them with the new
-    export (a helper's audit). Other files are left alone."""
-    for f in util_dir.glob("*.json.gz"):
-        try:
-            day = date.fromisoformat(f.name.removesuffix(".json.gz"))
-        except ValueError:
-            continue
+def _drop_stale_days(out_dir: Path, days: set[date]) -> None:
+    """Remove the utilization day files the last `simulate` into `out_dir` wrote (its
+    ground_truth.json's window) that this run does not write: re-simulated with fewer days, the
+    old files stayed, and analyses read them with the new export. Nothing else is touched (a
+    day file of another run or tool, without the last run's window, stays)."""
+    try:
+        window = json.loads((out_dir / "ground_truth.json").read_text(encoding="utf-8"))["window"]
+        first, end = (datetime.fromisoformat(window[k]).date() for k in ("start", "end"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    for n in range((end - first).days):
+        day = first + timedelta(days=n)
         if day not in days:
-            f.unlink()
+            (out_dir / "utilization" / f"{day.isoformat()}.json.gz").unlink(missing_ok=True)
 
 
 def write_fleet(
@@ -165,7 +168,7 @@ def write_fleet(
                 progress.update(tally.rows, total=estimate, unit="rows", approximate=h + 1 < sim.hours)
     if progress is not None:
         progress.describe("utilization")
-    _drop_stale_days(out_dir / "utilization", {sim.start.date() + timedelta(days=d) for d in range(days)})
+    _drop_stale_days(out_dir, {sim.start.date() + timedelta(days=d) for d in range(days)})
     for d in range(days):
         if progress is not None:
             progress.update(d, total=days, unit="days")
