@@ -21,6 +21,7 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.base import BaseTrigger
 
+from monitor.errors import UserError
 from monitor.metrics import Metrics
 
 __all__ = [
@@ -101,7 +102,9 @@ class GuardedJob:
             self.metrics.job_failures.labels(name).inc()
             log.error(
                 "job failed; backing off",
-                exc_info=True,
+                # a user's mistake (an empty utilization directory) says what and the fix in one
+                # line; its traceback, on every retry, said nothing more
+                exc_info=not isinstance(e, UserError),
                 extra={
                     "job": name,
                     "source": self.last_source,

@@ -154,3 +154,21 @@ def test_run_at_brings_a_job_forward_and_never_puts_it_off() -> None:
     finally:
         assert sched.stop(timeout=60)
     assert sched.run_at("outbox", datetime.now(UTC)) is False  # stopped
+
+
+def test_a_users_mistake_is_logged_without_a_traceback(caplog) -> None:
+    # an empty utilization directory logged its whole traceback on every retry; a bug still does
+    from monitor.errors import InputError
+
+    def empty() -> None:
+        raise InputError("/data/util", "no .json.gz or .json file in this directory")
+
+    def bug() -> None:
+        raise KeyError("x")
+
+    caplog.set_level("ERROR", "gpucost.daemon")
+    for func in (empty, bug):
+        GuardedJob(JobSpec(func.__name__, func, IntervalTrigger(seconds=1)), Metrics.create(), base=0)()
+    mistake, crash = caplog.records[-2:]
+    assert not mistake.exc_info and "no .json.gz" in mistake.error  # type: ignore[attr-defined]
+    assert crash.exc_info is not None
