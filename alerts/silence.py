@@ -13,7 +13,6 @@ from datetime import datetime
 
 from alerts.routing import matches
 from monitor.config import AlertsConfig
-from monitor.errors import ConfigError
 from monitor.model import Finding
 from monitor.timeutil import parse_timestamp
 
@@ -31,16 +30,8 @@ class ActiveSilence:
 
 
 def silences_from_config(cfg: AlertsConfig) -> list[ActiveSilence]:
-    """Parse `[[alerts.silences]]`; errors name the entry and the fix."""
-    out = []
-    for i, s in enumerate(cfg.silences):
-        where = f"alerts.silences[{i}]"
-        try:
-            until = parse_timestamp(s.until)
-        except ValueError as e:
-            raise ConfigError(f"{where}.until: {e}") from None
-        out.append(ActiveSilence(dict(s.match), until, s.comment))
-    return out
+    """`[[alerts.silences]]` as `ActiveSilence`s (checked as the config loaded: `until` parses)."""
+    return [ActiveSilence(dict(s.match), parse_timestamp(s.until), s.comment) for s in cfg.silences]
 
 
 def is_silenced(finding: Finding, silences: Sequence[ActiveSilence], now: datetime) -> bool:

@@ -35,7 +35,7 @@ from pydantic import (
 
 from monitor.errors import ConfigError
 from monitor.jobs.config import JobsConfig, check_label_keys
-from monitor.model import JOB_FINISHED, SUBCATEGORIES, PricingModel
+from monitor.model import JOB_FINISHED, SUBCATEGORIES, PricingModel, Severity
 
 #: The billing engine's DuckDB memory limit unless `billing.duckdb_memory_limit` sets one.
 DUCKDB_MEMORY_LIMIT = "1GB"
@@ -257,7 +257,7 @@ class BudgetsConfig(_Strict):
 #: Keys a matcher (`[[slack.routes]]`, `[[alerts.silences]]`) or `alerts.group_by` may use besides
 #: `label.<key>`.
 MATCH_KEYS: tuple[str, ...] = ("kind", "severity", "project", "zone", "region", "cluster", "instance")
-_SEVERITIES = ("info", "warning", "critical")
+_SEVERITIES = tuple(s.value for s in Severity)
 
 
 def _match_key(key: str) -> str:
