@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from alerts.notifier import DeliveryResult, Message
 from monitor.errors import ConfigError
+from monitor.paths import file_in_the_way
 
 __all__ = ["ConsoleNotifier", "blocks_to_text", "unusable_dir"]
 
@@ -29,7 +30,7 @@ def unusable_dir(path: Path, setting: str) -> ConfigError | None:
     True
     """
     path = Path(path)
-    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    blocker = file_in_the_way(path)
     if blocker is None:
         return None
     what = f"{path} is a file" if blocker == path else f"{path}: {blocker} is a file"

@@ -173,24 +173,20 @@ def _refuse_foreign(path: Path, *, read_only: bool) -> None:
     raise InputError(str(path), f"cannot open the DuckDB database: the file {what}; {fix}")
 
 
-#: A gzipped export file's format, by the suffix before `.gz` (`loader.detect_format`'s names).
-_GZIPPED = {
-    ".csv": "a gzipped CSV",
-    ".ndjson": "a gzipped NDJSON",
-    ".jsonl": "a gzipped NDJSON",
-    ".json": "a gzipped NDJSON",
-}
-
-
 def _export_kind(path: Path, head: bytes) -> str:
     """The export format `head` (a file's first bytes) looks like, with its article ("a Parquet",
     "an NDJSON", "a CSV", gzipped or not), else ""."""
     suffixes = [s.lower() for s in path.suffixes]
     if head.startswith(b"PAR1"):
         return "a Parquet"
-    if head.startswith(b"\x1f\x8b"):  # gzip: only the name tells what it holds
-        inner = suffixes[-2] if len(suffixes) > 1 and suffixes[-1] == ".gz" else ""
-        return _GZIPPED.get(inner, "")
+    if head.startswith(b"\x1f\x8b"):  # gzip: only the name tells what it holds, as `load` reads it
+        from monitor.sources.loader import FileFormat, detect_format  # it imports this module
+
+        try:
+            fmt = detect_format(path)
+        except InputError:
+            return ""
+        return {FileFormat.NDJSON: "a gzipped NDJSON", FileFormat.CSV: "a gzipped CSV"}.get(fmt, "")
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text.startswith((b"{", b"[")):
         return "an NDJSON"

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from filelock import FileLock, Timeout
 
 from monitor.errors import ConfigError, GpucostError
+from monitor.paths import file_in_the_way
 
 __all__ = [
     "SQLiteStore",
@@ -255,7 +256,7 @@ def unusable_sqlite_path(path: Path) -> None:
             f"state.url: {path} is a directory, not a SQLite file; name a file in it, e.g."
             f' state.url = "sqlite:///{path / "state.sqlite"}"'
         )
-    blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    blocker = file_in_the_way(path.parent)
     if blocker is not None:
         raise ConfigError(
             f"state.url: {path}: {blocker} is a file, not a directory; point state.url at a path"
