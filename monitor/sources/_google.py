@@ -8,7 +8,7 @@ from typing import TypeVar
 
 from monitor.errors import PermanentSourceError, RetryableSourceError
 
-__all__ = ["ADC_ENV", "call_google", "credentials_problem", "grpc_target"]
+__all__ = ["ADC_ENV", "call_google", "credentials_failure", "credentials_problem", "grpc_target"]
 
 #: The variable google-auth reads a key file's path from (a path, never a secret itself).
 ADC_ENV = "GOOGLE_APPLICATION_CREDENTIALS"
@@ -50,6 +50,23 @@ def credentials_problem(e: BaseException, environ: Mapping[str, str] | None = No
     )
 
 
+def credentials_failure(
+    e: BaseException, problem: Callable[[str], Exception], fallback: Exception
+) -> Exception:
+    """The error to raise for `e`, caught (a `DefaultCredentialsError` or an `OSError`) while a
+    client found its Application Default Credentials: `problem` of google-auth's reason when `e` is
+    about the key file `GOOGLE_APPLICATION_CREDENTIALS` names (`credentials_problem`), `fallback`
+    when no credentials were found. Any other `OSError` is raised again as it is. One decision for
+    every client (`call_google`, BigQuery's `make_client`, Monitoring's `build_client`)."""
+    from google.auth import exceptions as auth_exc
+
+    if (reason := credentials_problem(e)) is not None:
+        return problem(reason)
+    if not isinstance(e, auth_exc.DefaultCredentialsError):
+        raise e
+    return fallback
+
+
 def call_google(what: str, fn: Callable[[], T]) -> T:
     """Run a google-cloud call, turning its exceptions into gpucost's retryable/permanent tree.
 
@@ -72,13 +89,13 @@ def call_google(what: str, fn: Callable[[], T]) -> T:
     try:
         return fn()
     except (auth_exc.DefaultCredentialsError, OSError) as e:
-        if (problem := credentials_problem(e)) is not None:
-            raise PermanentSourceError(f"{what}: {problem}") from e
-        if not isinstance(e, auth_exc.DefaultCredentialsError):
-            raise
-        raise PermanentSourceError(
-            f"{what}: no Google credentials ({e}); run `gcloud auth application-default login`, "
-            'or set google.credentials = "anonymous" for a local emulator'
+        raise credentials_failure(
+            e,
+            lambda reason: PermanentSourceError(f"{what}: {reason}"),
+            PermanentSourceError(
+                f"{what}: no Google credentials ({e}); run `gcloud auth application-default login`, "
+                'or set google.credentials = "anonymous" for a local emulator'
+            ),
         ) from e
     except gexc.RetryError as e:
         raise RetryableSourceError(f"{what}: gave up after retrying ({e.cause or e})") from e

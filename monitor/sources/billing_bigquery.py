@@ -43,7 +43,7 @@ from monitor.attribution.compile import query_params, render_query
 from monitor.attribution.rules import Rule
 from monitor.config import BillingConfig, GoogleConfig
 from monitor.errors import ConfigError, PermanentSourceError, RetryableSourceError, SourceError
-from monitor.sources._google import credentials_problem
+from monitor.sources._google import credentials_failure
 from monitor.sources.base import QueryResult
 
 __all__ = ["BigQueryBillingSource", "classify_error", "make_client", "to_bigquery_params"]
@@ -140,14 +140,14 @@ def make_client(cfg: BillingConfig, google: GoogleConfig) -> bigquery.Client:
     try:
         return bigquery.Client(**kwargs)
     except (auth_exc.DefaultCredentialsError, OSError) as e:
-        if (problem := credentials_problem(e)) is not None:
-            raise ConfigError(f'google.credentials = "default": {problem}') from None
-        if not isinstance(e, auth_exc.DefaultCredentialsError):
-            raise
-        raise ConfigError(
-            'google.credentials = "default" found no Application Default Credentials: run '
-            "`gcloud auth application-default login`, set GOOGLE_APPLICATION_CREDENTIALS to a "
-            "service-account key file, or run on a VM/GKE node with a service account"
+        raise credentials_failure(
+            e,
+            lambda reason: ConfigError(f'google.credentials = "default": {reason}'),
+            ConfigError(
+                'google.credentials = "default" found no Application Default Credentials: run '
+                "`gcloud auth application-default login`, set GOOGLE_APPLICATION_CREDENTIALS to a "
+                "service-account key file, or run on a VM/GKE node with a service account"
+            ),
         ) from None
 
 

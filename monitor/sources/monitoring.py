@@ -44,7 +44,7 @@ from typing import Any
 
 from monitor.config import GoogleConfig, UtilizationConfig
 from monitor.errors import ConfigError, PermanentSourceError, RetryableSourceError, SourceError
-from monitor.sources._google import credentials_problem
+from monitor.sources._google import credentials_failure
 from monitor.sources.presets import PRESETS, MetricSpec
 from monitor.sources.units import NO_UNIT, UnknownUnit, UnknownUnitWarnings, declared, factor, resolve_unit
 from monitor.state.store import StateStore
@@ -158,13 +158,13 @@ def build_client(cfg: UtilizationConfig, google: GoogleConfig) -> Any:
     try:
         return monitoring_v3.MetricServiceClient(credentials=credentials, client_options=options)
     except (DefaultCredentialsError, OSError) as e:
-        if (problem := credentials_problem(e)) is not None:
-            raise ConfigError(f'google.credentials = "default": {problem}') from None
-        if not isinstance(e, DefaultCredentialsError):
-            raise
-        raise ConfigError(
-            "google.credentials: no Application Default Credentials found; run "
-            '"gcloud auth application-default login" or use a service account'
+        raise credentials_failure(
+            e,
+            lambda reason: ConfigError(f'google.credentials = "default": {reason}'),
+            ConfigError(
+                "google.credentials: no Application Default Credentials found; run "
+                '"gcloud auth application-default login" or use a service account'
+            ),
         ) from None
 
 
