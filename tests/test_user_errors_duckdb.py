@@ -212,3 +212,32 @@ def test_a_billing_db_in_a_directory_the_user_may_not_write_is_refused_before_lo
         f"gpucost: error: cannot write {db} (permission denied in {db.parent}, where DuckDB writes"
         " billing.duckdb.wal): run as a user who may write that directory, or load into a new path"
     )
+
+
+def test_check_takes_a_database_another_process_holds_for_a_running_daemon(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import subprocess
+    import sys
+
+    source = write_parquet(tmp_path / "rows.parquet", [export_row()])
+    db = tmp_path / "billing.duckdb"
+    assert main(["load", "--billing", str(source), "--db", str(db)]) == 0
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb, sys; c = duckdb.connect({str(db)!r}); print(1, flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "1"
+        with pytest.raises(SystemExit):
+            main(["check", "--config", str(_config(tmp_path, db)), "--offline"])
+    finally:
+        holder.communicate("")
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("billing")]
+    assert line.split(None, 2)[1:] == ["ok", f"DuckDB {db}: present, held open by a running daemon"]

@@ -88,12 +88,12 @@ def _check_duckdb(cfg: Config) -> Check:
             return Check("billing", True, f"DuckDB {db}: not created yet (the demo creates it on first run)")
         return Check("billing", False, f"DuckDB {db}: file not found; load exports with `gpucost load`")
     from monitor.errors import InputError
-    from monitor.sources.duckdb_conn import open_billing_db
+    from monitor.sources.duckdb_conn import DatabaseLockedError, open_billing_db
 
     try:  # the shared opener: it names an export file given as the database, and reads read-only
         conn = open_billing_db(db, read_only=True, table=False)
     except InputError as e:
-        if getattr(e, "locked", False):  # DuckDB's words: the path may hold "lock" ("/srv/blocks/")
+        if isinstance(e, DatabaseLockedError):
             return Check("billing", True, f"DuckDB {db}: present, held open by a running daemon")
         return Check("billing", False, str(e))
     try:

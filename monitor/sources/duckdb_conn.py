@@ -29,6 +29,7 @@ __all__ = [
     "PARTITION_COLUMN",
     "REQUIRED_COLUMNS",
     "DatabaseFileError",
+    "DatabaseLockedError",
     "create_parquet_view",
     "first_line",
     "insert_arrow",
@@ -143,6 +144,11 @@ class DatabaseFileError(InputError):
         self.export = export
 
 
+class DatabaseLockedError(InputError):
+    """A database file another process holds open (a running daemon, a load): `gpucost check`
+    reports it present, not broken."""
+
+
 #: What a DuckDB database file starts with: an 8-byte checksum, then these bytes (DuckDB's storage
 #: header, as `gpucost load` writes it: b"f\xcb\x06\x01`\x03\xe8\xd2DUCK" with DuckDB 2.0).
 _DUCKDB_MAGIC = b"DUCK"
@@ -248,14 +254,13 @@ def _cannot_open(target: str, e: BaseException, *, read_only: bool) -> InputErro
         return InputError(
             target, f"cannot write the DuckDB database ({why}): load into a path on a writable volume"
         )
-    error = InputError(
+    # DuckDB's own words for a file another process holds (not the path: "/srv/blocks/" is no lock)
+    locked = "could not set lock" in why.lower() or "conflicting lock" in why.lower()
+    return (DatabaseLockedError if locked else InputError)(
         target,
         f"cannot open the DuckDB database ({why}): pass a DuckDB file that no other process holds open"
         + ("" if read_only else ", or a new path"),
     )
-    # DuckDB's own words for a file another process holds (not the path: "/srv/blocks/" is no lock)
-    error.locked = "could not set lock" in why.lower() or "conflicting lock" in why.lower()  # type: ignore[attr-defined]
-    return error
 
 
 def insert_arrow(conn: duckdb.DuckDBPyConnection, table: pa.Table, *, checked: bool = False) -> int:
