@@ -97,6 +97,14 @@ def test_billing_db_naming_a_directory_says_to_name_a_file(
         f'gpucost: error: billing.db: {tmp_path} is a directory; name the DuckDB file, e.g. billing.db = "'
         f'{tmp_path / "billing.duckdb"}"'
     )
+    with pytest.raises(SystemExit):  # and check says the same (it said "file not found")
+        main(["check", "--config", str(config), "--offline"])
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("billing")]
+    assert line.split(None, 2)[1:] == [
+        "FAIL",
+        f'billing.db: {tmp_path} is a directory; name the DuckDB file, e.g. billing.db = "'
+        f'{tmp_path / "billing.duckdb"}"',
+    ]
 
 
 def test_billing_db_naming_an_export_file_is_a_config_error(

@@ -80,9 +80,11 @@ def check_billing(cfg: Config, offline: bool, now: datetime) -> Check:
 def _check_duckdb(cfg: Config) -> Check:
     import duckdb
 
+    from monitor.sources.factory import billing_db_directory
+
     db = cfg.billing.db
-    if db.is_dir():
-        return Check("billing", False, f"DuckDB {db} is a directory; name the DuckDB file in billing.db")
+    if (directory := billing_db_directory(db)) is not None:
+        return Check("billing", False, directory)
     if not db.is_file():
         if cfg.demo.enabled:
             return Check("billing", True, f"DuckDB {db}: not created yet (the demo creates it on first run)")

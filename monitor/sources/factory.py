@@ -15,7 +15,13 @@ from monitor.config import BillingConfig, GoogleConfig
 from monitor.errors import ConfigError, InputError
 from monitor.sources.base import BillingSource
 
-__all__ = ["IN_MEMORY_MAX_BYTES", "billing_source_from_config", "billing_source_from_files", "search_range"]
+__all__ = [
+    "IN_MEMORY_MAX_BYTES",
+    "billing_db_directory",
+    "billing_source_from_config",
+    "billing_source_from_files",
+    "search_range",
+]
 
 #: Export files up to this size (all of them together) load into memory, larger into a temp file:
 #: about 250k rows of Parquet, or 20k of gzipped NDJSON, as the simulator writes them.
@@ -39,11 +45,8 @@ def billing_source_from_config(
     from monitor.sources.billing_duckdb import DuckDBBillingSource
     from monitor.sources.duckdb_conn import DatabaseFileError, open_billing_db
 
-    if cfg.db.is_dir():  # "does not exist; load into it" gave a fix that fails: --db is a directory
-        raise ConfigError(
-            f"billing.db: {cfg.db} is a directory; name the DuckDB file, e.g. billing.db ="
-            f' "{cfg.db / "billing.duckdb"}"'
-        )
+    if (directory := billing_db_directory(cfg.db)) is not None:
+        raise ConfigError(directory)
     if not cfg.db.is_file():
         raise ConfigError(
             f"billing.db: {cfg.db} does not exist; load export files into it with "
@@ -56,6 +59,14 @@ def billing_source_from_config(
         then = ", then set billing.db to new.duckdb" if isinstance(e, DatabaseFileError) and e.export else ""
         raise ConfigError(f"billing.db: {e}{then}") from None
     return DuckDBBillingSource(conn, rules=rules)
+
+
+def billing_db_directory(db: Path) -> str | None:
+    """What is wrong with `billing.db` naming a directory (None when it does not): "does not exist;
+    load into it" gave a fix that fails, `load --db` refuses a directory. For `check` too."""
+    if not db.is_dir():
+        return None
+    return f'billing.db: {db} is a directory; name the DuckDB file, e.g. billing.db = "{db / "billing.duckdb"}"'
 
 
 def billing_source_from_files(
