@@ -508,10 +508,11 @@ def test_a_token_that_cannot_be_sent_is_refused_without_echoing_it(
 # -- SIGKILL while the post is in flight ------------------------------------------------------------------
 
 
-def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
+def _wait(cond: Callable[[], bool], timeout: float, what: str, tell: Callable[[], str] = str) -> None:
+    """Wait for `cond`; on a timeout, fail with what `tell` says (the daemon's log, its /readyz)."""
     deadline = time.monotonic() + timeout
     while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{tell()}"
         time.sleep(0.1)
 
 
@@ -550,7 +551,12 @@ def test_sigkill_during_delivery_posts_exactly_once(
                 30,
                 "the outbox gauge",
             )
-            _wait(lambda: http_get(port, "/readyz")[0] == 200, 30, "the first polls (readiness)")
+            _wait(
+                lambda: http_get(port, "/readyz")[0] == 200,
+                30,
+                "the first polls (readiness)",
+                lambda: f"{http_get(port, '/readyz')[1]}\n{second.tail()}",
+            )
             metrics = http_get(port, "/metrics")[1]
             code, ready = http_get(port, "/readyz")
             assert second.proc.poll() is None
