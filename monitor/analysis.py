@@ -40,6 +40,7 @@ from monitor.config import Config
 from monitor.detectors import build_detectors, history_needed, run_in_window
 from monitor.detectors.costs import Costs, as_costs
 from monitor.detectors.inputs import BudgetSpec, CostHour, DeferredGpuHours, GpuHour
+from monitor.detectors.job_budget import budgets_without_spend, without_spend_message
 from monitor.errors import UserError
 from monitor.gcpause import collector_paused
 from monitor.model import Finding, category_of, to_cents
@@ -365,6 +366,8 @@ def run_analysis(
             stage("detecting")
             # inside: a job budget may join the GPU hours before the window (`all_gpu_hours`)
             findings = run_in_window(inputs, built, window.as_of, window.start)
+            if unmatched := budgets_without_spend(built, inputs):
+                log.warning(without_spend_message(built, inputs, unmatched))
         finally:
             costs.close()
     window_gpu = inputs.gpu_hours

@@ -37,6 +37,7 @@ from monitor.clock import Clock
 from monitor.config import Config
 from monitor.detectors import Detector, build_detectors, history_needed, run_in_window
 from monitor.detectors.inputs import BudgetSpec, DetectorInputs
+from monitor.detectors.job_budget import budgets_without_spend, without_spend_message
 from monitor.digest_data import digest_data
 from monitor.gcpause import collector_paused
 from monitor.metrics import Metrics
@@ -101,6 +102,9 @@ class Deps:
     metrics: Metrics
     last_success: dict[str, datetime] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
+    #: the job budgets the last detection run warned of (`budgets_without_spend`): told again only
+    #: when they change, not at every run
+    budgets_told: tuple[str, ...] = ()
 
     @property
     def alert_deps(self) -> pipeline.Deps:
@@ -414,6 +418,7 @@ def run_detection(deps: Deps, now: datetime, cancelled: Callable[[], bool] | Non
             deps.metrics.findings.labels(f.kind, f.severity.value).inc()
         for cat, amount in month_to_date_by_category(inputs, now).items():
             deps.metrics.spend_usd.labels(cat).set(float(amount))  # exported as a float; summed exactly
+        _tell_budgets_without_spend(deps, inputs)
     _ok(deps, "detection", now)
     log.info(
         "detection",
@@ -427,6 +432,18 @@ def run_detection(deps: Deps, now: datetime, cancelled: Callable[[], bool] | Non
         },
     )
     return {"findings": len(findings), **counts, "pipeline": str(report)}
+
+
+def _tell_budgets_without_spend(deps: Deps, inputs: DetectorInputs) -> None:
+    """A job budget no billing row reaches never fires: a gauge while it lasts, a warning when
+    the set of such budgets changes (a daemon started before its job runs would say it every run)."""
+    unmatched = tuple(budgets_without_spend(deps.detectors, inputs))
+    deps.metrics.set_budgets_without_spend(unmatched)
+    if unmatched and unmatched != deps.budgets_told:
+        log.warning(
+            without_spend_message(deps.detectors, inputs, unmatched), extra={"budgets": list(unmatched)}
+        )
+    deps.budgets_told = unmatched
 
 
 def run_retention(deps: Deps, now: datetime) -> dict[str, int]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -29,6 +29,7 @@ class Metrics:
     delivery_failures: Counter
     spend_usd: Gauge
     billing_export_age: Gauge
+    job_budget_without_spend: Gauge
 
     @classmethod
     def create(cls) -> Metrics:
@@ -94,6 +95,13 @@ class Metrics:
                     registry=r,
                 )
             ),
+            job_budget_without_spend=Gauge(
+                "gpucost_job_budget_without_spend",
+                "1 for each [jobs.budgets] key no billing row read carries under a job label: it cannot"
+                " fire (a job not started, or a key that is not a label value).",
+                ["budget"],
+                registry=r,
+            ),
         )
 
     def watch_export(self, latest: datetime | None, clock: Any) -> None:
@@ -110,6 +118,12 @@ class Metrics:
         self.metric_unit_unknown.clear()
         for metric_type, unit in sorted(unknown.items()):
             self.metric_unit_unknown.labels(metric_type, unit).set(1)
+
+    def set_budgets_without_spend(self, budgets: Sequence[str]) -> None:
+        """Replace the series with the budgets the last detection run found no spend for."""
+        self.job_budget_without_spend.clear()
+        for budget in budgets:
+            self.job_budget_without_spend.labels(budget).set(1)
 
 
 def _unknown(g: Gauge) -> Gauge:

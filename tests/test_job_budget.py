@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -15,7 +16,12 @@ from pydantic import ValidationError
 from monitor.detectors import build_detectors, registered
 from monitor.detectors.budget_forecast import run_rate
 from monitor.detectors.inputs import CostHour, DetectorInputs, GpuHour
-from monitor.detectors.job_budget import JobBudget, JobBudgetConfig
+from monitor.detectors.job_budget import (
+    JobBudget,
+    JobBudgetConfig,
+    budgets_without_spend,
+    without_spend_message,
+)
 from monitor.errors import ConfigError
 from monitor.jobs.config import JobsConfig
 
@@ -204,6 +210,24 @@ def test_registered_and_built_with_the_jobs_config() -> None:
         build_detectors({"job_budget": {"thresholds_pct": [0]}})
 
 
+def test_a_budget_no_row_carries_is_named_with_the_labels_read() -> None:
+    # a typo, a value of no job key, and two keys rows do carry: under `job`, and under `run`
+    rows = _rows(0, 3, "1", {"job": "llm", "run": "r7"}) + _rows(0, 3, "1", {"team": "llm-pretrian"})
+    inputs = _inputs(rows, end_hour=3)
+    det = _detector({"llm": 10, "r7": 10, "llm-pretrian": 10, "finetune": 10})
+    assert budgets_without_spend([det], inputs) == ["finetune", "llm-pretrian"]
+    assert without_spend_message([det], inputs, ["finetune", "llm-pretrian"]) == (
+        '[jobs.budgets] "finetune", "llm-pretrian": no billing row since 2026-11-01T00:00:00Z carries them'
+        " under a job label (job, run, k8s-label/jobset.sigs.k8s.io/jobset-name,"
+        " k8s-label/batch.kubernetes.io/job-name, k8s-label/job-name, vertex-ai-pipelines-run-billing-id),"
+        " so their budgets cannot fire; a job not started yet, or a key that is no label's value"
+        " (`gpucost jobs` lists the jobs)"
+    )
+    # no budgets, or no job_budget detector running: nothing to tell
+    assert budgets_without_spend([_detector({})], inputs) == []
+    assert budgets_without_spend([d for d in build_detectors({}) if d.name != "job_budget"], inputs) == []
+
+
 # -- end to end: the analysis pipeline (`gpucost analyze`'s code path) on the simulated fleet ------------
 
 
@@ -221,7 +245,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 @pytest.mark.slow
-def test_simulated_jobs_over_budget_fire_with_their_true_spend(fleet: dict) -> None:
+def test_simulated_jobs_over_budget_fire_with_their_true_spend(
+    fleet: dict, caplog: pytest.LogCaptureFixture
+) -> None:
     from monitor.analysis import analyze_once
     from monitor.config import parse_config
 
@@ -229,10 +255,13 @@ def test_simulated_jobs_over_budget_fire_with_their_true_spend(fleet: dict) -> N
     # `[jobs.budgets]` as a config file gives it; the GKE JobSet's node rows name their job by the pod
     # label GKE cost allocation exports, which the aggregates keep because `[jobs]` lists it
     budgets = {"finetune-mistral": 5000.0, "finetune-llama": 1e6, "llm-pretrain": 12000.0}
-    cfg = parse_config({"jobs": {"budgets": budgets}})
-    result = analyze_once(cfg, now=datetime(2026, 11, 3, tzinfo=UTC), billing_paths=[fleet["billing"]])
+    cfg = parse_config({"jobs": {"budgets": {**budgets, "finetune-mistrall": 5000.0}}})  # one misspelt
+    with caplog.at_level("WARNING", logger="gpucost"):
+        result = analyze_once(cfg, now=datetime(2026, 11, 3, tzinfo=UTC), billing_paths=[fleet["billing"]])
     found = {f.evidence["job"]: f for f in result.findings if f.kind == "job_budget"}
     assert set(found) == {"finetune-mistral", "llm-pretrain"}  # finetune-llama is far from its budget
+    told = [r.getMessage() for r in caplog.records if r.getMessage().startswith("[jobs.budgets]")]
+    assert len(told) == 1 and told[0].startswith('[jobs.budgets] "finetune-mistrall": no billing row since')
     mistral = found["finetune-mistral"]
     exact = Decimal(truth["finetune-mistral"]["net_cost_micros"]) / 10**6
     assert Decimal(str(mistral.evidence["spent_usd"])) == exact  # every row of the job, to the micro
@@ -247,3 +276,38 @@ def test_simulated_jobs_over_budget_fire_with_their_true_spend(fleet: dict) -> N
         <= truth["llm-pretrain"]["net_cost_usd"]
     )
     assert pretrain.impact_usd > 0 and pretrain.to_dict()["kind"] == "job_budget"
+
+
+@pytest.mark.slow
+def test_the_daemon_tells_a_budget_without_spend_once_and_shows_it_while_it_lasts(
+    fleet: dict, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from prometheus_client import generate_latest
+
+    from monitor.cycle import run_billing_poll, run_detection
+    from tests.test_digest_jobs import daemon_on_fleet
+
+    deps = daemon_on_fleet(tmp_path, fleet["billing"].parents[1], jobs={"budgets": {"finetune-mistral": 1e6, "pretrain-v2": 1e6}})
+    now = datetime(2026, 11, 3, 9, tzinfo=UTC)
+    run_billing_poll(deps, now)
+
+    def gauge() -> list[str]:
+        text = generate_latest(deps.metrics.registry).decode()
+        return [line for line in text.splitlines() if line.startswith("gpucost_job_budget_without_spend{")]
+
+    def told() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("[jobs.budgets]")]
+
+    with caplog.at_level("WARNING", logger="gpucost"):
+        run_detection(deps, now)
+        run_detection(deps, now + timedelta(hours=1))  # the same budgets: not told again
+        assert len(told()) == 1 and told()[0].startswith('[jobs.budgets] "pretrain-v2": no billing row')
+        assert gauge() == ['gpucost_job_budget_without_spend{budget="pretrain-v2"} 1.0']
+        # the budget fixed: the gauge goes; broken again later: told again
+        deps.detectors = build_detectors({}, jobs=JobsConfig(budgets={"finetune-mistral": 1e6}))
+        run_detection(deps, now + timedelta(hours=2))
+        assert gauge() == [] and len(told()) == 1
+        deps.detectors = build_detectors({}, jobs=JobsConfig(budgets={"pretrain-v2": 1e6}))
+        run_detection(deps, now + timedelta(hours=3))
+        assert len(told()) == 2
+    deps.store.close()

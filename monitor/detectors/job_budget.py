@@ -45,7 +45,13 @@ from monitor.model import Finding, Scope, fingerprint
 if TYPE_CHECKING:
     from monitor.jobs.config import JobsConfig
 
-__all__ = ["JobBudget", "JobBudgetConfig", "job_label_values"]
+__all__ = [
+    "JobBudget",
+    "JobBudgetConfig",
+    "budgets_without_spend",
+    "job_label_values",
+    "without_spend_message",
+]
 
 _HOUR = timedelta(hours=1)
 _ZERO = Decimal(0)
@@ -79,6 +85,43 @@ def job_label_values(labels: Mapping[str, str], keys: Sequence[str]) -> dict[str
         if (value := labels.get(key)) and value not in out:
             out[value] = key
     return out
+
+
+def _watching(detectors: Sequence[Detector]) -> JobBudget | None:
+    """The `job_budget` detector among those that run, if it runs with budgets."""
+    watch = next((d for d in detectors if isinstance(d, JobBudget)), None)
+    return watch if watch is not None and watch.jobs.budgets else None
+
+
+def budgets_without_spend(detectors: Sequence[Detector], inputs: DetectorInputs) -> list[str]:
+    """The `[jobs.budgets]` keys that no cost row of `inputs` carries under a job label key, when
+    `job_budget` runs: such a budget can never fire, and nothing else would tell. Either the job has
+    not started, or the key is not a value of its labels (a typo, the name of another key's value,
+    a label the export does not carry); the caller says so (`without_spend_message`, a gauge)."""
+    watch = _watching(detectors)
+    if watch is None:
+        return []
+    budgets, keys = watch.jobs.budgets, watch.jobs.label_keys()
+    seen: set[str] = set()
+    for labels in inputs.hourly.label_sets.values():
+        seen.update(v for v in job_label_values(labels, keys) if v in budgets)
+    return sorted(set(budgets) - seen)
+
+
+def without_spend_message(
+    detectors: Sequence[Detector], inputs: DetectorInputs, budgets: Sequence[str]
+) -> str:
+    """What a user is told of `budgets_without_spend`, and how to tell which of the two it is."""
+    watch = _watching(detectors)
+    keys = watch.jobs.label_keys() if watch is not None else ()
+    names = ", ".join(f'"{b}"' for b in budgets)
+    one = len(budgets) == 1
+    return (
+        f"[jobs.budgets] {names}: no billing row since {iso(inputs.history_start or inputs.window_start)}"
+        f" carries {'it' if one else 'them'} under a job label ({', '.join(keys)}), so"
+        f" {'its budget' if one else 'their budgets'} cannot fire; a job not started yet, or a key that"
+        " is no label's value (`gpucost jobs` lists the jobs)"
+    )
 
 
 def _hours(lo: datetime, hi: datetime) -> Decimal:
