@@ -112,6 +112,17 @@ BILLING: dict[str, tuple[Case, str, str]] = {
         ":2: credits[0].amount:",
         "expected a number",
     ),
+    "cost-true": (_ndjson(export_row(cost=True)), ":2: cost:", "expected a number, got True"),
+    "usage-false": (
+        _ndjson(export_row({"usage.amount": False})),
+        ":2: usage.amount:",
+        "expected a number, got False",
+    ),
+    "credit-true": (
+        _ndjson(export_row(credits=[{"name": "x", "amount": True}])),
+        ":2: credits[0].amount:",
+        "expected a number, got True",
+    ),
     "cost-1e30": (_ndjson(export_row(cost=1e30)), ":2: cost:", "check the column's scale"),
     "credit-1e15": (
         _ndjson(export_row(credits=[{"name": "x", "amount": -1e15}])),
@@ -173,7 +184,7 @@ BILLING: dict[str, tuple[Case, str, str]] = {
 WRONG_BEFORE = {
     "truncated-mid-line", "truncated-gz", "truncated-parquet", "cost-1e30", "credit-1e15",
     "cost-1e13-after-conversion", "negative-cost", "negative-usage", "rate-zero-usd",
-    "naive-ndjson", "naive-parquet", "naive-csv",
+    "naive-ndjson", "naive-parquet", "naive-csv", "cost-true", "usage-false", "credit-true",
 }  # fmt: skip
 
 

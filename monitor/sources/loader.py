@@ -691,26 +691,49 @@ _TIMESTAMPS = ("usage_start_time", "usage_end_time", "export_time")
 _ZONED = r"(?i)\d{2}:\d{2}(:\d{2}(\.\d*)?)?\s*(utc|z|[+-]\d{2}(:?\d{2})?)\s*$"
 
 
+#: An NDJSON amount written as true / false: DuckDB reads it into a number as 1 / 0 (`cost: true` was
+#: a silent $1), where `normalize_row` refuses it. Read as text (a JSON string "true" too, which
+#: `normalize_row` refuses as well), and nested ones by their JSON type.
+_NDJSON_AMOUNTS = ("cost", "cost_at_list", "currency_conversion_rate")
+_BOOLEAN_AMOUNT = (
+    " OR ".join(f"\"{c}\" IN ('true', 'false')" for c in _NDJSON_AMOUNTS)
+    + " OR json_type(usage, '$.amount') = 'BOOLEAN' OR json_type(usage, '$.amount_in_pricing_units') = 'BOOLEAN'"
+    " OR list_contains(json_type(credits, '$[*].amount'), 'BOOLEAN')"
+)
+
+
 def _check_zones(conn: duckdb.DuckDBPyConnection, paths: Sequence[Path]) -> None:
-    """Refuse naive timestamps in natively read files: DuckDB would take them as UTC.
+    """Refuse naive timestamps in natively read files: DuckDB would take them as UTC; and in NDJSON,
+    amounts written as booleans, which DuckDB would take as 1 and 0 (`_BOOLEAN_AMOUNT`).
 
     NDJSON and string Parquet columns are re-read as text (one more scan of the file: about a
     quarter of an NDJSON load); a Parquet TIMESTAMP column without a zone is named from the schema.
     A hit is located (file, line, field) by `_locate`, whose `normalize_row` refuses the same.
     """
     for path in paths:
+        booleans = ""
         if detect_format(path) is FileFormat.NDJSON:
-            spec = "{" + ", ".join(f"'{c}': 'VARCHAR'" for c in _TIMESTAMPS) + "}"
+            text = dict.fromkeys((*_TIMESTAMPS, *_NDJSON_AMOUNTS), "VARCHAR")
+            types = {**text, "usage": "JSON", "credits": "JSON"}
+            spec = "{" + ", ".join(f"'{c}': '{t}'" for c, t in types.items()) + "}"
             source, cols = f"read_json($1, format = 'newline_delimited', columns = {spec})", _TIMESTAMPS
+            booleans = f" OR {_BOOLEAN_AMOUNT}"
         else:
             cols = _parquet_text_timestamps(path)
             source = "read_parquet($1)"
-        if not cols:
+        if not cols and not booleans:
             continue
-        where = " OR ".join(f"NOT regexp_matches(\"{c}\", $2)" for c in cols)
-        if conn.execute(f"SELECT 1 FROM {source} WHERE {where} LIMIT 1", [str(path), _ZONED]).fetchone():
+        naive = " OR ".join(f"NOT regexp_matches(\"{c}\", $2)" for c in cols) or "false"
+        hit = conn.execute(
+            f"SELECT {naive} FROM {source} WHERE {naive}{booleans} LIMIT 1", [str(path), _ZONED]
+        ).fetchall()
+        if hit:
             _locate(path)
-            raise InputError(str(path), "a timestamp without a time zone: end each with \" UTC\" or \"+00:00\"")
+            if hit[0][0]:
+                raise InputError(
+                    str(path), 'a timestamp without a time zone: end each with " UTC" or "+00:00"'
+                )
+            raise InputError(str(path), "an amount written as true or false: write the number")
 
 
 def _parquet_text_timestamps(path: Path) -> tuple[str, ...]:
