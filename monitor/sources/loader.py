@@ -391,7 +391,7 @@ def load_billing(
                 standard.append(str(path))
             ledger.append((path, loaded, _signature(conn, "billing_export WHERE rowid >= ?", [first_row])))
         native = [Path(p) for p in paths if detect_format(Path(p)) is not FileFormat.CSV]
-        _check_zones(conn, native)
+        _check_text(conn, native)
         _check_native(conn, native)
         for path, loaded, signature in ledger:  # after the rows' own checks: a bad row is told first
             _refuse_same_rows(conn, path, signature, signatures, again=again)
@@ -440,8 +440,8 @@ def view_billing(
             _locate(path)
         first = db.first_line(e)
         raise InputError(", ".join(map(str, files)), f"DuckDB could not read the file ({first})") from None
-    _check_zones(conn, files)
-    if refused:  # after the zones, as `load_billing` checks them
+    _check_text(conn, files)
+    if refused:  # after the text checks, as `load_billing` runs them
         _refuse(files)
     seen: dict[str, Path] = {}
     for path, signature in zip(files, signatures, strict=False):  # after the rows' own checks
@@ -702,7 +702,7 @@ _BOOLEAN_AMOUNT = (
 )
 
 
-def _check_zones(conn: duckdb.DuckDBPyConnection, paths: Sequence[Path]) -> None:
+def _check_text(conn: duckdb.DuckDBPyConnection, paths: Sequence[Path]) -> None:
     """Refuse naive timestamps in natively read files: DuckDB would take them as UTC; and in NDJSON,
     amounts written as booleans, which DuckDB would take as 1 and 0 (`_BOOLEAN_AMOUNT`).
 
