@@ -323,6 +323,12 @@ UTILIZATION: dict[str, tuple[str, bytes, str, str]] = {
         "u.json: series #0:",
         "with a zone",
     ),
+    "all-out-of-range": (  # per mille, say: every hour would have read as unmonitored
+        "u.json",
+        _page(_series([_point(value=400.0), _point("2026-11-01T10:10:00Z", value=950.0)])),
+        "u.json: series #0:",
+        "out_of_range 2 skipped",
+    ),
 }
 
 

@@ -341,6 +341,7 @@ _UNUSABLE = (
     SkipReason.MISSING_LABELS,
     SkipReason.BAD_TIMESTAMP,
     SkipReason.NON_NUMERIC,
+    SkipReason.OUT_OF_RANGE,
 )
 _FIXES = {
     SkipReason.MALFORMED_SERIES: "each series must be an object with a points array",
@@ -349,6 +350,8 @@ _FIXES = {
     SkipReason.BAD_TIMESTAMP: "each point needs interval.endTime in RFC 3339 with a zone"
     ' ("2026-11-01T10:00:00Z")',
     SkipReason.NON_NUMERIC: 'each point needs value.doubleValue (a number) or value.int64Value (an integer string)',
+    SkipReason.OUT_OF_RANGE: "a utilization is 0 to 100 % once read in its metric's unit (a ratio metric's, unit"
+    ' "1", is 0 to 1): check that each series names the metric type and unit its values are in',
 }
 
 
