@@ -34,6 +34,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("gpucost.daemon")
+#: A failed job's retry runs this long after its backoff ends, so it is not itself refused as early.
+_RETRY_MARGIN_S = 0.25
 
 
 def failing_source(exc: BaseException) -> str:
@@ -63,7 +65,8 @@ class GuardedJob:
 
     Backoff is tracked in monotonic seconds (`clock`, injectable so tests never race the wall
     clock): the first failure waits `base` seconds before the job may run again, doubling up to
-    `cap`. A success resets it. `last_success` is wall-clock UTC (it is shown on /readyz and
+    `cap`, and `retry` (the scheduler's) runs it then, unless its trigger comes sooner: before, a
+    30-minute poll that failed once at start left /readyz at 503 for 30 minutes. A success resets it. `last_success` is wall-clock UTC (it is shown on /readyz and
     compared with the readiness threshold).
     """
 
@@ -78,6 +81,9 @@ class GuardedJob:
     last_source: str | None = None  # the system the last failure came from (`failing_source`)
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    #: told the backoff's delay after a failure (the scheduler runs the job again then, if sooner
+    #: than its next trigger: a 30-minute poll that failed once retries in `base` s, not in 30 min)
+    retry: Callable[[float], None] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -113,6 +119,8 @@ class GuardedJob:
                     "retry_in_s": round(delay, 1),
                 },
             )
+            if self.retry is not None:
+                self.retry(delay)
             return False
         else:
             self.failures, self.next_allowed, self.last_error, self.last_source = 0, 0.0, None, None
@@ -143,6 +151,8 @@ class Scheduler:
             timezone=UTC,
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": misfire_grace},
         )
+        for job in self.jobs.values():
+            job.retry = lambda delay, name=job.spec.name: self._retry(name, delay)
         for spec in specs:
             if jitter and hasattr(spec.trigger, "jitter"):
                 spec.trigger.jitter = jitter
@@ -152,6 +162,11 @@ class Scheduler:
 
     def start(self) -> None:
         self._sched.start()
+
+    def _retry(self, name: str, delay: float) -> None:
+        """Run a failed job once its backoff has passed, if that is before its next trigger (a
+        margin past it: the backoff is on the monotonic clock, the scheduler on the wall clock)."""
+        self.run_at(name, datetime.now(UTC) + timedelta(seconds=delay + _RETRY_MARGIN_S))
 
     def run_soon(self, name: str) -> bool:
         """Run `name` now instead of at its next trigger time; False if it is running already (the

@@ -172,3 +172,30 @@ def test_a_users_mistake_is_logged_without_a_traceback(caplog) -> None:
     mistake, crash = caplog.records[-2:]
     assert not mistake.exc_info and "no .json.gz" in mistake.error  # type: ignore[attr-defined]
     assert crash.exc_info is not None
+
+
+def test_a_job_that_failed_once_runs_again_after_its_backoff_not_at_its_next_trigger() -> None:
+    """A 30-minute billing poll whose first run failed (a lock, a transient error) was not retried
+    for 30 minutes: the backoff only refused runs, nothing ran the job when it ended, so /readyz
+    stayed 503 that long. It runs again once the backoff has passed."""
+    calls, done = [0], threading.Event()
+
+    def flaky() -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise RuntimeError("Could not set lock on file")
+        done.set()
+
+    sched = Scheduler(
+        [JobSpec("billing_poll", flaky, IntervalTrigger(minutes=30))],
+        Metrics.create(),
+        misfire_grace=300,
+        jitter=0,
+    )
+    sched.jobs["billing_poll"].base = 0.2
+    sched.start()
+    try:
+        assert done.wait(10), f"not retried after its backoff ({calls[0]} call)"
+        assert sched.jobs["billing_poll"].last_success is not None and calls[0] == 2
+    finally:
+        sched.stop()
