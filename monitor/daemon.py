@@ -91,7 +91,11 @@ class GuardedJob:
         return self._lock.locked()
 
     def __call__(self) -> bool:
-        if self.clock() < self.next_allowed:
+        if (wait := self.next_allowed - self.clock()) > 0:
+            # refused (a kick from another job, its trigger, a wall clock stepped forward): the
+            # scheduler has just replaced the pending retry with the next trigger, so ask again
+            if self.retry is not None:
+                self.retry(wait)
             return False
         if not self._lock.acquire(blocking=False):  # belt and braces over max_instances=1
             return False

@@ -156,6 +156,9 @@ class Service:
             except Cancelled:
                 log.info("detection cancelled by shutdown; it runs again on the next start")
                 return
+            except Exception:
+                self._detect_due.set()  # still to judge: the retry after the backoff detects again
+                raise
             self._wake_delivery()
 
     def delivery_job(self) -> None:

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 from apscheduler.triggers.interval import IntervalTrigger
 
+from monitor.config import load_config
 from monitor.daemon import GuardedJob, JobSpec, Scheduler
 from monitor.metrics import Metrics
+from monitor.service import Service
+from monitor.sources.duckdb_conn import open_billing_db
+from monitor.state.analytics import AggregateStore
+from tests.test_queries import fleet_rows, load_rows
 
 
 def test_one_job_raising_repeatedly_does_not_stop_the_others() -> None:
@@ -199,3 +207,82 @@ def test_a_job_that_failed_once_runs_again_after_its_backoff_not_at_its_next_tri
         assert sched.jobs["billing_poll"].last_success is not None and calls[0] == 2
     finally:
         sched.stop()
+
+
+def test_a_kick_during_the_backoff_does_not_cancel_the_retry() -> None:
+    """A poll kicks detection (`run_soon`) while its backoff runs: the refused run replaced the
+    pending retry with the next trigger, so the job waited its whole interval (30 min here)."""
+    calls, done = [0], threading.Event()
+
+    def flaky() -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise RuntimeError("Could not set lock on file")
+        done.set()
+
+    sched = Scheduler(
+        [JobSpec("detection", flaky, IntervalTrigger(minutes=30))],
+        Metrics.create(),
+        misfire_grace=300,
+        jitter=0,
+    )
+    job = sched.jobs["detection"]
+    job.base = 1.0
+    sched.start()
+    try:
+        deadline = time.monotonic() + 60
+        while (job.failures == 0 or job.running) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert job.failures == 1
+        assert sched.run_soon("detection")  # refused: its backoff has not ended
+        assert done.wait(30), f"not retried after its backoff ({calls[0]} call)"
+    finally:
+        sched.stop()
+
+
+_HOLD_DUCKDB = (
+    "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True); time.sleep(600)"
+)
+
+
+def test_a_failed_detection_detects_again_when_retried(tmp_path: Path) -> None:
+    """The polls' "new data" flag was cleared before detection ran: when it failed (another process
+    held the aggregate store), its retry found no flag, did nothing and counted as a success, so
+    /readyz stopped listing it as failing and the new data waited for the next poll."""
+    db = tmp_path / "billing.duckdb"
+    conn = open_billing_db(db)
+    load_rows(conn, fleet_rows(3, 200))
+    conn.close()
+    (tmp_path / "util").mkdir()
+    (tmp_path / "util" / "none.json").write_text("[]")  # no samples; a poll that reads, not fails
+    config = tmp_path / "gpucost.toml"
+    config.write_text(
+        f'[billing]\ndb = "{db}"\n[utilization]\nfiles = ["{tmp_path / "util"}"]\n'
+        f'[state]\nurl = "sqlite:///{tmp_path / "state.sqlite"}"\n[alerts]\nconsole_dir = "{tmp_path / "alerts"}"\n'
+        f'[digest]\nout_dir = "{tmp_path / "out"}"\n[http]\nenabled = false\n',
+        encoding="utf-8",
+    )
+    svc = Service(load_config(config), environ={})
+    try:
+        svc.billing_job()  # both sources polled: detection is due (no scheduler: run by hand)
+        svc.utilization_job()
+        job = GuardedJob(
+            JobSpec("detection", svc.detection_job, IntervalTrigger(hours=1)), Metrics.create(), base=0
+        )
+        path = svc.deps.aggregates.path
+        holder = subprocess.Popen(
+            [sys.executable, "-c", _HOLD_DUCKDB, str(path)], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            svc.deps.aggregates = AggregateStore(path, lock_timeout_s=0.2)
+            assert job() is False and "lock" in str(job.last_error)
+        finally:
+            holder.kill()
+            holder.wait(10)
+        svc.deps.aggregates = AggregateStore(path)
+        assert "detection" not in svc.deps.last_success
+        assert job() is True  # the retry, the store free again
+        assert "detection" in svc.deps.last_success, "the retry did not detect"
+    finally:
+        svc.close()
