@@ -182,62 +182,50 @@ def test_a_users_mistake_is_logged_without_a_traceback(caplog) -> None:
     assert crash.exc_info is not None
 
 
-def test_a_job_that_failed_once_runs_again_after_its_backoff_not_at_its_next_trigger() -> None:
-    """A 30-minute billing poll whose first run failed (a lock, a transient error) was not retried
-    for 30 minutes: the backoff only refused runs, nothing ran the job when it ended, so /readyz
-    stayed 503 that long. It runs again once the backoff has passed."""
-    calls, done = [0], threading.Event()
+class _FailsOnce:
+    """A 30-minute job whose first run fails (a lock, a transient error); `done` once one succeeded."""
 
-    def flaky() -> None:
-        calls[0] += 1
-        if calls[0] == 1:
+    def __init__(self, name: str, base: float) -> None:
+        self.calls, self.done = 0, threading.Event()
+        spec = JobSpec(name, self, IntervalTrigger(minutes=30))
+        self.sched = Scheduler([spec], Metrics.create(), misfire_grace=300, jitter=0)
+        self.job = self.sched.jobs[name]
+        self.job.base = base
+
+    def __call__(self) -> None:
+        self.calls += 1
+        if self.calls == 1:
             raise RuntimeError("Could not set lock on file")
-        done.set()
+        self.done.set()
 
-    sched = Scheduler(
-        [JobSpec("billing_poll", flaky, IntervalTrigger(minutes=30))],
-        Metrics.create(),
-        misfire_grace=300,
-        jitter=0,
-    )
-    sched.jobs["billing_poll"].base = 0.2
-    sched.start()
+
+def test_a_job_that_failed_once_runs_again_after_its_backoff_not_at_its_next_trigger() -> None:
+    """A 30-minute billing poll whose first run failed was not retried for 30 minutes: the backoff
+    only refused runs, nothing ran the job when it ended, so /readyz stayed 503 that long. It runs
+    again once the backoff has passed."""
+    f = _FailsOnce("billing_poll", base=0.2)
+    f.sched.start()
     try:
-        assert done.wait(10), f"not retried after its backoff ({calls[0]} call)"
-        assert sched.jobs["billing_poll"].last_success is not None and calls[0] == 2
+        assert f.done.wait(10), f"not retried after its backoff ({f.calls} call)"
+        assert f.job.last_success is not None and f.calls == 2
     finally:
-        sched.stop()
+        f.sched.stop()
 
 
 def test_a_kick_during_the_backoff_does_not_cancel_the_retry() -> None:
     """A poll kicks detection (`run_soon`) while its backoff runs: the refused run replaced the
     pending retry with the next trigger, so the job waited its whole interval (30 min here)."""
-    calls, done = [0], threading.Event()
-
-    def flaky() -> None:
-        calls[0] += 1
-        if calls[0] == 1:
-            raise RuntimeError("Could not set lock on file")
-        done.set()
-
-    sched = Scheduler(
-        [JobSpec("detection", flaky, IntervalTrigger(minutes=30))],
-        Metrics.create(),
-        misfire_grace=300,
-        jitter=0,
-    )
-    job = sched.jobs["detection"]
-    job.base = 1.0
-    sched.start()
+    f = _FailsOnce("detection", base=1.0)
+    f.sched.start()
     try:
         deadline = time.monotonic() + 60
-        while (job.failures == 0 or job.running) and time.monotonic() < deadline:
+        while (f.job.failures == 0 or f.job.running) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert job.failures == 1
-        assert sched.run_soon("detection")  # refused: its backoff has not ended
-        assert done.wait(30), f"not retried after its backoff ({calls[0]} call)"
+        assert f.job.failures == 1
+        assert f.sched.run_soon("detection")  # refused: its backoff has not ended
+        assert f.done.wait(30), f"not retried after its backoff ({f.calls} call)"
     finally:
-        sched.stop()
+        f.sched.stop()
 
 
 _HOLD_DUCKDB = (
