@@ -57,6 +57,9 @@ class JobSpec:
     func: Callable[[], Any]
     trigger: BaseTrigger
     run_at_start: bool = True
+    #: run however late its time was seen (a daily job must not lose its day to a stalled
+    #: scheduler or a clock stepped forward past `misfire_grace`); coalesced, so once
+    catch_up: bool = False
 
 
 @dataclass
@@ -161,7 +164,9 @@ class Scheduler:
             if jitter and hasattr(spec.trigger, "jitter"):
                 spec.trigger.jitter = jitter
             first = datetime.now(UTC) + timedelta(milliseconds=50) if spec.run_at_start else None
-            kwargs = {"next_run_time": first} if first else {}
+            kwargs: dict[str, Any] = {"next_run_time": first} if first else {}
+            if spec.catch_up:
+                kwargs["misfire_grace_time"] = None
             self._sched.add_job(self.jobs[spec.name], spec.trigger, id=spec.name, name=spec.name, **kwargs)
 
     def start(self) -> None:

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TextIO
+from zoneinfo import ZoneInfo
 
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
@@ -51,7 +52,7 @@ from monitor.daemon import JobSpec, Scheduler, wait_for_signal
 from monitor.http import HealthServer
 from monitor.logs import redact
 from monitor.sources.base import BillingSource
-from monitor.state.store import first_start
+from monitor.state.store import first_start, recorded_first_start
 
 if TYPE_CHECKING:
     from monitor.demo import DemoFeeder
@@ -180,11 +181,34 @@ class Service:
             self.sched.run_at("outbox_delivery", datetime.now(UTC) + left + _WAKE_LATE)
 
     def digest_job(self) -> None:
-        """Yesterday's digest, from billing polled by this process (never from an empty store)."""
+        """The digest that is due (`_digest_day`), from billing polled by this process (never from
+        an empty store). It runs at start too, with no misfire limit, and its retries may run past
+        midnight: a day's digest is queued once per day and channel, so a restart queues nothing
+        new, and a digest whose time passed while the daemon was down, or was seen late, is sent
+        rather than lost."""
+        day = self._digest_day()
+        if day is None:
+            return
         with self._billing_lock:
             if "billing" not in self.deps.last_success:
                 run_billing_poll(self.deps, self._now())
-        run_digest(self.deps, self._now(), send=self.deps.notifier.name != "console")
+        run_digest(self.deps, self._now(), day=day, send=self.deps.notifier.name != "console")
+
+    def _digest_day(self) -> date | None:
+        """The day whose digest is due: yesterday once today's `digest.time` has passed (in
+        `digest.timezone`), else the day before. None when that time came before this store's first
+        start: a new install sends its first digest at the next `digest.time`, not at once (before
+        any utilization or detection was read). The demo's simulated days: yesterday."""
+        tz = ZoneInfo(self.cfg.digest.timezone)
+        local = self._now().astimezone(tz)
+        if self.feeder is not None:
+            return local.date() - timedelta(days=1)
+        hh, mm = (int(x) for x in self.cfg.digest.time.split(":"))
+        due = local.date() if (local.hour, local.minute) >= (hh, mm) else local.date() - timedelta(days=1)
+        first = recorded_first_start(self.deps.store)
+        if first is not None and first > datetime(due.year, due.month, due.day, hh, mm, tzinfo=tz):
+            return None
+        return due - timedelta(days=1)
 
     def once(self) -> dict[str, Any]:
         """One full cycle: advance the demo (if any), poll both sources, detect, deliver, digest."""
@@ -228,7 +252,10 @@ class Service:
                 "daily_digest",
                 self.digest_job,
                 CronTrigger(hour=hh, minute=mm, timezone=cfg.digest.timezone),
-                run_at_start=False,  # the demo's billing job kicks it once per simulated day
+                # at start too: a digest whose time passed while the daemon was down (the demo's
+                # billing job kicks it once per simulated day instead)
+                run_at_start=self.feeder is None,
+                catch_up=True,
             ),
             JobSpec("price_refresh", step(run_price_refresh), every(d.price_refresh_hours * 3600)),
             JobSpec("retention", step(run_retention), every(24 * 3600)),

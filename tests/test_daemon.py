@@ -274,3 +274,100 @@ def test_a_failed_detection_detects_again_when_retried(tmp_path: Path) -> None:
         assert "detection" in svc.deps.last_success, "the retry did not detect"
     finally:
         svc.close()
+
+
+def test_a_daily_job_seen_late_still_runs_once() -> None:
+    """The digest's cron time seen more than `misfire_grace` late (a clock stepped forward over it,
+    a paused VM, a stalled scheduler) was dropped as a misfire: no digest that day."""
+    from datetime import UTC, datetime, timedelta
+
+    from apscheduler.triggers.cron import CronTrigger
+
+    ran: list[float] = []
+    at = datetime.now(UTC) + timedelta(seconds=2)
+    spec = JobSpec(
+        "daily_digest",
+        lambda: ran.append(time.monotonic()),
+        CronTrigger(second=at.second, timezone=UTC),
+        run_at_start=False,
+        catch_up=True,
+    )
+    sched = Scheduler([spec], Metrics.create(), misfire_grace=1, jitter=0)
+    sched.start()
+    sched._sched.pause()  # the scheduler sees nothing until 3 s past the job's time
+    try:
+        time.sleep(max((at - datetime.now(UTC)).total_seconds(), 0) + 3)
+        sched._sched.resume()
+        deadline = time.monotonic() + 30
+        while not ran and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert len(ran) == 1, f"ran {len(ran)} times"
+    finally:
+        sched.stop()
+
+
+def _digest_service(tmp: Path) -> Service:
+    """A daemon whose digest is due at 09:00 in New York, on the billing export of `tmp`."""
+    db = tmp / "billing.duckdb"
+    if not db.exists():
+        conn = open_billing_db(db)
+        load_rows(conn, fleet_rows(3, 20))
+        conn.close()
+        (tmp / "util").mkdir()
+        (tmp / "util" / "none.json").write_text("[]")
+    config = tmp / "gpucost.toml"
+    config.write_text(
+        f'[billing]\ndb = "{db}"\n[utilization]\nfiles = ["{tmp / "util"}"]\n'
+        f'[state]\nurl = "sqlite:///{tmp / "state.sqlite"}"\n[alerts]\nconsole_dir = "{tmp / "alerts"}"\n'
+        f'[digest]\nout_dir = "{tmp / "out"}"\ntime = "09:00"\ntimezone = "America/New_York"\n'
+        "[http]\nenabled = false\n",
+        encoding="utf-8",
+    )
+    return Service(load_config(config), environ={})
+
+
+def test_the_digest_runs_at_start_for_the_day_whose_time_passed_never_a_new_installs(tmp_path: Path) -> None:
+    """Started after `digest.time` (a restart, a rollout, a crash at 09:00), the daemon sent no
+    digest for yesterday: the cron fired next at tomorrow's 09:00. It runs at start, and a run
+    after midnight (a retry) still digests the day that was due. A new install waits for its first
+    09:00, as before: its store had no utilization or detection to tell of yet."""
+    from datetime import UTC, datetime
+
+    from monitor.clock import FixedClock
+    from monitor.state.store import first_start
+
+    svc = _digest_service(tmp_path)
+    try:
+        spec = next(s for s in svc.job_specs() if s.name == "daily_digest")
+        assert spec.run_at_start and spec.catch_up
+        first_start(svc.deps.store, datetime(2026, 10, 20, tzinfo=UTC))  # running for weeks
+        out = tmp_path / "out"
+
+        def digests() -> list[str]:
+            return sorted(p.name for p in out.glob("digest-*.md")) if out.exists() else []
+
+        for at, days in (
+            (
+                datetime(2026, 11, 1, 13, 59, tzinfo=UTC),
+                ["2026-10-30"],
+            ),  # 08:59 EST, the day clocks went back
+            (datetime(2026, 11, 1, 14, 0, tzinfo=UTC), ["2026-10-30", "2026-10-31"]),  # 09:00 EST
+            (datetime(2026, 11, 2, 5, 0, tzinfo=UTC), ["2026-10-30", "2026-10-31"]),  # 00:00: the day due
+        ):
+            svc.deps.clock = FixedClock(at)
+            svc.digest_job()
+            assert digests() == [f"digest-{d}.md" for d in days], at
+    finally:
+        svc.close()
+
+    new = tmp_path / "new"
+    new.mkdir()
+    svc = _digest_service(new)
+    try:
+        svc.deps.clock = FixedClock(datetime(2026, 11, 1, 15, tzinfo=UTC))  # 10:00 EST
+        first_start(svc.deps.store, svc._now())  # as `start` records it
+        svc.digest_job()
+        assert not (new / "out").exists() or not list((new / "out").glob("digest-*.md"))
+    finally:
+        svc.close()

@@ -52,6 +52,7 @@ import threading
 import time
 import urllib.parse
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.parser import BytesParser
 from email.policy import HTTP
@@ -86,6 +87,7 @@ class Failure:
     reset: bool = False  # send the headers and part of the body, then reset the connection
     hold: Hold | None = None  # answer only when the test releases it
     body: bytes | None = None  # a 200 answered with these bytes as `application/gzip` (garbled)
+    only: Callable[[dict[str, Any]], bool] | None = None  # only a call whose params it accepts
 
     @property
     def after_processing(self) -> bool:
@@ -257,11 +259,18 @@ class FakeSlack:
         with self._lock:
             self._s.token = token
 
-    def hold(self, method: str, *, process_first: bool = False) -> Hold:
+    def hold(
+        self,
+        method: str,
+        *,
+        process_first: bool = False,
+        only: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> Hold:
         """Hold the next `method` response until `release()`; with `process_first` the message is
-        stored before the hold (the post arrived, its answer did not)."""
+        stored before the hold (the post arrived, its answer did not); with `only`, the next call
+        whose params it accepts (the others pass)."""
         h = Hold()
-        self.fail(method, Failure(hold=h, process_first=process_first))
+        self.fail(method, Failure(hold=h, process_first=process_first, only=only))
         return h
 
     @property
@@ -472,7 +481,7 @@ class FakeSlack:
         with self._lock:
             self._s.requests.append(Recorded(method, h.path, dict(h.headers.items()), body, params))
             queue = self._s.failures.get(method)
-            failure = queue.popleft() if queue else None
+            failure = queue.popleft() if queue and (queue[0].only is None or queue[0].only(params)) else None
         if failure is not None and not failure.after_processing:
             if failure.delay:
                 time.sleep(failure.delay)
