@@ -564,6 +564,14 @@ def run_digest(
     return result
 
 
+def digest_queued(deps: Deps, day: date) -> bool:
+    """The day's digest is in the outbox (pending, sent or failed) or recorded as sent: queueing it
+    again would add nothing, so a daemon (re)started after its time need not build it again."""
+    channel = deps.alert_deps.default_channel
+    ensure_outbox(deps.store)
+    return get_row(deps.store, digest_key(day, channel)) is not None or _digest_sent(deps, day, channel)
+
+
 def _queue_digest(deps: Deps, data: Any, png: Path, now: datetime, *, deliver: bool) -> dict[str, Any]:
     """Enqueue the day's digest unless it was sent; with `deliver`, re-queue what of it failed and
     send it now. The chart goes only where threads exist (a webhook cannot upload files)."""

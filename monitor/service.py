@@ -38,6 +38,7 @@ from monitor.cycle import (
     Cancelled,
     Deps,
     build_deps,
+    digest_queued,
     run_billing_poll,
     run_cycle,
     run_delivery,
@@ -187,12 +188,13 @@ class Service:
         new, and a digest whose time passed while the daemon was down, or was seen late, is sent
         rather than lost."""
         day = self._digest_day()
-        if day is None:
-            return
+        send = self.deps.notifier.name != "console"
+        if day is None or (send and digest_queued(self.deps, day)):
+            return  # nothing due yet, or queued by an earlier run (a restart): nothing to build
         with self._billing_lock:
             if "billing" not in self.deps.last_success:
                 run_billing_poll(self.deps, self._now())
-        run_digest(self.deps, self._now(), day=day, send=self.deps.notifier.name != "console")
+        run_digest(self.deps, self._now(), day=day, send=send)
 
     def _digest_day(self) -> date | None:
         """The day whose digest is due: yesterday once today's `digest.time` has passed (in

@@ -307,8 +307,9 @@ def test_a_daily_job_seen_late_still_runs_once() -> None:
         sched.stop()
 
 
-def _digest_service(tmp: Path) -> Service:
-    """A daemon whose digest is due at 09:00 in New York, on the billing export of `tmp`."""
+def _digest_service(tmp: Path, slack: str = "") -> Service:
+    """A daemon whose digest is due at 09:00 in New York, on the billing export of `tmp`; its
+    notifier the console, or Slack at `slack` (an API base URL)."""
     db = tmp / "billing.duckdb"
     if not db.exists():
         conn = open_billing_db(db)
@@ -321,10 +322,11 @@ def _digest_service(tmp: Path) -> Service:
         f'[billing]\ndb = "{db}"\n[utilization]\nfiles = ["{tmp / "util"}"]\n'
         f'[state]\nurl = "sqlite:///{tmp / "state.sqlite"}"\n[alerts]\nconsole_dir = "{tmp / "alerts"}"\n'
         f'[digest]\nout_dir = "{tmp / "out"}"\ntime = "09:00"\ntimezone = "America/New_York"\n'
-        "[http]\nenabled = false\n",
+        "[http]\nenabled = false\n"
+        + (f'[slack]\nchannel = "#gpucost"\napi_base_url = "{slack}"\n' if slack else ""),
         encoding="utf-8",
     )
-    return Service(load_config(config), environ={})
+    return Service(load_config(config), environ={"SLACK_BOT_TOKEN": "xoxb-test"} if slack else {})
 
 
 def test_the_digest_runs_at_start_for_the_day_whose_time_passed_never_a_new_installs(tmp_path: Path) -> None:
@@ -371,3 +373,27 @@ def test_the_digest_runs_at_start_for_the_day_whose_time_passed_never_a_new_inst
         assert not (new / "out").exists() or not list((new / "out").glob("digest-*.md"))
     finally:
         svc.close()
+
+
+def test_a_restart_does_not_build_a_digest_already_queued(tmp_path: Path) -> None:
+    """Run at start, the digest job built the day's whole digest (its figures, its charts) on every
+    restart only to find it queued already: it looks first."""
+    from datetime import UTC, datetime
+
+    from monitor.clock import FixedClock
+    from monitor.state.store import first_start
+    from tests.fakes.slack_server import FakeSlack
+
+    with FakeSlack(token="xoxb-test") as slack:
+        for run in (1, 2):  # a process, then its restart on the same store
+            svc = _digest_service(tmp_path, slack=slack.base_url)
+            try:
+                svc.deps.clock = FixedClock(datetime(2026, 11, 2, 15, tzinfo=UTC))  # 10:00 EST
+                first_start(svc.deps.store, datetime(2026, 10, 20, tzinfo=UTC))
+                svc.digest_job()
+                written = sorted((tmp_path / "out").glob("digest-2026-11-01*"))
+                assert written if run == 1 else not written, (run, written)
+                for path in written:  # the restart must not write them again
+                    path.unlink()
+            finally:
+                svc.close()
