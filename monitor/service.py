@@ -39,6 +39,7 @@ from monitor.cycle import (
     Deps,
     build_deps,
     digest_queued,
+    history_read,
     run_billing_poll,
     run_cycle,
     run_delivery,
@@ -91,6 +92,7 @@ class Service:
         self.http: HealthServer | None = None
         self._detect_due = threading.Event()
         self._demo_day: date | None = None  # the simulated day of the last demo digest
+        self._digest_caught_up = False  # the due digest asked for once utilization was read
         self._billing_lock = threading.Lock()  # one poll at a time on the billing connection
         self._stopping = threading.Event()
         self._delivery: dict[str, Any] | None = None  # the last outbox tick (run_delivery's result)
@@ -134,6 +136,7 @@ class Service:
         self._request_detection()
         if self.sched is not None and "utilization_backfill" in self.sched.jobs:
             self.sched.run_soon("utilization_backfill")  # no-op while it runs or has nothing left
+        self._catch_up_digest()
 
     def backfill_job(self) -> None:
         """One paced step of the history backfill; detection judges what it read."""
@@ -141,6 +144,17 @@ class Service:
             return  # the live windows first: they set the watermarks the backfill reads behind
         if run_utilization_backfill(self.deps, self._now(), cancelled=self._stopping.is_set):
             self._request_detection()
+        self._catch_up_digest()
+
+    def _catch_up_digest(self) -> None:
+        """Once this process has read the utilization of the whole window (the backfill done), run
+        the digest job: a digest whose time passed while the daemon was down goes out then, with
+        the hours it was down read, not "not read" as a digest run at start would have said."""
+        if self.feeder is not None or self.sched is None or self._digest_caught_up:
+            return
+        if history_read(self.deps, self._now()):
+            self._digest_caught_up = True
+            self.sched.run_soon("daily_digest")
 
     def _request_detection(self) -> None:
         self._detect_due.set()
@@ -188,13 +202,23 @@ class Service:
         new, and a digest whose time passed while the daemon was down, or was seen late, is sent
         rather than lost."""
         day = self._digest_day()
-        send = self.deps.notifier.name != "console"
-        if day is None or (send and digest_queued(self.deps, day)):
-            return  # nothing due yet, or queued by an earlier run (a restart): nothing to build
+        if day is None or self._digest_done(day):
+            return  # nothing due yet, or done by an earlier run (a restart): nothing to build
         with self._billing_lock:
             if "billing" not in self.deps.last_success:
                 run_billing_poll(self.deps, self._now())
-        run_digest(self.deps, self._now(), day=day, send=send)
+        run_digest(self.deps, self._now(), day=day, send=self.deps.notifier.name != "console")
+
+    def _digest_done(self, day: date) -> bool:
+        """Queued or sent (Slack), or written (the console, which queues nothing)."""
+        if self.deps.notifier.name != "console":
+            return digest_queued(self.deps, day)
+        return (self.cfg.digest.out_dir / f"digest-{day}.md").exists()
+
+    def _digest_time(self) -> tuple[int, int]:
+        """`digest.time` as (hour, minute)."""
+        hh, mm = self.cfg.digest.time.split(":")
+        return int(hh), int(mm)
 
     def _digest_day(self) -> date | None:
         """The day whose digest is due: yesterday once today's `digest.time` has passed (in
@@ -205,7 +229,7 @@ class Service:
         local = self._now().astimezone(tz)
         if self.feeder is not None:
             return local.date() - timedelta(days=1)
-        hh, mm = (int(x) for x in self.cfg.digest.time.split(":"))
+        hh, mm = self._digest_time()
         due = local.date() if (local.hour, local.minute) >= (hh, mm) else local.date() - timedelta(days=1)
         first = recorded_first_start(self.deps.store)
         if first is not None and first > datetime(due.year, due.month, due.day, hh, mm, tzinfo=tz):
@@ -227,7 +251,7 @@ class Service:
         def step(f: Callable[[Deps, datetime], Any]) -> Callable[[], Any]:
             return lambda: f(self.deps, self._now())
 
-        hh, mm = (int(x) for x in cfg.digest.time.split(":"))
+        hh, mm = self._digest_time()
         fastest_poll = min(d.billing_poll_minutes, d.utilization_poll_minutes) * 60
         u = cfg.utilization
         backfill = (
@@ -254,9 +278,9 @@ class Service:
                 "daily_digest",
                 self.digest_job,
                 CronTrigger(hour=hh, minute=mm, timezone=cfg.digest.timezone),
-                # at start too: a digest whose time passed while the daemon was down (the demo's
-                # billing job kicks it once per simulated day instead)
-                run_at_start=self.feeder is None,
+                # not at start: once utilization is read (`_catch_up_digest`); the demo's billing
+                # job kicks it once per simulated day
+                run_at_start=False,
                 catch_up=True,
             ),
             JobSpec("price_refresh", step(run_price_refresh), every(d.price_refresh_hours * 3600)),

@@ -328,11 +328,11 @@ def _digest_service(tmp: Path, slack: str = "") -> Service:
     return Service(load_config(config), environ={"SLACK_BOT_TOKEN": "xoxb-test"} if slack else {})
 
 
-def test_the_digest_runs_at_start_for_the_day_whose_time_passed_never_a_new_installs(tmp_path: Path) -> None:
-    """Started after `digest.time` (a restart, a rollout, a crash at 09:00), the daemon sent no
-    digest for yesterday: the cron fired next at tomorrow's 09:00. It runs at start, and a run
-    after midnight (a retry) still digests the day that was due. A new install waits for its first
-    09:00, as before: its store had no utilization or detection to tell of yet."""
+def test_the_digest_is_for_the_day_due_and_never_a_new_installs(tmp_path: Path) -> None:
+    """A run of the digest job (its time, a retry, the catch-up after a restart) digests the day
+    that is due: yesterday once today's 09:00 has passed, else the day before, so a retry after
+    midnight does not skip a day. A new install waits for its first 09:00, as before: its store
+    has no utilization or detection to tell of yet."""
     from datetime import UTC, datetime
 
     from monitor.clock import FixedClock
@@ -341,7 +341,7 @@ def test_the_digest_runs_at_start_for_the_day_whose_time_passed_never_a_new_inst
     svc = _digest_service(tmp_path)
     try:
         spec = next(s for s in svc.job_specs() if s.name == "daily_digest")
-        assert spec.run_at_start and spec.catch_up
+        assert not spec.run_at_start and spec.catch_up  # not at start: `_catch_up_digest`
         first_start(svc.deps.store, datetime(2026, 10, 20, tzinfo=UTC))  # running for weeks
         out = tmp_path / "out"
 
@@ -396,3 +396,26 @@ def test_a_restart_does_not_build_a_digest_already_queued(tmp_path: Path) -> Non
                     path.unlink()
             finally:
                 svc.close()
+
+
+def test_a_restarted_daemon_sends_the_digest_it_missed_once_utilization_is_read(tmp_path: Path) -> None:
+    """Down at `digest.time` (a restart or rollout across it), the daemon sent no digest that day:
+    the cron fired next the following day. Once it has read utilization (the hours it was down),
+    it digests the day that is due."""
+    from datetime import UTC, datetime
+
+    from monitor.state.store import first_start
+
+    svc = _digest_service(tmp_path)
+    try:
+        first_start(svc.deps.store, datetime(2026, 10, 20, tzinfo=UTC))  # running for weeks before
+        svc.start()
+        deadline = time.monotonic() + 60  # event-driven: a generous bound only a hang reaches
+        while not list((tmp_path / "out").glob("digest-*.md")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "utilization" in svc.deps.last_success and "digest" in svc.deps.last_success
+        (written,) = (tmp_path / "out").glob("digest-*.md")
+        assert written.name == f"digest-{svc._digest_day()}.md"
+    finally:
+        svc.shutdown()
+        svc.close()

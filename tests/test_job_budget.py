@@ -220,8 +220,9 @@ def test_a_budget_no_row_carries_is_named_with_the_labels_read() -> None:
         '[jobs.budgets] "finetune", "llm-pretrian": no billing row since 2026-11-01T00:00:00Z carries them'
         " under a job label (job, run, k8s-label/jobset.sigs.k8s.io/jobset-name,"
         " k8s-label/batch.kubernetes.io/job-name, k8s-label/job-name, vertex-ai-pipelines-run-billing-id),"
-        " so their budgets cannot fire; a job not started yet, or a key that is no label's value"
-        " (`gpucost jobs` lists the jobs)"
+        " so their budgets cannot fire: a job not started yet or ended before then, a key that is no"
+        " label's value, or, in the daemon, a [jobs] label key added after those days were polled"
+        " (`gpucost jobs` reads the export and lists the jobs)"
     )
     # no budgets, or no job_budget detector running: nothing to tell
     assert budgets_without_spend([_detector({})], inputs) == []
@@ -287,7 +288,9 @@ def test_the_daemon_tells_a_budget_without_spend_once_and_shows_it_while_it_last
     from monitor.cycle import run_billing_poll, run_detection
     from tests.test_digest_jobs import daemon_on_fleet
 
-    deps = daemon_on_fleet(tmp_path, fleet["billing"].parents[1], jobs={"budgets": {"finetune-mistral": 1e6, "pretrain-v2": 1e6}})
+    deps = daemon_on_fleet(
+        tmp_path, fleet["billing"].parents[1], jobs={"budgets": {"finetune-mistral": 1e6, "pretrain-v2": 1e6}}
+    )
     now = datetime(2026, 11, 3, 9, tzinfo=UTC)
     run_billing_poll(deps, now)
 

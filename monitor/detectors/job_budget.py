@@ -119,8 +119,9 @@ def without_spend_message(
     return (
         f"[jobs.budgets] {names}: no billing row since {iso(inputs.history_start or inputs.window_start)}"
         f" carries {'it' if one else 'them'} under a job label ({', '.join(keys)}), so"
-        f" {'its budget' if one else 'their budgets'} cannot fire; a job not started yet, or a key that"
-        " is no label's value (`gpucost jobs` lists the jobs)"
+        f" {'its budget' if one else 'their budgets'} cannot fire: a job not started yet or ended"
+        " before then, a key that is no label's value, or, in the daemon, a [jobs] label key added"
+        " after those days were polled (`gpucost jobs` reads the export and lists the jobs)"
     )
 
 

@@ -706,8 +706,9 @@ def _check_text(conn: duckdb.DuckDBPyConnection, paths: Sequence[Path]) -> None:
     """Refuse naive timestamps in natively read files: DuckDB would take them as UTC; and in NDJSON,
     amounts written as booleans, which DuckDB would take as 1 and 0 (`_BOOLEAN_AMOUNT`).
 
-    NDJSON and string Parquet columns are re-read as text (one more scan of the file: about a
-    quarter of an NDJSON load); a Parquet TIMESTAMP column without a zone is named from the schema.
+    NDJSON and string Parquet columns are re-read as text (one more scan of the file: about half
+    an NDJSON load with the amounts' JSON); a Parquet TIMESTAMP column without a zone is named from
+    the schema.
     A hit is located (file, line, field) by `_locate`, whose `normalize_row` refuses the same.
     """
     for path in paths:
