@@ -38,6 +38,7 @@ __all__ = [
     "DigestData",
     "DigestFinding",
     "digest_key",
+    "digest_markdown",
     "digest_message",
     "enqueue_digest",
     "render_blocks",
@@ -539,6 +540,11 @@ def enqueue_digest(
     return added
 
 
+def digest_markdown(out_dir: str | Path, day: date) -> Path:
+    """Where `write_digest` writes a day's Markdown (the daemon looks there for a day already done)."""
+    return Path(out_dir) / f"digest-{day}.md"
+
+
 def write_digest(d: DigestData, out_dir: str | Path) -> tuple[Path, Path]:
     """Write `digest-YYYY-MM-DD.md` and `.png` under `out_dir` (`digest.out_dir`, created if
     missing; `ConfigError` if it is a file); returns both paths."""
@@ -565,6 +571,6 @@ def write_digest(d: DigestData, out_dir: str | Path) -> tuple[Path, Path]:
             provisional=d.provisional_days,
             currency=d.currency,
         )
-    md = out / f"digest-{d.day}.md"
+    md = digest_markdown(out, d.day)
     md.write_text(render_markdown(d, png.name, jobs_png.name if jobs_png else None), encoding="utf-8")
     return md, png

@@ -69,8 +69,9 @@ class GuardedJob:
     Backoff is tracked in monotonic seconds (`clock`, injectable so tests never race the wall
     clock): the first failure waits `base` seconds before the job may run again, doubling up to
     `cap`, and `retry` (the scheduler's) runs it then, unless its trigger comes sooner: before, a
-    30-minute poll that failed once at start left /readyz at 503 for 30 minutes. A success resets it. `last_success` is wall-clock UTC (it is shown on /readyz and
-    compared with the readiness threshold).
+    30-minute poll that failed once at start left /readyz at 503 for 30 minutes. A success resets
+    it. `last_success` is wall-clock UTC (it is shown on /readyz and compared with the readiness
+    threshold).
     """
 
     spec: JobSpec

@@ -98,7 +98,7 @@ class Metrics:
             job_budget_without_spend=Gauge(
                 "gpucost_job_budget_without_spend",
                 "1 for each [jobs.budgets] key no billing row read carries under a job label: it cannot"
-                " fire (a job not started, or a key that is not a label value).",
+                " fire (the daemon's warning says why it may be so).",
                 ["budget"],
                 registry=r,
             ),

@@ -30,6 +30,7 @@ from zoneinfo import ZoneInfo
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from alerts.digest import digest_markdown
 from alerts.pipeline import next_due
 from monitor.attribution.compile import compile_rules
 from monitor.clock import Clock, SystemClock
@@ -197,10 +198,10 @@ class Service:
 
     def digest_job(self) -> None:
         """The digest that is due (`_digest_day`), from billing polled by this process (never from
-        an empty store). It runs at start too, with no misfire limit, and its retries may run past
-        midnight: a day's digest is queued once per day and channel, so a restart queues nothing
-        new, and a digest whose time passed while the daemon was down, or was seen late, is sent
-        rather than lost."""
+        an empty store). It runs at `digest.time` with no misfire limit, once more after a (re)start
+        has read utilization (`_catch_up_digest`), and its retries may run past midnight: a day
+        already done is not built again (`_digest_done`), and a digest whose time passed while the
+        daemon was down, or was seen late, is sent rather than lost."""
         day = self._digest_day()
         if day is None or self._digest_done(day):
             return  # nothing due yet, or done by an earlier run (a restart): nothing to build
@@ -213,7 +214,7 @@ class Service:
         """Queued or sent (Slack), or written (the console, which queues nothing)."""
         if self.deps.notifier.name != "console":
             return digest_queued(self.deps, day)
-        return (self.cfg.digest.out_dir / f"digest-{day}.md").exists()
+        return digest_markdown(self.cfg.digest.out_dir, day).exists()
 
     def _digest_time(self) -> tuple[int, int]:
         """`digest.time` as (hour, minute)."""

@@ -695,10 +695,12 @@ _ZONED = r"(?i)\d{2}:\d{2}(:\d{2}(\.\d*)?)?\s*(utc|z|[+-]\d{2}(:?\d{2})?)\s*$"
 #: a silent $1), where `normalize_row` refuses it. Read as text (a JSON string "true" too, which
 #: `normalize_row` refuses as well), and nested ones by their JSON type.
 _NDJSON_AMOUNTS = ("cost", "cost_at_list", "currency_conversion_rate")
-_BOOLEAN_AMOUNT = (
-    " OR ".join(f"\"{c}\" IN ('true', 'false')" for c in _NDJSON_AMOUNTS)
-    + " OR json_type(usage, '$.amount') = 'BOOLEAN' OR json_type(usage, '$.amount_in_pricing_units') = 'BOOLEAN'"
-    " OR list_contains(json_type(credits, '$[*].amount'), 'BOOLEAN')"
+_BOOLEAN_AMOUNT = " OR ".join(
+    [
+        *(f"\"{c}\" IN ('true', 'false')" for c in _NDJSON_AMOUNTS),
+        *(f"json_type(usage, '$.{f}') = 'BOOLEAN'" for f in ("amount", "amount_in_pricing_units")),
+        "list_contains(json_type(credits, '$[*].amount'), 'BOOLEAN')",
+    ]
 )
 
 
@@ -722,9 +724,9 @@ def _check_text(conn: duckdb.DuckDBPyConnection, paths: Sequence[Path]) -> None:
         else:
             cols = _parquet_text_timestamps(path)
             source = "read_parquet($1)"
-        if not cols and not booleans:
+        if not cols:
             continue
-        naive = " OR ".join(f"NOT regexp_matches(\"{c}\", $2)" for c in cols) or "false"
+        naive = " OR ".join(f"NOT regexp_matches(\"{c}\", $2)" for c in cols)
         hit = conn.execute(
             f"SELECT {naive} FROM {source} WHERE {naive}{booleans} LIMIT 1", [str(path), _ZONED]
         ).fetchall()
