@@ -20,6 +20,7 @@ from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.interval import IntervalTrigger
 
 from monitor.errors import UserError
 from monitor.metrics import Metrics
@@ -36,6 +37,11 @@ __all__ = [
 log = logging.getLogger("gpucost.daemon")
 #: A failed job's retry runs this long after its backoff ends, so it is not itself refused as early.
 _RETRY_MARGIN_S = 0.25
+#: How often the scheduler compares the wall clock's advance with the monotonic clock's, and the
+#: difference that counts as a step of the wall clock (NTP's step, a restored VM, `date -s`; chrony
+#: and ntpd slew smaller offsets, at most half a millisecond a second).
+CLOCK_WATCH_S = 5.0
+CLOCK_STEP_S = 30.0
 
 
 def failing_source(exc: BaseException) -> str:
@@ -142,7 +148,13 @@ class GuardedJob:
 
 
 class Scheduler:
-    """A BackgroundScheduler with coalescing, one instance per job, grace for misfires, jitter."""
+    """A BackgroundScheduler with coalescing, one instance per job, grace for misfires, jitter.
+
+    APScheduler times its jobs on the wall clock. A wall clock stepped back an hour would hold
+    every interval job for that hour (their next times an hour ahead of the new clock) while
+    `/readyz` still answered 200, so a watch thread moves them back by the step (`clock_moved`).
+    `mono` and `clock` (the wall clock the watch reads) are injectable for tests.
+    """
 
     def __init__(
         self,
@@ -152,7 +164,12 @@ class Scheduler:
         misfire_grace: int,
         jitter: int,
         wall: Callable[[], datetime] | None = None,
+        mono: Callable[[], float] = time.monotonic,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        watch_s: float = CLOCK_WATCH_S,
     ):
+        self._mono, self._clock, self._watch_s = mono, clock, watch_s
+        self._stopping = threading.Event()
         stamp = {"wall": wall} if wall is not None else {}
         self.jobs = {s.name: GuardedJob(s, metrics, **stamp) for s in specs}
         self._sched = BackgroundScheduler(
@@ -172,6 +189,37 @@ class Scheduler:
 
     def start(self) -> None:
         self._sched.start()
+        threading.Thread(target=self._watch_clock, name="clock-watch", daemon=True).start()
+
+    def _watch_clock(self) -> None:
+        mono, wall = self._mono(), self._clock()
+        while not self._stopping.wait(self._watch_s):
+            m, w = self._mono(), self._clock()
+            self.clock_moved((w - wall).total_seconds() - (m - mono))
+            mono, wall = m, w
+
+    def clock_moved(self, step: float) -> None:
+        """The wall clock moved `step` s more than the monotonic clock since the last look.
+
+        Back (`step` < 0): each interval job's next time goes back by as much, so it runs when it
+        would have; a daily time (the digest's cron) is a time of the wall clock and stays. Forward
+        (a paused VM, a step): nothing is held; the scheduler runs each job once, late (coalesced),
+        or, seen over `misfire_grace` late, at its next time. Both are logged.
+        """
+        if abs(step) < CLOCK_STEP_S:
+            return
+        log.warning(
+            "the wall clock was stepped" + ("; interval jobs moved back with it" if step < 0 else ""),
+            extra={"step_s": round(step, 1)},
+        )
+        if step > 0 or not self._sched.running:
+            return
+        try:
+            for job in self._sched.get_jobs():
+                if isinstance(job.trigger, IntervalTrigger) and job.next_run_time is not None:
+                    self._sched.modify_job(job.id, next_run_time=job.next_run_time + timedelta(seconds=step))
+        except Exception:  # the scheduler is shutting down: nothing more will run anyway
+            return
 
     def _retry(self, name: str, delay: float) -> None:
         """Run a failed job once its backoff has passed, if that is before its next trigger (a
@@ -206,6 +254,7 @@ class Scheduler:
     def stop(self, timeout: float = 5.0) -> bool:
         """Stop scheduling; wait up to `timeout` s for a running job. True if all finished."""
         done = threading.Event()
+        self._stopping.set()
 
         def _shutdown() -> None:
             self._sched.shutdown(wait=True)

@@ -306,6 +306,62 @@ def test_a_daily_job_seen_late_still_runs_once() -> None:
         sched.stop()
 
 
+def test_a_wall_clock_stepped_back_moves_interval_jobs_back_and_leaves_daily_times() -> None:
+    """APScheduler waits on the wall clock: stepped back an hour, an hourly poll's next time was an
+    hour further off than planned, and every interval job stalled that hour. The digest's daily
+    time is a time of the wall clock, so it stays; so do steps under `CLOCK_STEP_S` and forward ones."""
+    from datetime import UTC, timedelta
+
+    from apscheduler.triggers.cron import CronTrigger
+
+    specs = [
+        JobSpec("billing_poll", lambda: None, IntervalTrigger(hours=1), run_at_start=False),
+        JobSpec("daily_digest", lambda: None, CronTrigger(hour=9, timezone=UTC), run_at_start=False),
+    ]
+    sched = Scheduler(specs, Metrics.create(), misfire_grace=5, jitter=0, watch_s=3600)
+    sched.start()
+    try:
+        planned = {j.id: j.next_run_time for j in sched._sched.get_jobs()}
+        for step in (-29.0, 29.0, 3600.0):  # slewed, not stepped; forward: nothing is held
+            sched.clock_moved(step)
+            assert {j.id: j.next_run_time for j in sched._sched.get_jobs()} == planned, step
+        sched.clock_moved(-3600.0)
+        now = {j.id: j.next_run_time for j in sched._sched.get_jobs()}
+        assert now == {
+            "billing_poll": planned["billing_poll"] - timedelta(hours=1),
+            "daily_digest": planned["daily_digest"],
+        }
+    finally:
+        assert sched.stop(timeout=60)
+
+
+def test_the_clock_watch_runs_a_job_the_step_back_held() -> None:
+    """The watch thread compares the wall clock's advance with the monotonic clock's. Here the
+    wall clock it reads is stepped back an hour (the scheduler's own cannot be, on a shared
+    machine): the hourly job planned for an hour from now, which the stepped clock would have held
+    two hours, runs at once."""
+    from datetime import UTC, datetime, timedelta
+
+    ran = threading.Event()
+    offset = [timedelta(0)]
+    sched = Scheduler(
+        [JobSpec("billing_poll", ran.set, IntervalTrigger(hours=1), run_at_start=False)],
+        Metrics.create(),
+        misfire_grace=5,
+        jitter=0,
+        clock=lambda: datetime.now(UTC) + offset[0],
+        watch_s=0.05,
+    )
+    sched.start()
+    try:
+        time.sleep(0.2)
+        assert not ran.is_set()
+        offset[0] = timedelta(hours=-1)
+        assert ran.wait(30), "the job held by the step was not moved back"
+    finally:
+        assert sched.stop(timeout=60)
+
+
 def _digest_service(tmp: Path, slack: str = "") -> Service:
     """A daemon whose digest is due at 09:00 in New York, on the billing export of `tmp`; its
     notifier the console, or Slack at `slack` (an API base URL)."""
