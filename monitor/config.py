@@ -392,6 +392,12 @@ class DigestConfig(_Strict):
             raise ValueError(f'unknown time zone "{v}"; use an IANA name like "Europe/Paris"') from None
         return v
 
+    @property
+    def hour_minute(self) -> tuple[int, int]:
+        """`time` as (hour, minute), in `timezone`."""
+        hh, mm = self.time.split(":")
+        return int(hh), int(mm)
+
 
 class StateConfig(_Strict):
     url: str = "sqlite:///out/state.sqlite"

@@ -216,11 +216,6 @@ class Service:
             return digest_queued(self.deps, day)
         return digest_markdown(self.cfg.digest.out_dir, day).exists()
 
-    def _digest_time(self) -> tuple[int, int]:
-        """`digest.time` as (hour, minute)."""
-        hh, mm = self.cfg.digest.time.split(":")
-        return int(hh), int(mm)
-
     def _digest_day(self) -> date | None:
         """The day whose digest is due: yesterday once today's `digest.time` has passed (in
         `digest.timezone`), else the day before. None when that time came before this store's first
@@ -230,7 +225,7 @@ class Service:
         local = self._now().astimezone(tz)
         if self.feeder is not None:
             return local.date() - timedelta(days=1)
-        hh, mm = self._digest_time()
+        hh, mm = self.cfg.digest.hour_minute
         due = local.date() if (local.hour, local.minute) >= (hh, mm) else local.date() - timedelta(days=1)
         first = recorded_first_start(self.deps.store)
         if first is not None and first > datetime(due.year, due.month, due.day, hh, mm, tzinfo=tz):
@@ -252,7 +247,7 @@ class Service:
         def step(f: Callable[[Deps, datetime], Any]) -> Callable[[], Any]:
             return lambda: f(self.deps, self._now())
 
-        hh, mm = self._digest_time()
+        hh, mm = self.cfg.digest.hour_minute
         fastest_poll = min(d.billing_poll_minutes, d.utilization_poll_minutes) * 60
         u = cfg.utilization
         backfill = (
