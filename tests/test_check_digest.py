@@ -197,7 +197,7 @@ def test_check_healthy(tmp_path, export_db, capsys, monkeypatch) -> None:
         code, lines, text = _check(capsys, _config(tmp_path, slack=slack, db=export_db))
         assert [r.method for r in slack.requests] == ["auth.test"]
     assert code == 0, text
-    names = ["billing", "utilization", "prices", "state", "aggregates", "outbox", "slack", "outputs"]
+    names = ["billing", "utilization", "prices", "state", "aggregates", "outbox", "slack", "outputs", "http"]
     assert list(lines) == names
     assert re.match(
         r"billing +ok +DuckDB .*billing\.duckdb: 6\d\d export rows, last exported 2026-11-0", lines["billing"]

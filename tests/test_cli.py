@@ -44,6 +44,39 @@ def test_check_accepts_the_demo_config(capsys: pytest.CaptureFixture[str]) -> No
     assert "config OK" in capsys.readouterr().out
 
 
+def test_check_tries_the_http_port_as_run_would() -> None:
+    """`run` stops at start on a port another program holds; `check` said nothing of it. A port
+    a running gpucost holds is fine (`check` is run beside the daemon); a free one is."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from monitor.cli.check import Check, check_http
+    from monitor.config import load_config
+    from monitor.http import HealthServer
+    from monitor.metrics import Metrics
+
+    cfg = load_config(Path("deploy/config/demo.toml"))
+
+    def on(port: int) -> Check:  # the check of `cfg` with its port set
+        return check_http(cfg.model_copy(update={"http": cfg.http.model_copy(update={"port": port})}))
+
+    other = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)  # answers GET with 501
+    gpucost = HealthServer("127.0.0.1", 0, Metrics.create().registry, lambda: (True, {}))
+    gpucost.start()
+    try:
+        held = on(other.server_address[1])
+        assert held.ok is False
+        assert f"cannot listen on 127.0.0.1:{other.server_address[1]}" in held.detail
+        assert f"stop the other process on port {other.server_address[1]}" in held.detail
+        assert on(gpucost.port).ok is True and "a running gpucost answers" in on(gpucost.port).detail
+    finally:
+        other.server_close()
+        gpucost.stop()
+    assert on(other.server_address[1]).ok is True  # free again
+    assert (
+        check_http(cfg.model_copy(update={"http": cfg.http.model_copy(update={"enabled": False})})).ok is None
+    )
+
+
 def test_check_fails_when_a_slack_channel_has_no_token(
     tmp_path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

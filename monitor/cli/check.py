@@ -6,13 +6,15 @@ and says how many bytes it would bill), utilization is readable (files exist, or
 Monitoring request) and every metric's unit is one we can convert (a metric with an unknown unit is
 skipped, never guessed: the check fails and names it with its unit), which prices are used and how
 old they are, the state store opens with its migrations, the outbox has no permanently failed
-message (`invalid_auth`, `channel_not_found` show here), and the Slack token is valid
-(`auth.test`). `--offline` skips everything that needs the network. Details pass through
-`monitor.logs.redact`, so a token can never be printed.
+message (`invalid_auth`, `channel_not_found` show here), the Slack token is valid (`auth.test`),
+and the HTTP port can be listened on (or a running gpucost answers on it). `--offline` skips
+everything that needs the network. Details pass through `monitor.logs.redact`, so a token can never
+be printed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -303,6 +305,41 @@ def check_outputs(cfg: Config) -> Check:
     return Check("outputs", True, ", ".join(f"{k} {v}" for k, v in dirs.items()))
 
 
+def check_http(cfg: Config) -> Check:
+    """`http.host` / `http.port` can be listened on, as `run` will (`monitor.http.HealthServer`). A
+    port held by a running gpucost (its `/healthz` answers) is fine: `check` is often run beside
+    the daemon. Anything else that holds it, or a host that is not this machine's, fails with the
+    message `run` would stop with."""
+    import errno
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from monitor.http import bind_error
+
+    h = cfg.http
+    if not h.enabled:
+        return Check("http", None, "http.enabled = false: no /healthz, /readyz or /metrics")
+    try:
+        ThreadingHTTPServer((h.host, h.port), BaseHTTPRequestHandler).server_close()  # as `run` binds
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE and _answers_healthz(h.host, h.port):
+            return Check("http", True, f"{h.host}:{h.port}: a running gpucost answers /healthz there")
+        return Check("http", False, str(bind_error(h.host, h.port, e)))
+    return Check("http", True, f"{h.host}:{h.port}: free for /healthz, /readyz and /metrics")
+
+
+def _answers_healthz(host: str, port: int) -> bool:
+    """Whether gpucost's `/healthz` answers on `host:port` (a wildcard host: on loopback)."""
+    import urllib.request
+
+    target = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    url = f"http://[{target}]:{port}/healthz" if ":" in target else f"http://{target}:{port}/healthz"
+    try:
+        with urllib.request.urlopen(url, timeout=3) as r:
+            return r.status == 200 and json.loads(r.read()) == {"status": "ok"}
+    except (OSError, ValueError):
+        return False
+
+
 def _guard(name: str, fn: Callable[[], Check]) -> Check:
     """A check that raises is a failed check with the error's first line, never a traceback."""
     try:
@@ -363,6 +400,7 @@ def run_checks(cfg: Config, *, offline: bool, environ: Mapping[str, str], now: d
             ]
         checks.append(_guard("slack", lambda: check_slack(cfg, offline, environ)))
         checks.append(_guard("outputs", lambda: check_outputs(cfg)))
+        checks.append(_guard("http", lambda: check_http(cfg)))
         return checks
     finally:
         for s in opened:
