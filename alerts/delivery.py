@@ -8,7 +8,13 @@ record sent / retry / failed. A channel that does not resolve is posted to by na
 there cannot succeed: after an uncertain failure such a message may arrive twice, never zero times.
 A 429 stops the batch, since the rest would be rate limited too. An exception a notifier did not
 classify is treated as an uncertain retryable failure and logged: it reaches the retry logic
-instead of being swallowed. After `MAX_ATTEMPTS` retryable failures a row fails for good.
+instead of being swallowed. After `MAX_ATTEMPTS` retryable failures a row fails for good; a 429
+is not one (Slack processed nothing and said when to come back).
+
+Rows go in order where order is read: a reply waits for its root and for the older replies of
+its thread (`due_rows`), so a "resolved" never lands above the update it follows; a resolution
+whose root failed for good with nothing of its thread sent fails with it, never telling a
+channel of an alert it did not hear fire.
 
 A file row (the digest's chart) is uploaded with `send_file` into its root's thread once the root
 is sent, and waits while the root is failed (a re-queue of the root brings it along). After an
@@ -50,6 +56,7 @@ from alerts.outbox import (
     mark_failure_alerted,
     mark_retry,
     mark_sent,
+    thread_told,
     unalerted_failures,
 )
 
@@ -92,13 +99,23 @@ def deliver_outbox(deps: Deps, now: datetime, keys: Sequence[str] | None = None)
             )
             return DeliveryReport(busy=True)
         counts = {"sent": 0, "retried": 0, "failed": 0, "deferred": 0, "recovered": 0}
-        rate_limited = False
-        for row in due_rows(deps.store, now, deps.batch_size, keys):
-            outcome, result = _deliver_one(deps, row, now)
-            counts[outcome] += 1
-            if result is not None and result.outcome is Outcome.RETRY and result.retry_after is not None:
-                rate_limited = True  # the rest waits out Retry-After too, in this pass and the next ones
-                defer_pending(deps.store, now + timedelta(seconds=result.retry_after))
+        rate_limited, tried = False, set()
+        # again while a batch settled rows: a root sent, or failed, frees the rows that waited for
+        # it (its replies, its chart), which go in the same pass, as they did when read at once
+        while not rate_limited and (
+            batch := [r for r in due_rows(deps.store, now, deps.batch_size, keys) if r.id not in tried]
+        ):
+            settled = 0
+            for row in batch:
+                tried.add(row.id)
+                outcome, result = _deliver_one(deps, row, now)
+                counts[outcome] += 1
+                settled += outcome in ("sent", "recovered", "failed")
+                if result is not None and result.outcome is Outcome.RETRY and result.retry_after is not None:
+                    rate_limited = True  # the rest waits out Retry-After too, in this pass and the next ones
+                    defer_pending(deps.store, now + timedelta(seconds=result.retry_after))
+                    break
+            if not settled:
                 break
         told = alert_failures(deps, now)
     return DeliveryReport(**counts, rate_limited=rate_limited, operator_alerts=told)
@@ -111,27 +128,47 @@ def deliver_outbox(deps: Deps, now: datetime, keys: Sequence[str] | None = None)
 OUTBOX_LOCK = "outbox"
 
 
-def _thread(deps: Deps, row: OutboxRow) -> tuple[bool, str | None, str]:
-    """(ready, thread_ts, channel). Replies go to the root's thread and channel id once it is sent;
-    a file waits while its root is failed (it belongs under it)."""
+#: Replies that say a group stopped firing (`alerts.dedupe.Reason`).
+_RESOLUTIONS = frozenset(("resolved", "all_resolved"))
+
+
+def _thread(deps: Deps, row: OutboxRow) -> tuple[str, str | None, str]:
+    """(state, thread_ts, channel); state "go", "wait" or "orphan". Replies go to the root's thread
+    and channel id once it is sent; a file waits while its root is failed (it belongs under it);
+    a resolution whose root failed with nothing of its thread sent is an orphan. `due_rows` leaves
+    out the rows that wait; this answers for one read before a root changed."""
     if row.root_key is None:
-        return True, None, row.channel
+        return "go", None, row.channel
     root = get_row(deps.store, row.root_key)
-    if root is not None and root.status == "failed" and row.file_path is not None:
-        return False, None, row.channel
-    if root is None or root.status == "failed":
-        return True, None, row.channel
+    if root is not None and root.status == "failed":
+        if row.file_path is not None:
+            return "wait", None, row.channel
+        if row.reason in _RESOLUTIONS and not thread_told(deps.store, root.idempotency_key):
+            return "orphan", None, row.channel
+        return "go", None, row.channel
+    if root is None:
+        return "go", None, row.channel
     if root.status == "pending":
-        return False, None, row.channel
+        return "wait", None, row.channel
     if not deps.notifier.supports_threads or root.slack_ts is None:
-        return True, None, row.channel
-    return True, root.slack_ts, root.slack_channel or row.channel
+        return "go", None, row.channel
+    return "go", root.slack_ts, root.slack_channel or row.channel
 
 
 def _deliver_one(deps: Deps, row: OutboxRow, now: datetime) -> tuple[str, DeliveryResult | None]:
-    ready, thread_ts, channel = _thread(deps, row)
-    if not ready:
+    state, thread_ts, channel = _thread(deps, row)
+    if state == "wait":
         return "deferred", None
+    if state == "orphan":
+        # the group's first message failed for good and nothing of it reached the channel: a lone
+        # "[RESOLVED]" would tell of an alert it never heard fire. It fails with its root (whose
+        # failure the operator was told), and a re-queue sends both, the root first.
+        error = (
+            f"not posted: the first message of its thread ({row.root_key}) failed,"
+            f" so {row.channel} never heard it fire"
+        )
+        mark_failed(deps.store, row.id, error, now, told=True)
+        return "failed", None
     channel_id = row.channel_id or _resolve(deps, channel)
     if row.file_path is not None:
         return _upload(deps, row, channel_id or channel, thread_ts, now)
@@ -215,9 +252,11 @@ def _record(
         log.info("alert %s sent to %s (ts %s)", row.idempotency_key, where, result.ts)
         return "sent"
     error = result.error or "unknown error"
-    if result.outcome is Outcome.RETRY and attempts < MAX_ATTEMPTS:
+    rate_limited = result.retry_after is not None  # Slack processed nothing: not a failed attempt
+    if result.outcome is Outcome.RETRY and (rate_limited or attempts < MAX_ATTEMPTS):
         delay = timedelta(seconds=result.retry_after) if result.retry_after is not None else backoff(attempts)
-        mark_retry(deps.store, row.id, now + delay, error, uncertain=result.uncertain)
+        uncount = rate_limited and attempts > row.attempts  # this pass marked an attempt
+        mark_retry(deps.store, row.id, now + delay, error, uncertain=result.uncertain, uncount=uncount)
         log.warning(
             "%s %s to %s not delivered (%s); retry in %s",
             _what(row),

@@ -15,7 +15,8 @@ When Slack confirms a post to a channel *name*, the id it answered with is remem
 (`alerts_channels`, `known_channel_id`): a fallback for bots that may not list channels.
 
 Row states: pending -> sent | failed. Retryable errors keep the row pending with `next_attempt_at`
-(Retry-After, else bounded exponential backoff) for up to `MAX_ATTEMPTS` attempts (about a day);
+(Retry-After, else bounded exponential backoff) for up to `MAX_ATTEMPTS` attempts (about a day; a
+rate-limited one does not count);
 permanent errors, and retries exhausted, mark it failed with the error. A failed row is told to the
 operator once (`unalerted_failures` / `mark_failure_alerted`, persisted, so neither every tick nor a
 restart repeats it; a re-queue clears the mark so a second failure is told again).
@@ -62,6 +63,7 @@ __all__ = [
     "parse_ts",
     "save_firing",
     "status",
+    "thread_told",
     "unalerted_failures",
 ]
 
@@ -285,15 +287,26 @@ def enqueue(
 def due_rows(
     store: StateStore, now: datetime, limit: int, keys: Sequence[str] | None = None
 ) -> list[OutboxRow]:
-    """Pending rows whose next attempt is due, oldest first (a thread root precedes its replies);
-    only those with an idempotency key in `keys` when given."""
+    """Pending rows whose next attempt is due and that may go now, oldest first; only those with an
+    idempotency key in `keys` when given.
+
+    A row waits, and is not returned, while its thread root is pending (a reply goes into the
+    thread), while its root failed if it is a file (the digest's chart belongs under it), and
+    while an older reply in its thread is pending: a "resolved" never overtakes the update before
+    it, retried on its backoff. Rows that wait are left out in SQL, not skipped after the `limit`:
+    fifty charts of failed digests at the head of the outbox held every later row of every channel.
+    """
     if keys is not None and not keys:
         return []
-    only = "" if keys is None else f" AND idempotency_key IN ({', '.join('?' for _ in keys)})"
+    only = "" if keys is None else f" AND o.idempotency_key IN ({', '.join('?' for _ in keys)})"
     with store.transaction() as conn:
         rows = conn.execute(
-            f"SELECT * FROM alerts_outbox WHERE status = 'pending' AND next_attempt_at <= ?{only}"
-            " ORDER BY id LIMIT ?",
+            f"SELECT o.* FROM alerts_outbox o WHERE o.status = 'pending' AND o.next_attempt_at <= ?{only}"
+            " AND NOT EXISTS (SELECT 1 FROM alerts_outbox r WHERE r.idempotency_key = o.root_key"
+            "  AND (r.status = 'pending' OR (r.status = 'failed' AND o.file_path IS NOT NULL)))"
+            " AND NOT EXISTS (SELECT 1 FROM alerts_outbox e WHERE e.status = 'pending'"
+            "  AND e.root_key = o.root_key AND e.id < o.id)"
+            " ORDER BY o.id LIMIT ?",
             (fmt_ts(now), *(keys or ()), limit),
         ).fetchall()
     return [_row(r) for r in rows]
@@ -343,13 +356,29 @@ def known_channel_id(store: StateStore, name: str) -> str | None:
     return None if r is None else r[0]
 
 
-def mark_retry(store: StateStore, row_id: int, next_at: datetime, error: str, *, uncertain: bool) -> None:
+def mark_retry(
+    store: StateStore, row_id: int, next_at: datetime, error: str, *, uncertain: bool, uncount: bool = False
+) -> None:
+    """`uncount`: the attempt just marked does not count towards `MAX_ATTEMPTS` (Slack answered 429:
+    it processed nothing and said when to come back; honoured for as long as it lasts, a 30 s
+    Retry-After used the 54 attempts meant to span a day in 27 minutes)."""
     with store.transaction() as conn:
         conn.execute(
-            "UPDATE alerts_outbox SET next_attempt_at = ?, last_error = ?, inflight = ?"
-            " WHERE id = ? AND status = 'pending'",
-            (fmt_ts(next_at), error, int(uncertain), row_id),
+            "UPDATE alerts_outbox SET next_attempt_at = ?, last_error = ?, inflight = ?,"
+            " attempts = attempts - ? WHERE id = ? AND status = 'pending'",
+            (fmt_ts(next_at), error, int(uncertain), int(uncount), row_id),
         )
+
+
+def thread_told(store: StateStore, root_key: str) -> bool:
+    """Whether any message of the thread rooted at `root_key` (the root or a reply) was sent."""
+    with store.transaction() as conn:
+        r = conn.execute(
+            "SELECT 1 FROM alerts_outbox WHERE status = 'sent' AND (idempotency_key = ? OR root_key = ?)"
+            " LIMIT 1",
+            (root_key, root_key),
+        ).fetchone()
+    return r is not None
 
 
 def defer_pending(store: StateStore, until: datetime) -> int:
@@ -363,12 +392,14 @@ def defer_pending(store: StateStore, until: datetime) -> int:
     return cur.rowcount
 
 
-def mark_failed(store: StateStore, row_id: int, error: str, now: datetime) -> None:
+def mark_failed(store: StateStore, row_id: int, error: str, now: datetime, *, told: bool = False) -> None:
+    """`told`: the operator already knows (the failure of the row it depends on was told), so
+    `alert_failures` does not tell this one again."""
     with store.transaction() as conn:
         cur = conn.execute(
-            "UPDATE alerts_outbox SET status = 'failed', inflight = 0, last_error = ?, failed_at = ?"
-            " WHERE id = ? AND status = 'pending'",
-            (error, fmt_ts(now), row_id),
+            "UPDATE alerts_outbox SET status = 'failed', inflight = 0, last_error = ?, failed_at = ?,"
+            " failure_alerted_at = ? WHERE id = ? AND status = 'pending'",
+            (error, fmt_ts(now), fmt_ts(now) if told else None, row_id),
         )
         if cur.rowcount == 1:
             _log_outcome(conn, row_id, "last_failed_at", now)

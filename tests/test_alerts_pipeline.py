@@ -227,6 +227,100 @@ def test_429_delays_by_retry_after_then_delivers_once(env: Env) -> None:
     assert len(env.posts()) == 1
 
 
+def test_a_rate_limit_however_long_never_uses_up_the_attempts(env: Env) -> None:
+    """Each 429 was counted as a failed attempt, and Retry-After replaced the backoff meant to
+    spread `MAX_ATTEMPTS` over a day: 30 minutes of 429s at Retry-After 30 s failed the alert for
+    good, and it was never sent once Slack took posts again (helper 51's audit)."""
+    from alerts.outbox import MAX_ATTEMPTS, get_row
+
+    env.alerts = AlertsConfig(group_wait_seconds=0)
+    env.slack.fail("chat.postMessage", Failure(status=429, retry_after=30), times=2 * MAX_ATTEMPTS)
+    rep, _ = env.cycle([finding()])
+    (key,) = [n.idempotency_key for n in rep.notified]
+    deps = env.deps()
+    for _ in range(2 * MAX_ATTEMPTS - 1):  # an hour of 429s, tried at every Retry-After
+        env.clock.advance(seconds=30)
+        deliver_outbox(deps, env.clock.now)
+    row = get_row(deps.store, key)
+    assert (row.status, row.attempts) == ("pending", 0), row.last_error
+    env.clock.advance(seconds=30)
+    assert deliver_outbox(deps, env.clock.now).sent == 1  # Slack takes posts again
+    assert len(env.posts()) == 1
+
+
+def test_a_resolution_never_overtakes_the_update_before_it(env: Env) -> None:
+    """Replies of a thread went out in any order: an update retried on its backoff after two
+    500s was posted after the group's later "resolved", leaving the thread's last word a stale
+    "firing" (helper 51's audit). A reply now waits for the older replies of its thread."""
+    env.alerts = AlertsConfig(group_wait_seconds=0, group_interval_seconds=300)
+    a, b = finding(instance="n1"), finding(instance="n2")
+    env.cycle([a])
+    env.clock.advance(minutes=10)
+    env.slack.fail("chat.postMessage", Failure(status=500), times=2)
+    env.cycle([a, b])  # the update: 500, retried in 30 s, 500 again, retried in 60 s
+    env.clock.advance(minutes=5)
+    assert env.cycle([])[1].sent == 0  # all resolved, queued behind the update
+    for _ in range(2):
+        env.clock.advance(minutes=1)
+        deliver_outbox(env.deps(), env.clock.now)
+    texts = [m["text"] for m in env.posts()]
+    assert [t.split(":")[0] for t in texts] == [
+        "[WARNING] New",
+        "[WARNING] Update",
+        "[RESOLVED] Idle GPUs on n1, Idle GPUs on n2",
+    ]
+    assert len({m["thread_ts"] for m in env.posts()[1:]}) == 1  # both in the first message's thread
+
+
+def test_a_resolution_is_not_posted_where_the_alert_never_was(env: Env) -> None:
+    """The group's first message failed for good (Slack refused its blocks): its "resolved"
+    was posted alone, telling the channel of an alert it never heard fire (helper 51's audit). It
+    fails with its root, quietly (the root's failure was told), and a re-queue sends both in
+    order."""
+    from alerts.outbox_admin import requeue_failed
+
+    env.alerts = AlertsConfig(group_wait_seconds=0, group_interval_seconds=300)
+    env.slack.fail("chat.postMessage", Failure(error="invalid_blocks"), times=1)
+    env.cycle([finding()])
+    env.clock.advance(minutes=10)
+    _, dr = env.cycle([])
+    store = SQLiteStore(env.db)
+    assert (dr.sent, dr.failed, dr.operator_alerts) == (0, 1, 0)
+    assert env.posts() == [] and status(store).failed == 2
+    requeue_failed(store, env.clock.now)
+    for _ in range(2):
+        deliver_outbox(env.deps(), env.clock.now)
+    assert [m["text"].split(":")[0] for m in env.posts()] == [
+        "[WARNING] New",
+        "[RESOLVED] Idle GPUs on a3-node-1",
+    ]
+    assert env.posts()[1]["thread_ts"] == env.posts()[0]["ts"]
+
+
+def test_retention_keeps_a_thread_root_while_a_reply_to_it_is_pending(env: Env) -> None:
+    """Retention kept a root only while its group fired. A group that fired past the horizon
+    and resolved lost its root under its pending "resolved": after an uncertain first attempt
+    (posted in the thread, the answer lost) the retry searched the channel's top level, found
+    nothing and posted again, top level (helper 51's audit)."""
+    from monitor.state.retention import horizon, prune
+
+    env.alerts = AlertsConfig(group_wait_seconds=0)
+    a = finding()
+    env.cycle([a])
+    env.clock.advance(days=100)  # it fires on, past the 90-day horizon, and then resolves
+    env.cycle([a])
+    env.clock.advance(minutes=10)
+    env.timeout = 1
+    env.slack.fail("chat.postMessage", Failure(delay=4, process_first=True))  # posted, answer lost
+    env.cycle([])
+    prune(SQLiteStore(env.db), horizon(env.clock.now, 90, 14))  # the daily retention job
+    env.clock.advance(minutes=5)
+    deliver_outbox(env.deps(), env.clock.now)
+    resolved = [m for m in env.posts() if m["text"].startswith("[RESOLVED]")]
+    assert len(resolved) == 1 and resolved[0]["thread_ts"] == env.posts()[0]["ts"]
+    assert status(SQLiteStore(env.db)).pending == 0
+
+
 def test_500_is_retried_with_backoff_and_not_duplicated(env: Env) -> None:
     env.alerts = AlertsConfig(group_wait_seconds=0)
     env.slack.fail("chat.postMessage", Failure(status=500), times=2)

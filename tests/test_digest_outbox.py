@@ -180,7 +180,9 @@ def test_a_crash_after_slack_took_the_chart_does_not_upload_it_twice(cfg: Config
 
 
 @pytest.mark.parametrize("method", ["chat.postMessage", "files.completeUploadExternal"])
-def test_a_timeout_after_slack_took_it_is_found_not_sent_again(cfg: Config, slack: FakeSlack, method: str) -> None:
+def test_a_timeout_after_slack_took_it_is_found_not_sent_again(
+    cfg: Config, slack: FakeSlack, method: str
+) -> None:
     # Slack stores the post (or shares the chart), then stalls 4 s past the client's 1 s timeout:
     # an uncertain outcome, looked up (message metadata; the chart's name and title) before a re-send
     slack.fail(method, Failure(delay=4, process_first=True))
@@ -193,4 +195,26 @@ def test_a_timeout_after_slack_took_it_is_found_not_sent_again(cfg: Config, slac
     assert len(slack.calls(method)) == 1, f"{method} was called again"
     assert _digest_sent(deps, DAY, "#digest")
     assert all(e.status == "sent" for e in list_outbox(deps.store, ("pending", "failed", "sent")))
+    deps.store.close()
+
+
+def test_charts_of_failed_digests_never_hold_back_the_rows_behind_them(cfg: Config, slack: FakeSlack) -> None:
+    """A digest that failed for good leaves its charts pending (they belong under it, and a
+    re-queue brings them along). The outbox read its due rows oldest first, `batch_size` at a
+    time, then skipped those charts: once a batch of them piled up (50 days of an archived
+    digest channel), no later row of any channel was tried again (helper 51's audit). Here the
+    batch is 1, the chart of one day."""
+    from alerts.pipeline import deliver_outbox
+    from tests.test_delivery_failure import queue_alert
+
+    slack.archive_channel("digest")
+    deps = start(cfg)
+    run_digest(deps, T0, DAY, send=True)
+    run_delivery(deps, T0)  # is_archived: the digest fails for good
+    charts = [e for e in list_outbox(deps.store, ("pending",)) if e.reason == "digest_chart"]
+    assert len(charts) == 1  # waiting under it
+    queue_alert(deps, "#alerts", key="alert-behind-the-charts")
+    deliver_outbox(replace(deps.alert_deps, batch_size=1), T0 + timedelta(minutes=1))
+    assert get_row(deps.store, "alert-behind-the-charts").status == "sent"
+    assert [m for m in slack.messages if m["text"] == "GPU idle: a3-1"]
     deps.store.close()

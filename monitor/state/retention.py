@@ -65,10 +65,15 @@ def prune(store: StateStore, cut: datetime) -> dict[str, int]:
             "DELETE FROM findings WHERE resolved_at IS NOT NULL AND resolved_at < ?",
             (to_iso(cut),),
         ),
+        # a thread root is kept while its group fires and while a reply to it is pending: a
+        # group that fired past the horizon and resolved lost its root under its "resolved"
+        # reply, which then went top-level, or twice after an uncertain first attempt
         "alerts_outbox": (
             "DELETE FROM alerts_outbox WHERE status IN ('sent', 'failed') AND created_at < ?"
             " AND idempotency_key NOT IN"
-            " (SELECT root_key FROM alerts_nflog WHERE root_key IS NOT NULL AND active = 1)",
+            " (SELECT root_key FROM alerts_nflog WHERE root_key IS NOT NULL AND active = 1)"
+            " AND idempotency_key NOT IN"
+            " (SELECT root_key FROM alerts_outbox WHERE root_key IS NOT NULL AND status = 'pending')",
             (alerts,),
         ),
         "alerts_nflog": ("DELETE FROM alerts_nflog WHERE active = 0 AND updated_at < ?", (alerts,)),
