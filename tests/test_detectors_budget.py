@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from monitor import month
 from monitor.cycle import month_to_date_by_category
 from monitor.detectors.budget_forecast import BudgetForecast, BudgetForecastConfig, month_bounds
 from monitor.detectors.inputs import BudgetSpec, CostHour, DetectorInputs
@@ -148,3 +149,43 @@ def test_rows_count_in_their_invoice_month_not_their_usage_month() -> None:
     assert f.evidence["before_window_estimate_usd"] == 0
     # the same month to date for /metrics (per category, as the daemon exports it)
     assert month_to_date_by_category(inp, end) == {"compute": D(353 * 100 + 3000)}
+
+
+@pytest.mark.parametrize(
+    ("as_of", "provisional_billed"),
+    [
+        (datetime(2026, 12, 1, 9, tzinfo=UTC), 50),  # 01:00 PST on Dec 1: one hour of December
+        (datetime(2026, 12, 2, 12, tzinfo=UTC), 28 * 50),
+        (datetime(2026, 12, 3, 12, tzinfo=UTC), 52 * 50),
+    ],
+)
+def test_run_rate_early_in_a_month_reads_only_settled_days(as_of, provisional_billed) -> None:
+    """A steady $100/h fleet whose last 3 days (provisional) are billed at $50/h so far. In the first
+    days of December the provisional days reach back into November: they are not settled because
+    they belong to last month, so the run rate stays $2,400/day and December ends near $74,400."""
+    provisional_from = datetime(as_of.year, as_of.month, as_of.day, tzinfo=UTC) - timedelta(days=2)
+    start = as_of - timedelta(days=14)
+    rows = [
+        CostHour(
+            hour=t, project="ml-prod", subcategory="compute.gpu", cost=D(100 if t < provisional_from else 50),
+            invoice_month=month.month_at(t),
+        )
+        for t in (start + h * H for h in range(int((as_of - start) / H)))
+    ]  # fmt: skip
+    inp = DetectorInputs(
+        window_start=start,
+        window_end=as_of,
+        provisional_from=provisional_from,
+        hourly=tuple(rows),
+        budgets=(BudgetSpec(name="total", amount=D(1)),),
+    )
+    (f,) = BudgetForecast().evaluate(inp, as_of)
+    ev = f.evidence
+    assert ev["month"] == "2026-12"
+    assert ev["run_rate_to"] == provisional_from.isoformat().replace("+00:00", "Z")
+    assert ev["daily_run_rate_usd"] == 2400 and ev["forecast_usd"] == 74400
+    # every hour of December so far is provisional: counted at the run rate, billed at half of it
+    december_hours = (as_of - month_bounds(as_of)[0]) / H
+    assert ev["settled_usd"] == 0 and ev["provisional_billed_usd"] == provisional_billed
+    assert ev["provisional_counted_usd"] == 100 * december_hours
+    assert ev["provisional_counted_usd"] + ev["rest_of_month_usd"] == ev["forecast_usd"]

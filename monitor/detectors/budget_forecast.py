@@ -70,15 +70,20 @@ class RunRate:
 
 
 def run_rate(
-    rows: Sequence[CostHour], data_from: datetime, fallback_from: datetime, prov: datetime, as_of: datetime, days: int
+    rows: Sequence[CostHour],
+    data_from: datetime,
+    fallback_from: datetime,
+    settled_to: datetime,
+    as_of: datetime,
+    days: int,
 ) -> RunRate:
-    """The burn rate over the last `days` of *settled* data before `prov` (provisional hours are an
-    undercount while late rows land), reaching back no further than `data_from`; when no settled
+    """The burn rate over the last `days` of *settled* data before `settled_to` (provisional hours are
+    an undercount while late rows land), reaching back no further than `data_from`; when no settled
     hour is there, over [`fallback_from`, `as_of`) instead (`from_provisional`). Pure: shared by the
     project budgets (`budget_forecast`) and the job budgets (`job_budget`)."""
-    lo = max(data_from, prov - timedelta(days=days))
-    from_provisional = _hours(lo, prov) == 0
-    hi = prov
+    lo = max(data_from, settled_to - timedelta(days=days))
+    from_provisional = _hours(lo, settled_to) == 0
+    hi = settled_to
     if from_provisional:
         lo, hi = fallback_from, as_of
     return RunRate(lo, hi, from_provisional, _sum(rows, lo, hi), _hours(lo, hi))
@@ -126,8 +131,11 @@ class BudgetForecast(Detector):
         m_start, m_end = month.month_bounds(m)
         billed = _in_month(rows, m)  # what this invoice holds, whenever the usage was
         seen_from = max(m_start, inputs.window_start)
+        # the run rate ends where settled data ends, not at `prov`: early in a month `prov` is raised to
+        # the month start, and last month's provisional hours (an undercount) would set the rate
+        settled_to = min(inputs.provisional_from, as_of)
         prov = min(max(inputs.provisional_from, seen_from), as_of)
-        rr = run_rate(rows, inputs.window_start, seen_from, prov, as_of, self.config.run_rate_days)
+        rr = run_rate(rows, inputs.window_start, seen_from, settled_to, as_of, self.config.run_rate_days)
         rr_lo, rr_hi, rr_from_provisional, rate = rr.start, rr.end, rr.from_provisional, rr.hourly
         settled = q6(_sum(billed, None, prov))
         prov_billed = q6(_sum(billed, prov, as_of))
