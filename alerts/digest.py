@@ -11,7 +11,8 @@ Like with like: while the latest day is provisional its billing rows are still a
 compared only with the part of the day before whose rows have arrived for it too (`like_for_like`;
 the caller, `monitor.digest_data`, puts that part in `previous_by_*` and the rest in
 `not_compared`), and the digest says how far billing has got ("12 of 24 hours billed so far"). A
-complete day is compared with the whole day before.
+clock hour only one of the two days has (a DST change) is compared with nothing, whichever day has it
+(`unpaired_by_*`, `previous_unpaired`). A complete day is compared with the whole day before.
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ class DigestData:
     `previous_by_*` are what `day` is compared with: the whole day before, or, when
     `like_for_like` (a provisional day), only the day before's rows whose counterparts (same clock
     hour, resource, SKU) have arrived for `day`; `not_compared` is the day before's cost left out.
+    Then too `unpaired_by_*` is the part of `day` in a clock hour the day before does not have, and
+    `previous_unpaired` the day before's cost in one `day` does not have (a DST change): the change
+    is of `compared_by_*`, the rest of `day`, so that it is not the length of the day.
     `billed_hours` of `day_hours` hours of `day` have billing rows, the latest starting at
     `last_billed_hour` (local time); None when unknown.
     """
@@ -111,6 +115,9 @@ class DigestData:
     other_month: Decimal = ZERO
     like_for_like: bool = False
     not_compared: Decimal = ZERO
+    unpaired_by_category: dict[str, Decimal] = field(default_factory=dict)
+    unpaired_by_project: dict[str, Decimal] = field(default_factory=dict)
+    previous_unpaired: Decimal = ZERO
     #: "Top jobs" of `day` and the daily spend per job (`alerts.digest_jobs`); None: not computed.
     jobs: DigestJobs | None = None
 
@@ -138,6 +145,9 @@ class DigestData:
         last_billed_hour: datetime | None = None,
         like_for_like: bool = False,
         not_compared: Decimal = ZERO,
+        unpaired_by_category: Mapping[str, Decimal] | None = None,
+        unpaired_by_project: Mapping[str, Decimal] | None = None,
+        previous_unpaired: Decimal = ZERO,
         jobs: DigestJobs | None = None,
         detected: bool = True,
         rows_share: Decimal | None = None,
@@ -168,6 +178,9 @@ class DigestData:
             last_billed_hour=last_billed_hour,
             like_for_like=like_for_like,
             not_compared=_dec("not_compared", {"total": not_compared})["total"],
+            unpaired_by_category=_dec("unpaired_by_category", unpaired_by_category or {}),
+            unpaired_by_project=_dec("unpaired_by_project", unpaired_by_project or {}),
+            previous_unpaired=_dec("previous_unpaired", {"total": previous_unpaired})["total"],
             jobs=jobs,
             detected=detected,
             rows_share=rows_share,
@@ -200,6 +213,18 @@ class DigestData:
     @property
     def previous_total(self) -> Decimal:
         return sum(self.previous_by_category.values(), ZERO)
+
+    @property
+    def compared_by_category(self) -> dict[str, Decimal]:
+        return _compared(self.yesterday_by_category, self.unpaired_by_category if self.like_for_like else {})
+
+    @property
+    def compared_by_project(self) -> dict[str, Decimal]:
+        return _compared(self.yesterday_by_project, self.unpaired_by_project if self.like_for_like else {})
+
+    @property
+    def compared_total(self) -> Decimal:
+        return sum(self.compared_by_category.values(), ZERO)
 
     @property
     def mtd_total(self) -> Decimal:
@@ -244,7 +269,7 @@ class DigestData:
         """The headline change, or why it is held (a provisional day with no billed hour yet)."""
         if self.like_for_like and not self.billed_hours:
             return f"change vs {self.previous_day} held until billing rows arrive"
-        return f"{delta(self.yesterday_total, self.previous_total)} {self.versus}"
+        return f"{delta(self.compared_total, self.previous_total)} {self.versus}"
 
     @property
     def pending(self) -> str:
@@ -256,6 +281,30 @@ class DigestData:
             f"{money(self.not_compared)} of {self.previous_day}'s cost not compared yet: its rows for "
             f"{self.day} have not arrived (late billing, or the resource stopped)"
         )
+
+    @property
+    def unpaired(self) -> list[str]:
+        """The cost left out of a like-for-like change for a clock hour only one of the two days has,
+        said out loud: else a reader finds the day's figure above its table's total."""
+        if not self.like_for_like:
+            return []
+        pairs = [
+            (self.day, self.previous_day, sum(self.unpaired_by_category.values(), ZERO)),
+            (self.previous_day, self.day, self.previous_unpaired),
+        ]
+        return [
+            f"{money(cost)} of {has}'s cost not compared: it is in an hour {lacks} does not have (the clocks"
+            " changed)"
+            for has, lacks, cost in pairs
+            if cost
+        ]
+
+
+def _compared(day: Mapping[str, Decimal], unpaired: Mapping[str, Decimal]) -> dict[str, Decimal]:
+    """The day's figures less their `unpaired` parts, ordered as `_dec` orders; a line that is all
+    unpaired goes (a $0.00 row compared with nothing)."""
+    out = {k: v - unpaired.get(k, ZERO) for k, v in day.items() if k not in unpaired or v != unpaired[k]}
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1], str(kv[0]))))
 
 
 def _dec(name: str, m: Mapping[Any, Any]) -> dict[Any, Decimal]:
@@ -336,7 +385,8 @@ def _compare_table(
 ) -> list[str]:
     keys = list(now) + [k for k in before if k not in now]
     before_head = f"{d.previous_day}" + (" (same hours and resources)" if d.like_for_like else "")
-    lines = [f"## {title}", "", f"| {label} | {d.day} | {before_head} | Change |", "|---|---:|---:|---:|"]
+    day_head = f"{d.day}" + (" (same hours)" if d.like_for_like and d.unpaired_by_category else "")
+    lines = [f"## {title}", "", f"| {label} | {day_head} | {before_head} | Change |", "|---|---:|---:|---:|"]
     shown_now, shown_before = cents_adding_up(now), cents_adding_up(before)
     for k in keys:
         a, b = shown_now.get(k, ZERO), shown_before.get(k, ZERO)
@@ -353,14 +403,15 @@ def render_markdown(d: DigestData, chart_name: str | None = None, jobs_chart_nam
         "",
         f"- Yesterday ({d.day}): **{money(d.yesterday_total)}**{_prov(d, d.day)}, {d.change}",
         *([f"- {d.pending}"] if d.pending else []),
+        *(f"- {line}" for line in d.unpaired),
         f"- Month to date{d.month_label}: **{money(d.mtd_total)}**{d.month_note}",
         "",
     ]
     lines += _compare_table(
-        "Yesterday by category", "Category", d.yesterday_by_category, d.previous_by_category, d
+        "Yesterday by category", "Category", d.compared_by_category, d.previous_by_category, d
     )
     lines += _compare_table(
-        "Yesterday by project", "Project", d.yesterday_by_project, d.previous_by_project, d
+        "Yesterday by project", "Project", d.compared_by_project, d.previous_by_project, d
     )
     if d.jobs is not None and d.jobs.lines:
         lines += jobs_markdown(d.jobs, d.day, money)
@@ -438,6 +489,7 @@ def render_blocks(d: DigestData) -> list[dict[str, Any]]:
                 "type": "mrkdwn",
                 "text": f"*Yesterday:* {money(d.yesterday_total)}{prov} ({d.change})\n"
                 + (f"_{d.pending}_\n" if d.pending else "")
+                + "".join(f"_{line}_\n" for line in d.unpaired)
                 + f"*Month to date{d.month_label}:* {money(d.mtd_total)}{d.month_note}",
             },
         },
@@ -447,7 +499,7 @@ def render_blocks(d: DigestData) -> list[dict[str, Any]]:
             {
                 "type": "section",
                 "text": {"type": "mrkdwn", "text": f"*By category*{_restricted(d)}"},
-                "fields": _fields(d.yesterday_by_category, d.previous_by_category),
+                "fields": _fields(d.compared_by_category, d.previous_by_category),
             }
         )
     if d.yesterday_by_project:
@@ -455,7 +507,7 @@ def render_blocks(d: DigestData) -> list[dict[str, Any]]:
             {
                 "type": "section",
                 "text": {"type": "mrkdwn", "text": f"*By project*{_restricted(d)}"},
-                "fields": _fields(d.yesterday_by_project, d.previous_by_project),
+                "fields": _fields(d.compared_by_project, d.previous_by_project),
             }
         )
     if d.jobs is not None:

@@ -24,6 +24,12 @@ yet (late rows, or a resource that stopped) is reported as not compared yet
 (`DigestData.not_compared`), never silently dropped, and is compared once the day is complete: a
 day no longer provisional is compared with the whole day before. The latest day's own figures are
 never cut: they are what `gpucost report` shows for that day.
+
+A clock hour only one of the two days has (a DST change: the hour repeated when clocks go back, the
+one skipped when they go forward) has nothing to be compared with, whichever day has it: its cost is
+left out of the change and said (`DigestData.unpaired_by_category`, `previous_unpaired`), as a late
+row's is. Counted as the day's, the 25-hour day read +4.2% on a steady fleet, and the day after it
+compared its one 01:00 with both of the day before's (-4.0%).
 """
 
 from __future__ import annotations
@@ -149,7 +155,16 @@ def _digest_data(
     latest = [r for r in sums if r.hour.astimezone(tz).date() == day]
     billed = sorted({r.hour for r in latest})
     arrived = _arrived(latest, tz) if provisional else None
-    prev_cat, prev_proj, held = _previous(sums, day - timedelta(days=1), tz, arrived)
+    only_day, only_before = _unpaired_slots(day, tz) if provisional else (set(), set())
+    prev_cat, prev_proj, held, prev_unpaired = _previous(
+        sums, day - timedelta(days=1), tz, arrived, only_before
+    )
+    unpaired_cat: dict[str, Decimal] = defaultdict(Decimal)
+    unpaired_proj: dict[str, Decimal] = defaultdict(Decimal)
+    for r in latest:
+        if _slot(r.hour, tz) in only_day:
+            unpaired_cat[r.category] += r.net
+            unpaired_proj[r.project or "(no project)"] += r.net
 
     # The chart's spend per job from the engine's sums of its hours (`stored_job_sums`). Its idle
     # dollars, and yesterday's jobs, a piece of hours at a time: at most `rows_at_once` stored rows'
@@ -203,6 +218,9 @@ def _digest_data(
         last_billed_hour=billed[-1].astimezone(tz) if billed else None,
         like_for_like=provisional,
         not_compared=held,
+        unpaired_by_category=dict(unpaired_cat),
+        unpaired_by_project=dict(unpaired_proj),
+        previous_unpaired=prev_unpaired,
         jobs=section.result(),
         detected=detected,
         other_month=other_month,
@@ -219,10 +237,15 @@ def _arrived(latest: list[ResourceHourNet], tz: ZoneInfo) -> dict[tuple, int]:
 
 
 def _previous(
-    rows: list[ResourceHourNet], previous: date, tz: ZoneInfo, arrived: dict[tuple, int] | None
-) -> tuple[dict[str, Decimal], dict[str, Decimal], Decimal]:
+    rows: list[ResourceHourNet],
+    previous: date,
+    tz: ZoneInfo,
+    arrived: dict[tuple, int] | None,
+    unpaired: set[tuple[int, int, int]],
+) -> tuple[dict[str, Decimal], dict[str, Decimal], Decimal, Decimal]:
     """The day before by category and by project: all of it, or (`arrived` given) only its sums whose
-    `_match_key` the latest day has rows for; and the net cost left out (see the module docstring).
+    `_match_key` the latest day has rows for; the net cost left out for rows yet to arrive, and that
+    in the `unpaired` clock hours, which the latest day does not have (see the module docstring).
 
     Where the stored grain keeps no resource (CPU, RAM, disks, internet traffic: issue 12's
     aggregates name resources for GPUs and zone and region traffic only), one sum holds several
@@ -232,9 +255,12 @@ def _previous(
     before: -3.6% where the export, resource by resource, says +0.9%."""
     by_cat: dict[str, Decimal] = defaultdict(Decimal)
     by_proj: dict[str, Decimal] = defaultdict(Decimal)
-    held = Decimal(0)
+    held = unpaired_net = Decimal(0)
     for r in rows:
         if r.hour.astimezone(tz).date() != previous:
+            continue
+        if _slot(r.hour, tz) in unpaired:
+            unpaired_net += r.net
             continue
         counted = r.net
         if arrived is not None:
@@ -247,14 +273,14 @@ def _previous(
         by_cat[r.category] += counted
         by_proj[r.project or "(no project)"] += counted
         held += r.net - counted
-    return dict(by_cat), dict(by_proj), held
+    return dict(by_cat), dict(by_proj), held, unpaired_net
 
 
 def _match_key(r: ResourceHourNet, tz: ZoneInfo) -> tuple:
-    """What makes a row of one day "the same" as a row of the day before: clock hour (in the
-    digest's zone, so DST days line up), project, resource, SKU and cost type. Labels and the invoice
-    month are left out: they may change from one day to the next for the same usage (the sums
-    `net_by_resource_hour` gives are already over them)."""
+    """What makes a row of one day "the same" as a row of the day before: clock hour (`_slot`),
+    project, resource, SKU and cost type. Labels and the invoice month are left out: they may change
+    from one day to the next for the same usage (the sums `net_by_resource_hour` gives are already
+    over them)."""
     return (_slot(r.hour, tz), r.project, r.resource, r.sku_id, r.subcategory, r.cost_type)
 
 
@@ -277,10 +303,32 @@ def _hours(start: datetime, end: datetime) -> int:
     return round((end.astimezone(UTC) - start.astimezone(UTC)).total_seconds() / 3600)
 
 
-def _slot(hour: datetime, tz: ZoneInfo) -> tuple[int, int]:
-    """An hour's clock time in the digest's zone: "the same hour" of two days, across DST changes."""
+def _slot(hour: datetime, tz: ZoneInfo) -> tuple[int, int, int]:
+    """An hour's clock time in the digest's zone, so that DST days line up, and its `fold`: the hour
+    repeated when clocks go back is another hour than the first (keyed by clock time alone, the day
+    after a 25-hour day matched its 01:00 with both of the day before's)."""
     local = hour.astimezone(tz)
-    return local.hour, local.minute
+    return local.hour, local.minute, local.fold
+
+
+def _day_slots(day: date, tz: ZoneInfo) -> set[tuple[int, int, int]]:
+    """The `_slot`s of the stored (UTC) hours a local day holds, from the calendar, not the rows:
+    24, or 23 and 25 on a DST change."""
+    t = datetime.combine(day, time(), tz).astimezone(UTC).replace(minute=0)
+    end = datetime.combine(day + timedelta(days=1), time(), tz)
+    slots = set()
+    while t < end:
+        if t.astimezone(tz).date() == day:
+            slots.add(_slot(t, tz))
+        t += timedelta(hours=1)
+    return slots
+
+
+def _unpaired_slots(day: date, tz: ZoneInfo) -> tuple[set[tuple[int, int, int]], set[tuple[int, int, int]]]:
+    """The clock hours `day` has and the day before has not, and those the day before has and `day`
+    has not: on a DST change, one hour that nothing can be compared with."""
+    now, before = _day_slots(day, tz), _day_slots(day - timedelta(days=1), tz)
+    return now - before, before - now
 
 
 def _digest_finding(p: dict) -> DigestFinding:

@@ -352,7 +352,9 @@ def _hours_of(day: date, hours, usd: str = "10", vm: str = "a3-1") -> list[tuple
     return [(start + timedelta(hours=h), "202612", usd, vm) for h in hours]
 
 
-def _digest(tmp_path: Path, rows, now: datetime, provisional_days: int = 3, tz: str = "UTC") -> DigestData:
+def _digest(
+    tmp_path: Path, rows, now: datetime, provisional_days: int = 3, tz: str = "UTC", day: date = DEC2
+) -> DigestData:
     from monitor.digest_data import digest_data
     from monitor.state.analytics import AggregateStore
     from monitor.state.store import SQLiteStore
@@ -361,7 +363,7 @@ def _digest(tmp_path: Path, rows, now: datetime, provisional_days: int = 3, tz: 
     store, aggregates = SQLiteStore(tmp_path / "state.sqlite"), AggregateStore(None)
     migrate(store)
     _stored(aggregates, rows)
-    return digest_data(store, DEC2, tz, now, provisional_days, aggregates=aggregates)
+    return digest_data(store, day, tz, now, provisional_days, aggregates=aggregates)
 
 
 def test_a_provisional_day_is_compared_with_the_same_hours_of_the_day_before(tmp_path: Path) -> None:
@@ -425,6 +427,97 @@ def test_same_hours_are_clock_hours_in_the_digest_time_zone(tmp_path: Path) -> N
         d.completeness
         == "6 of 24 hours billed so far, latest 05:00-06:00; 25% as many export rows as 2026-12-01"
     )
+
+
+def _steady(day: date, billed_to: datetime) -> list[tuple]:
+    """$10 every UTC hour, from three days before `day` (UTC) to `billed_to`."""
+    from monitor import month
+
+    t = datetime(day.year, day.month, day.day, tzinfo=UTC) - timedelta(days=3)
+    rows = []
+    while t < billed_to:
+        rows.append((t, month.month_at(t), "10", "a3-1"))
+        t += timedelta(hours=1)
+    return rows
+
+
+LA, BERLIN = "America/Los_Angeles", "Europe/Berlin"
+
+
+@pytest.mark.parametrize(
+    ("tz", "day", "billed_to", "figures"),
+    [
+        # the 25-hour day, 3 hours billed: 00:00 PDT, 01:00 PDT, 01:00 PST (read +50.0%), then all
+        # of it (read +4.2%): the repeated 01:00 is compared with nothing
+        (LA, date(2026, 11, 1), datetime(2026, 11, 1, 10, tzinfo=UTC), (30, 20, 20, 220, 10, 0)),
+        (LA, date(2026, 11, 1), datetime(2026, 11, 4, tzinfo=UTC), (250, 240, 240, 0, 10, 0)),
+        # the day after, 2 hours billed (read -33.3%), then all of it (read -4.0%): its one 01:00
+        # was compared with both of the day before's
+        (LA, date(2026, 11, 2), datetime(2026, 11, 2, 10, tzinfo=UTC), (20, 20, 20, 220, 0, 10)),
+        (LA, date(2026, 11, 2), datetime(2026, 11, 5, tzinfo=UTC), (240, 240, 240, 0, 0, 10)),
+        # the 23-hour day: the day before's 02:00, which it lacks, is not a late row
+        (LA, date(2026, 3, 8), datetime(2026, 3, 11, tzinfo=UTC), (230, 230, 230, 0, 0, 10)),
+        # the day after it has a 02:00 the day before lacked (read +4.3%)
+        (LA, date(2026, 3, 9), datetime(2026, 3, 12, tzinfo=UTC), (240, 230, 230, 0, 10, 0)),
+        (BERLIN, date(2026, 10, 25), datetime(2026, 10, 28, tzinfo=UTC), (250, 240, 240, 0, 10, 0)),
+        (BERLIN, date(2026, 10, 26), datetime(2026, 10, 29, tzinfo=UTC), (240, 240, 240, 0, 0, 10)),
+    ],
+)
+def test_an_hour_only_one_of_the_two_days_has_is_not_compared(tmp_path, tz, day, billed_to, figures) -> None:
+    """A steady $10/h fleet across DST changes, billing still arriving: no change. Figures: the day,
+    its compared part, the day before's compared part, the day before's not compared yet (late), the
+    day's and the day before's cost in an hour the other day does not have."""
+    now = datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(hours=36)
+    d = _digest(tmp_path, _steady(day, billed_to), now=now, tz=tz, day=day)
+    assert d.like_for_like
+    assert d.change == f"+$0.00 (+0.0%) vs the same hours and resources of {d.previous_day}"
+    assert (d.yesterday_total, d.not_compared) == (D(figures[0]), D(figures[3]))
+    unpaired = sum(d.unpaired_by_category.values(), D(0))
+    shown = (
+        d.yesterday_total,
+        d.compared_total,
+        d.previous_total,
+        d.not_compared,
+        unpaired,
+        d.previous_unpaired,
+    )
+    assert shown == tuple(D(x) for x in figures)
+
+
+def test_the_hour_compared_with_nothing_is_said_and_the_tables_add_up(tmp_path: Path) -> None:
+    """Los Angeles, Nov 1 (25 hours): the day is its report figure, $250; the tables compare the 24
+    hours both days have, and the line between says where the other $10 went."""
+    day = date(2026, 11, 1)
+    d = _digest(
+        tmp_path,
+        _steady(day, datetime(2026, 11, 4, tzinfo=UTC)),
+        datetime(2026, 11, 2, 12, tzinfo=UTC),
+        tz=LA,
+        day=day,
+    )
+    md = render_markdown(d)
+    note = "$10.00 of 2026-11-01's cost not compared: it is in an hour 2026-10-31 does not have (the clocks changed)"
+    assert "**$250.00** *(provisional: 25 of 25 hours billed so far" in md
+    assert f", +$0.00 (+0.0%) vs the same hours and resources of 2026-10-31\n- {note}\n" in md
+    assert "| Category | 2026-11-01 (same hours) | 2026-10-31 (same hours and resources) | Change |" in md
+    assert "| compute | $240.00 | $240.00 | +$0.00 (+0.0%) |" in md
+    assert "| **Total** | **$240.00** | **$240.00** | +$0.00 (+0.0%) |" in md
+    assert "| ml-prod | $240.00 | $240.00 | +$0.00 (+0.0%) |" in md
+    blocks = render_blocks(d)
+    assert (
+        f"(+$0.00 (+0.0%) vs the same hours and resources of 2026-10-31)\n_{note}_\n"
+        in blocks[1]["text"]["text"]
+    )
+    assert blocks[2]["fields"][0]["text"] == "*compute*\n$240.00 (+$0.00 (+0.0%))"
+    # the day after: its 24 hours against the same 24 of Nov 1, the repeated hour said
+    (tmp_path / "after").mkdir()
+    d = _digest(
+        tmp_path / "after", _steady(day, datetime(2026, 11, 4, tzinfo=UTC)), datetime(2026, 11, 3, 12, tzinfo=UTC), tz=LA,
+        day=date(2026, 11, 2),
+    )  # fmt: skip
+    md = render_markdown(d)
+    assert "- $10.00 of 2026-11-01's cost not compared: it is in an hour 2026-11-02 does not have" in md
+    assert "| Category | 2026-11-02 | 2026-11-01 (same hours and resources) | Change |" in md
 
 
 def test_a_complete_day_is_compared_with_the_whole_day_before(tmp_path: Path) -> None:
