@@ -12,7 +12,8 @@ local DuckDB copy, which may be days old), or now for BigQuery (live: hours util
 billing does not yet are estimated); start = end - 14 days. Detectors also see the invoice month
 to date (budget forecasts need it) and the history their baselines need before `start`
 (`spend_anomaly`'s `baseline_days`), but totals, attribution, findings and GPU rows cover exactly
-[start, end).
+[start, end). With `[jobs.budgets]`, the billing is read as far back as the daemon would keep it
+(`state.retention_days` before `end`): a job budget counts the job's life, as far back as that.
 
     sources = open_sources(cfg, billing_paths=[Path("export.ndjson.gz")])
     result = run_analysis(sources, cfg, now=clock.now())
@@ -40,7 +41,7 @@ from monitor.config import Config
 from monitor.detectors import build_detectors, history_needed, run_in_window
 from monitor.detectors.costs import Costs, as_costs
 from monitor.detectors.inputs import BudgetSpec, CostHour, DeferredGpuHours, GpuHour
-from monitor.detectors.job_budget import budgets_without_spend, without_spend_message
+from monitor.detectors.job_budget import budgets_without_spend, reads_held, without_spend_message
 from monitor.errors import UserError
 from monitor.gcpause import collector_paused
 from monitor.model import Finding, category_of, to_cents
@@ -49,6 +50,7 @@ from monitor.report import data_extent, data_window, default_window
 from monitor.sources.base import BillingSource, MeteredSource
 from monitor.sources.factory import billing_source_from_config, billing_source_from_files
 from monitor.state.analytics import AggregateStore
+from monitor.state.retention import horizon
 from monitor.state.store import SQLiteStore
 from monitor.timeutil import floor_day, floor_hour, to_iso
 from monitor.utilization import UtilizationSource, replace_windows
@@ -335,12 +337,15 @@ def run_analysis(
     built = _detectors(cfg, detectors, with_unmonitored=sources.utilization is not None)
     history = history_needed(built)
     data_start = detection_start(window, history) if month_to_date else window.start - history
+    # a job budget counts what is held before `data_start` too (`DetectorInputs.held_spend`)
+    held = horizon(window.end, cfg.state.retention_days, history.days) if reads_held(built) else data_start
+    read_from = min(data_start, held)
     days = cfg.billing.provisional_days
     stage = progress.describe if progress is not None else (lambda _label: None)
     # the GPU hours and findings live to the end: no collector passes over them (`monitor.gcpause`)
     with collector_paused(), _scratch_stores() as (store, aggregates):
         stage("reading billing")
-        _poll(metered, aggregates, cfg, window, data_start)
+        _poll(metered, aggregates, cfg, window, read_from)
         # utilization is joined to the window's GPU hours only: the history is billing alone
         stage("reading utilization")
         _load_utilization(sources.utilization, store, window.start, window)
@@ -372,7 +377,7 @@ def run_analysis(
             costs.close()
     window_gpu = inputs.gpu_hours
     gpu = tuple(g for g in window_gpu if window.start <= g.hour < window.end) if keep_gpu_hours else ()
-    stats = _stats(metered, sources.billing.engine, data_start, window)
+    stats = _stats(metered, sources.billing.engine, read_from, window)
     # what was read back into Python from the engines: cost rows and sums, and the window's GPU
     # node-hours (not those before it, which only a job budget joins, when a job ran before it)
     if isinstance(window_gpu, DeferredGpuHours):

@@ -52,6 +52,7 @@ from monitor.gpus import (
     node_table,
     util_tables,
 )
+from monitor.jobs.held import held_spend
 from monitor.jobs.identity import parse_labels
 from monitor.model import micros_to_decimal
 from monitor.sources.presets import Signal
@@ -539,7 +540,8 @@ def assemble_inputs(
     Every GPU node-hour is read in the costs' read transaction (`AggregateStore.pinned`): the
     daemon's billing poll may commit while a detection run still reads GPU hours (those before
     `gpu_from`, for a job budget or a finished job's message), and they must be of the costs'
-    snapshot.
+    snapshot. So are the labelled sums of what the store holds before `start`
+    (`DetectorInputs.held_spend`, `monitor.jobs.held`), summed when a job budget asks.
     """
     since = provisional_since(now, provisional_days)
     split = start if gpu_from is None else max(start, min(gpu_from, since, end))
@@ -584,4 +586,5 @@ def assemble_inputs(
         utilization_coverage=coverage,
         gpu_from=split if split > start else None,
         earlier_gpu_hours=functools.cache(lambda: joined(start, split)) if split > start else None,
+        held_spend=functools.cache(lambda: held_spend(aggregates, start)),
     )

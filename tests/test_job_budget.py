@@ -6,6 +6,7 @@ end to end through the analysis pipeline on the simulated fleet (`gpucost analyz
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -14,8 +15,9 @@ import pytest
 from pydantic import ValidationError
 
 from monitor.detectors import build_detectors, registered
+from monitor.detectors.base import iso
 from monitor.detectors.budget_forecast import run_rate
-from monitor.detectors.inputs import CostHour, DetectorInputs, GpuHour
+from monitor.detectors.inputs import CostHour, DetectorInputs, GpuHour, HeldSpend, LabelSpend
 from monitor.detectors.job_budget import (
     JobBudget,
     JobBudgetConfig,
@@ -229,6 +231,35 @@ def test_a_budget_no_row_carries_is_named_with_the_labels_read() -> None:
     assert budgets_without_spend([d for d in build_detectors({}) if d.name != "job_budget"], inputs) == []
 
 
+def test_a_job_s_spend_held_before_the_rows_read_counts_and_says_since_when() -> None:
+    # the store holds 200 hours before the rows read: "llm" billed $10 an hour in 100 of them, then
+    # 50 hours read; "old" stopped before the rows read, $3,000 over its $2,000 budget
+    held_from = T0 - 200 * H
+    held = HeldSpend(
+        held_from,
+        (
+            LabelSpend({"job": "llm"}, "ml", True, Decimal(1000), T0 - 100 * H, T0 - H),
+            LabelSpend({"job": "old", "team": "x"}, "ml", True, Decimal(3000), held_from, T0 - 150 * H),
+        ),
+    )
+    inputs = replace(_inputs(_rows(0, 50, "10", {"job": "llm"}), end_hour=50), held_spend=lambda: held)
+    found = {
+        f.evidence["job"]: f for f in _detector({"llm": 2000, "old": 2000}).evaluate(inputs, T0 + 50 * H)
+    }
+    llm, old = found["llm"].evidence, found["old"].evidence
+    # $1,500 spent since its first hour, 7 days at $10/h ahead: $3,180
+    assert (llm["spent_usd"], llm["held_before_usd"], llm["projected_usd"]) == (1500.0, 1000.0, 3180.0)
+    assert (llm["spend_from"], llm["started_before_data"]) == ("2026-10-27T20:00:00Z", False)
+    # stopped: burns nothing; its first hour is the first held, so it is spend since then, not its life
+    assert (old["spent_usd"], old["running"], old["started_before_data"]) == (3000.0, False, True)
+    assert "since 2026-10-23 16:00 UTC, the start of the billing gpucost holds" in found["old"].summary
+    # a budget whose job's rows are all held earlier has spend: not told as one without
+    assert budgets_without_spend([_detector({"old": 1, "new": 1})], inputs) == ["new"]
+    assert "no billing row since 2026-10-23T16:00:00Z carries it" in without_spend_message(
+        [_detector({"new": 1})], inputs, ["new"]
+    )
+
+
 # -- end to end: the analysis pipeline (`gpucost analyze`'s code path) on the simulated fleet ------------
 
 
@@ -314,3 +345,107 @@ def test_the_daemon_tells_a_budget_without_spend_once_and_shows_it_while_it_last
         run_detection(deps, now + timedelta(hours=3))
         assert len(told()) == 2
     deps.store.close()
+
+
+# -- a job's life across the Pacific month change (the same export read one hour apart) -------------
+
+_LIFE = datetime(2026, 11, 1, tzinfo=UTC)  # the export's first hour: the job's
+_LIFE_HOURS = 61 * 24 + 9  # to 2027-01-01 09:00Z, 01:00 in California: January's first hour
+
+
+@pytest.fixture(scope="module")
+def life_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One job billing $10 an hour from the export's first hour to 2027-01-01 09:00Z, each hour's
+    row loaded 4 hours after it, on the invoice of its Pacific month."""
+    from monitor.month import month_at
+    from tests.export_rows import export_row, write_ndjson
+
+    def bq(t: datetime) -> str:
+        return t.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+    rows = [
+        export_row(
+            {
+                "usage_start_time": bq(_LIFE + i * H),
+                "usage_end_time": bq(_LIFE + (i + 1) * H),
+                "export_time": bq(_LIFE + (i + 4) * H),
+                "invoice.month": month_at(_LIFE + i * H),
+                "labels": [{"key": "job", "value": "llm"}],
+            },
+            cost=10.0,
+            credits=[],
+        )
+        for i in range(_LIFE_HOURS)
+    ]
+    return write_ndjson(tmp_path_factory.mktemp("life") / "export.ndjson", rows)
+
+
+@pytest.mark.slow
+def test_analyze_counts_the_job_s_whole_life_whichever_invoice_month_the_end_is_in(life_export: Path) -> None:
+    """At 00:00 in California on 1 January the detectors read from 1 November 07:00Z (December's
+    invoice); an hour later from 19 November (the baselines' history; January's read start is
+    1 December). The budget summed only the rows read: $14,650, then $10,320, and the alert
+    present at midnight went."""
+    from monitor.analysis import analyze_once
+    from monitor.config import parse_config
+
+    cfg = parse_config({"billing": {"labels": ["job"]}, "jobs": {"budgets": {"llm": 15000}}})
+    found = []
+    for end_hour in (_LIFE_HOURS - 1, _LIFE_HOURS):  # 00:00 and 01:00 PST
+        end = _LIFE + end_hour * H
+        result = analyze_once(cfg, now=end, billing_paths=[life_export], end=end)
+        found.append([f for f in result.findings if f.kind == "job_budget"])
+    # every hour of the export to the end, at $10 (the export's own net), and 7 days at $10/h ahead
+    assert [[f.evidence["spent_usd"] for f in fs] for fs in found] == [[14720.0], [14730.0]]
+    for end_hour, (f,) in zip((_LIFE_HOURS - 1, _LIFE_HOURS), found, strict=True):
+        e = f.evidence
+        assert e["projected_usd"] == 10.0 * end_hour + 1680 and e["started_before_data"] is False
+        assert (e["spend_from"], e["first_hour"], e["as_of"]) == (
+            "2026-11-01T00:00:00Z",
+            "2026-11-01T00:00:00Z",
+            iso(_LIFE + end_hour * H),
+        )
+        assert f"it has spent ${e['spent_usd']:,.2f} since 2026-11-01 00:00 UTC and burns" in f.summary
+
+
+@pytest.mark.slow
+def test_the_daemon_counts_a_job_s_spend_as_far_back_as_its_store_holds_it(
+    life_export: Path, tmp_path: Path
+) -> None:
+    """The daemon first polled at 23:00 PST on 31 December: its store holds December's invoice from
+    its read start, 1 November 07:00Z. Detection two hours later, January's, read from 20 November
+    (the baselines' history; January's read start is 1 December) and counted only that. The job's
+    first hour is the first hour held: its message says since when, not the job's whole life."""
+    from monitor.clock import FixedClock
+    from monitor.config import parse_config
+    from monitor.cycle import build_deps, detect, run_billing_poll
+    from monitor.sources.factory import billing_source_from_files
+
+    cfg = parse_config(
+        {
+            "billing": {"labels": ["job"]},
+            "state": {"url": f"sqlite:///{tmp_path / 'state.sqlite'}"},
+            "alerts": {"console_dir": str(tmp_path / "console")},
+            "jobs": {"budgets": {"llm": 15000}},
+        }
+    )
+    first = datetime(2027, 1, 1, 7, tzinfo=UTC)  # 23:00 PST on 31 December
+    deps = build_deps(cfg, FixedClock(first), billing_source_from_files([life_export]), environ={})
+    found = []
+    try:
+        for now in (first, first + 2 * H):
+            run_billing_poll(deps, now)
+            found.append([f for f in detect(deps, now) if f.kind == "job_budget"])
+    finally:
+        deps.store.close()
+        deps.aggregates.close()
+    # $10 an hour from 1 November 07:00Z, where the store begins, to each run's hour
+    assert [[(f.evidence["spent_usd"], f.evidence["spend_from"]) for f in fs] for fs in found] == [
+        [(14640.0, "2026-11-01T07:00:00Z")],
+        [(14660.0, "2026-11-01T07:00:00Z")],
+    ]
+    for now, (f,) in zip((first, first + 2 * H), found, strict=True):
+        e = f.evidence
+        assert (e["data_from"], e["first_hour"], e["as_of"]) == ("2026-11-01T07:00:00Z",) * 2 + (iso(now),)
+        assert e["started_before_data"] is True
+        assert "since 2026-11-01 07:00 UTC, the start of the billing gpucost holds (any spend" in f.summary

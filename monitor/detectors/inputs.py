@@ -35,7 +35,9 @@ __all__ = [
     "DeferredGpuHours",
     "DetectorInputs",
     "GpuHour",
+    "HeldSpend",
     "JudgedGpuHours",
+    "LabelSpend",
     "MachinePriceLookup",
     "PriceLookup",
     "UnmonitoredGpuHours",
@@ -308,6 +310,31 @@ class BudgetSpec:
         return self.label is None or row.labels.get(self.label[0]) == self.label[1]
 
 
+@dataclass(frozen=True, slots=True)
+class LabelSpend:
+    """Net spend of one label set in one project, compute rows or the rest (`compute`), with its
+    first and last hour: billing held before a detection run's read start, summed in the engine."""
+
+    labels: Mapping[str, str]
+    project: str | None
+    compute: bool
+    net: Decimal
+    first: datetime
+    last: datetime
+
+
+@dataclass(frozen=True)
+class HeldSpend:
+    """How far back the billing gpucost holds goes (`held_from`, the aggregate store's
+    `covered_from`; None for a store from before it was kept), and the labelled spend held before
+    the inputs' read start (`spend`). A job's life outlasts what a detection run reads: its read
+    start follows the invoice month, so a job budget summing only the rows read lost weeks of a
+    job's spend when the Pacific month turned, while those rows were still in the store."""
+
+    held_from: datetime | None
+    spend: tuple[LabelSpend, ...] = ()
+
+
 @dataclass(frozen=True)
 class DetectorInputs:
     """Everything one detection run sees, for the window [window_start, window_end).
@@ -325,6 +352,10 @@ class DetectorInputs:
     objects were most of a detection run's time and memory). The few readers of a job's whole life
     (a finished job's message, a job budget) ask `all_gpu_hours()`, which joins the earlier hours
     (`earlier_gpu_hours`, cached) on first use, in the order a single join gives.
+
+    `held_spend` (cached, None: nothing is held beyond what `hourly` holds) sums the labelled
+    billing held before `window_start` on first use: what a job budget, which covers the job's
+    life, adds to the rows read.
     """
 
     window_start: datetime
@@ -339,6 +370,7 @@ class DetectorInputs:
     utilization_coverage: Mapping[str, Sequence[tuple[datetime, datetime]]] | None = None
     gpu_from: datetime | None = None
     earlier_gpu_hours: Callable[[], Sequence[GpuHour]] | None = field(default=None, repr=False, compare=False)
+    held_spend: Callable[[], HeldSpend] | None = field(default=None, repr=False, compare=False)
 
     @property
     def gpu_monitored(self) -> bool:

@@ -3,9 +3,14 @@
 A budget is keyed by a job name or by the value of any job label (`[jobs]` keys, e.g. `llm-pretrain
 = 50000` or a `run` value): its rows are the billing rows carrying that value under one of the job
 label keys (`JobsConfig.label_keys`), wherever they are (VMs, disks, buckets, several projects).
-A job's budget covers its whole life, not a month, so the detector sees every row the detection
-run read (`month_to_date`: the window, the invoice month and the baselines' history before it) and
-says from when (`spend_from`); spend before that is not in the store.
+A job's budget covers its whole life, not a month: the detector sees every row the detection run
+read (`month_to_date`: the window, the invoice month and the baselines' history before it) and adds
+the sums of what gpucost holds before them (`DetectorInputs.held_spend`: the daemon's aggregates back
+to their `covered_from`, `analyze`'s export as far back as the daemon would keep it). A run's read
+start jumps a month forward when the Pacific month turns; counting only the rows read, a job's spend
+fell by weeks of it from one hour to the next and its alert resolved. It says from when it counts
+(`spend_from`): a job with spend in the first hour held may have begun before, and its message says
+the spend is since then, not the job's whole life.
 
 The projection is the project budgets' one (`budget_forecast.run_rate`, shared): the burn rate is
 the mean hourly net spend over the last `run_rate_days` of settled billing (provisional hours are
@@ -32,14 +37,14 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import Field, field_validator
 
 from monitor.detectors.base import Detector, DetectorConfig, fmt_usd, human, iso, money, q6, register
 from monitor.detectors.budget_forecast import run_rate
 from monitor.detectors.costs import billed_until
-from monitor.detectors.inputs import CostHour, DetectorInputs, GpuHour
+from monitor.detectors.inputs import CostHour, DetectorInputs, GpuHour, HeldSpend, LabelSpend
 from monitor.model import Finding, Scope, fingerprint
 
 if TYPE_CHECKING:
@@ -50,6 +55,7 @@ __all__ = [
     "JobBudgetConfig",
     "budgets_without_spend",
     "job_label_values",
+    "reads_held",
     "without_spend_message",
 ]
 
@@ -93,6 +99,22 @@ def _watching(detectors: Sequence[Detector]) -> JobBudget | None:
     return watch if watch is not None and watch.jobs.budgets else None
 
 
+def reads_held(detectors: Sequence[Detector]) -> bool:
+    """Whether a job budget runs that counts what is held before the detection run's read start:
+    `analyze` then reads its export as far back as the daemon keeps aggregates."""
+    return _watching(detectors) is not None
+
+
+def _held(inputs: DetectorInputs) -> HeldSpend:
+    """What is held before the inputs' read start (nothing but the rows read when not known)."""
+    return inputs.held_spend() if inputs.held_spend is not None else HeldSpend(None)
+
+
+def _data_from(inputs: DetectorInputs, held: HeldSpend) -> datetime:
+    """Where the billing a job budget counts begins: the store's start when known, else the read's."""
+    return held.held_from if held.held_from is not None else inputs.history_start or inputs.window_start
+
+
 def budgets_without_spend(detectors: Sequence[Detector], inputs: DetectorInputs) -> list[str]:
     """The `[jobs.budgets]` keys that no cost row of `inputs` carries under a job label key, when
     `job_budget` runs: such a budget can never fire, and nothing else would tell. Either the job has
@@ -103,7 +125,7 @@ def budgets_without_spend(detectors: Sequence[Detector], inputs: DetectorInputs)
         return []
     budgets, keys = watch.jobs.budgets, watch.jobs.label_keys()
     seen: set[str] = set()
-    for labels in inputs.hourly.label_sets.values():
+    for labels in [*inputs.hourly.label_sets.values(), *(s.labels for s in _held(inputs).spend)]:
         seen.update(v for v in job_label_values(labels, keys) if v in budgets)
     return sorted(set(budgets) - seen)
 
@@ -117,7 +139,7 @@ def without_spend_message(
     names = ", ".join(f'"{b}"' for b in budgets)
     one = len(budgets) == 1
     return (
-        f"[jobs.budgets] {names}: no billing row since {iso(inputs.history_start or inputs.window_start)}"
+        f"[jobs.budgets] {names}: no billing row since {iso(_data_from(inputs, _held(inputs)))}"
         f" carries {'it' if one else 'them'} under a job label ({', '.join(keys)}), so"
         f" {'its budget' if one else 'their budgets'} cannot fire: a job not started yet or ended"
         " before then, a key that is no label's value, or, in the daemon, a [jobs] label key added"
@@ -163,6 +185,13 @@ class JobBudget(Detector):
                 if value in budgets:
                     rows[value].append(r)
                     label_key.setdefault(value, key)
+        held = _held(inputs)
+        before: dict[str, list[LabelSpend]] = defaultdict(list)  # sums of what is held before the rows
+        for s in held.spend:
+            for value, key in job_label_values(s.labels, keys).items():
+                if value in budgets:
+                    before[value].append(s)
+                    label_key.setdefault(value, key)
         last_gpu = _last_gpu_hours(inputs.gpu_hours, budgets, keys)
         # A job without GPU hours since `gpu_from` whose rows start before it may have earlier ones (a
         # billed GPU hour is also a compute row of the job): only then are those hours joined.
@@ -174,10 +203,14 @@ class JobBudget(Detector):
         # quiet measured to the latest hour billed, as a finished job's message measures it: billing
         # lags the clock by hours, more than `running_within_hours` for some resources
         within = timedelta(hours=self.jobs.running_within_hours)
-        quiet_to = billed_until(costs, inputs.window_start, as_of, within) if rows else as_of
-        for job in sorted(rows):
+        jobs = sorted(rows.keys() | before.keys())
+        quiet_to = billed_until(costs, inputs.window_start, as_of, within) if jobs else as_of
+        span = _Span(_data_from(inputs, held), as_of, quiet_to)
+        for job in jobs:
             amount = Decimal(str(budgets[job]))
-            f = self._job(job, label_key[job], amount, rows[job], last_gpu.get(job), inputs, as_of, quiet_to)
+            f = self._job(
+                job, label_key[job], amount, rows[job], before[job], last_gpu.get(job), inputs, span
+            )
             if f is not None:
                 findings.append(f)
         return findings
@@ -185,35 +218,45 @@ class JobBudget(Detector):
     def projection(
         self,
         rows: Sequence[CostHour],
+        before: Sequence[LabelSpend],
         last_gpu: datetime | None,
         inputs: DetectorInputs,
-        as_of: datetime,
-        quiet_to: datetime,
+        span: _Span,
     ) -> dict[str, Any]:
-        """The job's spend so far, its burn rate and the projection, as numbers a reader can add up."""
-        first = min(r.hour for r in rows)
+        """The job's spend so far, its burn rate and the projection, as numbers a reader can add up:
+        `spent_usd` is its net spend over [`spend_from`, `as_of`), the held sums before the rows
+        read (`held_before_usd`) included."""
+        as_of, data_from = span.as_of, span.data_from
+        first = min([r.hour for r in rows] + [s.first for s in before])
         # as the jobs engine counts it: its compute rows' last hour when it has any (a checkpoint
         # bucket bills every hour after the job ended), else any row's
-        last = max((r.hour for r in rows if r.subcategory.startswith("compute.")), default=None)
-        last = last if last is not None else max(r.hour for r in rows)
-        spend_from = max(inputs.window_start, first)
+        compute = [r.hour for r in rows if r.subcategory.startswith("compute.")]
+        last = max(compute + [s.last for s in before if s.compute], default=None)
+        last = last if last is not None else max([r.hour for r in rows] + [s.last for s in before])
+        spend_from = max(data_from, first)
         prov = min(max(inputs.provisional_from, spend_from), as_of)
-        rr = run_rate(rows, spend_from, spend_from, prov, as_of, self.config.run_rate_days)
+        rated = max(spend_from, inputs.window_start)  # the rate from rows read, not held sums
+        rr = run_rate(rows, rated, rated, prov, as_of, self.config.run_rate_days)
         latest = max(last, last_gpu) if last_gpu is not None else last
-        running = latest + _HOUR >= quiet_to - timedelta(hours=self.jobs.running_within_hours)
+        running = latest + _HOUR >= span.quiet_to - timedelta(hours=self.jobs.running_within_hours)
         rate = rr.hourly if running else _ZERO
-        settled = _net(rows, None, prov)
+        held = sum((s.net for s in before), _ZERO)
+        settled = held + _net(rows, None, prov)
         prov_billed = _net(rows, prov, as_of)
         prov_counted = q6(max(prov_billed, rate * _hours(prov, as_of)))
         ahead = q6(rate * 24 * self.config.horizon_days)
         return {
             "spend_from": iso(spend_from),
+            "data_from": iso(data_from),
+            # its first hour is the first hour held: it may have begun before, uncounted
+            "started_before_data": first < data_from + _HOUR,
             "first_hour": iso(first),
             "last_billed_hour": iso(last),
             "last_utilization_hour": iso(last_gpu),
             "running": running,
             "as_of": iso(as_of),
             "spent_usd": q6(settled + prov_billed),
+            "held_before_usd": q6(held),
             "settled_usd": q6(settled),
             "provisional_billed_usd": prov_billed,
             "provisional_counted_usd": prov_counted,
@@ -237,12 +280,13 @@ class JobBudget(Detector):
         key: str,
         amount: Decimal,
         rows: Sequence[CostHour],
+        before: Sequence[LabelSpend],
         last_gpu: datetime | None,
         inputs: DetectorInputs,
-        as_of: datetime,
-        quiet_to: datetime,
+        span: _Span,
     ) -> Finding | None:
-        p = self.projection(rows, last_gpu, inputs, as_of, quiet_to)
+        as_of = span.as_of
+        p = self.projection(rows, before, last_gpu, inputs, span)
         projected: Decimal = p["projected_usd"]
         crossed = [t for t in self.config.thresholds_pct if projected > amount * Decimal(str(t)) / 100]
         if not crossed:
@@ -257,9 +301,12 @@ class JobBudget(Detector):
         what = "budget" if pct == 100 else f"{pct:g}% of its budget"
         spent: Decimal = p["spent_usd"]
         when = "has already crossed" if counted >= level else f"crosses {human(crosses_at)} at this rate"
+        since = human(p["spend_from"])
+        if p["started_before_data"]:  # not the job's whole life: say where the count starts
+            since += ", the start of the billing gpucost holds (any spend before it is not counted),"
         summary = (
             f'Job "{job}" has a budget of {fmt_usd(amount)}; it has spent {fmt_usd(spent)} since '
-            f"{human(p['spend_from'])} and burns {fmt_usd(p['daily_burn_usd'])}/day, so it {when} its "
+            f"{since} and burns {fmt_usd(p['daily_burn_usd'])}/day, so it {when} its "
             f"{what} ({fmt_usd(level)}): {fmt_usd(projected)} within {self.config.horizon_days} days, "
             f"{fmt_usd(impact)} over."
         )
@@ -267,7 +314,7 @@ class JobBudget(Detector):
             summary += " The job has stopped (no recent billing or utilization)."
         if p["provisional_counted_usd"] != p["provisional_billed_usd"]:
             summary += " Recent hours are counted at the burn rate while their billing is still arriving."
-        projects = sorted({r.project for r in rows if r.project})
+        projects = sorted({r.project for r in [*rows, *before] if r.project})
         evidence: dict[str, Any] = {  # the headline first: alerts and reports show the first items
             "job": job,
             "budget_usd": money(amount),
@@ -301,6 +348,15 @@ class JobBudget(Detector):
             fingerprint=fingerprint(self.name, Scope(), job, f"{level:.2f}"),
             provisional=inputs.provisional_from < as_of,
         )
+
+
+class _Span(NamedTuple):
+    """What every job's spend of one run is counted over: from `data_from` (where the billing held
+    begins) to `as_of`, running measured to `quiet_to`."""
+
+    data_from: datetime
+    as_of: datetime
+    quiet_to: datetime
 
 
 def _last_gpu_hours(

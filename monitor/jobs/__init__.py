@@ -6,6 +6,8 @@
   `JobRecord`, `JobHour`, `JobSpend`, `job_spend`, `cents_summing_to`): pure.
 - `run`: the window's analysis and `jobs.sql` on one billing source (`jobs_once`, `run_jobs`,
   `jobs_report`, `jobs_params`, `JobsReport`).
+- `held`: the labelled spend the aggregate store holds before a detection run's read start
+  (`held_spend`), summed in the engine: a job budget counts the job's life.
 
 Only the light modules are imported here: `monitor.config` imports `JobsConfig` from this package,
 so importing `build` / `run` (which import the pipeline, and through it `monitor.config`) at package
