@@ -12,9 +12,9 @@ instead of being swallowed. After `MAX_ATTEMPTS` retryable failures a row fails 
 is not one (Slack processed nothing and said when to come back).
 
 Rows go in order where order is read: a reply waits for its root and for the older replies of
-its thread (`due_rows`), so a "resolved" never lands above the update it follows; a resolution
-whose root failed for good with nothing of its thread sent fails with it, never telling a
-channel of an alert it did not hear fire.
+its thread (`due_rows`), so a "resolved" never lands above the update it follows; an "all
+resolved" whose root failed for good with nothing of its thread sent fails with it (`WITH_ROOT`),
+never telling a channel of an alert it did not hear fire.
 
 A file row (the digest's chart) is uploaded with `send_file` into its root's thread once the root
 is sent, and waits while the root is failed (a re-queue of the root brings it along). After an
@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 from alerts.notifier import AUTH_ERRORS, TOKEN_REFUSED, DeliveryResult, Message, Outcome
 from alerts.outbox import (
     MAX_ATTEMPTS,
+    WITH_ROOT,
     OutboxRow,
     backoff,
     defer_pending,
@@ -128,14 +129,15 @@ def deliver_outbox(deps: Deps, now: datetime, keys: Sequence[str] | None = None)
 OUTBOX_LOCK = "outbox"
 
 
-#: Replies that say a group stopped firing (`alerts.dedupe.Reason`).
-_RESOLUTIONS = frozenset(("resolved", "all_resolved"))
+#: The reply that says a whole group stopped firing (`alerts.dedupe.Reason.ALL_RESOLVED`; a partial
+#: "resolved" shows the findings still firing, news to a channel that heard nothing of the group).
+_ALL_RESOLVED = "all_resolved"
 
 
 def _thread(deps: Deps, row: OutboxRow) -> tuple[str, str | None, str]:
     """(state, thread_ts, channel); state "go", "wait" or "orphan". Replies go to the root's thread
     and channel id once it is sent; a file waits while its root is failed (it belongs under it);
-    a resolution whose root failed with nothing of its thread sent is an orphan. `due_rows` leaves
+    an "all resolved" whose root failed with nothing of its thread sent is an orphan. `due_rows` leaves
     out the rows that wait; this answers for one read before a root changed."""
     if row.root_key is None:
         return "go", None, row.channel
@@ -143,7 +145,7 @@ def _thread(deps: Deps, row: OutboxRow) -> tuple[str, str | None, str]:
     if root is not None and root.status == "failed":
         if row.file_path is not None:
             return "wait", None, row.channel
-        if row.reason in _RESOLUTIONS and not thread_told(deps.store, root.idempotency_key):
+        if row.reason == _ALL_RESOLVED and not thread_told(deps.store, root.idempotency_key):
             return "orphan", None, row.channel
         return "go", None, row.channel
     if root is None:
@@ -163,10 +165,7 @@ def _deliver_one(deps: Deps, row: OutboxRow, now: datetime) -> tuple[str, Delive
         # the group's first message failed for good and nothing of it reached the channel: a lone
         # "[RESOLVED]" would tell of an alert it never heard fire. It fails with its root (whose
         # failure the operator was told), and a re-queue sends both, the root first.
-        error = (
-            f"not posted: the first message of its thread ({row.root_key}) failed,"
-            f" so {row.channel} never heard it fire"
-        )
+        error = f"{WITH_ROOT} ({row.root_key}), so {row.channel} never heard it fire"
         mark_failed(deps.store, row.id, error, now, told=True)
         return "failed", None
     channel_id = row.channel_id or _resolve(deps, channel)

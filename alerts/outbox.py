@@ -43,9 +43,11 @@ from monitor.state.store import StateStore
 __all__ = [
     "MAX_ATTEMPTS",
     "MIGRATIONS",
+    "WITH_ROOT",
     "OutboxRow",
     "OutboxStatus",
     "backoff",
+    "clock_stepped",
     "defer_pending",
     "due_rows",
     "enqueue",
@@ -146,6 +148,11 @@ MIGRATIONS: list[str] = [
     ALTER TABLE alerts_outbox ADD COLUMN failure_alerted_at TEXT
     """,
 ]
+
+#: The error of an "all resolved" failed with its thread's root (`alerts.delivery`): it is not a
+#: failure of its own (no operator alert, not the outbox's last error), and it goes back to pending
+#: with its root (`alerts.outbox_admin.requeue_failed`).
+WITH_ROOT = "not posted: the first message of its thread failed"
 
 BACKOFF_BASE = timedelta(seconds=30)
 BACKOFF_CAP = timedelta(minutes=30)
@@ -381,6 +388,48 @@ def thread_told(store: StateStore, root_key: str) -> bool:
     return r is not None
 
 
+#: The notification log's times (`alerts.dedupe.LogEntry`), which group waits and intervals count from.
+_ENTRY_TIMES = ("first_seen_at", "last_notified_at", "queued_at", "last_failed_at")
+
+
+def clock_stepped(store: StateStore, step: timedelta, now: datetime) -> int:
+    """The wall clock was stepped back by -`step`: every stored time of the outbox and the
+    notification log still ahead of `now` was set on the clock before the step, so it moves with
+    it (never before `now`): a row's next attempt, a group's timer and the times its `group_wait`,
+    `group_interval` and `repeat_interval` count from. Stepped back an hour, a new alert in its
+    `group_wait` and a row in its backoff waited the hour (helper 56's review). Returns how many
+    rows moved; a step forward moves nothing (what was ahead is due sooner, as it should)."""
+    if step >= timedelta(0):
+        return 0
+
+    def moved(text: str | None) -> str | None:
+        at = None if text is None else parse_ts(text)
+        return text if at is None or at <= now else fmt_ts(max(at + step, now))
+
+    count = 0
+    with store.transaction() as conn:
+        rows = conn.execute(
+            "SELECT id, next_attempt_at FROM alerts_outbox WHERE status = 'pending' AND next_attempt_at > ?",
+            (fmt_ts(now),),
+        ).fetchall()
+        for row_id, at in rows:
+            conn.execute("UPDATE alerts_outbox SET next_attempt_at = ? WHERE id = ?", (moved(at), row_id))
+        count += len(rows)
+        for group, receiver, text, wait in conn.execute(
+            "SELECT group_key, receiver, entry, wait_until FROM alerts_nflog"
+        ).fetchall():
+            entry = json.loads(text)
+            new = {k: moved(entry.get(k)) for k in _ENTRY_TIMES}
+            if new == {k: entry.get(k) for k in _ENTRY_TIMES} and moved(wait) == wait:
+                continue
+            conn.execute(
+                "UPDATE alerts_nflog SET entry = ?, wait_until = ? WHERE group_key = ? AND receiver = ?",
+                (json.dumps(entry | new), moved(wait), group, receiver),
+            )
+            count += 1
+    return count
+
+
 def defer_pending(store: StateStore, until: datetime) -> int:
     """Slack said "rate limited, retry after N s": no pending row is tried before `until`, whether it
     was in the stopped batch or not (https://api.slack.com/docs/rate-limits). Returns how many."""
@@ -526,7 +575,8 @@ def status(store: StateStore) -> OutboxStatus:
         ).fetchone()[0]
         err = conn.execute(
             "SELECT last_error FROM alerts_outbox WHERE last_error IS NOT NULL AND status != 'sent'"
-            " ORDER BY (status = 'failed') DESC, id DESC LIMIT 1"
+            " AND last_error NOT LIKE ? ORDER BY (status = 'failed') DESC, id DESC LIMIT 1",
+            (WITH_ROOT + "%",),
         ).fetchone()
     return OutboxStatus(
         pending=counts.get("pending", 0),

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from alerts.outbox import ensure_schema, fmt_ts
+from alerts.outbox import WITH_ROOT, ensure_schema, fmt_ts
 from monitor.state.store import StateStore
 
 __all__ = ["OutboxEntry", "list_outbox", "requeue_failed"]
@@ -48,14 +48,25 @@ def list_outbox(store: StateStore, statuses: tuple[str, ...] = ("pending", "fail
 
 
 def requeue_failed(store: StateStore, now: datetime, ids: tuple[int, ...] = ()) -> list[int]:
-    """Put failed rows (all, or those in `ids`) back to pending, due at once; returns their ids."""
+    """Put failed rows (all, or those in `ids`) back to pending, due at once; returns their ids.
+
+    An "all resolved" failed with its thread's root (`WITH_ROOT`) goes back with it, either way:
+    the root alone would announce an alert that already resolved, the reply alone would fail again.
+    """
     ensure_schema(store)
     stamp = fmt_ts(now)
     with store.transaction() as conn:
-        failed = [
-            r[0] for r in conn.execute("SELECT id FROM alerts_outbox WHERE status = 'failed' ORDER BY id")
-        ]
-        chosen = [i for i in failed if not ids or i in ids]
+        failed = conn.execute(
+            "SELECT id, idempotency_key, root_key, last_error FROM alerts_outbox WHERE status = 'failed'"
+            " ORDER BY id"
+        ).fetchall()
+        wanted = {r[0] for r in failed if not ids or r[0] in ids}
+        keys = {r[1] for r in failed if r[0] in wanted}
+        with_root = [r for r in failed if (r[3] or "").startswith(WITH_ROOT)]
+        wanted |= {r[0] for r in with_root if r[2] in keys}  # the root chosen: its resolution too
+        roots = {r[2] for r in with_root if r[0] in wanted}
+        wanted |= {r[0] for r in failed if r[1] in roots}  # the resolution chosen: its root too
+        chosen = [r[0] for r in failed if r[0] in wanted]
         for row_id in chosen:
             conn.execute(
                 "UPDATE alerts_outbox SET status = 'pending', attempts = 0, inflight = 0, failed_at = NULL,"

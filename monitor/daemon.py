@@ -152,8 +152,9 @@ class Scheduler:
 
     APScheduler times its jobs on the wall clock. A wall clock stepped back an hour would hold
     every interval job for that hour (their next times an hour ahead of the new clock) while
-    `/readyz` still answered 200, so a watch thread moves them back by the step (`clock_moved`).
-    `mono` and `clock` (the wall clock the watch reads) are injectable for tests.
+    `/readyz` still answered 200, so a watch thread moves them back by the step (`clock_moved`),
+    and `on_step` the times the jobs keep in their store. `mono` and `clock` (the wall clock the
+    watch reads) are injectable for tests.
     """
 
     def __init__(
@@ -167,8 +168,9 @@ class Scheduler:
         mono: Callable[[], float] = time.monotonic,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         watch_s: float = CLOCK_WATCH_S,
+        on_step: Callable[[float], None] | None = None,
     ):
-        self._mono, self._clock, self._watch_s = mono, clock, watch_s
+        self._mono, self._clock, self._watch_s, self._on_step = mono, clock, watch_s, on_step
         self._stopping = threading.Event()
         stamp = {"wall": wall} if wall is not None else {}
         self.jobs = {s.name: GuardedJob(s, metrics, **stamp) for s in specs}
@@ -220,6 +222,11 @@ class Scheduler:
                     self._sched.modify_job(job.id, next_run_time=job.next_run_time + timedelta(seconds=step))
         except Exception:  # the scheduler is shutting down: nothing more will run anyway
             return
+        if self._on_step is not None:  # what the jobs wait for in their own store moves too
+            try:
+                self._on_step(step)
+            except Exception:
+                log.exception("moving the stored times by the clock's step failed")
 
     def _retry(self, name: str, delay: float) -> None:
         """Run a failed job once its backoff has passed, if that is before its next trigger (a

@@ -31,6 +31,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from alerts.digest import digest_markdown
+from alerts.outbox import clock_stepped
 from alerts.pipeline import next_due
 from monitor.attribution.compile import compile_rules
 from monitor.clock import Clock, SystemClock
@@ -181,6 +182,16 @@ class Service:
     def delivery_job(self) -> None:
         """The outbox tick; its outcome is kept for /readyz (which must not wait on the store)."""
         self._delivery = run_delivery(self.deps, self._now())
+        self._wake_delivery()
+
+    def _clock_stepped(self, step_s: float) -> None:
+        """The wall clock was stepped back: the outbox's stored waits move with it
+        (`alerts.outbox.clock_stepped`), and the outbox job is woken for the earliest. Not the
+        demo's: its times are on its simulated clock, which no step of the wall clock moves."""
+        if self.feeder is not None:
+            return
+        moved = clock_stepped(self.deps.store, timedelta(seconds=step_s), self._now())
+        log.info("outbox waits moved with the clock", extra={"moved": moved, "step_s": round(step_s, 1)})
         self._wake_delivery()
 
     def _wake_delivery(self) -> None:
@@ -336,6 +347,7 @@ class Service:
             misfire_grace=d.misfire_grace_seconds,
             jitter=d.jitter_seconds,
             wall=self.wall.now,
+            on_step=self._clock_stepped,
         )
         if self.cfg.http.enabled:
             self.http = HealthServer(

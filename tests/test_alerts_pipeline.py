@@ -297,6 +297,69 @@ def test_a_resolution_is_not_posted_where_the_alert_never_was(env: Env) -> None:
     assert env.posts()[1]["thread_ts"] == env.posts()[0]["ts"]
 
 
+def test_a_partial_resolution_of_a_group_never_told_still_says_what_fires(env: Env) -> None:
+    """A "resolved" while others of the group still fire shows those: news to a channel that
+    heard nothing of the group, posted, not failed with the root as an "all resolved" is (helper
+    56's review)."""
+    env.alerts = AlertsConfig(group_wait_seconds=0, group_interval_seconds=300)
+    env.slack.fail("chat.postMessage", Failure(error="invalid_blocks"), times=1)
+    env.cycle([finding(instance="n1"), finding(instance="n2")])
+    env.clock.advance(minutes=10)
+    _, dr = env.cycle([finding(instance="n2")])
+    assert dr.sent == 1 and "still firing" in env.posts()[0]["text"] and "n2" in fps_in(env.posts()[0])
+
+
+def test_a_resolution_goes_back_with_its_root_whichever_is_requeued(env: Env) -> None:
+    """The operator alert names the root's id: re-queued alone, it announced an alert that had
+    resolved, and its "resolved" stayed failed, untold, paging for good (helper 56's review). The
+    outbox's last error stays the root's cause, not the resolution's note."""
+    from alerts.outbox_admin import list_outbox, requeue_failed
+    from monitor.cli.check import check_outbox
+
+    env.alerts = AlertsConfig(group_wait_seconds=0, group_interval_seconds=300)
+    for requeued in ("root", "resolution"):
+        env.slack.fail("chat.postMessage", Failure(error="channel_not_found"), times=1)
+        env.cycle([finding(instance=requeued)])
+        env.clock.advance(minutes=10)
+        env.cycle([])
+        store = SQLiteStore(env.db)
+        assert "channel_not_found" in check_outbox(store).detail
+        failed = sorted(e.id for e in list_outbox(store) if e.status == "failed")
+        assert len(failed) == 2
+        assert (
+            requeue_failed(store, env.clock.now, (failed[0] if requeued == "root" else failed[1],)) == failed
+        )
+        deliver_outbox(env.deps(), env.clock.now)
+        assert status(store).failed == 0 and status(store).pending == 0
+        assert [m["text"].split(":")[0] for m in env.posts()[-2:]] == [
+            "[WARNING] New",
+            f"[RESOLVED] Idle GPUs on {requeued}",
+        ]
+        env.clock.advance(days=1)
+
+
+@pytest.mark.parametrize("wait", ["group_wait", "backoff"])
+def test_a_clock_stepped_back_moves_what_the_outbox_waits_for(env: Env, wait: str) -> None:
+    """The scheduler moves its interval jobs back with a stepped clock (monitor.daemon), but the
+    times the outbox waits for are stored on the wall clock: a new alert in `group_wait`, a row in
+    its backoff, waited the step's hour anyway (helper 56's review). `clock_stepped` moves them."""
+    from alerts.outbox import clock_stepped
+    from alerts.pipeline import outbox_tick
+
+    env.alerts = AlertsConfig(group_wait_seconds=30 if wait == "group_wait" else 0)
+    if wait == "backoff":
+        env.slack.fail("chat.postMessage", Failure(status=500), times=1)  # retried in 30 s
+    env.cycle([finding()])
+    assert env.posts() == []
+    env.clock.advance(hours=-1)  # NTP steps the wall clock back an hour
+    moved = 1 if wait == "group_wait" else 2  # the group's log; and the row in its backoff
+    assert clock_stepped(SQLiteStore(env.db), timedelta(hours=-1), env.clock.now) == moved
+    env.clock.advance(seconds=60)  # the outbox job, moved back by the watch, a minute later
+    outbox_tick(env.deps(), env.clock.now)
+    assert len(env.posts()) == 1
+    assert clock_stepped(SQLiteStore(env.db), timedelta(hours=1), env.clock.now) == 0  # forward: nothing
+
+
 def test_retention_keeps_a_thread_root_while_a_reply_to_it_is_pending(env: Env) -> None:
     """Retention kept a root only while its group fired. A group that fired past the horizon
     and resolved lost its root under its pending "resolved": after an uncertain first attempt

@@ -44,9 +44,11 @@ def test_check_accepts_the_demo_config(capsys: pytest.CaptureFixture[str]) -> No
     assert "config OK" in capsys.readouterr().out
 
 
-def test_check_tries_the_http_port_as_run_would() -> None:
+def test_check_tries_the_http_port_as_run_would(monkeypatch: pytest.MonkeyPatch) -> None:
     """`run` stops at start on a port another program holds; `check` said nothing of it. A port
-    a running gpucost holds is fine (`check` is run beside the daemon); a free one is."""
+    a running gpucost holds is fine (`check` is run beside the daemon), asked directly even where
+    `http_proxy` is set for egress (through it, the answer never came); a free one is."""
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")  # nothing listens there
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from monitor.cli.check import Check, check_http

@@ -318,7 +318,8 @@ def test_a_wall_clock_stepped_back_moves_interval_jobs_back_and_leaves_daily_tim
         JobSpec("billing_poll", lambda: None, IntervalTrigger(hours=1), run_at_start=False),
         JobSpec("daily_digest", lambda: None, CronTrigger(hour=9, timezone=UTC), run_at_start=False),
     ]
-    sched = Scheduler(specs, Metrics.create(), misfire_grace=5, jitter=0, watch_s=3600)
+    steps: list[float] = []  # told to the jobs' store (the service moves the outbox's waits)
+    sched = Scheduler(specs, Metrics.create(), misfire_grace=5, jitter=0, watch_s=3600, on_step=steps.append)
     sched.start()
     try:
         planned = {j.id: j.next_run_time for j in sched._sched.get_jobs()}
@@ -331,6 +332,7 @@ def test_a_wall_clock_stepped_back_moves_interval_jobs_back_and_leaves_daily_tim
             "billing_poll": planned["billing_poll"] - timedelta(hours=1),
             "daily_digest": planned["daily_digest"],
         }
+        assert steps == [-3600.0]
     finally:
         assert sched.stop(timeout=60)
 

@@ -333,8 +333,9 @@ def _answers_healthz(host: str, port: int) -> bool:
 
     target = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
     url = f"http://[{target}]:{port}/healthz" if ":" in target else f"http://{target}:{port}/healthz"
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via http_proxy
     try:
-        with urllib.request.urlopen(url, timeout=3) as r:
+        with direct.open(url, timeout=3) as r:
             return r.status == 200 and json.loads(r.read()) == {"status": "ok"}
     except (OSError, ValueError):
         return False
