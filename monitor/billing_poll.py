@@ -844,9 +844,31 @@ def _changed_hours(
                 extra={"partition": _iso(p)},
             )
             return None, scanned, asked
-        found = (_ts(r["usage_hour"]) for r in result.rows)
+        found = [_ts(r["usage_hour"]) for r in result.rows]
         hours |= {h for h in found if window["usage_start"] <= h < window["usage_end"]}
+        if older := sorted(h for h in found if h < window["usage_start"]):
+            _tell_older(older, p, window["usage_start"])
     return hours, scanned, asked
+
+
+def _tell_older(older: list[datetime], partition: datetime, scope_start: datetime) -> None:
+    """New rows for usage before the poll's scope (a correction made weeks after the usage, which
+    Google invoices in the month it is made) are not read: re-aggregating an hour means reading
+    every partition loaded since it, which on BigQuery can cost more than the poll's byte cap on a
+    large export (and was not done). Said, so a month to date that misses them is not silently
+    taken for the invoice's: `gpucost analyze` reads them, and a longer `billing.lookback_days`
+    reaches them."""
+    log.warning(
+        "billing rows loaded now correct usage hours before the poll's lookback; they are not read:"
+        " month to date and baselines over those hours miss them until billing.lookback_days reaches"
+        " back to them (gpucost analyze reads them)",
+        extra={
+            "partition": _iso(partition),
+            "hours": len(older),
+            "earliest": _iso(older[0]),
+            "lookback_from": _iso(scope_start),
+        },
+    )
 
 
 def _hourly(r: tuple, since: datetime) -> HourlyCost:

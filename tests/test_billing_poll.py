@@ -156,6 +156,28 @@ def test_a_late_correction_for_an_old_hour_re_aggregates_that_hour_only(conn, st
     assert sum(h.gross for h in stored) == gross
 
 
+def test_a_correction_older_than_the_lookback_is_told_not_read_silently(conn, store, caplog) -> None:
+    """A correction of usage before the poll's scope (Google invoices it in the month it is made)
+    is left unread: re-aggregating its hour means reading every partition since, more than the byte
+    cap allows on a large BigQuery export. It was dropped without a word, and the daemon's month
+    to date then differed from the invoice and from `analyze` (helper 52's audit): now it is told."""
+    import logging
+
+    today = D + timedelta(days=15)  # mid-month: the scope is the 10-day lookback
+    days = [today - timedelta(days=d) for d in range(3, 0, -1)]
+    load_rows(conn, [r for day in days for r in _day(day)])
+    src = DuckDBBillingSource(conn)
+    poll_billing(src, store, CFG, now=today + timedelta(hours=4))
+    old = today - timedelta(days=12, hours=-10)  # before the 10-day lookback
+    correction = export_row(GPU, -4.0, hour=old, instance="vm-a", export_lag=today + timedelta(hours=5) - old)
+    load_rows(conn, [correction, *_day(today, range(2))])
+    with caplog.at_level(logging.WARNING, logger="gpucost.billing_poll"):
+        r = poll_billing(src, store, CFG, now=today + timedelta(hours=6))
+    assert all(lo >= r.scope_start for lo, _ in r.windows)  # not read
+    (told,) = [rec for rec in caplog.records if "before the poll's lookback" in rec.getMessage()]
+    assert (told.hours, told.earliest) == (1, "2026-11-13T10:00:00.000000Z")
+
+
 def test_rows_loaded_out_of_order_are_not_lost(conn, store) -> None:
     """A partition that grew by rows exported before its stored watermark (an embedded table fed
     files out of their export order): `export_time` past the watermark does not find them, so the
