@@ -227,6 +227,16 @@ class DigestData:
         return sum(self.compared_by_category.values(), ZERO)
 
     @property
+    def day_cents(self) -> dict[str, Decimal]:
+        """The day's total as shown, split to the cent into its compared part (the tables' total,
+        "same") and the part in a clock hour the day before lacks ("unpaired", its note), so the two
+        add up to the headline: each rounded alone, $240.00 and $10.00 stood under $250.01."""
+        unpaired = sum(self.unpaired_by_category.values(), ZERO) if self.like_for_like else ZERO
+        return cents_adding_up(
+            {"same": self.compared_total, "unpaired": unpaired}, total=to_cents(self.yesterday_total)
+        )
+
+    @property
     def mtd_total(self) -> Decimal:
         return sum(self.mtd_by_category.values(), ZERO)
 
@@ -289,7 +299,7 @@ class DigestData:
         if not self.like_for_like:
             return []
         pairs = [
-            (self.day, self.previous_day, sum(self.unpaired_by_category.values(), ZERO)),
+            (self.day, self.previous_day, self.day_cents["unpaired"] if self.unpaired_by_category else ZERO),
             (self.previous_day, self.day, self.previous_unpaired),
         ]
         return [
@@ -387,12 +397,13 @@ def _compare_table(
     before_head = f"{d.previous_day}" + (" (same hours and resources)" if d.like_for_like else "")
     day_head = f"{d.day}" + (" (same hours)" if d.like_for_like and d.unpaired_by_category else "")
     lines = [f"## {title}", "", f"| {label} | {day_head} | {before_head} | Change |", "|---|---:|---:|---:|"]
-    shown_now, shown_before = cents_adding_up(now), cents_adding_up(before)
+    shown_ta = d.day_cents["same"]  # with the unpaired note, the headline to the cent
+    shown_now, shown_before = cents_adding_up(now, total=shown_ta), cents_adding_up(before)
     for k in keys:
         a, b = shown_now.get(k, ZERO), shown_before.get(k, ZERO)
         lines.append(f"| {_md_cell(k)} | {money(a)} | {money(b)} | {delta(a, b)} |")
     ta, tb = sum(now.values(), ZERO), sum(before.values(), ZERO)
-    lines += [f"| **Total** | **{money(ta)}** | **{money(tb)}** | {delta(ta, tb)} |", ""]
+    lines += [f"| **Total** | **{money(shown_ta)}** | **{money(tb)}** | {delta(ta, tb)} |", ""]
     return lines
 
 

@@ -37,6 +37,7 @@ from monitor import month
 from monitor.assemble import assemble_inputs
 from monitor.attribution import compile_rules
 from monitor.billing_poll import currencies, poll_billing, provisional_since
+from monitor.billing_poll import prune as prune_billing
 from monitor.config import Config
 from monitor.detectors import build_detectors, history_needed, run_in_window
 from monitor.detectors.costs import Costs, as_costs
@@ -346,6 +347,8 @@ def run_analysis(
     with collector_paused(), _scratch_stores() as (store, aggregates):
         stage("reading billing")
         _poll(metered, aggregates, cfg, window, read_from)
+        if held < data_start:  # the poll reads whole days before it: held spend starts where the daemon's does
+            prune_billing(aggregates, held)
         # utilization is joined to the window's GPU hours only: the history is billing alone
         stage("reading utilization")
         _load_utilization(sources.utilization, store, window.start, window)

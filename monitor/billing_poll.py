@@ -852,16 +852,16 @@ def _changed_hours(
 
 
 def _tell_older(older: list[datetime], partition: datetime, scope_start: datetime) -> None:
-    """New rows for usage before the poll's scope (a correction made weeks after the usage, which
-    Google invoices in the month it is made) are not read: re-aggregating an hour means reading
-    every partition loaded since it, which on BigQuery can cost more than the poll's byte cap on a
-    large export (and was not done). Said, so a month to date that misses them is not silently
-    taken for the invoice's: `gpucost analyze` reads them, and a longer `billing.lookback_days`
-    reaches them."""
+    """New rows for usage before the poll's scope (rows that landed later than the lookback, or a
+    correction made weeks after the usage, which Google invoices in the month it is made) are not
+    read: re-aggregating an hour means reading every partition loaded since it, which on BigQuery
+    can cost more than the poll's byte cap on a large export. The partition's watermark moves past
+    them, so no later poll reads them either, however long its lookback. Said, so a month to date
+    that misses them is not silently taken for the invoice's."""
     log.warning(
-        "billing rows loaded now correct usage hours before the poll's lookback; they are not read:"
-        " month to date and baselines over those hours miss them until billing.lookback_days reaches"
-        " back to them (gpucost analyze reads them)",
+        "billing rows loaded now are for usage before the poll's lookback (late rows or corrections);"
+        " they are not read, and month to date and baselines over those hours miss them"
+        " (gpucost analyze over those days reads them)",
         extra={
             "partition": _iso(partition),
             "hours": len(older),

@@ -241,7 +241,7 @@ def _previous(
     previous: date,
     tz: ZoneInfo,
     arrived: dict[tuple, int] | None,
-    unpaired: set[tuple[int, int, int]],
+    unpaired: set[tuple[int, int]],
 ) -> tuple[dict[str, Decimal], dict[str, Decimal], Decimal, Decimal]:
     """The day before by category and by project: all of it, or (`arrived` given) only its sums whose
     `_match_key` the latest day has rows for; the net cost left out for rows yet to arrive, and that
@@ -303,15 +303,17 @@ def _hours(start: datetime, end: datetime) -> int:
     return round((end.astimezone(UTC) - start.astimezone(UTC)).total_seconds() / 3600)
 
 
-def _slot(hour: datetime, tz: ZoneInfo) -> tuple[int, int, int]:
-    """An hour's clock time in the digest's zone, so that DST days line up, and its `fold`: the hour
+def _slot(hour: datetime, tz: ZoneInfo) -> tuple[int, int]:
+    """An hour's clock hour in the digest's zone, so that DST days line up, and its `fold`: the hour
     repeated when clocks go back is another hour than the first (keyed by clock time alone, the day
-    after a 25-hour day matched its 01:00 with both of the day before's)."""
+    after a 25-hour day matched its 01:00 with both of the day before's). Not its minute: where a
+    change moves clocks by half an hour (Australia/Lord_Howe), every hour after it would start at
+    another minute than the day before's, and nothing after the change was compared."""
     local = hour.astimezone(tz)
-    return local.hour, local.minute, local.fold
+    return local.hour, local.fold
 
 
-def _day_slots(day: date, tz: ZoneInfo) -> set[tuple[int, int, int]]:
+def _day_slots(day: date, tz: ZoneInfo) -> set[tuple[int, int]]:
     """The `_slot`s of the stored (UTC) hours a local day holds, from the calendar, not the rows:
     24, or 23 and 25 on a DST change."""
     t = datetime.combine(day, time(), tz).astimezone(UTC).replace(minute=0)
@@ -324,7 +326,7 @@ def _day_slots(day: date, tz: ZoneInfo) -> set[tuple[int, int, int]]:
     return slots
 
 
-def _unpaired_slots(day: date, tz: ZoneInfo) -> tuple[set[tuple[int, int, int]], set[tuple[int, int, int]]]:
+def _unpaired_slots(day: date, tz: ZoneInfo) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
     """The clock hours `day` has and the day before has not, and those the day before has and `day`
     has not: on a DST change, one hour that nothing can be compared with."""
     now, before = _day_slots(day, tz), _day_slots(day - timedelta(days=1), tz)

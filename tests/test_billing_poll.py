@@ -156,7 +156,7 @@ def test_a_late_correction_for_an_old_hour_re_aggregates_that_hour_only(conn, st
     assert sum(h.gross for h in stored) == gross
 
 
-def test_a_correction_older_than_the_lookback_is_told_not_read_silently(conn, store, caplog) -> None:
+def test_rows_for_usage_older_than_the_lookback_are_told_not_dropped_silently(conn, store, caplog) -> None:
     """A correction of usage before the poll's scope (Google invoices it in the month it is made)
     is left unread: re-aggregating its hour means reading every partition since, more than the byte
     cap allows on a large BigQuery export. It was dropped without a word, and the daemon's month
@@ -174,7 +174,7 @@ def test_a_correction_older_than_the_lookback_is_told_not_read_silently(conn, st
     with caplog.at_level(logging.WARNING, logger="gpucost.billing_poll"):
         r = poll_billing(src, store, CFG, now=today + timedelta(hours=6))
     assert all(lo >= r.scope_start for lo, _ in r.windows)  # not read
-    (told,) = [rec for rec in caplog.records if "before the poll's lookback" in rec.getMessage()]
+    (told,) = [rec for rec in caplog.records if "usage before the poll's lookback" in rec.getMessage()]
     assert (told.hours, told.earliest) == (1, "2026-11-13T10:00:00.000000Z")
 
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from itertools import pairwise
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import matplotlib.image as mpimg
 import pytest
@@ -28,6 +30,7 @@ from alerts.digest import (
 )
 from alerts.outbox import ensure_schema
 from alerts.slack import SlackNotifier
+from monitor import month
 from tests.fakes.slack_server import FakeSlack
 
 DAY = date(2026, 11, 1)
@@ -650,3 +653,73 @@ def test_block_kit_sums_the_projects_past_its_ten_fields() -> None:
     texts = [f["text"] for f in section["fields"]]
     assert len(texts) == 10 and texts[-1].startswith("*5 others*\n$445.00")  # 91 + 90 + 89 + 88 + 87
     assert texts[-1].endswith("(+$365.00 (+456.2%))")  # against p13's $80 the day before
+
+
+def _steady_fleet(day: date, billed_to: datetime, usd=lambda t: "10") -> list[tuple]:
+    t = datetime(day.year, day.month, day.day, tzinfo=UTC) - timedelta(days=3)
+    rows = []
+    while t < billed_to:
+        rows.append((t, month.month_at(t), usd(t), "a3-1"))
+        t += timedelta(hours=1)
+    return rows
+
+
+def _money(s: str) -> Decimal:
+    return Decimal(s.replace("$", "").replace(",", ""))
+
+
+def test_headline_equals_same_hours_total_plus_the_hour_not_compared(tmp_path) -> None:
+    """Los Angeles, 1 Nov 2026 (25 h), provisional. Each of the two 01:00s costs $10.004, every other
+    hour $10: the day is $250.008 -> $250.01; its 24 same hours $240.004, the hour only it has
+    $10.004: each rounded alone, the digest printed $240.00 and $10.00 under $250.01 (helper 57)."""
+    day = date(2026, 11, 1)
+    tz = ZoneInfo("America/Los_Angeles")
+
+    def usd(t):
+        local = t.astimezone(tz)
+        return "10.004" if local.date() == day and local.hour == 1 else "10"
+
+    d = _digest(
+        tmp_path,
+        _steady_fleet(day, datetime(2026, 11, 4, tzinfo=UTC), usd),
+        datetime(2026, 11, 2, 12, tzinfo=UTC),
+        tz="America/Los_Angeles",
+        day=day,
+    )
+    md = render_markdown(d)
+    headline = _money(re.search(r"- Yesterday \(2026-11-01\): \*\*(\$[\d,.]+)\*\*", md).group(1))
+    table_total = _money(
+        re.search(r"## Yesterday by category.*?\| \*\*Total\*\* \| \*\*(\$[\d,.]+)\*\*", md, re.S).group(1)
+    )
+    unpaired = _money(re.search(r"- (\$[\d,.]+) of 2026-11-01's cost not compared", md).group(1))
+    assert headline == table_total + unpaired, (headline, table_total, unpaired)
+
+
+# (zone, day): the day of a DST change, and the day after it
+CASES = [
+    ("Australia/Lord_Howe", date(2026, 10, 4)),  # +10:30 -> +11:00 at 02:00
+    ("Australia/Lord_Howe", date(2026, 4, 5)),  # +11:00 -> +10:30 at 02:00
+    ("America/Santiago", date(2026, 9, 6)),  # 00:00 -> 01:00
+    ("America/Santiago", date(2026, 4, 5)),  # Sat 24:00 -> 23:00
+    ("America/Havana", date(2026, 11, 1)),  # 01:00 -> 00:00 (the repeated hour is 00:00)
+    ("Asia/Kolkata", date(2026, 11, 1)),
+    ("UTC", date(2026, 11, 1)),
+]
+
+
+@pytest.mark.parametrize("after", [0, 1])
+@pytest.mark.parametrize(("zone", "change_day"), CASES)
+def test_a_steady_fleet_reads_no_change_across_any_clock_change(tmp_path, zone, change_day, after) -> None:
+    """A steady fleet reads +0.0% on a clock change's day and the day after, at most one clock hour
+    of either day left uncompared: on Lord Howe's half-hour change, keyed by clock minute too,
+    nothing after the change was compared (helper 57)."""
+    day = change_day + timedelta(days=after)
+    now = datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(hours=36)
+    d = _digest(tmp_path, _steady_fleet(day, now + timedelta(days=2)), now=now, tz=zone, day=day)
+    assert d.like_for_like
+    unpaired = sum(d.unpaired_by_category.values(), Decimal(0))
+    assert d.compared_total + unpaired == d.yesterday_total
+    assert d.change.startswith("+$0.00 (+0.0%)"), d.change
+    # at most one clock hour of either day is left uncompared (what the digest's line says)
+    assert unpaired <= 10 and d.previous_unpaired <= 10, (unpaired, d.previous_unpaired)
+    render_markdown(d), render_blocks(d)

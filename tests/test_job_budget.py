@@ -449,3 +449,48 @@ def test_the_daemon_counts_a_job_s_spend_as_far_back_as_its_store_holds_it(
         assert (e["data_from"], e["first_hour"], e["as_of"]) == ("2026-11-01T07:00:00Z",) * 2 + (iso(now),)
         assert e["started_before_data"] is True
         assert "since 2026-11-01 07:00 UTC, the start of the billing gpucost holds (any spend" in f.summary
+
+
+def test_analyze_counts_a_jobs_spend_from_the_daemons_retention_horizon(tmp_path: Path) -> None:
+    """`analyze` with a job budget reads the export back to the horizon the daemon's retention keeps
+    (`state.retention_days` before `--end`), but its poll reads whole days before that, and the held
+    spend started there: $330.00 (33 hours) more than the daemon would count (helper 57's review)."""
+    from monitor.analysis import analyze_once
+    from monitor.config import parse_config
+    from monitor.detectors import history_needed
+    from monitor.month import month_at
+    from monitor.state.retention import horizon
+    from tests.export_rows import export_row, write_ndjson
+
+    hour, start, end = (
+        timedelta(hours=1),
+        datetime(2026, 9, 25, tzinfo=UTC),
+        datetime(2027, 1, 1, 9, tzinfo=UTC),
+    )
+
+    def bq(t: datetime) -> str:
+        return t.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+    n = int((end - start) / hour)
+    rows = [
+        export_row(
+            {
+                "usage_start_time": bq(start + i * hour),
+                "usage_end_time": bq(start + (i + 1) * hour),
+                "export_time": bq(start + (i + 4) * hour),
+                "invoice.month": month_at(start + i * hour),
+                "labels": [{"key": "job", "value": "llm"}],
+            },
+            cost=10.0,
+            credits=[],
+        )
+        for i in range(n)
+    ]
+    cfg = parse_config({"billing": {"labels": ["job"]}, "jobs": {"budgets": {"llm": 1000}}})
+    res = analyze_once(cfg, now=end, billing_paths=[write_ndjson(tmp_path / "export.ndjson", rows)], end=end)
+    (f,) = [f for f in res.findings if f.kind == "job_budget"]
+    cut = horizon(
+        end, cfg.state.retention_days, history_needed(build_detectors(cfg.detectors, jobs=cfg.jobs)).days
+    )
+    assert f.evidence["data_from"] == iso(cut)
+    assert f.evidence["spent_usd"] == 10 * int((end - cut) / hour)
