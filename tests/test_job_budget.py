@@ -353,10 +353,9 @@ _LIFE = datetime(2026, 11, 1, tzinfo=UTC)  # the export's first hour: the job's
 _LIFE_HOURS = 61 * 24 + 9  # to 2027-01-01 09:00Z, 01:00 in California: January's first hour
 
 
-@pytest.fixture(scope="module")
-def life_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One job billing $10 an hour from the export's first hour to 2027-01-01 09:00Z, each hour's
-    row loaded 4 hours after it, on the invoice of its Pacific month."""
+def _job_export(path: Path, first: datetime, hours: int) -> Path:
+    """One job ("llm") billing $10 an hour for `hours` from `first`, each hour's row loaded 4 hours
+    after it, on the invoice of its Pacific month: an export file at `path`."""
     from monitor.month import month_at
     from tests.export_rows import export_row, write_ndjson
 
@@ -366,18 +365,24 @@ def life_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     rows = [
         export_row(
             {
-                "usage_start_time": bq(_LIFE + i * H),
-                "usage_end_time": bq(_LIFE + (i + 1) * H),
-                "export_time": bq(_LIFE + (i + 4) * H),
-                "invoice.month": month_at(_LIFE + i * H),
+                "usage_start_time": bq(first + i * H),
+                "usage_end_time": bq(first + (i + 1) * H),
+                "export_time": bq(first + (i + 4) * H),
+                "invoice.month": month_at(first + i * H),
                 "labels": [{"key": "job", "value": "llm"}],
             },
             cost=10.0,
             credits=[],
         )
-        for i in range(_LIFE_HOURS)
+        for i in range(hours)
     ]
-    return write_ndjson(tmp_path_factory.mktemp("life") / "export.ndjson", rows)
+    return write_ndjson(path, rows)
+
+
+@pytest.fixture(scope="module")
+def life_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The job from the export's first hour to 2027-01-01 09:00Z."""
+    return _job_export(tmp_path_factory.mktemp("life") / "export.ndjson", _LIFE, _LIFE_HOURS)
 
 
 @pytest.mark.slow
@@ -458,36 +463,16 @@ def test_analyze_counts_a_jobs_spend_from_the_daemons_retention_horizon(tmp_path
     from monitor.analysis import analyze_once
     from monitor.config import parse_config
     from monitor.detectors import history_needed
-    from monitor.month import month_at
     from monitor.state.retention import horizon
-    from tests.export_rows import export_row, write_ndjson
 
     hour, start, end = (
         timedelta(hours=1),
         datetime(2026, 9, 25, tzinfo=UTC),
         datetime(2027, 1, 1, 9, tzinfo=UTC),
     )
-
-    def bq(t: datetime) -> str:
-        return t.strftime("%Y-%m-%d %H:%M:%S UTC")
-
-    n = int((end - start) / hour)
-    rows = [
-        export_row(
-            {
-                "usage_start_time": bq(start + i * hour),
-                "usage_end_time": bq(start + (i + 1) * hour),
-                "export_time": bq(start + (i + 4) * hour),
-                "invoice.month": month_at(start + i * hour),
-                "labels": [{"key": "job", "value": "llm"}],
-            },
-            cost=10.0,
-            credits=[],
-        )
-        for i in range(n)
-    ]
+    export = _job_export(tmp_path / "export.ndjson", start, int((end - start) / hour))
     cfg = parse_config({"billing": {"labels": ["job"]}, "jobs": {"budgets": {"llm": 1000}}})
-    res = analyze_once(cfg, now=end, billing_paths=[write_ndjson(tmp_path / "export.ndjson", rows)], end=end)
+    res = analyze_once(cfg, now=end, billing_paths=[export], end=end)
     (f,) = [f for f in res.findings if f.kind == "job_budget"]
     cut = horizon(
         end, cfg.state.retention_days, history_needed(build_detectors(cfg.detectors, jobs=cfg.jobs)).days
