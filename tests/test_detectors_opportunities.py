@@ -196,6 +196,36 @@ def test_committed_hours_no_vm_used_are_paid_for_in_the_saving() -> None:
     expected = (D(336) * (A3_OD - A3_1Y)).quantize(q) + (D(316) * (A3_OD - A3_1Y)).quantize(q)
     assert f.impact_usd == expected - (D(20) * A3_1Y).quantize(q)
     assert _lines_sum(f) == f.impact_usd
+    # a year at the window's rate pays for the unused hours too, not 2 x 8760 x (on-demand - 1y)
+    year = (D(652) * (A3_OD - A3_1Y) - D(20) * A3_1Y) * 8760 / 336
+    assert f.evidence["savings_per_year_usd"]["commit_1y"] == float(year.quantize(q))
+
+
+def test_per_gpu_commitment_pays_for_the_gpu_hours_no_vm_used() -> None:
+    """The per-GPU path counted every committed GPU-hour as used: two n1-standard-16 VMs with 4 T4
+    each (real catalog prices, $0.35 on demand, $0.22 for a year), the second missing its first 30
+    of 336 hours (within the 10th percentile, so 8 GPUs steady), read $349.44 = 8 x 336 x $0.13.
+    The commitment is paid for all 2,688 GPU-hours and avoids the on-demand cost of the 2,568 that
+    ran: $307.44 (helper 59's audit)."""
+    rows = [
+        replace(gpu(h, f"infer-{i}", gpu_model="T4", gpus=4), machine_type="n1-standard-16", gpu_hours=D(4))
+        for h in range(336)
+        for i in range(2)
+        if not (i == 1 and h < 30)
+    ]
+    (f,) = ev(CommitmentOpportunity(), inputs(gpu_hours=rows, prices=_catalog()))
+    od, c1, c3 = D("0.35"), D("0.22"), D(str(f.evidence["term_usd_per_gpu_hour"]["commit_3y"]))
+    assert (f.evidence["priced_per"], f.evidence["steady_gpus"]) == ("gpu", 8)
+    assert f.impact_usd == D(2568) * od - D(2688) * c1 == D("307.44")
+    assert f.evidence["committed_gpu_hours"] == 2568.0
+    assert f.evidence["unused_commitment"] == {"gpu_hours": 120.0, "usd": -26.4}
+    assert D(2568) * (od - c1) - D("26.40") == f.impact_usd
+    assert f.evidence["savings_per_year_usd"] == {
+        "commit_1y": float((D("307.44") * 8760 / 336).quantize(D("0.000001"))),
+        "commit_3y": float(((D(2568) * (od - c3) - D(120) * c3) * 8760 / 336).quantize(D("0.000001"))),
+    }
+    assert "would have saved $307.44 in this window (after $26.40 of committed T4 GPU-hours" in f.summary
+    assert "save $307.44" in f.title
 
 
 def test_no_commitment_or_spot_advice_for_a_vm_that_did_no_work() -> None:

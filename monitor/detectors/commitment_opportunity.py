@@ -16,9 +16,9 @@ from monitor.detectors.base import ONE_HOUR, Detector, fmt_usd, money, q6, regis
 from monitor.detectors.idle_gpu import instance_key
 from monitor.detectors.inputs import DetectorInputs, GpuHour
 from monitor.detectors.opportunities import (
-    YEAR_HOURS,
     OpportunityConfig,
     capped_severity,
+    commitment_saving,
     committed_hours,
     machine_hours,
     machine_price_source,
@@ -27,6 +27,7 @@ from monitor.detectors.opportunities import (
     percentile,
     price_source,
     split_by_machine_price,
+    yearly_saving,
 )
 from monitor.model import Finding, Scope, counted, fingerprint
 
@@ -134,8 +135,7 @@ class CommitmentOpportunity(Detector):
             for ik in sorted(covered, key=str)
             if covered[ik] > 0
         ]
-        unused = steady * len(grid) - sum(covered.values(), Decimal(0))
-        impact = sum((q6(covered[ik] * (od - price)) for ik in covered), Decimal(0)) - q6(unused * price)
+        unused, impact = commitment_saving(covered.values(), Decimal(steady * len(grid)), od, price)
         if not self.keep(impact):
             return None
         return self._machine_report(key, steady, counts, lines, unused, impact, rows[0], inputs, grid)
@@ -163,6 +163,8 @@ class CommitmentOpportunity(Detector):
         years = "1-year" if self.config.term == "commit_1y" else "3-year"
         source = machine_price_source(inputs.prices, machine, region, ("on_demand", self.config.term))
         per_term = {t: p for t, p in terms.items() if t != "on_demand"}
+        used = steady * hours - unused
+        year = {t: yearly_saving(used, unused, hours, od, p) for t, p in per_term.items()}
         dip = (
             f" (after {fmt_usd(q6(unused * price))} of committed {machine} hours no VM used)"
             if unused > 0
@@ -178,7 +180,7 @@ class CommitmentOpportunity(Detector):
                 f"Priced per whole VM (vCPUs, RAM, GPUs, bundled Local SSD): a {years} commitment at "
                 f"{fmt_usd(price)}/h instead of {fmt_usd(od)}/h on demand would have saved "
                 f"{fmt_usd(impact)} in this window{dip}, about "
-                f"{fmt_usd(steady * YEAR_HOURS * (od - price))} a year. Prices: {source}."
+                f"{fmt_usd(year[self.config.term])} a year. Prices: {source}."
             ),
             impact_usd=impact,
             window_start=grid[0],  # the hours analysed: from where the window's billing begins
@@ -202,9 +204,7 @@ class CommitmentOpportunity(Detector):
                 "instances": lines,
                 "unused_commitment": {"machine_hours": float(unused), "usd": money(-unused * price)},
                 "savings_usd": money(impact),
-                "savings_per_year_usd": {
-                    t: money(steady * YEAR_HOURS * (od - p)) for t, p in per_term.items() if p < od
-                },
+                "savings_per_year_usd": {t: money(year[t]) for t, p in per_term.items() if p < od},
                 "price_source": source,
             },
             recommendation=(
@@ -230,7 +230,8 @@ class CommitmentOpportunity(Detector):
         price = inputs.prices.gpu_hourly(model, region, self.config.term)
         if od is None or price is None or price >= od:
             return None
-        impact = q6(steady * hours * (od - price))
+        used = sum((min(c, Decimal(steady)) for c in counts), Decimal(0))
+        unused, impact = commitment_saving([used], Decimal(steady * hours), od, price)
         if not self.keep(impact):
             return None
         terms = {
@@ -238,6 +239,12 @@ class CommitmentOpportunity(Detector):
             for t in ("commit_1y", "commit_3y")
             if (p := inputs.prices.gpu_hourly(model, region, t)) is not None
         }
+        year = {t: yearly_saving(used, unused, hours, od, p) for t, p in terms.items()}
+        dip = (
+            f" (after {fmt_usd(q6(unused * price))} of committed {model} GPU-hours no VM used)"
+            if unused > 0
+            else ""
+        )
         scope = Scope(project=project, region=region)
         years = "1-year" if self.config.term == "commit_1y" else "3-year"
         source = price_source(inputs.prices, model, region, ("on_demand", self.config.term))
@@ -249,7 +256,7 @@ class CommitmentOpportunity(Detector):
                 f"{project} ran at least {steady} {model} GPUs on demand in {region} in "
                 f"{100 - self.config.steady_percentile:g}% of the {hours} hours analysed. A {years} "
                 f"commitment at {fmt_usd(price)}/GPU-h instead of {fmt_usd(od)} would have saved "
-                f"{fmt_usd(impact)} in this window, about {fmt_usd(steady * YEAR_HOURS * (od - price))} a year. "
+                f"{fmt_usd(impact)} in this window{dip}, about {fmt_usd(year[self.config.term])} a year. "
                 f"Prices: {source}."
             ),
             impact_usd=impact,
@@ -268,10 +275,10 @@ class CommitmentOpportunity(Detector):
                 "on_demand_usd_per_gpu_hour": money(od),
                 "term": self.config.term,
                 "term_usd_per_gpu_hour": {t: money(p) for t, p in terms.items()},
+                "committed_gpu_hours": float(used),
+                "unused_commitment": {"gpu_hours": float(unused), "usd": money(-unused * price)},
                 "savings_usd": money(impact),
-                "savings_per_year_usd": {
-                    t: money(steady * YEAR_HOURS * (od - p)) for t, p in terms.items() if p < od
-                },
+                "savings_per_year_usd": {t: money(year[t]) for t, p in terms.items() if p < od},
                 "price_source": source,
             },
             recommendation=(

@@ -10,7 +10,9 @@ months old.
 
 - commitment: the GPU count that ran on demand in (almost) every hour of the window, per project,
   region and GPU model (the `steady_percentile` of the hourly counts, so a short restart does not
-  hide a steady fleet), priced at on-demand minus the commitment price, for the window and per year.
+  hide a steady fleet): the GPU-hours it would have covered (up to that count each hour) priced at
+  on-demand minus the commitment price, less the commitment paid in the hours the fleet ran below
+  it, for the window and per year (the window's rate kept up for a year).
 - spot: on-demand GPU hours of restartable work (a `restartable_labels` label, a name matching
   `name_regex`, or, if `max_job_hours` is set, instances whose runs are all that short), priced at
   on-demand minus Spot.
@@ -27,7 +29,9 @@ do not), the saving is machine-hours x (on-demand - committed or Spot) machine p
 commitment counts steady VMs per project, region and machine type instead of GPUs. The evidence
 then lists each VM (its committed or Spot machine-hours and its saving) and, for a commitment, the
 committed machine-hours no VM used (paid at the committed price in the hours the fleet dipped below
-the steady count), so the lines sum exactly to the impact. Otherwise the per-GPU path above applies.
+the steady count), so the lines sum exactly to the impact. Otherwise the per-GPU path above applies,
+which likewise pays for the committed GPU-hours no VM used (`unused_commitment`): both price the
+window and the year with `commitment_saving` and `yearly_saving`.
 
 Opportunities are advice, not losses (`Detector.advice`): nothing leaked, a cheaper way to buy the same
 GPU hours exists. So they never alert by default: severity is capped at `max_severity` ("info" unless
@@ -39,14 +43,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Literal
 
 from pydantic import Field
 
-from monitor.detectors.base import Detector, DetectorConfig
+from monitor.detectors.base import Detector, DetectorConfig, q6
 from monitor.detectors.idle_gpu import FORGOTTEN_MIN_READ_HOURS, instance_key
 from monitor.detectors.inputs import DetectorInputs, GpuHour, PriceLookup
 from monitor.model import Severity
@@ -55,6 +59,7 @@ __all__ = [
     "YEAR_HOURS",
     "OpportunityConfig",
     "capped_severity",
+    "commitment_saving",
     "committed_hours",
     "machine_hours",
     "machine_price_source",
@@ -64,6 +69,7 @@ __all__ = [
     "price_source",
     "split_by_machine_price",
     "unused_nodes",
+    "yearly_saving",
 ]
 
 YEAR_HOURS = 8760
@@ -166,6 +172,28 @@ def committed_hours(
             covered[ik] += take
             left -= take
     return covered
+
+
+def commitment_saving(
+    covered: Iterable[Decimal], committed: Decimal, on_demand: Decimal, price: Decimal
+) -> tuple[Decimal, Decimal]:
+    """(committed hours nothing ran on, saving) of a commitment of `committed` hours (the steady
+    count x the hours analysed) of which each line ran `covered` (`committed_hours`: per VM, or the
+    GPU-hours of a per-GPU fleet): every covered hour saves on-demand - `price`, every unused one
+    is paid at `price` and saves nothing. Rounded to the micro per line, so the evidence's lines and
+    unused commitment sum exactly to the saving. Both paths of `commitment_opportunity` price a
+    commitment here: the per-GPU one counted every committed GPU-hour as used (two n1-standard-16
+    VMs with 4 T4 each, one missing 30 of 336 hours, read $349.44 for $307.44)."""
+    lines = list(covered)
+    unused = committed - sum(lines, Decimal(0))
+    return unused, sum((q6(c * (on_demand - price)) for c in lines), Decimal(0)) - q6(unused * price)
+
+
+def yearly_saving(covered: Decimal, unused: Decimal, hours: int, on_demand: Decimal, price: Decimal) -> Decimal:
+    """The window's saving at `price` (`commitment_saving` unrounded: `covered` hours used, `unused`
+    paid for idle) kept up for a year (`YEAR_HOURS`): a fleet that dipped below its steady count in
+    the window pays for committed hours nothing ran on all year too."""
+    return (covered * (on_demand - price) - unused * price) * YEAR_HOURS / hours
 
 
 def capped_severity(det: Detector, impact: Decimal) -> Severity:
