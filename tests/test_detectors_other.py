@@ -163,6 +163,56 @@ def test_idle_fees_are_keyed_by_cluster_else_by_share_and_checked_against_the_pr
     ]
 
 
+def test_each_filestore_share_is_its_own_finding_through_the_export_query(tmp_path, capsys) -> None:
+    """End to end from export rows through `queries/hourly.sql`: the query kept `resource.name` only
+    for GPU, traffic and orchestration rows, so a project's shares summed into one "Filestore
+    instance (unnamed) ... $75.00" where share-a billed $50.00 and share-b $25.00 (helper 59's
+    audit). The hand-built rows above never went through the query."""
+    import json
+    from datetime import timedelta
+
+    from monitor.cli import main
+    from tests.export_rows import export_row, write_ndjson
+
+    def share(h: int, name: str, amount: float) -> dict:
+        t = at(h)
+        return export_row(
+            {
+                "service": {"id": "D97E-AB26-5D95", "description": "Cloud Filestore"},
+                "sku": {"id": "F5E8-E8E3-F1CE", "description": "Filestore Capacity Basic HDD (Standard) Iowa"},
+                "usage_start_time": f"{t:%Y-%m-%d %H:%M:%S} UTC",
+                "usage_end_time": f"{t + timedelta(hours=1):%Y-%m-%d %H:%M:%S} UTC",
+                "export_time": f"{t + timedelta(hours=5):%Y-%m-%d %H:%M:%S} UTC",
+                "project.id": "data",
+                "project.name": "data",
+                "labels": [],
+                "system_labels": [],
+                "resource": {
+                    "name": name,
+                    "global_name": f"//file.googleapis.com/projects/441570621172/locations/us-central1-a/instances/{name}",
+                },
+                "credits": [],
+                "usage.amount_in_pricing_units": 1.0,
+                "usage.pricing_unit": "gibibyte month",
+            },
+            cost=amount,
+            cost_at_list=amount,
+        )
+
+    rows = [share(h, name, amount) for h in range(100) for name, amount in (("share-a", 0.5), ("share-b", 0.25))]
+    path = write_ndjson(tmp_path / "export.ndjson", rows)
+    args = ["analyze", "--billing", str(path), "--start", "2026-11-02", "--end", "2026-11-07", "--format", "json"]
+    assert main(args) == 0
+    findings = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["kind"] == "idle_orchestration"]
+    got = sorted((f["scope"]["instance"], f["impact_usd"], f["evidence"]["idle_hours"]) for f in findings)
+    assert got == [("share-a", 50.0, 100), ("share-b", 25.0, 100)]
+    assert sorted(f["title"] for f in findings) == [
+        "Filestore instance share-a billed with no compute behind it: $50.00",
+        "Filestore instance share-b billed with no compute behind it: $25.00",
+    ]
+    assert all(f["scope"]["instance_id"] is None for f in findings)  # a share is no VM to join
+
+
 def test_only_the_idle_resources_fee_rows_leave_the_engine() -> None:
     """The idle runs are found in the engine: a busy cluster's fees and the compute rows behind them
     never cross into Python, only the idle cluster's own fee rows and its one run do."""

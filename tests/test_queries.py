@@ -299,6 +299,29 @@ def test_keys_instance_id_gke_and_user_labels(conn: duckdb.DuckDBPyConnection) -
     assert disk["user_labels"] == "job=x"
 
 
+def test_each_filestore_share_keeps_its_name_and_disks_sum(conn: duckdb.DuckDBPyConnection) -> None:
+    """idle_orchestration judges each Filestore share: its rows keep `resource.name` (not an
+    instance id, a share is no VM), where disks still sum per project, zone and SKU."""
+    filestore = {"id": "D97E-AB26-5D95", "description": "Cloud Filestore"}
+    sku = "Filestore Capacity Basic HDD (Standard) Iowa"
+    load_rows(
+        conn,
+        [
+            export_row(sku, 0.5, service=filestore, instance="share-a", instance_id="share-a"),
+            export_row(sku, 0.25, service=filestore, instance="share-b", instance_id="share-b"),
+            export_row("Balanced PD Capacity in Iowa", 0.1, instance="disk-1"),
+            export_row("Balanced PD Capacity in Iowa", 0.1, instance="disk-2"),
+        ],
+    )
+    got = DuckDBBillingSource(conn).run("hourly", params(T0, T0 + timedelta(hours=1))).rows
+    shares = sorted(
+        (r["resource_name"], r["instance_id"], r["gross_micros"]) for r in got if r["subcategory"] == "storage.filestore"
+    )
+    assert shares == [("share-a", None, 500_000), ("share-b", None, 250_000)]
+    (disk,) = [r for r in got if r["subcategory"] == "storage.persistent_disk"]
+    assert (disk["resource_name"], disk["gross_micros"]) == (None, 200_000)
+
+
 def test_conservation_on_generated_rows(conn: duckdb.DuckDBPyConnection) -> None:
     rows = fleet_rows(seed=3, n=2000)
     load_rows(conn, rows)
