@@ -150,6 +150,31 @@ def test_cross_region_gcs_reads_from_a_bucket_elsewhere() -> None:
     assert evaluate(CrossZoneEgress(), rows) == []  # inter-region is not inter-zone
 
 
+def test_a_bucket_is_named_a_bucket_not_a_vm() -> None:
+    """A Cloud Storage row's resource is the bucket: "Cross-region traffic in VM dataset-bucket"
+    named a bucket read from another region a VM (helper 59's audit)."""
+    sku = "Network Data Transfer GCP Inter Region within Northern America"
+    rows = [
+        cost(h, "network.inter_region", "4", gib="200", sku=sku, instance="dataset-bucket", zone=None,
+             service="Cloud Storage")
+        for h in range(72)
+    ]  # fmt: skip
+    rows += [
+        cost(h, "network.inter_region", "1.5", gib="75",
+             sku="Network Inter Region Data Transfer Out from Americas to EMEA", instance="train-0")
+        for h in range(72)
+    ]  # fmt: skip
+    by = {f.scope.instance: f for f in evaluate(CrossRegionEgress(), rows)}
+    bucket, vm = by["dataset-bucket"], by["train-0"]
+    assert bucket.title == "Cross-region traffic from Cloud Storage bucket dataset-bucket (ml-prod): $288.00"
+    assert bucket.summary.startswith("Cloud Storage bucket dataset-bucket (ml-prod) sent 14,400.0 GiB across")
+    assert "VM" not in bucket.title + bucket.summary and "bucket in the same region" in bucket.recommendation
+    assert bucket.evidence["senders"] == [{"bucket": "dataset-bucket", "zone": None, "gib": 14400.0, "cost_usd": 288.0}]
+    assert (bucket.scope.instance_id, bucket.scope.zone) == (None, None)
+    assert vm.title == "Cross-region traffic in VM train-0 (ml-prod): $108.00"
+    assert vm.evidence["senders"][0]["instance"] == "train-0"
+
+
 def test_traffic_rows_stay_in_the_engine() -> None:
     """Workloads, their sums per SKU and sender, and their hours cross into Python, not the traffic
     rows: two nodes' fortnight of hourly rows (672) and a small sender's (336) fetch a handful."""

@@ -4,7 +4,8 @@ Traffic inside one zone over internal IPs is free (`network.intra_zone` is never
 training cluster spread over two zones pays for every all-reduce; a dataset in a bucket in another
 region is paid for on every epoch. Rows are grouped by *workload*: the GKE cluster when the row has
 one, else the value of `workload_label` (e.g. a `job` label shared by the VMs of one training run),
-else the sending instance. Workloads at or above `min_impact_usd` get their own finding; the rest of a
+else the bucket of a Cloud Storage row (its resource name: the traffic is reads of that bucket), else
+the sending instance. Workloads at or above `min_impact_usd` get their own finding; the rest of a
 project's traffic is summed into one project-level finding when that reaches the minimum, so no dollar
 is reported twice.
 
@@ -38,7 +39,10 @@ __all__ = ["CrossRegionEgress", "CrossZoneEgress", "EgressConfig"]
 _PAIR = re.compile(r"\bfrom (.+?) to (.+?)$", re.IGNORECASE)
 _WITHIN = re.compile(r"\b(within .+)$", re.IGNORECASE)
 
-Workload = tuple[str, str] | None  # ("cluster" | "label" | "instance", value), None = unattributed
+Workload = tuple[str, str] | None  # ("cluster" | "label" | "bucket" | "instance", value), None = unattributed
+
+#: A Cloud Storage row (`service` is the service's description): its resource is a bucket, not a VM.
+_GCS_ROW = "coalesce(instance, '') <> '' AND lower(coalesce(service, '')) = 'cloud storage'"
 
 
 class EgressConfig(DetectorConfig):
@@ -97,20 +101,21 @@ class _Egress(Detector):
     def _tagged(self, costs: Costs, **where: Any) -> tuple[str, list[Any]]:
         """`t`: the rows `where` selects (`Costs.sums`' filters), each with its workload and its place
         in the readers' order (`pos`). The workload (`wk`, `wv`: kind and value, NULL for none) is
-        the GKE cluster when the row has one, else the value of `workload_label`, else the sending
-        instance (see the module docstring)."""
+        the GKE cluster when the row has one, else the value of `workload_label`, else the bucket
+        of a Cloud Storage row, else the sending instance (see the module docstring)."""
         where, params = costs.where(**where)
         lbl = self.config.workload_label
         sets = {k: f"{lbl}={v[lbl]}" for k, v in costs.label_sets.items() if lbl and v.get(lbl)}
         named = {
             "cluster": "coalesce(c.cluster, '') <> ''",
             "label": "l.v IS NOT NULL",
+            "bucket": _GCS_ROW,
             "instance": "coalesce(c.instance, '') <> ''",
         }
         kind = " ".join(f"WHEN {cond} THEN '{k}'" for k, cond in named.items())
         value = " ".join(
             f"WHEN {cond} THEN {v}"
-            for cond, v in zip(named.values(), ("c.cluster", "l.v", "c.instance"), strict=True)
+            for cond, v in zip(named.values(), ("c.cluster", "l.v", "c.instance", "c.instance"), strict=True)
         )
         sql = f"""
             WITH w AS (SELECT *, row_number() OVER (ORDER BY {costs.order}) AS pos FROM costs{where}),
@@ -141,10 +146,11 @@ class _Egress(Detector):
         ):
             out[(project, (kind, value) if kind is not None else None)] = _Group(hours=hours)
         for (project, kind, value, _pos, sku_id, sku, zone, region, instance, iid, storage, cost, credits,
-             gib, first, last, prov) in costs.select(
+             gib, first, last, prov, bucket) in costs.select(
             f"{keyed} SELECT {group}, MIN(pos), sku_id, sku, zone, region, instance, instance_id,"
             " bool_or(contains(lower(coalesce(service, '')), 'storage')), SUM(cost), SUM(credits),"
-            " SUM(usage), MIN(hour), MAX(hour), bool_or(provisional OR hour >= ?)"
+            " SUM(usage), MIN(hour), MAX(hour), bool_or(provisional OR hour >= ?),"
+            f" bool_or({_GCS_ROW})"
             f" FROM g GROUP BY {group}, sku_id, sku, zone, region, instance, instance_id ORDER BY 4",
             [*args, naive_utc(provisional_from)],
         ):  # fmt: skip
@@ -152,7 +158,7 @@ class _Egress(Detector):
             g.parts.append(
                 _Part(sku_id, sku, zone, region, instance, iid, storage, micros_to_decimal(cost),
                       micros_to_decimal(credits), Decimal(str(gib)), from_naive_utc(first),
-                      from_naive_utc(last), prov)
+                      from_naive_utc(last), prov, bucket)
             )  # fmt: skip
         return out
 
@@ -189,11 +195,11 @@ class _Egress(Detector):
     def _evidence(self, group: _Group, wl_zones: set[str]) -> dict[str, Any]:
         # parts come in the order of their first row (`pos`): the order the rows were read in
         by_sku: dict[tuple[str | None, str | None, str, str], list[_Part]] = defaultdict(list)
-        senders: dict[tuple[str | None, str | None], list[_Part]] = defaultdict(list)
+        senders: dict[tuple[str, str | None, str | None], list[_Part]] = defaultdict(list)
         for p in group.parts:
             src, dst = self._endpoints(p, wl_zones)
             by_sku[(p.sku_id, p.sku, src, dst)].append(p)
-            senders[(p.instance, p.zone)].append(p)
+            senders[("bucket" if p.bucket else "instance", p.instance, p.zone)].append(p)
         sku_rows = [
             {
                 "sku": k[1],
@@ -206,7 +212,7 @@ class _Egress(Detector):
             for k, v in by_sku.items()
         ]
         sender_rows = [
-            {"instance": k[0], "zone": k[1], "gib": _round_gib(_gib(v)), "cost_usd": money(_net(v))}
+            {k[0]: k[1], "zone": k[2], "gib": _round_gib(_gib(v)), "cost_usd": money(_net(v))}
             for k, v in senders.items()
         ]
         return {
@@ -252,6 +258,7 @@ class _Part:
     first: datetime
     last: datetime
     provisional: bool
+    bucket: bool  # `instance` names a Cloud Storage bucket (`_GCS_ROW`), not a VM
 
 
 @dataclass(slots=True)
@@ -283,6 +290,9 @@ def _scope(project: str | None, wl: Workload, group: _Group) -> Scope:
     if kind == "label":
         key, _, val = value.partition("=")
         return Scope(project=project, labels={key: val})
+    if kind == "bucket":  # named in `instance` as a Filestore share is: a fingerprint as before
+        regions = {p.region for p in group.parts if p.region}
+        return Scope(project=project, instance=value, region=next(iter(regions)) if len(regions) == 1 else None)
     ids = {p.instance_id for p in group.parts if p.instance_id}
     zones = {p.zone for p in group.parts if p.zone}
     return Scope(
@@ -297,9 +307,8 @@ def _who(project: str | None, wl: Workload) -> str:
     if wl is None:
         return f"project {project}"
     kind, value = wl
-    return {"cluster": f"GKE cluster {value}", "label": f"workload {value}"}.get(kind, f"VM {value}") + (
-        f" ({project})"
-    )
+    names = {"cluster": "GKE cluster", "label": "workload", "bucket": "Cloud Storage bucket"}
+    return f"{names.get(kind, 'VM')} {value} ({project})"
 
 
 @register("cross_zone_egress")
@@ -331,7 +340,7 @@ class CrossZoneEgress(_Egress):
             f"{who} sent {ev['gib']:,} GiB {zones} for {fmt_usd(impact)}; "
             "the same traffic inside one zone over internal IPs would be free."
         )
-        senders = ", ".join(f"{s['instance']} ({s['zone']})" for s in ev["senders"][:6] if s["instance"])
+        senders = ", ".join(f"{s['instance']} ({s['zone']})" for s in ev["senders"][:6] if s.get("instance"))
         if wl is not None and wl[0] == "cluster":
             rec = (
                 f"Run cluster {wl[1]}'s GPU node pool in a single zone (a zonal node pool, or pin the "
@@ -368,10 +377,18 @@ class CrossRegionEgress(_Egress):
         who = _who(project, wl)
         pairs = ", ".join(sorted({f"{s['from']} -> {s['to']}" for s in ev["by_sku"]}))
         gcs = any(p.storage for p in group.parts)
-        title = f"Cross-region traffic in {who}: {fmt_usd(impact)}"
-        summary = f"{who} moved {ev['gib']:,} GiB across regions ({pairs}) for {fmt_usd(impact)}."
+        if wl is not None and wl[0] == "bucket":
+            title = f"Cross-region traffic from {who}: {fmt_usd(impact)}"
+            summary = (
+                f"{who} sent {ev['gib']:,} GiB across regions ({pairs}) for {fmt_usd(impact)}: "
+                "Cloud Storage reads of the bucket from outside its region."
+            )
+        else:
+            title = f"Cross-region traffic in {who}: {fmt_usd(impact)}"
+            summary = f"{who} moved {ev['gib']:,} GiB across regions ({pairs}) for {fmt_usd(impact)}."
         if gcs:
-            summary += " Part of it is Cloud Storage reads from a bucket outside the readers' region."
+            if wl is None or wl[0] != "bucket":
+                summary += " Part of it is Cloud Storage reads from a bucket outside the readers' region."
             rec = (
                 "Keep training data in a bucket in the same region as the GPUs (copy the dataset once, "
                 "or use a dual-/multi-region bucket that includes it) instead of reading across regions "
