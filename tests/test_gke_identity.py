@@ -40,6 +40,7 @@ from monitor.gpu_identity import (
 from monitor.gpu_rollups import rollups, split_exact, summarize_instances
 from monitor.gpus import GpuNodeHours
 from monitor.jobs.identity import parse_labels
+from monitor.sources.presets import spec_for
 from monitor.utilization import GpuSample, assemble, parse_series, resolve_duty_cycles, util_hours
 from tests.aggregates import node_hours, stored
 
@@ -325,6 +326,47 @@ def test_a_pool_of_four_nodes_is_monitored_not_unmonitored() -> None:
     got = gpu_hours(node_hours(rows), util_hours(samples), 10.0, None, T0 + 6 * H)
     assert all(g.monitored for g in got) and len(got) == 24
     assert UnmonitoredGpu().evaluate(detector_inputs(got, 6), T0 + 6 * H) == []
+
+
+def dcgm_sm_active(node: str, gpu: int, uuid: str, hour: int, ratio: float) -> dict:
+    """dcgm-exporter's SM activity (a 0-1 ratio) through Managed Prometheus, as it labels a GPU: its
+    index in `gpu` and its device UUID in `UUID` (NVIDIA/dcgm-exporter
+    internal/pkg/rendermetrics/render_metrics.go)."""
+    ts = prometheus_dcgm(node, str(gpu), hour, ratio)
+    ts["metric"] = {
+        "type": "prometheus.googleapis.com/DCGM_FI_PROF_SM_ACTIVE/gauge",
+        "labels": {"gpu": str(gpu), "UUID": uuid, "Hostname": node, "modelName": "NVIDIA H100 80GB HBM3"},
+    }
+    ts["unit"] = "1"
+    return ts
+
+
+@pytest.mark.parametrize(
+    ("duty_cycle", "sm_ratio", "idle_gpu_hours", "idle_cost"),
+    [(60.0, 0.03, 8, D(88)), (5.0, 0.70, 0, D(0))],
+    ids=["sm_idle_under_a_busy_duty_cycle", "sm_busy_under_an_idle_duty_cycle"],
+)
+def test_node_duty_cycle_and_dcgm_on_the_same_gpus_are_one_gpu_each(
+    duty_cycle, sm_ratio, idle_gpu_hours, idle_cost
+) -> None:
+    """A GKE node seen by its node duty cycle (GPU keyed by `accelerator_id`, the NVML device UUID:
+    google/cadvisor accelerators/nvidia.go `UpdateStats`, `ID: uuid`) and by dcgm-exporter (index in
+    `gpu`, the same UUID in `UUID`) has 8 GPUs, each judged on its most trusted signal (SM activity).
+    Keyed by the index, the node counted 16 GPUs and the duty cycle's half was judged too: $44.00 a
+    node-hour of $88 idle in both cases."""
+    uuids = [f"GPU-5c1a9e7{g}-0f3b-4c1e-9a7d-2b8e6f0d1c3{g}" for g in range(8)]
+    series = [k8s_node(NODES[0], u, 0, duty_cycle) for u in uuids]
+    series += [dcgm_sm_active(NODES[0], g, u, 0, sm_ratio) for g, u in enumerate(uuids)]
+    (got,) = gpu_hours(node_hours([billed(0)]), util_hours(parsed(series)), 10.0, None, T0 + H)
+    assert (got.gpus, got.signal, got.idle_gpu_hours, got.idle_cost) == (
+        8,
+        "sm_active",
+        idle_gpu_hours,
+        idle_cost,
+    )
+    # the Monitoring source groups by the UUID too, or the cross-series reducer would drop it
+    spec = spec_for("prometheus.googleapis.com/DCGM_FI_PROF_SM_ACTIVE/gauge")
+    assert spec is not None and "metric.label.UUID" in spec.labels.group_by_fields
 
 
 def test_a_node_in_another_cluster_with_the_same_name_does_not_match() -> None:

@@ -173,7 +173,13 @@ _PROM = LabelMap(
     zone=("resource.location",),
     cluster=("resource.cluster",),
     node_name=("metric.hostname", "metric.Hostname"),  # main branch since 2026-05 / older releases
-    gpu=("metric.gpu",),
+    # The GPU by its UUID first, its index only when the UUID is absent (relabelled away): GKE's
+    # node and container duty cycles name a GPU by `accelerator_id`, the kubelet's AcceleratorStats
+    # ID, which is the NVML device UUID (google/cadvisor accelerators/nvidia.go `UpdateStats`,
+    # `ID: uuid` from `device.UUID()`), and dcgm-exporter's `UUID` label is that same device UUID
+    # (NVIDIA/dcgm-exporter internal/pkg/rendermetrics/render_metrics.go). Keyed by its index, a
+    # node seen by both counted every GPU twice and the signal precedence never applied.
+    gpu=("metric.UUID", "metric.gpu"),
     model=("metric.modelName",),
 )
 
