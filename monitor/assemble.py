@@ -44,6 +44,7 @@ from monitor.gpus import (
     GpuCostHour,
     GpuNodeHours,
     Joined,
+    attached_gpus,
     effective_micros,
     gpus_from_usage,
     idle_share,
@@ -238,7 +239,8 @@ def _billed(nodes: GpuNodeHours, joined: Sequence[Joined | None]) -> list[GpuHou
     """One `GpuHour` per billed node-hour, straight from the columns and the join.
 
     The idle dollars of a node-hour are its *effective* GPU cost (gross plus its commitment and
-    sustained-use credits) times idle GPUs / GPUs (`monitor.gpus`)."""
+    sustained-use credits) times idle GPUs / GPUs attached (`monitor.gpus.attached_gpus`: a GPU
+    that reports nothing does not shrink the share)."""
     c = nodes.columns
     dollars = _Dollars()
     out = []
@@ -255,7 +257,8 @@ def _billed(nodes: GpuNodeHours, joined: Sequence[Joined | None]) -> list[GpuHou
             )  # fmt: skip
         else:
             gpus, mean, held, signal, container = (
-                j.gpus, j.mean_utilization_pct, j.memory_held, j.signal, j.container_metrics
+                attached_gpus(machine, gpu_hours, j.gpus), j.mean_utilization_pct, j.memory_held, j.signal,
+                j.container_metrics,
             )  # fmt: skip
             idle_hours, idle_micros = idle_share(gpu_hours, effective, j.idle_gpus, gpus)
         out.append(

@@ -8,8 +8,10 @@ without an id, (project, cluster, node name) for GKE nodes, whose utilization ne
 
 A GPU-hour is idle when that GPU's mean utilization over the hour is below the threshold; the idle
 dollars of a node-hour are its *effective* GPU cost (gross plus its commitment and sustained-use
-credits) times idle GPUs / GPUs, so a GPU already paid for by a commitment (or a $0 reserved one)
-shows its idle GPU-hours at what they really cost. Node-hours with GPU spend but no utilization are
+credits) times idle GPUs / GPUs attached (`attached_gpus`: the machine type's count, or the GPU-hours
+billed, never fewer than the GPUs seen; a GPU that reports nothing is not counted idle, but neither
+does it shrink the share), so a GPU already paid for by a commitment (or a $0 reserved one) shows
+its idle GPU-hours at what they really cost. Node-hours with GPU spend but no utilization are
 *unmonitored*, never assumed busy or idle. The signal precedence (and the GKE node / container duty
 cycle pair) was applied when the samples were reduced to hours. `judge_nodes` runs the same matching
 where the node-hours are stored, one row per node back, so `analyze` reads only the node-hours its
@@ -44,6 +46,7 @@ __all__ = [
     "GpuNodeHours",
     "Joined",
     "JoinedHour",
+    "attached_gpus",
     "effective_micros",
     "gpus_from_usage",
     "idle_share",
@@ -233,6 +236,17 @@ def gpus_from_usage(machine_type: str | None, gpu_hours: Decimal) -> int:
     return max(1, int((gpu_hours + Decimal("0.5")).to_integral_value()))
 
 
+def attached_gpus(machine_type: str | None, gpu_hours: Decimal, seen: int) -> int:
+    """The GPUs a node-hour's idle share divides by: those attached (`gpus_from_usage`), never fewer
+    than the `seen` ones that reported. Dividing by the GPUs seen alone overstated it wherever some
+    did not report: an a3-highgpu-8g with 5 of 8 reporting, 3 of them idle, read 3/5 of its $88.
+
+    >>> attached_gpus("a3-highgpu-8g", Decimal(8), 5), attached_gpus(None, Decimal("2.5"), 4)
+    (8, 4)
+    """
+    return max(gpus_from_usage(machine_type, gpu_hours), seen)
+
+
 def _hour_numbers(hours: Sequence[datetime]) -> list[int]:
     """Hours as epoch seconds (join keys), converted once per distinct hour."""
     seen: dict[datetime, int] = {}
@@ -322,7 +336,8 @@ def util_tables(hours: UtilHours) -> dict[str, pa.Table]:
 
 @dataclass(frozen=True, slots=True)
 class Joined:
-    """What utilization says of one billed node-hour (absent: unmonitored)."""
+    """What utilization says of one billed node-hour (absent: unmonitored). `gpus`: the GPUs that
+    reported (`attached_gpus` makes the count the share divides by)."""
 
     gpus: int
     mean_utilization_pct: float
@@ -417,7 +432,13 @@ def join_gpu_hours(
         else:
             out.append(
                 JoinedHour(
-                    c, j.gpus, j.mean_utilization_pct, j.idle_gpus, j.memory_held, j.signal, j.container_metrics
+                    c,
+                    attached_gpus(c.machine_type, c.gpu_hours, j.gpus),
+                    j.mean_utilization_pct,
+                    j.idle_gpus,
+                    j.memory_held,
+                    j.signal,
+                    j.container_metrics,
                 )
             )
     return out

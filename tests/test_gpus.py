@@ -6,6 +6,9 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+import pytest
+
+from monitor.assemble import gpu_hours as gpu_hours_of
 from monitor.gpus import GpuCostHour, join_gpu_hours
 from monitor.utilization import GpuSample, util_hours
 
@@ -138,3 +141,27 @@ def test_idle_dollars_use_the_effective_price_after_cud_and_sud_credits() -> Non
     free = replace(cost(H0, "111"), cost_micros=0)  # a $0 reserved GPU: idle hours, no idle dollars
     (z,) = join_gpu_hours([free], util_hours(samples("111", H0, [0.0] * 8)), 10)
     assert z.idle_cost_micros == 0 and z.idle_gpu_hours == 8
+
+
+@pytest.mark.parametrize(
+    ("machine_type", "gpu_hours", "reporting", "gpus", "idle_gpu_hours", "idle_usd"),
+    [
+        # an a3-highgpu-8g (8 H100s: its machine type) with 5 GPUs reporting, 3 of them idle: 3/8 of
+        # $88, not 3/5 ($52.80, 4.8 idle GPU-hours)
+        ("a3-highgpu-8g", 8, 5, 8, Decimal(3), Decimal(33)),
+        # no machine type (an N1 VM's GPUs are attached apart): the full hour's 8 GPU-hours billed
+        (None, 8, 5, 8, Decimal(3), Decimal(33)),
+        # never fewer than the GPUs seen (a partial hour of a VM without a machine type: 4 GPU-hours)
+        (None, 4, 5, 5, Decimal("2.4"), Decimal("52.8")),
+    ],
+    ids=["machine_type", "gpu_hours_billed", "gpus_seen"],
+)
+def test_the_idle_share_divides_by_the_gpus_attached_not_those_reporting(
+    machine_type, gpu_hours, reporting, gpus, idle_gpu_hours, idle_usd
+) -> None:
+    row = replace(cost(H0, "333", micros=88_000_000, gpus=gpu_hours), machine_type=machine_type)
+    utils = ([0.0] * 3 + [90.0] * 5)[:reporting]
+    (g,) = gpu_hours_of([row], util_hours(samples("333", H0, utils)), 10.0, None, H0 + timedelta(hours=1))
+    assert (g.gpus, g.idle_gpu_hours, g.idle_cost) == (gpus, idle_gpu_hours, idle_usd)
+    (j,) = join_gpu_hours([row], util_hours(samples("333", H0, utils)), 10)
+    assert (j.gpus, j.idle_gpu_hours, j.idle_cost_micros) == (gpus, idle_gpu_hours, int(idle_usd * 1_000_000))
