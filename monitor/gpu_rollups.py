@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import ROUND_FLOOR, Decimal
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from monitor.gpu_identity import row_identity
 
@@ -24,12 +24,14 @@ __all__ = [
     "InstanceGpus",
     "RollupBy",
     "default_rollups",
+    "keep_billed",
     "rollups",
     "split_exact",
     "summarize_instances",
 ]
 
 _Q6 = Decimal("0.000001")
+_H = TypeVar("_H", bound="GpuHourLike")
 
 
 @dataclass
@@ -192,21 +194,38 @@ class GpuHourLike(Protocol):
     labels: Any
 
 
+def keep_billed(slot: dict[datetime, list[_H]], h: _H) -> None:
+    """File `h` under its hour in `slot` (one node identity's hours): an estimated row only while
+    its hour has none billed (never twice during reconciliation), every billed row of the hour.
+
+    One identity can be billed twice in an hour: a GKE node recreated under its name (auto-repair,
+    an upgrade) is a new VM with a new instance id (billing keys a node-hour by instance id, its
+    utilization by cluster and node name), both paid for their part of the hour. Keeping only one
+    dropped the other's dollars: 20 and 35 minutes of an a3-highgpu-8g at $88/h read $29.33 for
+    $80.67, and the node's GPU cost no longer added up to the bill.
+    """
+    rows = slot.get(h.hour)
+    if rows is None:
+        slot[h.hour] = [h]
+    elif not getattr(h, "estimated", False):
+        if getattr(rows[0], "estimated", False):
+            slot[h.hour] = [h]
+        else:
+            rows.append(h)
+
+
 def summarize_instances(hours: Iterable[GpuHourLike]) -> list[InstanceGpus]:
     """Per node (`monitor.gpu_identity`), largest idle cost then GPU cost first.
 
     A billed hour wins over an estimated one for the same node-hour, so an hour is never counted
-    twice while billing catches up.
+    twice while billing catches up; two billed ones are both counted (`keep_billed`).
     """
-    per: dict[str, dict[datetime, GpuHourLike]] = {}
+    per: dict[str, dict[datetime, list[GpuHourLike]]] = {}
     for h in hours:
-        slot = per.setdefault(row_identity(h).key, {})
-        cur = slot.get(h.hour)
-        if cur is None or (getattr(cur, "estimated", False) and not getattr(h, "estimated", False)):
-            slot[h.hour] = h
+        keep_billed(per.setdefault(row_identity(h).key, {}), h)
     out = []
     for rows in per.values():
-        ordered = [rows[t] for t in sorted(rows)]
+        ordered = [h for t in sorted(rows) for h in rows[t]]
         usage = GpuUsage()
         labels: dict[str, str] = {}
         for h in ordered:

@@ -458,6 +458,33 @@ def test_unmonitored_gke_nodes_are_named_with_cluster_and_pool() -> None:
     assert (f.evidence["instances"][0]["cluster"], f.evidence["instances"][0]["node_pool"]) == (CLUSTER, POOL)
 
 
+def _recreated_node_hours() -> list[GpuHour]:
+    """GKE auto-repair recreates a node VM under the same name with a new instance id: in its second
+    hour the old one is billed 20 minutes and the new one 35, both in the node's one identity
+    (cluster, node name); all 8 GPUs idle throughout. The bill: 88 + 29.333333 + 51.333333 + 88 + 88."""
+    old, new = "7000", "7001"
+    rows = [billed(0, iid=old), billed(1, iid=old, gross=29_333_333, gpu_hours=8 * 20 / 60)]
+    rows += [billed(1, iid=new, gross=51_333_333, gpu_hours=8 * 35 / 60), billed(2, iid=new), billed(3, iid=new)]
+    samples = parsed(node_series(k8s_node, NODES[0], range(4), busy_until=0))
+    return gpu_hours(node_hours(rows), util_hours(samples), 10.0, None, T0 + 4 * H)
+
+
+def test_a_node_recreated_within_an_hour_is_idle_for_both_instances() -> None:
+    """Both instances are paid: the idle dollars are the bill, $344.67 (one was dropped: $293.33),
+    and the hour is one hour of the idle run, not two."""
+    (f,) = IdleGpu().evaluate(detector_inputs(_recreated_node_hours(), 4), T0 + 4 * H)
+    assert f.evidence["idle_hours"] == 4 and len(f.evidence["hours"]) == 4
+    assert f.evidence["hours"][1]["idle_cost_usd"] == 80.666666
+    assert f.impact_usd == D("344.666666")
+
+
+def test_a_node_recreated_within_an_hour_costs_both_instances() -> None:
+    """`gpucost gpus`: the node's GPU cost adds up to the bill ($344.67; one was dropped: $293.33)."""
+    (inst,) = summarize_instances(_recreated_node_hours())
+    assert inst.usage.gpu_hours.quantize(D("0.000001")) == D("31.333333")
+    assert (inst.usage.gpu_cost, inst.usage.idle_cost) == (D("344.666666"), D("344.666666"))
+
+
 # ------------------------------------------------------------------------- signals: MPS fallback
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -58,7 +59,9 @@ from monitor.detectors.costs import billed_until
 from monitor.detectors.idle_gpu_words import MPS_FALLBACK, wording
 from monitor.detectors.inputs import DetectorInputs, GpuHour
 from monitor.gpu_identity import NodeKind, billed_identity, row_identity
+from monitor.gpu_rollups import keep_billed
 from monitor.model import Finding, Scope, fingerprint
+from monitor.sources.presets import Signal
 from monitor.utilization.coverage import read_until
 
 __all__ = [
@@ -76,6 +79,7 @@ __all__ = [
 
 #: `billed_until`'s half-bound: an export silent for twice this is measured to the clock less that
 _EXPORT_LAG = timedelta(hours=12)
+_ZERO = Decimal(0)
 
 
 class IdleGpuConfig(DetectorConfig):
@@ -159,13 +163,52 @@ def signal_evidence(rows: Sequence[GpuHour]) -> tuple[str | None, str | None]:
 
 
 def _dedupe_hours(rows: Iterable[GpuHour]) -> list[GpuHour]:
-    """One row per hour, billed before estimated: an hour is never counted twice during reconciliation."""
-    by_hour: dict[datetime, GpuHour] = {}
+    """One row per hour, billed before estimated: an hour is never counted twice during
+    reconciliation; the billed rows of one hour (a GKE node recreated under its name) are summed."""
+    by_hour: dict[datetime, list[GpuHour]] = {}
     for r in rows:
-        cur = by_hour.get(r.hour)
-        if cur is None or (cur.estimated and not r.estimated):
-            by_hour[r.hour] = r
-    return [by_hour[h] for h in sorted(by_hour)]
+        keep_billed(by_hour, r)
+    return [_summed(by_hour[h]) for h in sorted(by_hour)]
+
+
+def _summed(rows: list[GpuHour]) -> GpuHour:
+    """The billed rows of one node identity and hour as one: money and GPU-hours summed, utilization
+    weighted by GPU-hours over the monitored rows; named by the row with most GPU-hours."""
+    if len(rows) == 1:
+        return rows[0]
+    first = max(rows, key=lambda r: r.gpu_hours)
+    seen = [r for r in rows if r.monitored]
+    weight = float(sum((r.gpu_hours for r in seen), _ZERO))
+    mean = (
+        sum(float(r.gpu_hours) * (r.mean_utilization_pct or 0.0) for r in seen) / weight
+        if weight > 0
+        else (sum(r.mean_utilization_pct or 0.0 for r in seen) / len(seen) if seen else None)
+    )
+    spaces: dict[str, Decimal] = defaultdict(Decimal)
+    for r in rows:
+        for ns, usd in r.namespaces.items():
+            spaces[ns] += usd
+    return replace(
+        first,
+        gpus=max(r.gpus for r in rows),
+        gpu_hours=sum((r.gpu_hours for r in rows), _ZERO),
+        gpu_cost=sum((r.gpu_cost for r in rows), _ZERO),
+        mean_utilization_pct=mean,
+        idle_gpu_hours=sum((r.idle_gpu_hours for r in rows), _ZERO),
+        idle_cost=sum((r.idle_cost for r in rows), _ZERO),
+        gpu_credits=sum((r.gpu_credits for r in rows), _ZERO),
+        memory_held=_any(r.memory_held for r in rows),
+        container_metrics=_any(r.container_metrics for r in rows),
+        signal=min((r.signal for r in seen if r.signal), key=Signal.rank, default=first.signal),
+        labels={k: v for r in rows for k, v in r.labels.items()},
+        namespaces=dict(spaces) if spaces else first.namespaces,
+    )
+
+
+def _any(flags: Iterable[bool | None]) -> bool | None:
+    """True if one is, else False if one is known, else None (unknown)."""
+    known = [f for f in flags if f is not None]
+    return any(known) if known else None
 
 
 @register("idle_gpu")
