@@ -422,3 +422,39 @@ def test_drivers_measure_the_usual_level_from_when_the_spend_began() -> None:
     (f,) = SpendAnomaly().evaluate(inp, inp.window_end)
     assert f.impact_usd == D("5990")
     assert f.evidence["drivers"] == [{"subcategory": "compute.gpu", "increase_usd": 5990.0, "usual_daily_usd": 1002.5}]
+
+
+WEEKEND_TRAINING = ["200"] * 5 + ["2400", "2400"]  # T0 is a Monday: weekdays $200, weekends $2,400
+
+
+def test_a_weekly_pattern_is_not_an_anomaly_every_weekend() -> None:
+    """Six identical weeks, the weekends 12x the weekdays (helper 59's repro): with `baseline = "auto"`
+    the second Saturday, with one earlier Saturday, is judged against all days and flagged; flagged
+    days were kept out of later baselines, so Saturdays never reached `min_same_weekday` and every
+    weekend was flagged ("Spend in ml-prod jumped: $4,400.00" on the sixth). Only the first two
+    weekends judged are, before a weekly pattern is seen; the third is the weekend's usual level."""
+    rows, daily_only = daily(WEEKEND_TRAINING * 6), SpendAnomalyConfig(hourly=False)  # hourly: below
+    assert windowed(rows, 35, 7, daily_only) == []
+    (f,) = windowed(rows, 7, 35, daily_only)
+    assert [(d["date"], d["baseline"]) for d in f.evidence["days"]] == [
+        ("2026-11-14", "all_days"),
+        ("2026-11-15", "all_days"),
+        ("2026-11-21", "all_days"),
+        ("2026-11-22", "all_days"),
+    ]
+    # a one-off weekend spike is no weekly pattern: the next, usual weekend is not flagged
+    rows = daily(WEEKEND_TRAINING * 4 + ["200"] * 5 + ["5000", "5000"] + WEEKEND_TRAINING)
+    (f,) = windowed(rows, 28, 14, daily_only)
+    assert [(d["date"], d["baseline"]) for d in f.evidence["days"]] == [
+        ("2026-12-05", "same_weekday"),
+        ("2026-12-06", "same_weekday"),
+    ]
+    assert f.impact_usd == 2 * (5000 - 2400)
+
+
+def test_a_jump_that_persists_keeps_counting_past_its_weekdays() -> None:
+    """A flagged run of a week or more is a jump, not a weekly pattern: its days stay out of the
+    same weekday's baseline too, and it keeps counting for as long as before (4 weeks)."""
+    (f,) = windowed(daily(["1000"] * 28 + ["2500"] * 35), 28, 35)
+    days = f.evidence["days"]
+    assert (days[0]["date"], days[-1]["date"], len(days)) == ("2026-11-30", "2026-12-21", 22)

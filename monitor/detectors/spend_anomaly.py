@@ -13,7 +13,13 @@ same weekday when `min_same_weekday` such days exist, else all days. Both are ro
 does not raise the bar. A day is anomalous only when it is above the baseline by BOTH
 `min_relative_increase` and `min_excess_usd` (and, when the MAD is not zero, by `min_robust_z`
 robust standard deviations). Days already flagged are left out of later baselines, so a jump that
-persists keeps counting instead of quietly becoming the norm. A series needs `min_history_days` of
+persists keeps counting instead of quietly becoming the norm; but not out of their weekday's when
+their run of flagged days is shorter than a week (`_weekly`): such days count as earlier same
+weekdays, for "auto"'s choice too. A weekly pattern (weekend training at 12x the weekdays) is
+flagged on its first weekends, judged against all days, then is the weekend's usual level once
+`min_same_weekday` weekends are seen; before, the flagged weekends never counted, "auto" never
+reached the same weekday and every weekend was flagged. A jump that persists runs a week or more:
+its days stay out. A series needs `min_history_days` of
 history (from its first row) before it is judged: a new project is not an anomaly by itself.
 
 A category finding is only raised on days its project as a whole is not flagged, so one jump is one
@@ -74,7 +80,8 @@ _DAY = timedelta(days=1)
 class SpendAnomalyConfig(DetectorConfig):
     """`baseline`: "same_weekday" compares a day with the same weekday of earlier weeks (judged once
     `min_same_weekday` of them exist), "all_days" with every earlier day, "auto" uses the same
-    weekday when at least `min_same_weekday` earlier such days exist, else all days.
+    weekday when at least `min_same_weekday` earlier such days exist (flagged ones of a run shorter
+    than a week count: a weekly pattern), else all days.
     `baseline_days`: how far back the baseline looks, before the reported window too. `amount`: "net" (after
     credits, what is paid) or "gross". `hourly_*`: the recent-window hourly check (module docstring);
     `hourly_min_excess_usd` is per hour, and a run's total must still reach `min_impact_usd`."""
@@ -331,7 +338,8 @@ class SpendAnomaly(Detector):
             if d < began:
                 continue
             spend = series.get(d, Decimal(0))
-            day = self._judge(series, history, d, spend, hours, d in provisional)
+            weekly = _weekly({f.day for f in out})
+            day = self._judge(series, history, weekly, d, spend, hours, d in provisional)
             if day is not None and self._anomalous(day):
                 out.append(day)
             elif hours == 24:
@@ -342,15 +350,20 @@ class SpendAnomaly(Detector):
         self,
         series: Mapping[date, Decimal],
         history: Sequence[date],
+        weekly: Sequence[date],
         d: date,
         spend: Decimal,
         hours: int,
         provisional: bool,
     ) -> _Day | None:
+        """`d` against its baseline (None: too little history). `history`: the earlier full days not
+        flagged; `weekly`: the flagged ones that recur weekly (`_weekly`), the same weekday's level."""
         recent = [h for h in history if (d - h).days <= self.config.baseline_days]
         if len(recent) < self.config.min_history_days:
             return None
-        same = [h for h in recent if h.weekday() == d.weekday()]
+        same = [
+            h for h in (*recent, *weekly) if h.weekday() == d.weekday() and (d - h).days <= self.config.baseline_days
+        ]
         kind = self.config.baseline
         if kind == "auto":
             kind = "same_weekday" if len(same) >= self.config.min_same_weekday else "all_days"
@@ -442,6 +455,24 @@ def _day_evidence(d: _Day) -> dict[str, Any]:
         "hours_covered": d.covered_hours,
         "provisional": d.provisional,
     }
+
+
+def _weekly(flagged: set[date]) -> list[date]:
+    """The days of `flagged` in runs of consecutive flagged days shorter than a week:
+    a weekend's training every week, not a jump still running. Their weekday's baseline counts them:
+    the first weekend judged against weekdays is flagged, but once `min_same_weekday` weekends are
+    seen they are that weekday's usual level. A jump that persists runs a week or more, its days
+    stay out of every baseline and it keeps counting."""
+    out = []
+    for f in flagged:
+        lo, hi = f, f
+        while lo - _DAY in flagged:
+            lo -= _DAY
+        while hi + _DAY in flagged:
+            hi += _DAY
+        if (hi - lo).days < 6:
+            out.append(f)
+    return out
 
 
 def _began(series: Mapping[date, Decimal], days: Sequence[tuple[date, int]]) -> date | None:
