@@ -458,3 +458,31 @@ def test_a_jump_that_persists_keeps_counting_past_its_weekdays() -> None:
     (f,) = windowed(daily(["1000"] * 28 + ["2500"] * 35), 28, 35)
     days = f.evidence["days"]
     assert (days[0]["date"], days[-1]["date"], len(days)) == ("2026-11-30", "2026-12-21", 22)
+
+
+@pytest.mark.parametrize("baseline", ["auto", "same_weekday"])
+def test_a_weekly_pattern_is_not_an_anomaly_hour_by_hour(baseline) -> None:
+    """The same six weeks (helper 59's repro): each weekend hour was compared with the same hour of
+    the previous 7 days, 5 of them weekdays, and every weekend day was flagged hourly ("Hourly spend
+    in ml-prod jumped: $2,200.00 above baseline over 24 hours"), with "same_weekday" too. Once
+    `min_same_weekday` weeks exist, an hour is compared with the same hour of the same weekday."""
+    rows = daily(WEEKEND_TRAINING * 6)
+    cfg = SpendAnomalyConfig(baseline=baseline)
+    for now in range(36 * 24, 42 * 24 + 1, 6):  # every 6 hours of the sixth week
+        assert windowed(rows, 35, 7, cfg, now_hours=now) == [], now
+    # a GPU jump on the sixth Saturday is still seen hour by hour, against the usual Saturday
+    jump = 40 * 24 + 8  # +$60/h from 08:00
+    spiked = rows + [cost(h, "compute.gpu", "60") for h in range(jump, 41 * 24)]
+    (f,) = windowed(spiked, 35, 7, cfg, now_hours=40 * 24 + 17)
+    assert f.evidence["granularity"] == "hourly" and f.evidence["hours"][0]["hour"] == "2026-12-12T08:00:00Z"
+    assert [h["baseline_points"] for h in f.evidence["hours"]] == [4, 4, 4]  # the 4 weeks of baseline_days
+    assert f.evidence["hours"][0]["baseline_usd"] == 100.0
+    assert "for that hour of the week (median of 4 earlier same weekdays)" in f.summary
+    # two weeks, too few for the same weekday: "auto" takes the same hour of the previous days, as
+    # before; "same_weekday" judges no hour yet, as its daily check judges no day
+    found = hourly_findings(hourly("40", "30", 11), cfg)
+    if baseline == "same_weekday":
+        assert found == []
+        return
+    (f,) = found
+    assert f.evidence["hours"][0]["baseline_points"] == 7 and "hour of day (median of 7 earlier days)" in f.summary

@@ -34,7 +34,8 @@ Hourly, for the recent window: the daily check sees a jump a day late. The last
 `hourly_window_hours` of billed hours, minus the newest `hourly_skip_recent_hours` (billing still
 landing: they would look like a dip, or be raised later by late rows), are compared per project with
 the median / MAD of the same hour of day on the previous `hourly_baseline_days` days, so a daily cycle
-is not an anomaly. An hour counts when it is above that baseline by BOTH `hourly_min_relative_increase`
+is not an anomaly; or, as `baseline` picks (same weekday once `min_same_weekday` earlier weeks
+exist, for "auto"), of the same hour of the same weekday, so a weekly one is not either. An hour counts when it is above that baseline by BOTH `hourly_min_relative_increase`
 and `hourly_min_excess_usd` (and `min_robust_z` robust deviations); a finding needs a run of at least
 `hourly_min_hours` such hours in a row, so one busy hour is not a finding. Hours on days the daily
 check already flags for the project (as a whole or a category) are not judged: one jump, one finding.

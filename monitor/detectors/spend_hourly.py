@@ -3,7 +3,11 @@
 Each project's hourly spend over the last `hourly_window_hours` (minus the newest
 `hourly_skip_recent_hours`, whose billing is still arriving) is compared with the median / MAD of
 the same hour of day over the previous `hourly_baseline_days`; a run of at least `hourly_min_hours`
-anomalous hours (relative and absolute thresholds both met) is one finding. Hours on days the daily
+anomalous hours (relative and absolute thresholds both met) is one finding. As the daily check's
+`baseline` picks, an hour is compared with the same hour of the same weekday of the weeks in
+`baseline_days` instead (`_weekly_points`): always with "same_weekday" (no hour is judged before
+`min_same_weekday` such weeks), with "auto" once that many exist. Else a weekend usually 12x the
+weekdays was flagged every weekend, 24 hours against a median of mostly weekdays. Hours on days the daily
 check already flags are not judged, so one jump is never reported twice. Baselines reach before the
 window when the inputs carry history (`DetectorInputs.history_start`).
 
@@ -59,6 +63,7 @@ class _Hour:
     points: int
     provisional: bool
     anomalous: bool
+    weekly: bool = False  # against the same weekday's hour (`_weekly_points`), not the previous days'
 
     @property
     def excess(self) -> Decimal:
@@ -202,10 +207,16 @@ def continued_from(det: SpendAnomalyLike, s: Mapping[datetime, Decimal], day: da
 def _judge_hour(
     det: SpendAnomalyLike, s: Mapping[datetime, Decimal], first: datetime, h: datetime, prov: bool
 ) -> _Hour | None:
-    """The hour against the same hour of the previous days (since the project's first row)."""
-    points = [h - k * _DAY for k in range(1, det.config.hourly_baseline_days + 1)]
-    points = [p for p in points if p >= first]
-    if len(points) < det.config.hourly_min_history_days:
+    """The hour against the same hour of the previous days (since the project's first row), or of the
+    same weekday of earlier weeks (`_weekly_points`)."""
+    points = _weekly_points(det.config, first, h)
+    weekly = points is not None
+    if points is None:
+        points = [h - k * _DAY for k in range(1, det.config.hourly_baseline_days + 1)]
+        points = [p for p in points if p >= first]
+        if len(points) < det.config.hourly_min_history_days:
+            return None
+    if not points:
         return None
     values = [s.get(p, Decimal(0)) for p in points]
     med = q6(Decimal(median(values)))
@@ -218,7 +229,20 @@ def _judge_hour(
         and excess >= Decimal(str(cfg.hourly_min_relative_increase)) * max(med, Decimal(0))
         and (mad == 0 or excess >= Decimal(str(cfg.min_robust_z)) * MAD_TO_SIGMA * mad)
     )
-    return _Hour(h, spend, med, mad, len(points), prov, anomalous)
+    return _Hour(h, spend, med, mad, len(points), prov, anomalous, weekly)
+
+
+def _weekly_points(cfg: Any, first: datetime, h: datetime) -> list[datetime] | None:
+    """The same hour of the same weekday in the weeks of `baseline_days` before `h` (since `first`), as
+    the daily check's `baseline` picks: "same_weekday" always ([] judges no hour before
+    `min_same_weekday` such weeks), "auto" once that many exist; None: the previous days instead. A
+    weekend usually 12x the weekdays is not an anomaly every weekend."""
+    if cfg.baseline == "all_days":
+        return None
+    weeks = [p for k in range(1, cfg.baseline_days // 7 + 1) if (p := h - 7 * k * _DAY) >= first]
+    if len(weeks) >= cfg.min_same_weekday:
+        return weeks
+    return [] if cfg.baseline == "same_weekday" else None
 
 
 def _hourly_finding(
@@ -234,8 +258,9 @@ def _hourly_finding(
     summary = (
         f"Hourly spend in {project} was above its usual level for {counted(len(flagged), 'hour')} in a row "
         f"since {human(start)}, by {fmt_usd(impact)} in total; worst {human(worst.hour)}: "
-        f"{fmt_usd(worst.spend)} vs a usual {fmt_usd(worst.baseline)} for that hour of day (median "
-        f"of {worst.points} earlier days). The daily check has not flagged these days (yet)."
+        f"{fmt_usd(worst.spend)} vs a usual {fmt_usd(worst.baseline)} for that hour of "
+        f"{'the week' if worst.weekly else 'day'} (median of {worst.points} earlier "
+        f"{'same weekdays' if worst.weekly else 'days'}). The daily check has not flagged these days (yet)."
     )
     if prov:
         summary += f" Provisional: billing from {human(prov[0].hour)} may still grow."
