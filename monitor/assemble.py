@@ -50,6 +50,7 @@ from monitor.gpus import (
     idle_share,
     join_node_hours,
     judge_nodes,
+    node_gpu_hours,
     node_table,
     util_tables,
 )
@@ -245,19 +246,20 @@ def _billed(nodes: GpuNodeHours, joined: Sequence[Joined | None]) -> list[GpuHou
     dollars = _Dollars()
     out = []
     for (hour, project, instance, model, gpu_hours, gross, zone, region, iid, cluster, machine, pricing, labels,
-         pool, spaces, cud, sud, j) in zip(
+         pool, spaces, cud, sud, most, j) in zip(
         c["hour"], c["project"], c["instance"], c["gpu_model"], c["gpu_hours"], c["cost_micros"], c["zone"],
         c["region"], c["instance_id"], c["cluster"], c["machine_type"], c["pricing_model"], c["labels"],
-        c["node_pool"], c["namespaces"], c["cud_micros"], c["sud_micros"], joined, strict=True,
+        c["node_pool"], c["namespaces"], c["cud_micros"], c["sud_micros"], node_gpu_hours(nodes), joined,
+        strict=True,
     ):  # fmt: skip
         effective = effective_micros(gross, cud, sud)
         if j is None:
             gpus, mean, idle_hours, idle_micros, held, signal, container = (
-                gpus_from_usage(machine, gpu_hours), None, _ZERO, 0, None, None, None
+                gpus_from_usage(machine, most), None, _ZERO, 0, None, None, None
             )  # fmt: skip
         else:
             gpus, mean, held, signal, container = (
-                attached_gpus(machine, gpu_hours, j.gpus), j.mean_utilization_pct, j.memory_held, j.signal,
+                attached_gpus(machine, most, j.gpus), j.mean_utilization_pct, j.memory_held, j.signal,
                 j.container_metrics,
             )  # fmt: skip
             idle_hours, idle_micros = idle_share(gpu_hours, effective, j.idle_gpus, gpus)
@@ -377,7 +379,9 @@ def _estimate_hour(
         n_sum = per_gpu.setdefault(h.gpu, [0, 0.0])
         n_sum[0] += h.samples
         n_sum[1] += h.pct_sum
-    gpus = len(per_gpu)
+    # the GPUs attached, as a billed hour of the node counts them (`attached_gpus`): those that
+    # did not report are paid for too, and priced as the bill will price them
+    gpus = attached_gpus(k.machine_type, k.gpu_hours, len(per_gpu)) if k is not None else len(per_gpu)
     means = [total / n for n, total in per_gpu.values()]
     idle = sum(1 for m in means if m < threshold)
     cost = (unit * gpus).quantize(_Q6)
@@ -393,7 +397,7 @@ def _estimate_hour(
             gpus=gpus,
             gpu_hours=Decimal(gpus),
             gpu_cost=cost,
-            mean_utilization_pct=sum(means) / gpus,
+            mean_utilization_pct=sum(means) / len(means),
             idle_gpu_hours=Decimal(idle),
             idle_cost=(effective * idle / gpus).quantize(_Q6),
             zone=(k.zone if k else first.zone),

@@ -53,6 +53,7 @@ __all__ = [
     "join_gpu_hours",
     "join_node_hours",
     "judge_nodes",
+    "node_gpu_hours",
     "node_table",
     "util_tables",
 ]
@@ -236,10 +237,22 @@ def gpus_from_usage(machine_type: str | None, gpu_hours: Decimal) -> int:
     return max(1, int((gpu_hours + Decimal("0.5")).to_integral_value()))
 
 
+def node_gpu_hours(nodes: GpuNodeHours) -> list[Decimal]:
+    """Each node-hour's node's most GPU-hours billed in one of its hours: where the machine type does
+    not say how many GPUs a node has (an N1 VM's GPUs are attached apart from it), a full hour's
+    GPU-hours do, and a partial hour's do not (an n1 VM with 4 T4 started at 00:40 bills 1.33)."""
+    node_of, keys_of = nodes.identities()
+    most = [Decimal(0)] * len(keys_of)
+    for node, used in zip(node_of, nodes["gpu_hours"], strict=True):
+        most[node] = max(most[node], used)
+    return [most[node] for node in node_of]
+
+
 def attached_gpus(machine_type: str | None, gpu_hours: Decimal, seen: int) -> int:
-    """The GPUs a node-hour's idle share divides by: those attached (`gpus_from_usage`), never fewer
-    than the `seen` ones that reported. Dividing by the GPUs seen alone overstated it wherever some
-    did not report: an a3-highgpu-8g with 5 of 8 reporting, 3 of them idle, read 3/5 of its $88.
+    """The GPUs a node-hour's idle share divides by: those attached (`gpus_from_usage`, given the
+    node's most GPU-hours in an hour: `node_gpu_hours`), never fewer than the `seen` ones that
+    reported. Dividing by the GPUs seen alone overstated it wherever some did not report: an
+    a3-highgpu-8g with 5 of 8 reporting, 3 of them idle, read 3/5 of its $88.
 
     >>> attached_gpus("a3-highgpu-8g", Decimal(8), 5), attached_gpus(None, Decimal("2.5"), 4)
     (8, 4)
@@ -426,14 +439,16 @@ def join_gpu_hours(
 ) -> list[JoinedHour]:
     """`join_node_hours` over `GpuCostHour`s, one `JoinedHour` each (tests and tools)."""
     out: list[JoinedHour] = []
-    for c, j in zip(costs, join_node_hours(GpuNodeHours.from_rows(costs), hours, idle_threshold_pct), strict=True):
+    nodes = GpuNodeHours.from_rows(costs)
+    joined = join_node_hours(nodes, hours, idle_threshold_pct)
+    for c, most, j in zip(costs, node_gpu_hours(nodes), joined, strict=True):
         if j is None:
-            out.append(JoinedHour(c, gpus_from_usage(c.machine_type, c.gpu_hours), None, 0, None))
+            out.append(JoinedHour(c, gpus_from_usage(c.machine_type, most), None, 0, None))
         else:
             out.append(
                 JoinedHour(
                     c,
-                    attached_gpus(c.machine_type, c.gpu_hours, j.gpus),
+                    attached_gpus(c.machine_type, most, j.gpus),
                     j.mean_utilization_pct,
                     j.idle_gpus,
                     j.memory_held,

@@ -45,3 +45,14 @@ def _fingerprints(now: datetime, billed_hours: int) -> set[str]:
 def test_the_idle_finding_keeps_its_fingerprint_while_billing_lags() -> None:
     """Two detections a day apart, billing 8 h behind each time: one ongoing finding, one key."""
     assert _fingerprints(T0 + 24 * H, 16) == _fingerprints(T0 + 48 * H, 40)
+
+
+def test_an_estimated_hour_counts_the_gpus_attached_not_only_those_reporting() -> None:
+    """An 8-GPU node with 5 GPUs reporting (3 idle) in hours billing has not reached: the estimate
+    priced 5 GPUs ($55) where the bill will say 8 ($88), the billed hours' count (helper 63's review)."""
+    billed = [hourly(h) for h in range(3)]
+    reporting = [s for h in range(5) for s in samples(h, 0.0, gpus=3) + samples(h, 90.0, gpus=5)[3:]]
+    got = gpu_hours(node_hours(billed), util_hours(reporting), 10.0, NO_PRICES, T0 + 5 * H, T0)
+    est = [g for g in got if g.estimated]
+    assert {(g.gpus, g.gpu_cost, g.idle_cost, g.idle_gpu_hours) for g in est} == {(8, D(88), D(33), D(3))}
+    assert {g.mean_utilization_pct for g in est} == {36.0}  # of the 5 that report

@@ -165,3 +165,18 @@ def test_the_idle_share_divides_by_the_gpus_attached_not_those_reporting(
     assert (g.gpus, g.idle_gpu_hours, g.idle_cost) == (gpus, idle_gpu_hours, idle_usd)
     (j,) = join_gpu_hours([row], util_hours(samples("333", H0, utils)), 10)
     assert (j.gpus, j.idle_gpu_hours, j.idle_cost_micros) == (gpus, idle_gpu_hours, int(idle_usd * 1_000_000))
+
+
+def test_a_partial_hour_of_a_node_without_machine_type_divides_by_its_full_hours_gpus() -> None:
+    """An N1 VM's 4 T4 (attached apart from its machine type), started at 10:40: its first hour
+    bills 1.33 GPU-hours, which rounded said 1 GPU, and the 2 that report (both idle) were then
+    the whole node: all its partial hour idle, where half of it is (helper 63's review). The node's
+    full hours say 4."""
+    first = replace(cost(H0, "444", micros=466_667, gpus=1), gpu_hours=Decimal("1.333333"))
+    full = replace(cost(H0 + timedelta(hours=1), "444", micros=1_400_000, gpus=4))
+    rows = [replace(r, machine_type="n1-standard-16") for r in (first, full)]
+    idle = util_hours(samples("444", H0, [2.0, 2.0]) + samples("444", H0 + timedelta(hours=1), [2.0, 2.0]))
+    joined = join_gpu_hours(rows, idle, 10)
+    assert [(j.gpus, j.idle_gpu_hours) for j in joined] == [(4, Decimal("0.6666665")), (4, Decimal(2))]
+    got = gpu_hours_of(rows, idle, 10.0, None, H0 + timedelta(hours=2))
+    assert [(g.gpus, g.idle_gpu_hours) for g in got] == [(4, Decimal("0.6666665")), (4, Decimal(2))]
