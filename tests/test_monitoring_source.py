@@ -559,6 +559,7 @@ def test_restart_after_downtime_backfills_the_gap_newest_first(server, make_sour
     new_end = END + 3 * 24 * H
     assert intervals(server) == [
         (new_end - 6 * H, new_end),  # live: no further back than 6 h, not the whole downtime
+        (END - M5, END),  # the window read last before the gap, read again for its late points
         (new_end - 18 * H, new_end - 6 * H),
         (new_end - 30 * H, new_end - 18 * H),
     ]
@@ -666,3 +667,37 @@ def test_a_page_over_grpcs_default_4_mib_is_read_on_the_plaintext_channel(make_s
         srv.stop()
     assert len(result.samples) == 50 * 12
     assert result.requests == 3  # one page of series, the memory metric, one descriptor
+
+
+def test_the_backfill_never_reads_what_the_live_poll_will(server, make_source, store):
+    """The backfill looked for unread ranges up to the clock: run after a 5-minute boundary and
+    before the next live poll, it read the newest window (seconds after it closed) and the live
+    poll read it again (helper 64's audit). History ends at the watermark."""
+    server.add(nvml(0, buckets(END - 30 * H + M5, [50.0] * (12 * 31))))
+    src, _ = make_source(util={"backfill_chunk_hours": 12, "backfill_chunks_per_run": 4})
+    since = NOW - 24 * H
+    src.poll(store, NOW, since=since, backfill=False)
+    while src.backfill(store, since, NOW).windows:
+        pass
+    assert src.backfill_pending(store, since, NOW) == 0
+    later = NOW + M5 + timedelta(seconds=5)  # past the next boundary, before the next live poll
+    assert src.backfill_pending(store, since, later) == 0
+    server.requests.clear()
+    assert src.backfill(store, since, later).windows == []
+    src.poll(store, later + timedelta(seconds=5), since=since, backfill=False)
+    assert intervals(server) == [(END - M5, END + M5)]  # the live poll's, with its re-read margin
+
+
+def test_a_restart_after_the_cap_reads_the_last_window_before_the_gap_again(server, make_source, store):
+    """The live poll re-reads the window before its watermark for points that land late; after a
+    gap longer than the live cap (6 h down) it started at the cap, and the backfill never reads
+    again what was read: a point landing after the last poll before the gap was lost, its hour's
+    mean kept without it (0 % where 8.3 %: helper 64's audit)."""
+    server.add(nvml(0, buckets(END - 30 * H + M5, [0.0] * (12 * 30 - 1))))  # up to END - 5 min
+    src, _ = make_source()
+    src.poll(store, NOW, since=NOW - 24 * H)
+    assert not [s for s in load_samples(store, END - M5, END)]
+    server.add(nvml(0, [(END, 100.0)]))  # the window ending at END lands after that poll
+    back = NOW + 8 * H
+    src.poll(store, back, since=back - 24 * H)
+    assert [s.utilization_pct for s in load_samples(store, END - M5, END)] == [100.0]

@@ -396,7 +396,20 @@ class CloudMonitoringSource:
         whole window was read (the first-start summary need not wait any longer)."""
         migrate(store)
         lo, hi = _floor(since, self.cfg.alignment_seconds), _floor(now, self.cfg.alignment_seconds)
-        return sum(1 for pair in self._pairs() if gaps(read_coverage(store, *pair), lo, hi))
+        return sum(
+            1
+            for pair in self._pairs()
+            if (top := self._behind(store, pair, hi)) is None or gaps(read_coverage(store, *pair), lo, top)
+        )
+
+    @staticmethod
+    def _behind(store: StateStore, pair: tuple[str, str], hi: datetime) -> datetime | None:
+        """Where a pair's history ends: its watermark (None before its first live read). What lies
+        after it is the live poll's, whose next read starts a margin before it for late points: a
+        backfill step read that newest window seconds after it closed, and the live poll read it
+        again (helper 64's audit)."""
+        watermark = read_watermark(store, *pair)
+        return None if watermark is None else min(hi, watermark)
 
     def _live(
         self, store: StateStore, project: str, preset: str, now: datetime, report: PollReport, *, capped: bool
@@ -406,15 +419,29 @@ class CloudMonitoringSource:
         start, end = window_for(
             watermark, now, self.cfg.alignment_seconds, reread=self.reread, initial=self.initial_lookback
         )
-        if capped:
-            start = max(start, end - self.initial_lookback)
+        tail = None
+        if capped and start < end - self.initial_lookback:
+            if watermark is not None and start < watermark:
+                # a gap longer than the cap: the backfill reads it, but never again what was read
+                # already, so the window read last before the gap gets its re-read here (its late
+                # points were lost, and its hour's mean kept without them: helper 64's audit)
+                tail = (start, watermark)
+            start = end - self.initial_lookback
         if end <= start or (watermark is not None and end < watermark):
             return
         try:
             part = self.fetch_preset(project, preset, start, end)
+            again = self.fetch_preset(project, preset, *tail) if tail is not None else None
         except SourceError as e:
             report.failed[f"{project}/{preset}"] = e
             return
+        if again is not None and tail is not None:
+            n = replace_window(store, project, preset, *tail, again.samples, now=now, watermark=False)
+            report.windows.append(
+                WindowReport(
+                    project, preset, *tail, n, again.skipped, again.requests, self._preset_unknown, True
+                )
+            )
         n = replace_window(store, project, preset, start, end, part.samples, now=now)
         report.windows.append(
             WindowReport(project, preset, start, end, n, part.skipped, part.requests, self._preset_unknown)
@@ -446,7 +473,8 @@ class CloudMonitoringSource:
             chunks = [
                 (chunk, pair)
                 for pair in todo
-                if (chunk := newest_chunk(read_coverage(store, *pair), lo, hi, size, align)) is not None
+                if (top := self._behind(store, pair, hi)) is not None
+                and (chunk := newest_chunk(read_coverage(store, *pair), lo, top, size, align)) is not None
             ]
             if not chunks:
                 break
