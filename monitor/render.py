@@ -12,17 +12,18 @@ import io
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from monitor.detectors.base import registered
-from monitor.model import Finding, counted, to_cents, usd
+from monitor.model import Finding, cents_adding_up, counted, to_cents, usd
 from monitor.timeutil import parse_timestamp, to_iso
 
 __all__ = [
+    "cents_grid",
     "converted_note",
     "evidence_line",
     "findings_markdown",
@@ -31,6 +32,7 @@ __all__ = [
     "findings_text",
     "is_advice",
     "provisional_in_window",
+    "shown_attribution",
     "shown_spend",
 ]
 
@@ -38,6 +40,8 @@ _SEV_ORDER = {"critical": 0, "warning": 1, "info": 2}
 _SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
 
 Row = Mapping[str, Any]
+K = TypeVar("K")
+_CENT = Decimal("0.01")
 
 
 def _as_dict(f: Finding | Row) -> dict[str, Any]:
@@ -239,6 +243,79 @@ def shown_spend(figures: Mapping[str, Any]) -> tuple[Decimal, Decimal, Decimal]:
     return net, cost, net - cost
 
 
+def cents_grid(
+    parts: Mapping[K, Sequence[Decimal]], width: int, total: Sequence[Decimal] | None = None
+) -> tuple[dict[K, list[Decimal]], list[Decimal]]:
+    """A table's lines of `width` parts each (gross, credits...; a line's net is their sum) to the
+    cent, as shown above their total's parts: (each line's parts, the total's parts). The net is the
+    figure of record: the total's net is the exact net to the cent, each line's the exact net to the
+    cent adding up to it (`cents_adding_up`), and the parts are adjusted to them, so every column
+    adds up to the total's part and every line's parts to its net (each rounded alone, a line read
+    2,262.60 - 21.80 = 2,240.81 and a total 0.02 off its lines). `total`: the total's parts as
+    shown (by default the exact ones adding up to its net). The total's parts and each column move
+    by under a cent from their exact figures; then a line's parts short of its net take cents from
+    a line's over it in the same column (parts that are exactly zero last: a line without credits
+    keeps 0.00), so a part may move by a cent more; a line's net never does.
+
+    >>> grid, total = cents_grid({"a": [Decimal("2.004"), Decimal("-1.004")],
+    ...                           "b": [Decimal("2.004"), Decimal("-1.004")]}, 2)
+    >>> total, grid["a"], grid["b"]  # each rounded alone: 2.00 - 1.00 twice, under 4.01 - 2.01 = 2.00
+    ([Decimal('4.01'), Decimal('-2.01')], [Decimal('2.01'), Decimal('-1.01')], [Decimal('2.00'), Decimal('-1.00')])
+    """
+    keys = list(parts)
+    exact = [sum((parts[k][c] for k in keys), Decimal(0)) for c in range(width)]
+    if total is None:
+        total = list(cents_adding_up(dict(enumerate(exact)), to_cents(sum(exact, Decimal(0)))).values())
+    nets = cents_adding_up({k: sum(parts[k], Decimal(0)) for k in keys}, sum(total, Decimal(0)))
+    columns = [cents_adding_up({k: parts[k][c] for k in keys}, total[c]) for c in range(width)]
+    shown = {k: [columns[c][k] for c in range(width)] for k in keys}
+    drift = {k: nets[k] - sum(shown[k], Decimal(0)) for k in keys}
+    for short in keys:
+        while drift[short] > 0:
+            over, c = _best_move(parts, shown, drift, short, width)
+            shown[short][c] += _CENT
+            shown[over][c] -= _CENT
+            drift[short] -= _CENT
+            drift[over] += _CENT
+    return shown, list(total)
+
+
+def _best_move(
+    parts: Mapping[K, Sequence[Decimal]],
+    shown: Mapping[K, list[Decimal]],
+    drift: Mapping[K, Decimal],
+    short: K,
+    width: int,
+) -> tuple[K, int]:
+    """(line over its net, column) whose cent goes to `short`'s part in that column: parts not
+    exactly zero first, then the parts furthest from their cents that way (ties: the first)."""
+
+    def cost(over: K, c: int) -> tuple[int, Decimal]:
+        zeros = (parts[short][c] == 0) + (parts[over][c] == 0)
+        return zeros, (shown[short][c] - parts[short][c]) - (shown[over][c] - parts[over][c])
+
+    moves = [(o, c) for o in drift if drift[o] < 0 for c in range(width)]
+    return min(moves, key=lambda m: cost(*m))
+
+
+def shown_attribution(
+    totals: Mapping[str, Any], rows: Sequence[Row]
+) -> tuple[tuple[Decimal, Decimal, Decimal], list[tuple[Decimal, Decimal, Decimal]]]:
+    """(net, cost, credits) of `analyze`'s totals (`shown_spend`) and of each of its attribution
+    lines as shown beneath them (`cents_grid`): the lines' costs, credits and nets add up to the
+    totals', each line's cost and credits to its net (each rounded alone, seed 7's lines summed to
+    $67,880.10 and -$13,250.84 under $67,880.11 and -$13,250.85). Exact figures (Decimals) give
+    each line its net to the cent; the JSON's figures (already in cents) work too."""
+    net, cost, credits = shown_spend(totals)
+    parts = {i: [_exact(r.get("cost")), _exact(r.get("credits"))] for i, r in enumerate(rows)}
+    grid, _ = cents_grid(parts, 2, [cost, credits])
+    return (net, cost, credits), [(g[0] + g[1], g[0], g[1]) for g in (grid[i] for i in range(len(rows)))]
+
+
+def _exact(value: Any) -> Decimal:
+    return value if isinstance(value, Decimal) else Decimal(str(value or 0))
+
+
 def _header(
     totals: Mapping[str, Any] | None, window: Mapping[str, Any] | None, converted: Sequence[str] = ()
 ) -> list[str]:
@@ -310,23 +387,41 @@ def _detail(i: int, f: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _attribution(rows: Sequence[Row], limit: int = 15) -> list[str]:
+def _attribution(rows: Sequence[Row], totals: Mapping[str, Any] | None, limit: int = 15) -> list[str]:
+    """The lines largest net first, the `limit`th on summed in one: their nets and shares add up to
+    the header's net and 100.0% (`shown_attribution`, `_shares`)."""
     if not rows:
         return []
-    total = sum((Decimal(str(r.get("net_cost") or 0)) for r in rows), Decimal(0))
-    ordered = sorted(rows, key=lambda r: -Decimal(str(r.get("net_cost") or 0)))
+    if totals is None:
+        totals = {k: sum((_exact(r.get(k)) for r in rows), Decimal(0)) for k in ("cost", "credits", "net_cost")}
+    _, shown = shown_attribution(totals, rows)
+    order = sorted(range(len(rows)), key=lambda i: -_exact(rows[i].get("net_cost")))
+    top, rest = order[:limit], order[limit:]
+    nets = {i: _exact(rows[i].get("net_cost")) for i in top}
+    if rest:
+        nets[-1] = sum((_exact(rows[i].get("net_cost")) for i in rest), Decimal(0))
+    shares = _shares(nets)
     out = ["## Where the money went", "", "| Category | Pricing | Net cost | Share |", "|---|---|---:|---:|"]
-    for r in ordered[:limit]:
-        net = Decimal(str(r.get("net_cost") or 0))
-        share = f"{net / total * 100:.1f}%" if total > 0 else "-"
+    for i in top:
+        r = rows[i]
         out.append(
             f"| {r.get('subcategory') or r.get('category')} | {r.get('pricing_model') or '-'} | "
-            f"{usd(net)} | {share} |"
+            f"{usd(shown[i][0])} | {shares.get(i, '-')} |"
         )
-    if len(ordered) > limit:
-        rest = sum((Decimal(str(r.get("net_cost") or 0)) for r in ordered[limit:]), Decimal(0))
-        out.append(f"| {len(ordered) - limit} more | | {usd(rest)} | |")
+    if rest:
+        net = sum((shown[i][0] for i in rest), Decimal(0))
+        out.append(f"| {len(rest)} more | | {usd(net)} | {shares.get(-1, '-')} |")
     return [*out, ""]
+
+
+def _shares(nets: Mapping[int, Decimal]) -> dict[int, str]:
+    """Each net's share of their sum to 0.1%, adding up to 100.0% (largest remainder: tenths of a
+    percent are `cents_adding_up`'s cents of a tenth of the share); none of a sum that is not positive."""
+    total = sum(nets.values(), Decimal(0))
+    if total <= 0:
+        return {}
+    tenths = cents_adding_up({k: v / total * 10 for k, v in nets.items()}, Decimal(10))
+    return {k: f"{v * 10:.1f}%" for k, v in tenths.items()}
 
 
 def findings_markdown(
@@ -374,7 +469,7 @@ def findings_markdown(
             *_summary_table(advice, len(leaks) + 1),
             *_details(advice, len(leaks) + 1, top),
         ]
-    lines += _attribution(attribution_rows)
+    lines += _attribution(attribution_rows, totals)
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any, TextIO
 
 from rich.console import Console
@@ -22,6 +23,7 @@ from rich.table import Table
 
 from monitor.billing_poll import provisional_since
 from monitor.model import micros_to_decimal, plain_cents
+from monitor.render import cents_grid
 from monitor.sources.base import BillingSource
 from monitor.sources.factory import search_range
 from monitor.timeutil import floor_day, floor_hour, to_iso
@@ -45,6 +47,8 @@ __all__ = [
 
 #: `--by` values (plus `label:KEY`).
 GROUPINGS = ("category", "project", "region", "zone", "instance", "service", "sku", "cluster")
+#: The parts of a line's net a table shows (`credit_micros` is the three credits' sum).
+_PARTS = ("gross_micros", "cud_micros", "sud_micros", "other_credit_micros")
 _MONEY = ("gross_micros", "cud_micros", "sud_micros", "other_credit_micros", "credit_micros", "net_micros")
 _NONE = "(none)"
 #: Load days read past the later of the data's latest load and the window's end (the latest load's
@@ -272,8 +276,18 @@ def build_report(
     )
 
 
-def _money(micros: int) -> str:
-    return plain_cents(micros_to_decimal(micros))
+def _shown(lines: list[ReportLine], total: ReportLine) -> dict[int, list[str]]:
+    """One currency's lines and total (keyed by `id`) as a table shows them: gross, CUD, SUD, other
+    credits and net to the cent. The net is the figure of record: the total's is the exact net to
+    the cent, each line's its exact net to the cent, the lines' adding up to the total's; the
+    parts are adjusted to them (`cents_grid`), so each column adds up to the total shown and each
+    line's parts to its net (each cell rounded alone, seed 7's compute.cpu read 2,262.60 - 21.80 =
+    2,240.81 and its TOTAL net 66,817.34 over lines summing to 66,817.32). The CSV and JSON keep
+    the exact micros."""
+    parts = {i: [micros_to_decimal(getattr(line, m)) for m in _PARTS] for i, line in enumerate(lines)}
+    grid, total_parts = cents_grid(parts, len(_PARTS))  # the lines' sum is the total, to the micro
+    shown = {id(line): grid[i] for i, line in enumerate(lines)} | {id(total): total_parts}
+    return {k: [plain_cents(v) for v in (*p, sum(p, Decimal(0)))] for k, p in shown.items()}
 
 
 def _sections(report: CostReport) -> Iterator[tuple[list[ReportLine], ReportLine]]:
@@ -305,6 +319,7 @@ def render_table(report: CostReport, console: Console) -> None:
     for col in ("gross", "CUD", "SUD", "other credits", "net", "share"):
         table.add_column(col, justify="right")
     for lines, total in _sections(report):
+        shown = _shown(lines, total)
         for line in (*lines, total):
             # a share of nothing (or of a net credit) is no figure, as in `analyze`'s table: koku's
             # real 2024-03-01_5.csv bills $0, and every line and its TOTAL showed 0.0%
@@ -312,11 +327,7 @@ def render_table(report: CostReport, console: Console) -> None:
             table.add_row(
                 escape(line.label) + (" *" if line.provisional else ""),
                 *([escape(line.currency or "")] if several else []),
-                _money(line.gross_micros),
-                _money(line.cud_micros),
-                _money(line.sud_micros),
-                _money(line.other_credit_micros),
-                _money(line.net_micros),
+                *shown[id(line)],
                 share,
                 end_section=line is (lines[-1] if lines else None) or line is total,
                 style="bold" if line is total else None,

@@ -317,3 +317,46 @@ def test_config_alone_reads_the_configured_sources_and_budgets(fleet: Path, anal
 
     budget_key = ("budget_forecast", budget["fingerprint"], budget["impact_usd"])
     assert leaks(d["findings"]) - {budget_key} == leaks(analyzed["findings"])
+
+
+def _lines_summed(export: Path, capsys) -> tuple[str, list[list[str]]]:
+    assert main(["analyze", "--billing", str(export), "--format", "table"]) == 0
+    out = capsys.readouterr().out
+    start = out.index("Where the money went")
+    rows = [[c.strip() for c in r.strip("│").split("│")] for r in out[start:].splitlines() if r.startswith("│")]
+    return out.splitlines()[0], rows
+
+
+def test_printed_lines_add_up_to_the_printed_totals(tmp_path: Path, capsys) -> None:
+    """Each line rounded alone, seed 7's "Where the money went" summed to $67,880.10 and -$13,250.84
+    under $67,880.11 and -$13,250.85, and the Markdown shares to 100.1%. Here the lines' costs
+    10.004 + 2.003 + 3.333 read $10.00 + $2.00 + $3.33 under $15.34, their credits -$1.00 under
+    -$1.01, and the shares 62.8% + 14.0% + 23.3% = 100.1%."""
+    sud = {"name": "Sustained Usage Discount", "amount": -1.006, "type": "SUSTAINED_USAGE_DISCOUNT"}
+    rows = [
+        export_row({"sku.description": "Nvidia H100 80GB GPU running in Americas"}, cost=10.004, credits=[sud]),
+        export_row({"sku.id": "N1", "sku.description": "Network Inter Zone Data Transfer Out"}, cost=2.003, credits=[]),
+        export_row(
+            {"sku.id": "T1", "sku.description": "Tax", "service.description": "Invoice"},
+            cost=3.333,
+            credits=[],
+            cost_type="tax",
+        ),
+    ]
+    export = write_ndjson(tmp_path / "export.ndjson", rows)
+    header, printed = _lines_summed(export, capsys)
+    assert "net $14.33 (cost $15.34, credits -$1.01)" in header
+
+    def dollars(cell: str) -> Decimal:
+        return Decimal(cell.replace("$", "").replace(",", ""))
+
+    columns = [sum((dollars(r[i]) for r in printed), Decimal(0)) for i in (2, 3, 4)]
+    assert columns == [Decimal("15.34"), Decimal("-1.01"), Decimal("14.33")], printed
+    assert all(dollars(r[2]) + dollars(r[3]) == dollars(r[4]) for r in printed), printed
+    assert main(["analyze", "--billing", str(export), "--format", "markdown"]) == 0
+    md = capsys.readouterr().out
+    assert "**Spend:** $14.33 net ($15.34 before -$1.01 credits)" in md
+    table = [r.split("|") for r in md[md.index("## Where the money went") :].splitlines() if r.startswith("| ")]
+    lines = [r for r in table if r[1].strip() != "Category"]
+    assert sum((dollars(r[3].strip()) for r in lines), Decimal(0)) == Decimal("14.33")
+    assert sum((Decimal(r[4].strip().rstrip("%")) for r in lines), Decimal(0)) == Decimal("100.0"), lines

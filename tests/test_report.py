@@ -485,3 +485,47 @@ def test_a_window_without_rows_says_where_the_data_is(tmp_path: Path, caplog) ->
     err = caplog.text
     assert "no export rows in the window 2025-11-02T00:00:00Z to 2025-11-03T00:00:00Z; the data's usage" in err
     assert "runs from 2026-11-02T00:00:00Z to 2026-11-02T01:00:00Z" in err, err
+
+
+def _printed_rows(table: str) -> list[list[str]]:
+    """The body rows of a rich table as cells (label, currency, gross, CUD, SUD, other, net, share)."""
+    rows = [[c.strip() for c in r.strip().strip("│").split("│")] for r in table.splitlines() if r.startswith("│")]
+    return [[r[0].removesuffix(" *"), *r[1:]] for r in rows]
+
+
+def _cents(cell: str) -> Decimal:
+    return Decimal(cell.replace(",", ""))
+
+
+def test_printed_cents_add_up_across_and_down_in_each_currency(tmp_path: Path, capsys) -> None:
+    """Each cell rounded alone, seed 7's compute.cpu read 2,262.60 - 21.80 = 2,240.81 and its TOTAL
+    66,817.34 over lines summing to 66,817.32. Here the GPU line (10.004 - 1.006 = 8.998) read
+    10.00 - 1.01 = 9.00, the USD gross lines 10.00 + 2.00 + 3.33 under a TOTAL of 15.34, and the
+    EUR lines 1.00 + 1.00 under 2.01: the net is the figure of record, the parts move to it."""
+    sud = [("SUSTAINED_USAGE_DISCOUNT", -1.006)]
+    rows = [
+        export_row("Nvidia H100 80GB GPU running in Americas", 10.004, credits=sud, labels={"team": "nlp"}),
+        export_row("Network Inter Zone Data Transfer Out", 2.003, labels={"team": "vision"}),
+        export_row("Tax", 3.333, service={"id": "T", "description": "Invoice"}, cost_type="tax"),
+        _in_euros(export_row("Nvidia L4 GPU running in Belgium", 1.004, zone="europe-west1-b")),
+        _in_euros(export_row("Network Internet Egress from EMEA to Americas", 1.004, zone="europe-west1-b")),
+    ]
+    path = write_ndjson(tmp_path / "export.ndjson", rows)
+    for by in ("category", "sku", "label:team"):
+        assert main(["report", "--billing", str(path), "--by", by]) == 0
+        printed = _printed_rows(capsys.readouterr().out)
+        sums: dict[str, list[Decimal]] = {}
+        for label, currency, *money, _share in printed:
+            gross, cud, sud_, other, net = (_cents(c) for c in money)
+            assert gross + cud + sud_ + other == net, (by, label, money)
+            if label == "TOTAL":
+                assert sums.pop(currency) == [_cents(c) for c in money], (by, currency)
+            else:
+                line = sums.setdefault(currency, [Decimal(0)] * 5)
+                line[:] = [a + _cents(c) for a, c in zip(line, money, strict=True)]
+        assert not sums  # a TOTAL per currency, each checked
+    assert main(["report", "--billing", str(path), "--by", "category"]) == 0
+    printed = {(r[0], r[1]): r[2:7] for r in _printed_rows(capsys.readouterr().out)}
+    assert printed["compute.gpu (on_demand)", "USD"] == ["10.01", "0.00", "-1.01", "0.00", "9.00"]
+    assert printed["TOTAL", "USD"] == ["15.34", "0.00", "-1.01", "0.00", "14.33"]
+    assert printed["TOTAL", "EUR"][-1] == "2.01"

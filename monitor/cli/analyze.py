@@ -30,10 +30,10 @@ from monitor.render import (
     findings_markdown,
     findings_tables,
     provisional_in_window,
-    shown_spend,
+    shown_attribution,
 )
 
-__all__ = ["analyze_cmd", "cli_analysis", "render_analysis_table"]
+__all__ = ["analyze_cmd", "cli_analysis", "exact_attribution", "render_analysis_table"]
 
 
 def cli_analysis(
@@ -64,7 +64,8 @@ def cli_analysis(
 def render_analysis_table(result: Analysis, console: Console) -> None:
     """Window and totals, the findings table, then spend by category."""
     d = result.to_dict()
-    w, (net, cost, credits) = d["window"], shown_spend(d["totals"])
+    (net, cost, credits), lines = shown_attribution(d["totals"], exact_attribution(result))
+    w = d["window"]
     console.print(
         f"[bold]{w['start']} → {w['end']}[/]  net {usd(net)} (cost {usd(cost)}, "
         f"credits {usd(credits)}) {d['currency']}{converted_note(d['converted_from'])}"
@@ -80,8 +81,7 @@ def render_analysis_table(result: Analysis, console: Console) -> None:
     table = Table(title="Where the money went")
     for col in ("Category", "Pricing", "Cost", "Credits", "Net"):
         table.add_column(col, justify="left" if col in ("Category", "Pricing") else "right")
-    for a in d["attribution"]:
-        net, cost, credits = shown_spend(a)
+    for a, (net, cost, credits) in zip(d["attribution"], lines, strict=True):
         table.add_row(a["subcategory"], a["pricing_model"] or "-", usd(cost), usd(credits), usd(net))
     console.print(table)
     s = d["stats"]
@@ -89,6 +89,13 @@ def render_analysis_table(result: Analysis, console: Console) -> None:
         f"[dim]{s['engine']}: {s['queries']} queries, {s['rows_scanned']:,} rows scanned, "
         f"{s['rows_fetched']:,} fetched, {s['seconds']} s[/]"
     )
+
+
+def exact_attribution(result: Analysis) -> list[dict[str, object]]:
+    """The attribution lines with their exact figures (Decimals, where the JSON has cents), so the
+    tables give each line its net to the cent with the lines adding up to the totals
+    (`shown_attribution`)."""
+    return [a.to_dict() | {"cost": a.cost, "credits": a.credits, "net_cost": a.net_cost} for a in result.attribution]
 
 
 @cli.command("analyze")
@@ -113,7 +120,7 @@ def analyze_cmd(billing_paths, utilization_paths, config_path, start, end, fmt) 
     elif fmt == "markdown":
         d = result.to_dict()
         markdown = findings_markdown(
-            result.findings, d["totals"], d["attribution"], d["window"], converted=d["converted_from"]
+            result.findings, d["totals"], exact_attribution(result), d["window"], converted=d["converted_from"]
         )
         click.echo(markdown, nl=False)
     else:
