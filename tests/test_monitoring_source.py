@@ -701,3 +701,18 @@ def test_a_restart_after_the_cap_reads_the_last_window_before_the_gap_again(serv
     back = NOW + 8 * H
     src.poll(store, back, since=back - 24 * H)
     assert [s.utilization_pct for s in load_samples(store, END - M5, END)] == [100.0]
+
+
+def test_a_failing_reread_before_the_gap_does_not_cost_the_live_window(server, make_source, store):
+    """The re-read of the window before a gap was fetched with the live window, in one try: its
+    failure dropped a live read that had succeeded, and as it was asked for again from the same
+    watermark, a window that kept failing held the present back for good (helper 67's review)."""
+    server.add(hourly(0, END - 5 * 24 * H, END + 3 * 24 * H))
+    src, _ = make_source(max_attempts=2)
+    src.poll(store, NOW, since=NOW - 6 * H)  # ran once, then down for three days
+    back, new_end = NOW + 3 * 24 * H, END + 3 * 24 * H
+    # the live window's two metrics answer; the re-read's first request hits the quota twice
+    server.faults = [None, None, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.RESOURCE_EXHAUSTED]
+    report = src.poll(store, back, since=back - 4 * 24 * H, backfill=False)
+    assert report.ok and list(report.backfill_failed) == ["p1/ops_agent_nvml"]
+    assert read_watermark(store, "p1", "ops_agent_nvml") == new_end

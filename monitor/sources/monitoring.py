@@ -431,20 +431,24 @@ class CloudMonitoringSource:
             return
         try:
             part = self.fetch_preset(project, preset, start, end)
-            again = self.fetch_preset(project, preset, *tail) if tail is not None else None
         except SourceError as e:
             report.failed[f"{project}/{preset}"] = e
             return
-        if again is not None and tail is not None:
-            n = replace_window(store, project, preset, *tail, again.samples, now=now, watermark=False)
-            report.windows.append(
-                WindowReport(
-                    project, preset, *tail, n, again.skipped, again.requests, self._preset_unknown, True
-                )
-            )
         n = replace_window(store, project, preset, start, end, part.samples, now=now)
         report.windows.append(
             WindowReport(project, preset, start, end, n, part.skipped, part.requests, self._preset_unknown)
+        )
+        if tail is None:
+            return
+        try:  # after the live window, on its own: its failure must not hold the present back
+            again = self.fetch_preset(project, preset, *tail)
+        except SourceError as e:  # not read again, as before; the backfill's failures say so
+            report.backfill_failed[f"{project}/{preset}"] = e
+            log.warning("utilization re-read of %s/%s before its gap failed: %s", project, preset, e)
+            return
+        n = replace_window(store, project, preset, *tail, again.samples, now=now, watermark=False)
+        report.windows.append(
+            WindowReport(project, preset, *tail, n, again.skipped, again.requests, self._preset_unknown, True)
         )
 
     def backfill(
