@@ -238,14 +238,20 @@ def gpus_from_usage(machine_type: str | None, gpu_hours: Decimal) -> int:
 
 
 def node_gpu_hours(nodes: GpuNodeHours) -> list[Decimal]:
-    """Each node-hour's node's most GPU-hours billed in one of its hours: where the machine type does
-    not say how many GPUs a node has (an N1 VM's GPUs are attached apart from it), a full hour's
-    GPU-hours do, and a partial hour's do not (an n1 VM with 4 T4 started at 00:40 bills 1.33)."""
+    """The GPU-hours each node-hour's GPU count is read from where the machine type does not say
+    it (an N1 VM's GPUs are attached apart from it): a whole number of GPU-hours is a full hour's
+    own count; a fraction is a partial hour's (an n1 VM with 4 T4 started at 00:40 bills 1.33),
+    which takes the node's most GPU-hours in a full hour. Not the most of every hour: a VM resized
+    from 4 GPUs to 8 read its 4-GPU hours as 8 GPUs, half of them idle (helper 67's review)."""
     node_of, keys_of = nodes.identities()
-    most = [Decimal(0)] * len(keys_of)
+    most: list[Decimal | None] = [None] * len(keys_of)
     for node, used in zip(node_of, nodes["gpu_hours"], strict=True):
-        most[node] = max(most[node], used)
-    return [most[node] for node in node_of]
+        if used == used.to_integral_value() and (most[node] is None or used > most[node]):
+            most[node] = used
+    return [
+        used if used == used.to_integral_value() or most[node] is None else max(used, most[node])
+        for node, used in zip(node_of, nodes["gpu_hours"], strict=True)
+    ]
 
 
 def attached_gpus(machine_type: str | None, gpu_hours: Decimal, seen: int) -> int:

@@ -180,3 +180,17 @@ def test_a_partial_hour_of_a_node_without_machine_type_divides_by_its_full_hours
     assert [(j.gpus, j.idle_gpu_hours) for j in joined] == [(4, Decimal("0.6666665")), (4, Decimal(2))]
     got = gpu_hours_of(rows, idle, 10.0, None, H0 + timedelta(hours=2))
     assert [(g.gpus, g.idle_gpu_hours) for g in got] == [(4, Decimal("0.6666665")), (4, Decimal(2))]
+
+
+def test_a_node_resized_keeps_each_hours_own_gpu_count() -> None:
+    """An N1 VM with 4 T4 for two hours, all idle, then resized to 8 (stopped, accelerators set,
+    started): its 4-GPU hours took the node's most, 8, and read half idle (helper 67's review)."""
+    four = [cost(H0 + timedelta(hours=i), "555", micros=1_400_000, gpus=4) for i in range(2)]
+    eight = [cost(H0 + timedelta(hours=i), "555", micros=2_800_000, gpus=8) for i in range(2, 4)]
+    rows = [replace(r, machine_type="n1-standard-16") for r in four + eight]
+    utils = [s for i in range(2) for s in samples("555", H0 + timedelta(hours=i), [2.0] * 4)]
+    utils += [s for i in range(2, 4) for s in samples("555", H0 + timedelta(hours=i), [90.0] * 8)]
+    joined = join_gpu_hours(rows, util_hours(utils), 10)
+    assert [(j.gpus, j.idle_gpu_hours) for j in joined] == [(4, 4), (4, 4), (8, 0), (8, 0)]
+    got = gpu_hours_of(rows, util_hours(utils), 10.0, None, H0 + timedelta(hours=4))
+    assert [(g.gpus, g.idle_cost) for g in got] == [(4, Decimal("1.4")), (4, Decimal("1.4")), (8, 0), (8, 0)]
