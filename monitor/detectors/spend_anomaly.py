@@ -14,13 +14,12 @@ does not raise the bar. A day is anomalous only when it is above the baseline by
 `min_relative_increase` and `min_excess_usd` (and, when the MAD is not zero, by `min_robust_z`
 robust standard deviations). Days already flagged are left out of later baselines, so a jump that
 persists keeps counting instead of quietly becoming the norm; but not out of their weekday's when
-at most two of the six days before them were flagged (`_weekly`): such days count as earlier same
-weekdays, for "auto"'s choice too. A weekly pattern (weekend training at 12x the weekdays) is
+their run of flagged days (runs parted by one usual day taken as one) is shorter than a week
+(`_weekly`): such days count as earlier same weekdays, for "auto"'s choice too. A weekly pattern (weekend training at 12x the weekdays) is
 flagged on its first weekends, judged against all days, then is the weekend's usual level once
 `min_same_weekday` weekends are seen; before, the flagged weekends never counted, "auto" never
-reached the same weekday and every weekend was flagged. A jump that persists, even broken by a
-usual day, has more flagged days before each of its days after its first three: its days stay
-out. A series needs `min_history_days` of
+reached the same weekday and every weekend was flagged. A jump that persists runs a week or
+more, even broken by a usual day: its days stay out. A series needs `min_history_days` of
 history (from its first row) before it is judged: a new project is not an anomaly by itself.
 
 A category finding is only raised on days its project as a whole is not flagged, so one jump is one
@@ -460,15 +459,28 @@ def _day_evidence(d: _Day) -> dict[str, Any]:
 
 
 def _weekly(flagged: set[date]) -> list[date]:
-    """The days of `flagged` with at most two flagged days in the six before them: a weekend's
-    training every week (its Saturday sees last Sunday flagged, its Sunday the Saturday), not a jump
-    still running. Their weekday's baseline counts them: the first weekend judged against weekdays
-    is flagged, but once `min_same_weekday` weekends are seen they are that weekday's usual level.
-    A jump that persists has more flagged days before each of its days after its first three (and
-    those three are one week's among four in their weekdays' medians): it stays out of every
-    baseline and keeps counting, even broken by a usual day (a job paused a day split its run, and
-    runs shorter than a week were taken for weekly: helper 63's review)."""
-    return [f for f in flagged if sum(1 for back in range(1, 7) if f - back * _DAY in flagged) <= 2]
+    """The days of `flagged` in runs shorter than a week, runs parted by a single usual day taken
+    as one: training on some days of every week (a weekend, Thursday to Sunday), not a jump still
+    running. Their weekday's baseline counts them: the first such days judged against the others
+    are flagged, but once `min_same_weekday` weeks are seen they are that weekday's usual level. A
+    jump that persists runs a week or more, even broken by a usual day (a job paused a day; taken
+    as runs shorter than a week, it was its weekdays' norm in two weeks: helper 63's review), and
+    its days stay out of every baseline. A rise on five weekdays of every week is such a pattern
+    too once repeated: it is flagged for its first two weeks."""
+
+    def near(d: date, step: timedelta) -> bool:
+        return d + step in flagged or (d + step + step in flagged)
+
+    out = []
+    for f in flagged:
+        lo, hi = f, f
+        while near(lo, -_DAY):
+            lo -= _DAY if lo - _DAY in flagged else 2 * _DAY
+        while near(hi, _DAY):
+            hi += _DAY if hi + _DAY in flagged else 2 * _DAY
+        if (hi - lo).days < 6:
+            out.append(f)
+    return out
 
 
 def _began(series: Mapping[date, Decimal], days: Sequence[tuple[date, int]]) -> date | None:
