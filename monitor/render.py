@@ -8,6 +8,7 @@ billing rows landed) are marked wherever they appear.
 
 from __future__ import annotations
 
+import heapq
 import io
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -270,32 +271,59 @@ def cents_grid(
     columns = [cents_adding_up({k: parts[k][c] for k in keys}, total[c]) for c in range(width)]
     shown = {k: [columns[c][k] for c in range(width)] for k in keys}
     drift = {k: nets[k] - sum(shown[k], Decimal(0)) for k in keys}
+    _move_cents(keys, parts, shown, drift, width)
+    return shown, list(total)
+
+
+def _move_cents(
+    keys: Sequence[K],
+    parts: Mapping[K, Sequence[Decimal]],
+    shown: Mapping[K, list[Decimal]],
+    drift: dict[K, Decimal],
+    width: int,
+) -> None:
+    """Each line short of its net takes cents, one at a time, from a line over its net: the
+    (line, column) whose part is not exactly zero, then furthest above its exact figure (and so
+    nearest to it once the cent is gone; ties: the first line, then the first column). One heap of
+    the lines over their nets per column, updated as cents move: scanning every line and column
+    for each cent took 1.6 s for 4,000 lines (helper 67's review)."""
+    index = {k: i for i, k in enumerate(keys)}
+    heaps: list[list[tuple[bool, Decimal, int, int]]] = [[] for _ in range(width)]
+
+    def push(k: K, c: int) -> None:
+        heapq.heappush(heaps[c], (parts[k][c] == 0, parts[k][c] - shown[k][c], index[k], c))
+
+    for k in keys:
+        if drift[k] < 0:
+            for c in range(width):
+                push(k, c)
+
+    def top(c: int) -> tuple[bool, Decimal, int, int] | None:
+        heap = heaps[c]
+        while heap:
+            _, below, i, _ = heap[0]
+            k = keys[i]
+            if drift[k] < 0 and below == parts[k][c] - shown[k][c]:
+                return heap[0]
+            heapq.heappop(heap)  # stale: its line reached its net, or its part moved since
+        return None
+
     for short in keys:
         while drift[short] > 0:
-            over, c = _best_move(parts, shown, drift, short, width)
+            candidates = []
+            for c in range(width):
+                if (t := top(c)) is not None:
+                    zero, below, i, _ = t
+                    zeros = int(parts[short][c] == 0) + zero
+                    candidates.append((zeros, shown[short][c] - parts[short][c] + below, i, c))
+            _, _, i, c = min(candidates)
+            over = keys[i]
             shown[short][c] += _CENT
             shown[over][c] -= _CENT
             drift[short] -= _CENT
             drift[over] += _CENT
-    return shown, list(total)
-
-
-def _best_move(
-    parts: Mapping[K, Sequence[Decimal]],
-    shown: Mapping[K, list[Decimal]],
-    drift: Mapping[K, Decimal],
-    short: K,
-    width: int,
-) -> tuple[K, int]:
-    """(line over its net, column) whose cent goes to `short`'s part in that column: parts not
-    exactly zero first, then the parts furthest from their cents that way (ties: the first)."""
-
-    def cost(over: K, c: int) -> tuple[int, Decimal]:
-        zeros = (parts[short][c] == 0) + (parts[over][c] == 0)
-        return zeros, (shown[short][c] - parts[short][c]) - (shown[over][c] - parts[over][c])
-
-    moves = [(o, c) for o in drift if drift[o] < 0 for c in range(width)]
-    return min(moves, key=lambda m: cost(*m))
+            if drift[over] < 0:
+                push(over, c)
 
 
 def shown_attribution(
