@@ -77,15 +77,28 @@ attributed AS (
 ),
 joined AS (
   -- a disk without job labels takes the job of the labelled VM (a row with an instance id) of its
-  -- name in its project and zone: one window over the rows, no second pass
+  -- name in its project and zone, as of the disk's hour: the VM's latest labelled hour at or before
+  -- it (its own hour's VM rows first), else its first one after (a disk billed before its VM's first
+  -- labelled row). The highest label over the window gave a VM name reused by a second job the
+  -- first job's disk hours too. Windows over the rows, no second pass
   SELECT
     a.* EXCEPT (job_labels),
     IFNULL(
       a.job_labels,
       IF(
         a.subcategory = 'storage.persistent_disk',
-        MAX(IF(a.instance_id IS NOT NULL, a.job_labels, NULL))
-          OVER (PARTITION BY a.project_id, a.zone, a.resource_name),
+        IFNULL(
+          LAST_VALUE(IF(a.instance_id IS NOT NULL, a.job_labels, NULL) IGNORE NULLS) OVER (
+            PARTITION BY a.project_id, a.zone, a.resource_name
+            ORDER BY a.usage_hour, a.instance_id IS NULL
+            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+          ),
+          FIRST_VALUE(IF(a.instance_id IS NOT NULL, a.job_labels, NULL) IGNORE NULLS) OVER (
+            PARTITION BY a.project_id, a.zone, a.resource_name
+            ORDER BY a.usage_hour, a.instance_id IS NULL
+            ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING
+          )
+        ),
         NULL
       )
     ) AS job_labels,

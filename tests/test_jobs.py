@@ -179,6 +179,29 @@ def test_a_jobs_boot_disk_bucket_and_traffic_are_the_jobs(jobs_rows: list[dict])
     assert llm.instances == ("vm-llm",) and llm.zones == ("us-central1-a",)
 
 
+def test_a_boot_disk_takes_the_job_of_its_vm_at_its_hour() -> None:
+    """VM `trainer-0` runs job `alpha` for hours 0-3, stops, and is recreated as job `beta` for
+    hours 6-9 (a new instance id, the same name); its unlabelled boot disk bills every hour. The
+    disk took the highest label of the VM over the window: all ten hours went to `beta` (helper
+    68's audit). Each disk hour takes the VM's latest labelled hour at or before it."""
+    hours = [T0 + timedelta(hours=h) for h in range(10)]
+    rows = [_gpu_row("trainer-0", "31", 80.0, {"job": "alpha"}, hour=hours[h]) for h in range(4)]
+    rows += [_gpu_row("trainer-0", "32", 80.0, {"job": "beta"}, hour=hours[h]) for h in range(6, 10)]
+    disk = "Balanced PD Capacity in Iowa"
+    rows += [export_row(disk, 1.0, hour=t, instance="trainer-0", labels={}) for t in hours]
+    conn = open_billing_db(None)
+    try:
+        load_rows(conn, rows)
+        source = DuckDBBillingSource(conn, rules=compile_rules())
+        window = Window(T0, T0 + timedelta(hours=10), T0 + timedelta(hours=10))
+        got = source.run("jobs", jobs_params(window, KEYS)).rows
+    finally:
+        conn.close()
+    jobs = {j.job: j for j in build_jobs(got, [], keys=KEYS, window_end=T0 + timedelta(hours=10))}
+    disks = {name: jobs[name].by_subcategory.get("storage.persistent_disk") for name in jobs}
+    assert disks == {"alpha": 6_000_000, "beta": 4_000_000}  # hours 4 and 5: the VM stopped, still alpha's
+
+
 def test_cluster_fees_are_shared_by_node_hours(jobs_rows: list[dict]) -> None:
     """Two nodes billed compute in the cluster-hour, one of them the JobSet's: half the fee each."""
     jobs = _by_job(jobs_rows)
