@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -239,19 +239,32 @@ def gpus_from_usage(machine_type: str | None, gpu_hours: Decimal) -> int:
 
 def node_gpu_hours(nodes: GpuNodeHours) -> list[Decimal]:
     """The GPU-hours each node-hour's GPU count is read from where the machine type does not say
-    it (an N1 VM's GPUs are attached apart from it): a whole number of GPU-hours is a full hour's
-    own count; a fraction is a partial hour's (an n1 VM with 4 T4 started at 00:40 bills 1.33),
-    which takes the node's most GPU-hours in a full hour. Not the most of every hour: a VM resized
-    from 4 GPUs to 8 read its 4-GPU hours as 8 GPUs, half of them idle (helper 67's review)."""
+    it (an N1 VM's GPUs are attached apart from it). An hour whose GPU-hours a neighbouring hour of
+    the node repeats is a full hour: its own count. Any other is taken for a partial one (a VM
+    started at 10:40 with 4 T4 bills 1.33, at 10:30 with 8 T4 a whole 4.0) and takes the node's
+    most GPU-hours in an hour. The most of every hour read a VM resized from 4 GPUs to 8 as 8 GPUs
+    in its 4-GPU hours, half idle (helper 67's review); a whole number alone was no proof of a full
+    hour (helper 69's)."""
     node_of, keys_of = nodes.identities()
-    most: list[Decimal | None] = [None] * len(keys_of)
-    for node, used in zip(node_of, nodes["gpu_hours"], strict=True):
-        if used == used.to_integral_value() and (most[node] is None or used > most[node]):
-            most[node] = used
+    hours = nodes["hour"]
+    used_at: list[dict[datetime, Decimal]] = [{} for _ in keys_of]
+    for node, hour, used in zip(node_of, hours, nodes["gpu_hours"], strict=True):
+        used_at[node][hour] = max(used, used_at[node].get(hour, Decimal(0)))
+    most = [max(at.values()) for at in used_at]
+
+    def full(node: int, hour: datetime, used: Decimal) -> bool:
+        near = (used_at[node].get(hour + step) for step in (-_ONE_HOUR, _ONE_HOUR))
+        return any(n is not None and abs(n - used) < _SAME_GPU_HOURS for n in near)
+
     return [
-        used if used == used.to_integral_value() or most[node] is None else max(used, most[node])
-        for node, used in zip(node_of, nodes["gpu_hours"], strict=True)
+        used if full(node, hour, used) else max(used, most[node])
+        for node, hour, used in zip(node_of, hours, nodes["gpu_hours"], strict=True)
     ]
+
+
+_ONE_HOUR = timedelta(hours=1)
+#: GPU-hours of two hours that are the same count (an export's amounts may carry rounding).
+_SAME_GPU_HOURS = Decimal("0.001")
 
 
 def attached_gpus(machine_type: str | None, gpu_hours: Decimal, seen: int) -> int:

@@ -194,3 +194,28 @@ def test_a_node_resized_keeps_each_hours_own_gpu_count() -> None:
     assert [(j.gpus, j.idle_gpu_hours) for j in joined] == [(4, 4), (4, 4), (8, 0), (8, 0)]
     got = gpu_hours_of(rows, util_hours(utils), 10.0, None, H0 + timedelta(hours=4))
     assert [(g.gpus, g.idle_cost) for g in got] == [(4, Decimal("1.4")), (4, Decimal("1.4")), (8, 0), (8, 0)]
+
+
+@pytest.mark.parametrize(
+    ("first_gpu_hours", "first_gpus", "second_gpu_hours", "second_gpus", "expected"),
+    [
+        # 8 T4 started at 10:30 bill a whole 4.0 in their first hour: a partial hour all the same,
+        # read as 4 GPUs, its idle share doubled (helper 69's review)
+        (Decimal("4.0"), 4, Decimal(8), 8, [8, 8]),
+        # a full 4-GPU hour billed as 3.9999999 beside another: its own count, 4 (a node resized to 8
+        # later must not read 8 in it)
+        (Decimal("3.9999999"), 4, Decimal("4.0"), 4, [4, 4]),
+    ],
+    ids=["partial_whole", "full_inexact"],
+)
+def test_a_full_hour_is_one_a_neighbouring_hour_repeats(
+    first_gpu_hours, first_gpus, second_gpu_hours, second_gpus, expected
+) -> None:
+    first = replace(cost(H0, "888", micros=1_400_000, gpus=first_gpus), gpu_hours=first_gpu_hours)
+    second = replace(
+        cost(H0 + timedelta(hours=1), "888", micros=2_800_000, gpus=second_gpus), gpu_hours=second_gpu_hours
+    )
+    later = cost(H0 + timedelta(hours=3), "888", micros=2_800_000, gpus=8)  # resized to 8 after a stop
+    rows = [replace(r, machine_type="n1-standard-32") for r in (first, second, later)]
+    idle = util_hours([s for h in (0, 1, 3) for s in samples("888", H0 + timedelta(hours=h), [2.0, 2.0])])
+    assert [j.gpus for j in join_gpu_hours(rows, idle, 10)] == [*expected, 8]
