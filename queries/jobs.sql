@@ -78,8 +78,9 @@ attributed AS (
 joined AS (
   -- a disk without job labels takes the job of the labelled VM (a row with an instance id) of its
   -- name in its project and zone, as of the disk's hour: the VM's latest labelled hour at or before
-  -- it (its own hour's VM rows first), else its first one after (a disk billed before its VM's first
-  -- labelled row). The highest label over the window gave a VM name reused by a second job the
+  -- it (its own hour's VM rows first; two instances of the name in one hour: the higher id, whatever
+  -- order the rows come in), else its first one after (a disk billed before its VM's first labelled
+  -- row). The highest label over the window gave a VM name reused by a second job the
   -- first job's disk hours too. Windows over the rows, no second pass
   SELECT
     a.* EXCEPT (job_labels),
@@ -90,12 +91,12 @@ joined AS (
         IFNULL(
           LAST_VALUE(IF(a.instance_id IS NOT NULL, a.job_labels, NULL) IGNORE NULLS) OVER (
             PARTITION BY a.project_id, a.zone, a.resource_name
-            ORDER BY a.usage_hour, a.instance_id IS NULL
+            ORDER BY a.usage_hour, a.instance_id IS NULL, a.instance_id, a.job_labels
             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
           ),
           FIRST_VALUE(IF(a.instance_id IS NOT NULL, a.job_labels, NULL) IGNORE NULLS) OVER (
             PARTITION BY a.project_id, a.zone, a.resource_name
-            ORDER BY a.usage_hour, a.instance_id IS NULL
+            ORDER BY a.usage_hour, a.instance_id IS NULL, a.instance_id, a.job_labels
             ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING
           )
         ),

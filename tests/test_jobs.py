@@ -202,6 +202,35 @@ def test_a_boot_disk_takes_the_job_of_its_vm_at_its_hour() -> None:
     assert disks == {"alpha": 6_000_000, "beta": 4_000_000}  # hours 4 and 5: the VM stopped, still alpha's
 
 
+@pytest.mark.parametrize("reverse", [False, True], ids=["alpha_first", "beta_first"])
+def test_two_instances_of_a_name_in_the_disks_hour_give_it_one_job_whatever_the_order(reverse: bool) -> None:
+    """`trainer-0` billed as two instances in one hour (recreated within it), each of its own job:
+    its unlabelled disk's job followed the rows' physical order (helper 69's review). The higher
+    instance id's, always."""
+    vms = [
+        _gpu_row("trainer-0", "31", 80.0, {"job": "alpha"}),
+        _gpu_row("trainer-0", "32", 80.0, {"job": "beta"}),
+    ]
+    rows = [
+        *(vms[::-1] if reverse else vms),
+        export_row("Balanced PD Capacity in Iowa", 1.0, instance="trainer-0"),
+    ]
+    conn = open_billing_db(None)
+    try:
+        load_rows(conn, rows)
+        source = DuckDBBillingSource(conn, rules=compile_rules())
+        got = source.run(
+            "jobs", jobs_params(Window(T0, T0 + timedelta(hours=1), T0 + timedelta(hours=1)), KEYS)
+        )
+    finally:
+        conn.close()
+    jobs = build_jobs(got.rows, [], keys=KEYS, window_end=T0 + timedelta(hours=1))
+    assert {j.job: j.by_subcategory.get("storage.persistent_disk") for j in jobs} == {
+        "alpha": None,
+        "beta": 1_000_000,
+    }
+
+
 def test_cluster_fees_are_shared_by_node_hours(jobs_rows: list[dict]) -> None:
     """Two nodes billed compute in the cluster-hour, one of them the JobSet's: half the fee each."""
     jobs = _by_job(jobs_rows)
