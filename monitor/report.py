@@ -276,9 +276,9 @@ def build_report(
     )
 
 
-def _shown(lines: list[ReportLine], total: ReportLine) -> dict[int, list[str]]:
-    """One currency's lines and total (keyed by `id`) as a table shows them: gross, CUD, SUD, other
-    credits and net to the cent. The net is the figure of record: the total's is the exact net to
+def _shown(lines: list[ReportLine], total: ReportLine) -> list[list[str]]:
+    """One currency's lines, then its total, as a table shows them: gross, CUD, SUD, other credits
+    and net to the cent. The net is the figure of record: the total's is the exact net to
     the cent, each line's its exact net to the cent, the lines' adding up to the total's; the
     parts are adjusted to them (`cents_grid`), so each column adds up to the total shown and each
     line's parts to its net (each cell rounded alone, seed 7's compute.cpu read 2,262.60 - 21.80 =
@@ -286,8 +286,8 @@ def _shown(lines: list[ReportLine], total: ReportLine) -> dict[int, list[str]]:
     the exact micros."""
     parts = {i: [micros_to_decimal(getattr(line, m)) for m in _PARTS] for i, line in enumerate(lines)}
     grid, total_parts = cents_grid(parts, len(_PARTS))  # the lines' sum is the total, to the micro
-    shown = {id(line): grid[i] for i, line in enumerate(lines)} | {id(total): total_parts}
-    return {k: [plain_cents(v) for v in (*p, sum(p, Decimal(0)))] for k, p in shown.items()}
+    shown = [grid[i] for i in range(len(lines))] + [total_parts]
+    return [[plain_cents(v) for v in (*p, sum(p, Decimal(0)))] for p in shown]
 
 
 def _sections(report: CostReport) -> Iterator[tuple[list[ReportLine], ReportLine]]:
@@ -319,15 +319,14 @@ def render_table(report: CostReport, console: Console) -> None:
     for col in ("gross", "CUD", "SUD", "other credits", "net", "share"):
         table.add_column(col, justify="right")
     for lines, total in _sections(report):
-        shown = _shown(lines, total)
-        for line in (*lines, total):
+        for line, cells in zip((*lines, total), _shown(lines, total), strict=True):
             # a share of nothing (or of a net credit) is no figure, as in `analyze`'s table: koku's
             # real 2024-03-01_5.csv bills $0, and every line and its TOTAL showed 0.0%
             share = f"{100 * line.net_micros / total.net_micros:.1f}%" if total.net_micros > 0 else "-"
             table.add_row(
                 escape(line.label) + (" *" if line.provisional else ""),
                 *([escape(line.currency or "")] if several else []),
-                *shown[id(line)],
+                *cells,
                 share,
                 end_section=line is (lines[-1] if lines else None) or line is total,
                 style="bold" if line is total else None,
