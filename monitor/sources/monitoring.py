@@ -470,15 +470,21 @@ class CloudMonitoringSource:
         align = self.cfg.alignment_seconds
         lo, hi = _floor(since, align), _floor(now, align)
         size = timedelta(hours=self.cfg.backfill_chunk_hours)
-        todo = [p for p in self._pairs() if f"{p[0]}/{p[1]}" not in report.failed]
+        # where each pair's history ends, read once: the backfill never moves a watermark
+        tops = {
+            p: top
+            for p in self._pairs()
+            if f"{p[0]}/{p[1]}" not in report.failed and (top := self._behind(store, p, hi)) is not None
+        }
+        todo = list(tops)
         for _ in range(self.cfg.backfill_chunks_per_run):
             if cancelled is not None and cancelled():
                 break
             chunks = [
                 (chunk, pair)
                 for pair in todo
-                if (top := self._behind(store, pair, hi)) is not None
-                and (chunk := newest_chunk(read_coverage(store, *pair), lo, top, size, align)) is not None
+                if (chunk := newest_chunk(read_coverage(store, *pair), lo, tops[pair], size, align))
+                is not None
             ]
             if not chunks:
                 break
