@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,17 +50,24 @@ class FleetSimulator:
         self.end = start + timedelta(days=days)
         self.fleet = build_fleet(seed, self.hours, scale, inject)
         self.ctx = Ctx(seed, start, Delivery(seed, start))
+        #: Each usage hour's entity export times, kept while `rows_exported_between` may visit the
+        #: hour again: a feed moving forward step by step (the demo, the soak) visits every hour of
+        #: the lateness span at each step, and three keyed hashes per entity-hour were a third of it.
+        self._export_times: dict[int, list[datetime]] = {}
 
     def hour_rows(self, h: int) -> Iterator[dict]:
         """Every row of usage hour h, export_time set."""
         return self._hour_rows(h, None)
 
-    def _hour_rows(self, h: int, exported: tuple[datetime, datetime] | None) -> Iterator[dict]:
+    def _hour_rows(
+        self, h: int, exported: tuple[datetime, datetime] | None, whens: Sequence[datetime] | None = None
+    ) -> Iterator[dict]:
         """Rows of hour h; with `exported` = (t0, t1], only those loaded then. An entity-hour's
-        export time is known before its rows are rendered, so skipped ones cost one hash."""
-        usage_end = self.ctx.hour_start(h + 1)
-        for entity in self.fleet.entities:
-            when = self.ctx.delivery.export_time(entity.key, h, usage_end)
+        export time is known before its rows are rendered, so skipped ones cost one hash.
+        `whens`: the entities' export times of the hour, when already known."""
+        if whens is None:
+            whens = self._hour_export_times(h)
+        for entity, when in zip(self.fleet.entities, whens, strict=True):
             corrected = getattr(entity, "correction_hour", None) == h
             if exported is not None and not corrected and not exported[0] < when <= exported[1]:
                 continue
@@ -74,12 +81,24 @@ class FleetSimulator:
         for h in range(self.hours):
             yield from self._hour_rows(h, None)
 
+    def _hour_export_times(self, h: int) -> list[datetime]:
+        usage_end = self.ctx.hour_start(h + 1)
+        return [self.ctx.delivery.export_time(e.key, h, usage_end) for e in self.fleet.entities]
+
     def rows_exported_between(self, t0: datetime, t1: datetime) -> Iterator[dict]:
-        """Rows with t0 < export_time <= t1 (only usage hours that can land then are visited)."""
+        """Rows with t0 < export_time <= t1 (only usage hours that can land then are visited).
+        Export times of the hours visited are kept for the next call; those of hours before this
+        call's first are dropped (a feed moves forward; one moving back computes them again)."""
         lo = max(0, math.floor((t0 - MAX_LATENESS - self.start) / HOUR))
         hi = min(self.hours, math.ceil((t1 - self.start) / HOUR))
+        cache = self._export_times
+        for old in [k for k in cache if k < lo]:
+            del cache[old]
         for h in range(lo, hi):
-            yield from self._hour_rows(h, (t0, t1))
+            whens = cache.get(h)
+            if whens is None:
+                whens = cache[h] = self._hour_export_times(h)
+            yield from self._hour_rows(h, (t0, t1), whens)
 
     def last_export_time(self) -> datetime:
         """An upper bound of every export_time of the window (late rows included)."""
