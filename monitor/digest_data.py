@@ -34,6 +34,7 @@ compared its one 01:00 with both of the day before's (-4.0%).
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
@@ -299,8 +300,11 @@ def _pieces(
 
 
 def _hours(start: datetime, end: datetime) -> int:
-    """Hours between two local midnights (23 or 25 on a DST change): subtract in UTC, not wall time."""
-    return round((end.astimezone(UTC) - start.astimezone(UTC)).total_seconds() / 3600)
+    """The billing hours of a day between two local midnights: the UTC hours starting in it (23 or
+    25 on a DST change; on Lord Howe's half-hour changes 23 of a 23.5-hour day and 25 of a 24.5-hour
+    one, where rounding its length said 24). Counted in UTC, not wall time."""
+    first = math.ceil(start.astimezone(UTC).timestamp() / 3600)
+    return max(0, math.ceil(end.astimezone(UTC).timestamp() / 3600) - first)
 
 
 def _slot(hour: datetime, tz: ZoneInfo) -> tuple[int, int]:

@@ -723,3 +723,13 @@ def test_a_steady_fleet_reads_no_change_across_any_clock_change(tmp_path, zone, 
     # at most one clock hour of either day is left uncompared (what the digest's line says)
     assert unpaired <= 10 and d.previous_unpaired <= 10, (unpaired, d.previous_unpaired)
     render_markdown(d), render_blocks(d)
+
+
+@pytest.mark.parametrize(("zone", "day"), CASES)
+def test_a_fully_billed_day_has_as_many_hours_as_it_billed(tmp_path, zone, day) -> None:
+    """The day's hours are the billing hours (UTC hours) whose start falls in it: Lord Howe's 23.5-hour
+    day holds 23 of them and its 24.5-hour day 25, where rounding its length read "23 of 24 hours
+    billed" on a day with every hour billed (and "25 of 24")."""
+    now = datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(hours=36)
+    d = _digest(tmp_path, _steady_fleet(day, now + timedelta(days=2)), now=now, tz=zone, day=day)
+    assert d.billed_hours == d.day_hours, (d.billed_hours, d.day_hours)
