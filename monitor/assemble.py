@@ -52,6 +52,7 @@ from monitor.gpus import (
     judge_nodes,
     node_gpu_hours,
     node_table,
+    same_gpu_hours,
     util_tables,
 )
 from monitor.jobs.held import held_spend
@@ -490,11 +491,13 @@ def judged_gpu_hours(
     the threshold. The node-hours read are every one of those nodes and of every node of the same
     instance (`instance_key`: `idle_gpu` reads an instance's hours whole), every on-demand one, and
     every one the estimates read: from `since` on (`_estimates` tests billed hours from the first
-    provisional hour) and each node's latest (an estimate is priced from its node's latest billed
-    hour). The join and `_billed` build each hour from its own node-hour alone, so these are the
-    hours the whole gives, in its order. An instance they show idle or unmonitored whose nodes were
-    not all read (an estimated idle hour; a host the join matched that the judging did not) has its
-    nodes read, and the hours built again.
+    provisional hour) and each node's latest and the hour before it (an estimate is priced from its
+    node's latest billed hour). The join builds each hour from its own node-hour alone, and a
+    node-hour's GPU count reads its neighbours (`node_gpu_hours`), so the hours of the nodes read
+    whole are the ones the whole gives, in its order. An instance they show idle or unmonitored
+    whose nodes were not all read (an estimated idle hour; a host the join matched that the judging
+    did not) has its nodes read, and the hours built again; so has a node whose estimates count
+    their GPUs from a partial latest hour (`_counted_in_part`).
     """
     # the detectors' package imports this module's
     from monitor.detectors.idle_gpu import node_instance_key
@@ -528,11 +531,34 @@ def judged_gpu_hours(
         shown = {node_instance_key(*node) for node in {node_of(h) for h in hours if h.idle_gpu_hours}}
         missing = {i for i, key in enumerate(instance_of) if key in shown}
         dark = {node_of(h) for h in hours if h.mean_utilization_pct is None and not h.estimated}
-        missing |= {number[node] for node in dark if node in number}
+        missing |= {number[node] for node in dark | _counted_in_part(hours, node_of) if node in number}
         if missing <= keep:
             return hours, fetched
         log.debug("GPU hours read again", extra={"nodes": len(missing - keep)})
         keep = _whole_instances(keep | missing, instance_of)
+
+
+def _counted_in_part(hours: Sequence[GpuHour], node_of: Callable[[GpuHour], tuple]) -> set[tuple]:
+    """The nodes with an estimated hour whose GPU count the hours read may not give as every hour
+    of the node would. An estimate counts its node's GPUs from its latest billed hour as
+    `node_gpu_hours` does: its own GPU-hours when the hour before bills the same (a full hour),
+    else the node's most in any hour, which the read (every hour from `since` on, each node's
+    latest and the hour before it) may not hold: an N1 VM's 4 T4 stopped at 2:20 and running again
+    from 40:00 with 2 GPUs reporting were estimated at 2 GPUs where reading every hour counts 4
+    (helper 71)."""
+    estimated = {node_of(h) for h in hours if h.estimated}
+    used: dict[tuple, dict[datetime, Decimal]] = defaultdict(dict)
+    for h in hours:
+        if not h.estimated and (node := node_of(h)) in estimated:
+            at = used[node]
+            at[h.hour] = max(h.gpu_hours, at.get(h.hour, h.gpu_hours))
+    out = set()
+    for node, at in used.items():  # a node never billed is priced from its Monitoring labels
+        last = max(at)
+        before = at.get(last - _HOUR)
+        if before is None or not same_gpu_hours(before, at[last]):
+            out.add(node)
+    return out
 
 
 def _whole_instances(nodes: set[int], instance_of: Sequence[tuple]) -> set[int]:

@@ -739,7 +739,9 @@ def currencies(store: AggregateStore, start: datetime, end: datetime) -> set[str
 class NodeHours:
     """Which GPU node-hours `stored_gpu_node_hours` reads: any that is at or after `since`, is of
     `pricing_model`, is of one of `nodes` (an Arrow table of node-hour columns naming nodes) or is
-    its node's latest, a node being the values of the `latest_of` columns. Nothing set: none."""
+    its node's latest or the hour before it, a node being the values of the `latest_of` columns
+    (an estimate is priced from the latest, whose GPU count the hour before may show: a full hour
+    when it bills the same, `monitor.gpus.node_gpu_hours`). Nothing set: none."""
 
     since: datetime | None = None
     pricing_model: str | None = None
@@ -763,7 +765,9 @@ class NodeHours:
             tables["gpu_nodes_read"] = self.nodes
         if self.latest_of:
             same = " AND ".join(f"o.{c} IS NOT DISTINCT FROM n.{c}" for c in self.latest_of)
-            terms.append(f"n.hour = (SELECT max(o.hour) FROM node_hours AS o WHERE {same})")
+            terms.append(
+                f"n.hour >= (SELECT max(o.hour) FROM node_hours AS o WHERE {same}) - INTERVAL 1 HOUR"
+            )
         return f" WHERE {' OR '.join(terms) or 'false'}", params, tables
 
 

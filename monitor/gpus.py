@@ -254,7 +254,7 @@ def node_gpu_hours(nodes: GpuNodeHours) -> list[Decimal]:
 
     def full(node: int, hour: datetime, used: Decimal) -> bool:
         near = (used_at[node].get(hour + step) for step in (-_ONE_HOUR, _ONE_HOUR))
-        return any(n is not None and abs(n - used) < _SAME_GPU_HOURS for n in near)
+        return any(n is not None and same_gpu_hours(n, used) for n in near)
 
     return [
         used if full(node, hour, used) else max(used, most[node])
@@ -265,6 +265,12 @@ def node_gpu_hours(nodes: GpuNodeHours) -> list[Decimal]:
 _ONE_HOUR = timedelta(hours=1)
 #: GPU-hours of two hours that are the same count (an export's amounts may carry rounding).
 _SAME_GPU_HOURS = Decimal("0.001")
+
+
+def same_gpu_hours(a: Decimal, b: Decimal) -> bool:
+    """Whether two hours of a node bill the same GPU-hours: what makes an hour full in
+    `node_gpu_hours` when a neighbour repeats it."""
+    return abs(a - b) < _SAME_GPU_HOURS
 
 
 def attached_gpus(machine_type: str | None, gpu_hours: Decimal, seen: int) -> int:

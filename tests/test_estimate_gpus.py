@@ -114,3 +114,25 @@ def test_an_hour_the_samples_cover_in_part_is_priced_whole() -> None:
     assert _h100_estimates(full + _samples(4, _TO_20, 8, 0.0)) == {2: D(88), 3: D(88), 4: D(88)}
     # a VM started at 5:40 (or whose agent came up then): its first hour, whole too
     assert _h100_estimates(_samples(5, range(40, 60, 5), 8, 0.0)) == {5: D(88)}
+
+
+
+def test_the_judged_hours_read_whole_a_node_whose_estimates_count_from_a_partial_hour() -> None:
+    """A Spot N1 VM billed 8 T4 in hours 0-1, 4 from 2, stopped at 4:20, running again from 40 with
+    2 GPUs reporting. Its estimates count its GPUs from its latest billed hour, partial, so from
+    the node's most GPU-hours in an hour (`node_gpu_hours`): 8 read every hour, but the judged read
+    (every hour from the first provisional one, each node's latest and the hour before it) held 4
+    at most ($0.56 an hour where every hour gives $1.12). Such a node is read whole."""
+    keys = {"sku_description": "Nvidia Tesla T4 GPU running in Americas", "machine_type": N1}
+    rows = [hourly(h, gross=1_120_000, pricing_model="spot", gpu_hours=8.0) for h in (0, 1)]
+    rows += [hourly(h, gross=560_000, pricing_model="spot", gpu_hours=4.0) for h in (2, 3)]
+    rows += [hourly(4, gross=186_667, pricing_model="spot", gpu_hours=1.333333)]
+    store = stored([replace(r, keys={**r.keys, **keys}) for r in rows])
+    utils = [s for h in (0, 1) for s in _samples(h, _WHOLE, 8, 90.0)]
+    utils += [s for h in (2, 3) for s in _samples(h, _WHOLE, 4, 90.0)] + _samples(4, _TO_20, 4, 90.0)
+    util = UtilHours.of(util_hours(utils + [s for h in range(40, 48) for s in _samples(h, _WHOLE, 2, 90.0)]))
+    end, since = T0 + 48 * H, T0 + 36 * H
+    judged, _ = judged_gpu_hours(store, util, T0, end, since, 10.0, T4)
+    every = gpu_hours(gpu_node_hours(store, T0, end, since), util, 10.0, T4, end, since)
+    assert [h for h in judged if h.estimated] == [h for h in every if h.estimated] != []
+    assert {(h.gpus, h.gpu_cost) for h in judged if h.estimated} == {(8, D("1.12"))}

@@ -115,11 +115,12 @@ def test_an_idle_billed_hour_reads_every_node_of_its_instance() -> None:
 
 def test_an_estimate_is_priced_from_its_nodes_latest_billed_hour_before_the_provisional_ones() -> None:
     """Billing stopped at hour 29 (no price in the book): hours 36-47 are estimated at the node's
-    billed rate, read from its latest node-hour, which is older than the first provisional hour."""
+    billed rate, read from its latest node-hour, which is older than the first provisional hour, and
+    the hour before it, which shows it full (its own GPU-hours count its GPUs)."""
     billed = [hourly(h, pricing_model="spot") for h in range(30)]
     judged, every, _ = _both(billed, _util([(range(48), 90.0, "111", "train-0")]))
     assert [h for h in judged if h.estimated] == [h for h in every if h.estimated] != []
-    assert [(h.hour - T0) // H for h in judged if not h.estimated] == [29]
+    assert [(h.hour - T0) // H for h in judged if not h.estimated] == [28, 29]
 
 
 def test_a_node_moved_to_another_zone_is_read_with_the_idle_one_of_its_instance() -> None:
