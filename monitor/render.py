@@ -33,6 +33,7 @@ __all__ = [
     "findings_text",
     "is_advice",
     "provisional_in_window",
+    "shares_adding_up",
     "shown_attribution",
     "shown_spend",
 ]
@@ -417,7 +418,7 @@ def _detail(i: int, f: Mapping[str, Any]) -> list[str]:
 
 def _attribution(rows: Sequence[Row], totals: Mapping[str, Any] | None, limit: int = 15) -> list[str]:
     """The lines largest net first, the `limit`th on summed in one: their nets and shares add up to
-    the header's net and 100.0% (`shown_attribution`, `_shares`)."""
+    the header's net and 100.0% (`shown_attribution`, `shares_adding_up`)."""
     if not rows:
         return []
     if totals is None:
@@ -428,7 +429,7 @@ def _attribution(rows: Sequence[Row], totals: Mapping[str, Any] | None, limit: i
     nets = {i: _exact(rows[i].get("net_cost")) for i in top}
     if rest:
         nets[-1] = sum((_exact(rows[i].get("net_cost")) for i in rest), Decimal(0))
-    shares = _shares(nets)
+    shares = shares_adding_up(nets)
     out = ["## Where the money went", "", "| Category | Pricing | Net cost | Share |", "|---|---|---:|---:|"]
     for i in top:
         r = rows[i]
@@ -442,9 +443,15 @@ def _attribution(rows: Sequence[Row], totals: Mapping[str, Any] | None, limit: i
     return [*out, ""]
 
 
-def _shares(nets: Mapping[int, Decimal]) -> dict[int, str]:
+def shares_adding_up(nets: Mapping[K, Decimal]) -> dict[K, str]:
     """Each net's share of their sum to 0.1%, adding up to 100.0% (largest remainder: tenths of a
-    percent are `cents_adding_up`'s cents of a tenth of the share); none of a sum that is not positive."""
+    percent are `cents_adding_up`'s cents of a tenth of the share); none of a sum that is not
+    positive. The one rule of `analyze`'s Markdown and `report`'s table: rounded each alone, the
+    demo's `report` of 2026-11-13 read 100.1% over its USD lines.
+
+    >>> shares_adding_up({"a": Decimal(1), "b": Decimal(1), "c": Decimal(1)})  # not 33.3% thrice
+    {'a': '33.4%', 'b': '33.3%', 'c': '33.3%'}
+    """
     total = sum(nets.values(), Decimal(0))
     if total <= 0:
         return {}

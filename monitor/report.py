@@ -23,7 +23,7 @@ from rich.table import Table
 
 from monitor.billing_poll import provisional_since
 from monitor.model import micros_to_decimal, plain_cents
-from monitor.render import cents_grid
+from monitor.render import cents_grid, shares_adding_up
 from monitor.sources.base import BillingSource
 from monitor.sources.factory import search_range
 from monitor.timeutil import floor_day, floor_hour, to_iso
@@ -319,15 +319,17 @@ def render_table(report: CostReport, console: Console) -> None:
     for col in ("gross", "CUD", "SUD", "other credits", "net", "share"):
         table.add_column(col, justify="right")
     for lines, total in _sections(report):
-        for line, cells in zip((*lines, total), _shown(lines, total), strict=True):
-            # a share of nothing (or of a net credit) is no figure, as in `analyze`'s table: koku's
-            # real 2024-03-01_5.csv bills $0, and every line and its TOTAL showed 0.0%
-            share = f"{100 * line.net_micros / total.net_micros:.1f}%" if total.net_micros > 0 else "-"
+        # adding up to the TOTAL's 100.0%, as in `analyze`'s Markdown; a share of nothing (or of a
+        # net credit) is no figure: koku's real 2024-03-01_5.csv bills $0, and every line and its
+        # TOTAL showed 0.0%
+        shares = shares_adding_up({i: Decimal(line.net_micros) for i, line in enumerate(lines)})
+        shares[len(lines)] = "100.0%" if total.net_micros > 0 else "-"
+        for i, (line, cells) in enumerate(zip((*lines, total), _shown(lines, total), strict=True)):
             table.add_row(
                 escape(line.label) + (" *" if line.provisional else ""),
                 *([escape(line.currency or "")] if several else []),
                 *cells,
-                share,
+                shares.get(i, "-"),
                 end_section=line is (lines[-1] if lines else None) or line is total,
                 style="bold" if line is total else None,
             )
