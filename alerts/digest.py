@@ -231,10 +231,25 @@ class DigestData:
         """The day's total as shown, split to the cent into its compared part (the tables' total,
         "same") and the part in a clock hour the day before lacks ("unpaired", its note), so the two
         add up to the headline: each rounded alone, $240.00 and $10.00 stood under $250.01."""
+        return self.day_split(self.compared_total, to_cents(self.yesterday_total))
+
+    def day_split(self, compared: Decimal, total: Decimal | None = None) -> dict[str, Decimal]:
+        """`day_cents` of a table's sum of the day's compared figures (`compared`)."""
         unpaired = sum(self.unpaired_by_category.values(), ZERO) if self.like_for_like else ZERO
-        return cents_adding_up(
-            {"same": self.compared_total, "unpaired": unpaired}, total=to_cents(self.yesterday_total)
-        )
+        return cents_adding_up({"same": compared, "unpaired": unpaired}, total=total)
+
+    @property
+    def previous_cents(self) -> dict[str, Decimal]:
+        """The day before's total as its daily row shows it, split to the cent into its compared
+        part (the tables' total, "same"), its cost not compared yet ("held", `pending`) and that in
+        a clock hour the day lacks ("unpaired"), so the three add up to it: each rounded alone,
+        $100.00 compared and $100.00 not compared yet stood beside a day before of $200.01."""
+        return self.previous_split(self.previous_total)
+
+    def previous_split(self, compared: Decimal) -> dict[str, Decimal]:
+        """`previous_cents` of a table's sum of the day before's compared figures (`compared`)."""
+        held, unpaired = (self.not_compared, self.previous_unpaired) if self.like_for_like else (ZERO, ZERO)
+        return cents_adding_up({"same": compared, "held": held, "unpaired": unpaired})
 
     @property
     def mtd_total(self) -> Decimal:
@@ -279,7 +294,7 @@ class DigestData:
         """The headline change, or why it is held (a provisional day with no billed hour yet)."""
         if self.like_for_like and not self.billed_hours:
             return f"change vs {self.previous_day} held until billing rows arrive"
-        return f"{delta(self.compared_total, self.previous_total)} {self.versus}"
+        return f"{delta(self.day_cents['same'], self.previous_cents['same'])} {self.versus}"
 
     @property
     def pending(self) -> str:
@@ -288,7 +303,7 @@ class DigestData:
         if not self.like_for_like or not self.not_compared:
             return ""
         return (
-            f"{money(self.not_compared)} of {self.previous_day}'s cost not compared yet: its rows for "
+            f"{money(self.previous_cents['held'])} of {self.previous_day}'s cost not compared yet: its rows for "
             f"{self.day} have not arrived (late billing, or the resource stopped)"
         )
 
@@ -300,7 +315,11 @@ class DigestData:
             return []
         pairs = [
             (self.day, self.previous_day, self.day_cents["unpaired"] if self.unpaired_by_category else ZERO),
-            (self.previous_day, self.day, self.previous_unpaired),
+            (
+                self.previous_day,
+                self.day,
+                self.previous_cents["unpaired"] if self.previous_unpaired else ZERO,
+            ),
         ]
         return [
             f"{money(cost)} of {has}'s cost not compared: it is in an hour {lacks} does not have (the clocks"
@@ -390,6 +409,21 @@ def _prov(d: DigestData, day: date) -> str:
     return f" *(provisional: {done})*" if done else " *(provisional)*"
 
 
+def _marks(f: DigestFinding) -> str:
+    """`provisional, estimated`, as they apply: Slack's findings said "provisional" only, and an
+    impact priced from the catalog before its billing rows landed read as billed."""
+    return ", ".join(m for m, on in (("provisional", f.provisional), ("estimated", f.estimated)) if on)
+
+
+def _shown_totals(
+    d: DigestData, now: Mapping[str, Decimal], before: Mapping[str, Decimal]
+) -> tuple[Decimal, Decimal]:
+    """A table's totals of the day's compared figures (`now`) and the day before's (`before`) as
+    shown: each day's part split to the cent with the parts its notes show (`DigestData.day_split`,
+    `previous_split`), so that they add up to the headline and to the day before's daily row."""
+    return d.day_split(sum(now.values(), ZERO))["same"], d.previous_split(sum(before.values(), ZERO))["same"]
+
+
 def _compare_table(
     title: str, label: str, now: Mapping[str, Decimal], before: Mapping[str, Decimal], d: DigestData
 ) -> list[str]:
@@ -397,13 +431,17 @@ def _compare_table(
     before_head = f"{d.previous_day}" + (" (same hours and resources)" if d.like_for_like else "")
     day_head = f"{d.day}" + (" (same hours)" if d.like_for_like and d.unpaired_by_category else "")
     lines = [f"## {title}", "", f"| {label} | {day_head} | {before_head} | Change |", "|---|---:|---:|---:|"]
-    shown_ta = d.day_cents["same"]  # with the unpaired note, the headline to the cent
-    shown_now, shown_before = cents_adding_up(now, total=shown_ta), cents_adding_up(before)
+    # the change is of the totals shown: of the exact ones, it read +$140.00 beside $240.01 and
+    # $100.00 where a clock hour was left out
+    shown_ta, shown_tb = _shown_totals(d, now, before)
+    shown_now, shown_before = cents_adding_up(now, total=shown_ta), cents_adding_up(before, total=shown_tb)
     for k in keys:
         a, b = shown_now.get(k, ZERO), shown_before.get(k, ZERO)
         lines.append(f"| {_md_cell(k)} | {money(a)} | {money(b)} | {delta(a, b)} |")
-    ta, tb = sum(now.values(), ZERO), sum(before.values(), ZERO)
-    lines += [f"| **Total** | **{money(shown_ta)}** | **{money(tb)}** | {delta(ta, tb)} |", ""]
+    lines += [
+        f"| **Total** | **{money(shown_ta)}** | **{money(shown_tb)}** | {delta(shown_ta, shown_tb)} |",
+        "",
+    ]
     return lines
 
 
@@ -432,7 +470,7 @@ def render_markdown(d: DigestData, chart_name: str | None = None, jobs_chart_nam
     if not d.top_findings:
         lines.append("No findings." if d.detected else _NOT_LOOKED)
     for i, f in enumerate(d.top_findings, 1):
-        marks = ", ".join(m for m, on in (("provisional", f.provisional), ("estimated", f.estimated)) if on)
+        marks = _marks(f)
         where = f" ({_md_cell(f.project)})" if f.project else ""
         lines.append(
             f"{i}. **{money(f.impact_usd)}** {_md_cell(f.title)}{where} `{f.kind}`{f' *({marks})*' if marks else ''}"
@@ -465,12 +503,13 @@ def render_markdown(d: DigestData, chart_name: str | None = None, jobs_chart_nam
 
 
 def _fields(
-    now: Mapping[str, Decimal], before: Mapping[str, Decimal], limit: int = 10
+    now: Mapping[str, Decimal], before: Mapping[str, Decimal], d: DigestData, limit: int = 10
 ) -> list[dict[str, Any]]:
     """Block Kit's at most 10 fields: past them, the rest summed in the last one (the 11th project
-    and after were dropped without a word). The figures add up to the total above them, as
-    shown (`cents_adding_up`)."""
-    now, before = cents_adding_up(now), cents_adding_up(before)
+    and after were dropped without a word). The figures add up to the totals the Markdown's
+    tables show (`_shown_totals`)."""
+    shown_now, shown_before = _shown_totals(d, now, before)
+    now, before = cents_adding_up(now, total=shown_now), cents_adding_up(before, total=shown_before)
     items = list(now.items())
     shown = items if len(items) <= limit else items[: limit - 1]
     cells = [(esc(k), v, before.get(k, ZERO)) for k, v in shown]
@@ -510,7 +549,7 @@ def render_blocks(d: DigestData) -> list[dict[str, Any]]:
             {
                 "type": "section",
                 "text": {"type": "mrkdwn", "text": f"*By category*{_restricted(d)}"},
-                "fields": _fields(d.compared_by_category, d.previous_by_category),
+                "fields": _fields(d.compared_by_category, d.previous_by_category, d),
             }
         )
     if d.yesterday_by_project:
@@ -518,7 +557,7 @@ def render_blocks(d: DigestData) -> list[dict[str, Any]]:
             {
                 "type": "section",
                 "text": {"type": "mrkdwn", "text": f"*By project*{_restricted(d)}"},
-                "fields": _fields(d.compared_by_project, d.previous_by_project),
+                "fields": _fields(d.compared_by_project, d.previous_by_project, d),
             }
         )
     if d.jobs is not None:
@@ -527,7 +566,7 @@ def render_blocks(d: DigestData) -> list[dict[str, Any]]:
         lines = [
             f"{i}. *{money(f.impact_usd)}* {esc(f.title)}"
             + (f" ({esc(f.project)})" if f.project else "")
-            + (" _(provisional)_" if f.provisional else "")
+            + (f" _({_marks(f)})_" if _marks(f) else "")
             for i, f in enumerate(d.top_findings, 1)
         ]
         blocks.append(

@@ -122,4 +122,10 @@ def digest_cmd(config_path: Path | None, day: datetime | None, send: bool) -> No
         )
     if send:
         already = "already " if result.get("already") else ""
-        click.echo(f"{already}sent to {deps.alert_deps.default_channel}")
+        if deps.notifier.name == "webhook":  # it posts where it was made to: no channel of ours
+            click.echo(
+                f"{already}sent through the incoming webhook, to its own channel (without the chart:"
+                " a webhook cannot upload files)"
+            )
+        else:
+            click.echo(f"{already}sent to {deps.alert_deps.default_channel}")

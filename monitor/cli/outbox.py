@@ -9,6 +9,7 @@ import click
 from monitor.cli import cli
 from monitor.cli._common import config_option, load_optional_config
 from monitor.clock import SystemClock
+from monitor.errors import ConfigError
 from monitor.logs import redact
 from monitor.model import counted
 from monitor.state.store import open_store
@@ -40,6 +41,7 @@ def outbox_cmd(
     from alerts.outbox_admin import requeue_failed as requeue
 
     cfg = load_optional_config(config_path)
+    _require_sqlite_file(cfg.state.url)
     store = open_store(cfg.state.url)
     try:
         if requeue_failed or ids:
@@ -61,7 +63,27 @@ def outbox_cmd(
             first = r.text.splitlines()[0] if r.text else ""
             error = f"  [{redact(r.last_error)}]" if r.last_error else ""
             click.echo(
-                f"{r.id:>6}  {r.status:<8} {r.attempts:>2}x  {r.channel:<20} {r.created_at}  {first[:60]}{error}"
+                f"{r.id:>6}  {r.status:<8} {r.attempts:>2}x  {r.channel:<20} {r.created_at}  {_cut(first)}{error}"
             )
     finally:
         store.close()
+
+
+def _cut(text: str, width: int = 60) -> str:
+    """A message's first line to `width` characters, marked where cut: a figure cut short read as
+    another ("forecast $549,6" for $549,669.22)."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _require_sqlite_file(url: str) -> None:
+    """A relative SQLite `state.url` is read from the current directory: run from another one than
+    the daemon's, the command created an empty store there and said "no messages in pending /
+    failed" while the daemon's store held failed ones."""
+    path = Path(url.removeprefix("sqlite:///"))
+    relative = url.startswith("sqlite:///") and not path.is_absolute() and str(path) != ":memory:"
+    if relative and not path.exists():
+        raise ConfigError(
+            f"state.url: {path} does not exist in the current directory ({Path.cwd()}), which a"
+            " relative path is read from; run gpucost outbox from the directory the daemon runs in,"
+            " or give state.url an absolute path"
+        )
