@@ -73,7 +73,8 @@ def render_chart(d: DigestData, path: str | Path) -> Path:
                 bar.set_alpha(0.45)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     idle = [float(d.idle_gpu_by_day.get(day, 0)) for day in days]
-    hatched = [i for i, day in enumerate(days) if d.idle_unread.get(day) != "all"]  # no $0 outline
+    # no $0 outline where the idle dollars are unknown
+    hatched = [i for i, day in enumerate(days) if d.idle_unread.get(day) not in ("all", "none")]
     if any(idle):
         ax.bar(
             [x[i] for i in hatched],
@@ -86,11 +87,11 @@ def render_chart(d: DigestData, path: str | Path) -> Path:
             label="idle GPU $",
         )
     for xi, day in zip(x, days, strict=True):
-        # a day whose GPUs' utilization was not read has no idle hatch, or too small a one: said so
-        # at its foot, as the table says "not read" / "≥ $X"
+        # a day whose GPUs' utilization was not read (or never reported) has no idle hatch, or too
+        # small a one: said so at its foot, as the table says "not read" / "unknown" / "≥ $X"
         if unread := d.idle_unread.get(day):
             ax.annotate(
-                "idle\nnot read" if unread == "all" else "idle ≥",
+                {"all": "idle\nnot read", "none": "idle\nunknown"}.get(unread, "idle ≥"),
                 (xi, idle[xi]),
                 ha="center",
                 va="bottom",

@@ -92,8 +92,10 @@ class DigestData:
     mtd_by_category: dict[str, Decimal]
     daily_by_category: dict[date, dict[str, Decimal]]
     idle_gpu_by_day: dict[date, Decimal] = field(default_factory=dict)
-    #: Days some GPU-hours of which had their utilization never read: "all" (idle dollars unknown)
-    #: or "some" (`idle_gpu_by_day` is then a lower bound). Absent: every GPU-hour was read.
+    #: Days some GPU-hours of which have no utilization: "all" (none of the day's was read yet),
+    #: "none" (none has any: read, no GPU reported), both meaning idle dollars unknown, or "some"
+    #: (not read yet, or no GPU reported: `idle_gpu_by_day` is then a lower bound). Absent: every
+    #: GPU-hour had utilization.
     idle_unread: dict[date, str] = field(default_factory=dict)
     top_findings: tuple[DigestFinding, ...] = ()
     #: False when no detection has run on the store (`gpucost digest` before any daemon cycle): no
@@ -382,19 +384,23 @@ _NOT_LOOKED = (
 )
 _UNREAD_NOTE = (
     '*Idle GPU: "not read" where gpucost had not read the GPUs\' utilization for those hours (it'
-    ' reads back to its detection window), "≥" where it read some of them.*'
+    ' reads back to its detection window), "unknown" where no GPU reported any, "≥" where some'
+    " GPU-hours have none (not read yet, or no GPU reported: a VM without the agent).*"
 )
 
 
 def idle_cell(d: DigestData, day: date) -> str:
     """A day's idle GPU dollars, as far as utilization was read:
-    "not read" when none of its GPU-hours was, "≥ $X" when only some were (seed 23's daemon showed
+    "not read" when none of its GPU-hours was, "unknown" when none had any, "≥ $X" when only some
+    had (seed 23's daemon showed
     $0.00 for days before its first read reached back, and $1,875.43 for a day it read from 06:00,
     where the day held $2,500.58)."""
     value = d.idle_gpu_by_day.get(day, ZERO)
     unread = d.idle_unread.get(day)
     if unread == "all":
         return "not read"
+    if unread == "none":
+        return "unknown"
     return f"≥ {money(value)}" if unread == "some" else money(value)
 
 

@@ -31,7 +31,7 @@ from zoneinfo import ZoneInfo
 
 from alerts.escape import escape_mrkdwn as esc
 from alerts.escape import truncate
-from monitor.model import idle_usd
+from monitor.model import cents_adding_up, idle_usd
 
 __all__ = [
     "NO_JOB",
@@ -357,15 +357,23 @@ def jobs_markdown(d: DigestJobs, day: date, money: Any) -> list[str]:
         "| Job | Cost | Idle GPU | Idle share | Cross-zone | Cross-zone share |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    for j in d.lines:
+    costs = _costs_shown(d)
+    for j, cost in zip(d.lines, costs, strict=True):
         name = f"*{_cell(j.name)}*" if j.other or j.name == NO_JOB else _cell(j.name)
         idle, idle_share = j.idle_text()
         lines.append(
-            f"| {name} | {money(j.cost)} | {idle} | {idle_share} | "
+            f"| {name} | {money(cost)} | {idle} | {idle_share} | "
             f"{money(j.cross_zone_cost)} | {_pct(j.cross_zone_share)} |"
         )
-    lines += [f"| **Total** | **{money(d.total)}** | | | | |", ""]
+    lines += [f"| **Total** | **{money(sum(costs, ZERO))}** | | | | |", ""]
     return lines
+
+
+def _costs_shown(d: DigestJobs) -> list[Decimal]:
+    """The lines' costs to the cent, adding up to their total as shown (`cents_adding_up`): each
+    rounded alone, the demo's lines summed to $15,188.00 under a total of $15,187.99 (helper 72)."""
+    shown = cents_adding_up({i: j.cost for i, j in enumerate(d.lines)})
+    return [shown[i] for i in range(len(d.lines))]
 
 
 def jobs_blocks(d: DigestJobs, money: Any) -> list[dict[str, Any]]:
@@ -374,8 +382,8 @@ def jobs_blocks(d: DigestJobs, money: Any) -> list[dict[str, Any]]:
         return []
     text = "\n".join(
         f"{'_' if j.other or j.name == NO_JOB else '*'}{esc(j.name)}{'_' if j.other or j.name == NO_JOB else '*'}"
-        f" {money(j.cost)}: idle {_idle_share(j)}, cross-zone {_pct(j.cross_zone_share)}"
-        for j in d.lines
+        f" {money(cost)}: idle {_idle_share(j)}, cross-zone {_pct(j.cross_zone_share)}"
+        for j, cost in zip(d.lines, _costs_shown(d), strict=True)
     )
     return [{"type": "section", "text": {"type": "mrkdwn", "text": truncate("*Top jobs*\n" + text, 2900)}}]
 

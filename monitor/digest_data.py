@@ -177,6 +177,7 @@ def _digest_data(
     # read reached back, a digest run on its own): their idle dollars are unknown, not $0.00
     node_hours: dict[date, int] = defaultdict(int)
     unread: dict[date, int] = defaultdict(int)
+    dark: dict[date, int] = defaultdict(int)  # with no utilization, read or not
     section = JobsSection(day, timezone, jobs).chart(
         stored_job_sums(aggregates, chart_start, end, CLUSTER_FEE)
     )
@@ -188,8 +189,10 @@ def _digest_data(
             d = g.hour.astimezone(tz).date()
             idle[d] += g.idle_cost
             node_hours[d] += 1
-            if g.mean_utilization_pct is None and not hour_covered(coverage, g.project, g.hour):
-                unread[d] += 1
+            if g.mean_utilization_pct is None:  # idle unknown: not read yet, or no GPU reported
+                dark[d] += 1
+                if not hour_covered(coverage, g.project, g.hour):
+                    unread[d] += 1
         if lo < day_hi and hi > day_lo:
             section.add(stored_job_columns(aggregates, max(lo, day_lo), min(hi, day_hi)), joined)
         del util, joined  # before the next piece's are read
@@ -208,8 +211,12 @@ def _digest_data(
         mtd_by_category=dict(mtd),
         daily_by_category={d: dict(v) for d, v in by_day_cat.items() if chart_from <= d <= day},
         idle_gpu_by_day={d: v for d, v in idle.items() if chart_from <= d <= day},
+        # where GPU node-hours have no utilization (unread, or never reported: a VM without the
+        # agent) the day's idle dollars are a floor, as "Top jobs" says of a job's (≥), or unknown
         idle_unread={
-            d: "all" if n == node_hours[d] else "some" for d, n in unread.items() if chart_from <= d <= day
+            d: _idle_known(unread.get(d, 0), n, node_hours[d])
+            for d, n in dark.items()
+            if chart_from <= d <= day
         },
         findings=[_digest_finding(f) for f in findings],
         provisional_days={d for d in by_day_cat if d >= prov_from} | ({day} if provisional else set()),
@@ -227,6 +234,14 @@ def _digest_data(
         other_month=other_month,
         rows_share=Decimal(day_rows) / Decimal(before_rows) if provisional and before_rows else None,
     )
+
+
+def _idle_known(unread: int, dark: int, node_hours: int) -> str:
+    """What a day's idle GPU dollars are, of its GPU node-hours `unread` (utilization not read)
+    and `dark` (none, read or not, `unread` among them): `DigestData.idle_unread`."""
+    if unread == node_hours:
+        return "all"
+    return "none" if dark == node_hours else "some"
 
 
 def _arrived(latest: list[ResourceHourNet], tz: ZoneInfo) -> dict[tuple, int]:

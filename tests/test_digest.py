@@ -386,7 +386,8 @@ def test_a_provisional_day_is_compared_with_the_same_hours_of_the_day_before(tmp
     )
     assert "| Category | 2026-12-02 | 2026-12-01 (same hours and resources) | Change |" in md
     assert "| compute | $120.00 | $120.00 | +$0.00 (+0.0%) |" in md
-    assert "| 2026-12-01 *(provisional)* | $240.00 | $240.00 | $0.00 |" in md  # whole days here
+    # whole days here; no utilization: idle unknown
+    assert "| 2026-12-01 *(provisional)* | $240.00 | $240.00 | unknown |" in md
 
 
 def test_rows_billed_late_are_left_out_of_both_days(tmp_path: Path) -> None:
@@ -733,3 +734,37 @@ def test_a_fully_billed_day_has_as_many_hours_as_it_billed(tmp_path, zone, day) 
     now = datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(hours=36)
     d = _digest(tmp_path, _steady_fleet(day, now + timedelta(days=2)), now=now, tz=zone, day=day)
     assert d.billed_hours == d.day_hours, (d.billed_hours, d.day_hours)
+
+
+@pytest.mark.parametrize(
+    ("unread", "dark", "cell"),
+    [
+        (0, 0, "$5.00"),  # every GPU-hour had utilization
+        (0, 1, "≥ $5.00"),  # one VM's GPUs reported nothing: a floor, as "Top jobs" says (helper 72)
+        (1, 1, "≥ $5.00"),  # one hour not read yet
+        (0, 4, "unknown"),  # read, no GPU reported any: was "$0.00"
+        (2, 4, "unknown"),
+        (4, 4, "not read"),
+    ],
+)
+def test_a_days_idle_cell_says_how_much_of_it_utilization_tells(unread: int, dark: int, cell: str) -> None:
+    """Of a day's 4 GPU node-hours, `unread` had their utilization not read yet and `dark` (those
+    among them) had none: the daily row's idle cell says a floor where some had none, not an exact
+    figure (it read $422.48 where "Top jobs" said "≥ $422.48" of the same dollars)."""
+    from alerts.digest import idle_cell
+    from monitor.digest_data import _idle_known
+
+    states = {DAY: _idle_known(unread, dark, 4)} if dark else {}
+    d = DigestData.from_dicts(
+        day=DAY,
+        timezone="UTC",
+        yesterday_by_category={"compute.gpu": D(5)},
+        previous_by_category={},
+        yesterday_by_project={},
+        previous_by_project={},
+        mtd_by_category={},
+        daily_by_category={DAY: {"compute.gpu": D(5)}},
+        idle_gpu_by_day={DAY: D(5) if dark < 4 else D(0)},
+        idle_unread=states,
+    )
+    assert idle_cell(d, DAY) == cell

@@ -344,10 +344,25 @@ def test_a_day_whose_utilization_was_not_read_says_so_not_zero(tmp_path: Path, f
     assert "Not looked for: no detection has run" in text  # the daemon's first digest came first
     pretrain = next(line for line in text.splitlines() if line.startswith("| llm-pretrain |"))
     assert pretrain.split("|")[3:5] == [" unknown ", " - "]  # as a finished job's message says it
-    # read from noon of the day: the rest of it, and the next day, are read (and had no samples)
+    # read from noon of the day: the rest of it, and the next day, are read, and had no samples: no
+    # GPU-hour of either day has utilization, their idle dollars are unknown, as a job's are where
+    # its GPUs reported nothing (they read "≥ $0.00" and "$0.00")
     read = {ALL: ((T0 - 12 * H, now),)}
     data = digest_data(deps.store, DAY, "UTC", now, 3, jobs=JOBS, aggregates=deps.aggregates, coverage=read)
-    assert data.idle_unread == {DAY - timedelta(days=1): "some"}
+    assert data.idle_unread == {DAY - timedelta(days=1): "none", DAY: "none"}
     run_detection(deps, now)
     assert "Not looked for" not in Path(run_digest(deps, now)["markdown"]).read_text()
     deps.store.close()
+
+
+def test_the_top_jobs_costs_add_up_to_their_total_as_shown() -> None:
+    """Three jobs of $1.005 each: rounded alone they read $1.00 (x3) under a total of $3.02 (the
+    demo's lines summed to $15,188.00 under $15,187.99, helper 72); shown, they add up to it."""
+    from alerts.digest_jobs import DigestJob, DigestJobs
+
+    jobs = DigestJobs(tuple(DigestJob(name=f"j{i}", cost=Decimal("1.005")) for i in range(3)))
+    md = "\n".join(jobs_markdown(jobs, DAY, money))
+    cells = [line.split("|")[2].strip() for line in md.splitlines() if line.startswith("| j")]
+    assert sorted(cells) == ["$1.00", "$1.01", "$1.01"] and "**$3.02**" in md, md
+    text = str(jobs_blocks(jobs, money))
+    assert text.count("$1.01") == 2 and text.count("$1.00") == 1, text
