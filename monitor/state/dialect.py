@@ -26,6 +26,8 @@ with a different meaning).
 
 `INSERT OR REPLACE` needs the table's unique key, read from the database (`Catalog`); a table with
 more than one unique key is refused (SQLite would delete every row conflicting on any of them).
+`ON CONFLICT DO NOTHING` skips only a duplicate key: a NULL in a NOT NULL column or a failed CHECK,
+which SQLite's `OR IGNORE` skips in silence as well, is an error in PostgreSQL.
 With `returning` set, a single-row INSERT into a table with an identity column gets `RETURNING`
 that column, which is how the store provides `cursor.lastrowid`.
 """

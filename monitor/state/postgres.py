@@ -8,7 +8,16 @@ dialect: the connection handed out by `transaction()` translates their SQLite SQ
 Concurrency mimics SQLite's single writer: every transaction starts by taking one transaction-level
 advisory lock (per schema), so gpucost's transactions run one at a time, as they do under
 `BEGIN IMMEDIATE`. Components rely on that (read the notification log, decide, write; read the
-outbox, send, mark), and SERIALIZABLE would instead need a retry loop around each of them.
+outbox, send, mark), and SERIALIZABLE would instead need a retry loop around each of them. So every
+transaction is READ COMMITTED whatever the server's default: under REPEATABLE READ (a database's
+or role's `default_transaction_isolation`) the snapshot is taken by the statement that waits for
+the lock, and the second of two read-modify-write steps read the state from before the first.
+
+A store that cannot be written (the lock held past `lock_timeout_s`, the server gone mid-step, its
+disk full) raises `StateStoreError` naming the store, as SQLite's does: the transaction is rolled
+back and the step runs again next time. A session idle inside a transaction for
+`idle_in_transaction_s` is ended by the server, so a holder that stopped answering without closing
+its connection (its node vanished, SIGSTOP) frees the lock then, not when TCP keepalive gives up.
 
 Needs psycopg 3 (`pip install "gpucost[postgres]"`); imported lazily so SQLite users do not.
 """
@@ -24,7 +33,7 @@ from typing import Any
 from monitor.errors import ConfigError
 from monitor.state.dialect import UntranslatableSQL
 from monitor.state.pg_conn import PgConnection, PgCursor, Row
-from monitor.state.store import redact_url, refuse_newer
+from monitor.state.store import StateStoreError, redact_url, refuse_newer
 
 __all__ = ["PgConnection", "PgCursor", "PostgresStore", "Row", "UntranslatableSQL"]
 
@@ -35,7 +44,12 @@ NAMED_LOCK_CLASS = 0x67707564
 #: How often `exclusive` asks again for a named lock another session holds.
 _NAMED_POLL_S = 0.1
 #: One round trip: open the transaction and wait for the store lock (see the module docstring).
-_BEGIN = f"BEGIN; SELECT pg_advisory_xact_lock({LOCK_CLASS}, hashtext(current_schema()))"
+_BEGIN = (
+    "BEGIN ISOLATION LEVEL READ COMMITTED;"
+    f" SELECT pg_advisory_xact_lock({LOCK_CLASS}, hashtext(current_schema()))"
+)
+#: SQLSTATEs with a fix to name: lock_not_available (lock_timeout ran out), disk_full.
+_LOCK_TIMEOUT, _DISK_FULL = "55P03", "53100"
 _MIGRATIONS_DDL = (
     "CREATE TABLE IF NOT EXISTS schema_migrations ("
     " component TEXT NOT NULL, version INTEGER NOT NULL,"
@@ -49,11 +63,20 @@ class PostgresStore:
 
     `url` is a libpq URL (`postgresql://user:pass@host:port/db?options=-csearch_path%3Dgpucost`);
     tables live in the connection's current schema. Connections are in autocommit mode outside
-    `transaction()`, use UTC, wait at most `lock_timeout_s` for the store lock, and do not
-    prepare statements server-side (a migration may change a table under a prepared `SELECT *`).
+    `transaction()`, use UTC, wait at most `lock_timeout_s` for the store lock, are ended by the
+    server when idle inside a transaction for `idle_in_transaction_s` (minutes: a step computing
+    between its statements keeps its session), and do not prepare statements server-side (a
+    migration may change a table under a prepared `SELECT *`).
     """
 
-    def __init__(self, url: str, *, lock_timeout_s: float = 30, connect_timeout_s: int = 10):
+    def __init__(
+        self,
+        url: str,
+        *,
+        lock_timeout_s: float = 30,
+        connect_timeout_s: int = 10,
+        idle_in_transaction_s: float = 300,
+    ):
         try:
             import psycopg
         except ImportError:
@@ -64,6 +87,7 @@ class PostgresStore:
         self._psycopg = psycopg
         self.url = url
         self._lock_timeout_ms = int(lock_timeout_s * 1000)
+        self._idle_in_transaction_ms = int(idle_in_transaction_s * 1000)
         self._connect_timeout_s = connect_timeout_s
         self._local = threading.local()
         self._all: list[Any] = []
@@ -72,8 +96,16 @@ class PostgresStore:
         self.sql_cache: dict[tuple[str, bool, bool], tuple[str, bool]] = {}
         self.catalog_cache: dict[tuple[str, str], Any] = {}
         self._migrated: dict[str, int] = {}
-        with self.transaction() as conn:
-            conn.execute(_MIGRATIONS_DDL)
+        try:
+            with self.transaction() as conn:
+                conn.execute(_MIGRATIONS_DDL)
+        except psycopg.Error as e:  # the schema: missing, or not the user's to create tables in
+            error = self._schema_error(e)
+            self.close()
+            raise error from None
+        except BaseException:  # locked or gone (StateStoreError): the URL is fine, the step runs again
+            self.close()
+            raise
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact_url(self.url)!r})"
@@ -89,11 +121,49 @@ class PostgresStore:
                 application_name="gpucost",
             )
         except psycopg.Error as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ConfigError(f"state.url: cannot connect to {redact_url(self.url)}: {first}") from None
-        raw.execute("SELECT set_config('TimeZone', 'UTC', false)")
-        raw.execute("SELECT set_config('lock_timeout', %s, false)", (f"{self._lock_timeout_ms}ms",))
+            raise ConfigError(
+                f"state.url: cannot connect to {redact_url(self.url)}: {_first_line(e)}"
+            ) from None
+        raw.execute(
+            "SELECT set_config('TimeZone', 'UTC', false), set_config('lock_timeout', %s, false),"
+            " set_config('idle_in_transaction_session_timeout', %s, false)",
+            (f"{self._lock_timeout_ms}ms", f"{self._idle_in_transaction_ms}ms"),
+        )
         return raw
+
+    def _schema_error(self, e: Any) -> ConfigError:
+        """Why gpucost's first table could not be created in the URL's schema, with the fix."""
+        where, first = redact_url(self.url), _first_line(e)
+        try:
+            path, user, schema = (
+                self._raw()
+                .execute("SELECT current_setting('search_path'), current_user, current_schema()")
+                .fetchone()
+            )
+        except self._psycopg.Error:
+            return ConfigError(f"state.url: {where}: cannot create gpucost's tables ({first})")
+        if e.sqlstate == "3F000":  # invalid_schema_name: no schema of the search_path exists
+            name = path.split(",")[0].strip().replace('"$user"', user)
+            return ConfigError(
+                f"state.url: {where}: no schema to create gpucost's tables in (search_path: {path});"
+                f" create it (CREATE SCHEMA {name}) or name an existing one in the URL"
+                " (options=-csearch_path%3DSCHEMA)"
+            )
+        if e.sqlstate == "42501":  # insufficient_privilege: PostgreSQL 15 no longer grants CREATE on public
+            return ConfigError(
+                f"state.url: {where}: {first}; grant the user CREATE on it (GRANT CREATE ON SCHEMA"
+                f" {schema} TO {user}) or name a schema it may create tables in"
+            )
+        return ConfigError(f"state.url: {where}: cannot create gpucost's tables ({first})")
+
+    def _error(self, e: Any) -> StateStoreError:
+        """`e` (a psycopg OperationalError) naming this store, as `SQLiteStore._error` does."""
+        text = _first_line(e)
+        if e.sqlstate == _LOCK_TIMEOUT:
+            text += f" (another process held the store lock for over {self._lock_timeout_ms / 1000:g} s)"
+        elif e.sqlstate == _DISK_FULL:
+            text += " (free disk space on the database server)"
+        return StateStoreError(f"state store {redact_url(self.url)}: {text}; the step runs again next time")
 
     @contextmanager
     def exclusive(self, name: str, wait_s: float) -> Iterator[bool]:
@@ -162,18 +232,25 @@ class PostgresStore:
         """All-or-nothing, one at a time (see the module docstring); nested use joins the outer one.
 
         A statement that failed aborts a PostgreSQL transaction (not so in SQLite): if the block
-        swallowed such an error, committing raises instead of silently rolling back.
+        swallowed such an error, committing raises instead of silently rolling back. The server's
+        operational failures (lock timeout, connection lost, disk full) are `StateStoreError`s.
         """
         if getattr(self._local, "depth", 0):
             yield PgConnection(self._local.raw, self)
             return
-        raw = self._begin()
+        operational = self._psycopg.OperationalError
+        try:
+            raw = self._begin()
+        except operational as e:
+            raise self._error(e) from e
         self._local.depth = 1
         try:
             yield PgConnection(raw, self)
-        except BaseException:
+        except BaseException as e:
             self._local.depth = 0
             self._rollback(raw)
+            if isinstance(e, operational):
+                raise self._error(e) from e
             raise
         self._local.depth = 0
         if raw.info.transaction_status == self._psycopg.pq.TransactionStatus.INERROR:
@@ -181,7 +258,11 @@ class PostgresStore:
             raise self._psycopg.errors.InFailedSqlTransaction(
                 "a statement failed inside transaction(); the transaction was rolled back"
             )
-        raw.execute("COMMIT")
+        try:
+            raw.execute("COMMIT")
+        except operational as e:
+            self._rollback(raw)
+            raise self._error(e) from e
 
     def _begin(self) -> Any:
         """BEGIN and take the store lock, on a new connection if this thread's one had died."""
@@ -249,3 +330,8 @@ class PostgresStore:
             self._all.clear()
             self._lock_sessions.clear()
         self._local = threading.local()
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
