@@ -13,9 +13,11 @@ billed, never fewer than the GPUs seen; a GPU that reports nothing is not counte
 does it shrink the share), so a GPU already paid for by a commitment (or a $0 reserved one) shows
 its idle GPU-hours at what they really cost. Node-hours with GPU spend but no utilization are
 *unmonitored*, never assumed busy or idle. The signal precedence (and the GKE node / container duty
-cycle pair) was applied when the samples were reduced to hours. `judge_nodes` runs the same matching
-where the node-hours are stored, one row per node back, so `analyze` reads only the node-hours its
-detectors judge (`monitor.assemble.judged_gpu_hours`).
+cycle pair) was applied when the samples were reduced to hours. A GKE node recreated under its name
+within an hour is billed as two instances in that hour, each judged on its own VM's GPUs
+(`_JOIN_SQL`). `judge_nodes` runs the same matching where the node-hours are stored, one row per
+node back, so `analyze` reads only the node-hours its detectors judge
+(`monitor.assemble.judged_gpu_hours`).
 
 Sums per node and rollups (per project, cluster, node pool, namespace, label) live in
 `monitor.gpu_rollups`.
@@ -135,27 +137,57 @@ def idle_share(gpu_hours: Decimal, effective: int, idle_gpus: int, gpus: int) ->
     return gpu_hours * idle_gpus / gpus, effective * idle_gpus // gpus
 
 
-#: Each host-hour's GPUs: how many were seen, their mean utilization, how many sat below the
-#: threshold (`$threshold`), whether one held memory while below it, the best signal.
-_PER_HOST = """
+#: What a set of GPUs of a host-hour says: how many were seen, their mean utilization, how many sat
+#: below the threshold (`$threshold`), whether one held memory while below it, the best signal.
+_FIGURES = ("gpus_seen", "mean_util", "idle_gpus", "memory_held", "rank", "container")
+_FIGURES_SQL = """COUNT(*) AS gpus_seen,
+           AVG(util) AS mean_util,
+           COUNT_IF(util < $threshold) AS idle_gpus,
+           BOOL_OR(util < $threshold AND mem > 0) AS memory_held,
+           MIN(rank) AS rank,
+           BOOL_OR(container) AS container"""
+#: Each GPU-hour (with its first and last window's start) and each host-hour's `_FIGURES`.
+_PER_HOST = f"""
 per_gpu AS (
     SELECT sid, gpu, hour,
            SUM(pct_sum) / SUM(samples) AS util,
            MAX(memory_max) AS mem,
            MIN(rank) AS rank,
-           BOOL_OR(container) AS container
+           BOOL_OR(container) AS container,
+           MIN(first) AS first,
+           MAX(last) AS last
     FROM gpu_util_hours
     GROUP BY ALL
 ), per_host AS (
-    SELECT sid, hour,
-           COUNT(*) AS gpus_seen,
-           AVG(util) AS mean_util,
-           COUNT_IF(util < $threshold) AS idle_gpus,
-           BOOL_OR(util < $threshold AND mem > 0) AS memory_held,
-           MIN(rank) AS rank,
-           BOOL_OR(container) AS container
+    SELECT sid, hour, {_FIGURES_SQL}
     FROM per_gpu
     GROUP BY ALL
+)"""
+#: The GPUs of the host-hours several node-hours matched (`shared`), in runs that follow one another
+#: in time (`vm` from 0; `vms` runs in the host-hour): a GPU starts a new run when its first window
+#: starts after the last one of every GPU before it. A GKE node recreated under its name within the
+#: hour is two VMs, one after the other ("the node is drained and re-created. This process preserves
+#: the original name of the node": https://cloud.google.com/kubernetes-engine/docs/how-to/node-auto-repair,
+#: "Node repair process"), and the new VM's GPUs are other devices with other UUIDs, the GPU key of
+#: dcgm-exporter and of the node duty cycle (`monitor.sources.presets`). Same UUIDs (the new VM on
+#: the same GPUs, or a series keyed by index) make one run, and no split.
+_PER_VM = f"""
+after AS (
+    SELECT g.*, MAX(g.last) OVER (
+        PARTITION BY g.sid, g.hour ORDER BY g.first, g.last, g.gpu
+        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ) AS before
+    FROM per_gpu AS g
+    JOIN shared USING (sid, hour)
+), runs AS (
+    SELECT *, SUM(CASE WHEN first > before THEN 1 ELSE 0 END) OVER (
+        PARTITION BY sid, hour ORDER BY first, last, gpu ROWS UNBOUNDED PRECEDING
+    ) AS vm
+    FROM after
+), per_vm AS (
+    SELECT sid, hour, vm, {_FIGURES_SQL}, COUNT(*) OVER (PARTITION BY sid, hour) AS vms
+    FROM runs
+    GROUP BY sid, hour, vm
 )"""
 #: A node-hour `c` (`node`, `hour`) with each host-hour `u` that answers to one of its node's identity
 #: keys (`k`, `h`), or none: the join's matching, which `_JUDGE_SQL` runs too.
@@ -165,26 +197,52 @@ _HOSTS_OF = """JOIN gpu_node_keys AS k ON k.node = c.node
 # GPU-hours are merged per host (`sid`: samples of one node may differ in zone or name labels), then
 # matched through the identity keys both sides answer to; of several matching hosts the one with most
 # GPUs wins, then the primary key.
+#
+# Node-hours of several nodes (instance ids) can match one host-hour: a GKE node recreated under its
+# name within the hour is billed as two. Each is then judged on its own VM's GPUs, when that is known:
+# the host-hour's GPUs fall in as many runs in time as there are node-hours (`_PER_VM`), and the
+# nodes' billed hours order them, no two alike (the old VM's node is billed from and to earlier hours
+# than the new one's). Both rows saw every GPU of the hour before, 16 on an a3-highgpu-8g, and each
+# was idle by the other VM's GPUs too: the old VM idle for its 20 minutes ($29.33), the new one busy,
+# showed $40.33 idle (tests/test_recreated_node_dcgm.py). Where it is not known (the new VM on the
+# same GPUs, or a VM that did not report), both still see every GPU of the hour.
 _JOIN_SQL = f"""
-WITH {_PER_HOST}
-SELECT * FROM (
-    SELECT c.idx, u.gpus_seen, u.mean_util, u.idle_gpus, u.memory_held, u.rank, u.container
-    FROM gpu_costs AS c
+WITH {_PER_HOST}, costs AS (
+    SELECT idx, node, hour, MIN(hour) OVER (PARTITION BY node) AS since,
+           MAX(hour) OVER (PARTITION BY node) AS until
+    FROM gpu_costs
+), matched AS (
+    SELECT c.idx, c.since, c.until, u.*
+    FROM costs AS c
     {_HOSTS_OF}
     QUALIFY ROW_NUMBER() OVER (
         PARTITION BY c.idx ORDER BY u.gpus_seen DESC NULLS LAST, k.pos, h.pos, u.sid
     ) = 1
-)
-WHERE gpus_seen IS NOT NULL
-ORDER BY idx
+), shared AS (
+    SELECT sid, hour, COUNT(*) AS sharing
+    FROM matched
+    WHERE (sid, hour) IN (SELECT sid, hour FROM matched WHERE sid IS NOT NULL GROUP BY ALL HAVING COUNT(*) > 1)
+    GROUP BY ALL
+    HAVING COUNT(DISTINCT (since, until)) = COUNT(*)
+), ordered AS (
+    SELECT m.idx, s.sharing, ROW_NUMBER() OVER (PARTITION BY sid, hour ORDER BY m.since, m.until) - 1 AS vm
+    FROM matched AS m
+    JOIN shared AS s USING (sid, hour)
+), {_PER_VM}
+SELECT m.idx, {", ".join(f"IF(v.sid IS NULL, m.{f}, v.{f})" for f in _FIGURES)}
+FROM matched AS m
+LEFT JOIN ordered AS o USING (idx)
+LEFT JOIN per_vm AS v ON v.sid = m.sid AND v.hour = m.hour AND v.vm = o.vm AND v.vms = o.sharing
+WHERE m.gpus_seen IS NOT NULL
+ORDER BY m.idx
 """
 
 #: What identifies a GPU node among node-hours (`GpuNodeHours.identities`).
 NODE_COLUMNS = ("project", "zone", "instance", "instance_id", "cluster")
 # `_JOIN_SQL`'s matching, per node over its node-hours where they are stored (`node_hours`, their
 # nodes numbered in `gpu_nodes`): whether some node-hour has no host-hour (unmonitored), whether some
-# matching host-hour had a GPU below the threshold. The join keeps one host per node-hour, so the
-# second is a superset of the nodes with an idle GPU-hour.
+# matching host-hour had a GPU below the threshold. The join keeps one host per node-hour (or one
+# VM's GPUs of it), so the second is a superset of the nodes with an idle GPU-hour.
 _JUDGE_SQL = f"""WITH {_PER_HOST}, at_node AS (
     SELECT n.node, epoch(c.hour)::BIGINT AS hour
     FROM node_hours AS c
@@ -330,8 +388,8 @@ def _node_keys(keys_of: Sequence[Sequence[str]]) -> pa.Table:
 
 
 def util_tables(hours: UtilHours) -> dict[str, pa.Table]:
-    """gpu_hosts (sid, pos, key) and gpu_util_hours (sid, gpu, hour, ...) for the join (built once
-    for the judging and the join of the same hours: `monitor.assemble.judged_gpu_hours`)."""
+    """gpu_hosts (sid, pos, key) and gpu_util_hours (sid, gpu, hour, ..., first, last) for the join
+    (built once for the judging and the join of the same hours: `monitor.assemble.judged_gpu_hours`)."""
     import pyarrow as pa
 
     # a host is its primary identity (samples of one node may differ in zone or name labels); it
@@ -367,6 +425,8 @@ def util_tables(hours: UtilHours) -> dict[str, pa.Table]:
                 "memory_max": pa.array(h["memory_max"], pa.float64()),
                 "rank": pa.array([ranks[x] for x in h["signal"]], pa.int64()),
                 "container": pa.array([bool(x) for x in h["container"]], pa.bool_()),
+                "first": pa.array(h["first"], pa.int64()),
+                "last": pa.array(h["last"], pa.int64()),
             }
         ),
     }
@@ -375,7 +435,8 @@ def util_tables(hours: UtilHours) -> dict[str, pa.Table]:
 @dataclass(frozen=True, slots=True)
 class Joined:
     """What utilization says of one billed node-hour (absent: unmonitored). `gpus`: the GPUs that
-    reported (`attached_gpus` makes the count the share divides by)."""
+    reported (of its own VM, where the host-hour had two: `_JOIN_SQL`; `attached_gpus` makes the
+    count the share divides by)."""
 
     gpus: int
     mean_utilization_pct: float

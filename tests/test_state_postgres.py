@@ -716,13 +716,13 @@ def test_a_store_a_newer_release_migrated_is_refused(
     again = _open(kind, request, tmp_path)  # a process of the older release
     try:
         with pytest.raises(StateStoreError, match=r"utilization tables are at version 99, written by a newer gpucost"
-                           r" \(this one knows 4\); run that release or a newer one, or restore a backup"):  # fmt: skip
+                           r" \(this one knows 5\); run that release or a newer one, or restore a backup"):  # fmt: skip
             migrate(again)
         with again.transaction() as conn:
             versions = [
                 r[0]
                 for r in conn.execute("SELECT version FROM schema_migrations WHERE component = 'utilization'")
             ]
-        assert sorted(versions) == [1, 2, 3, 4, 99]
+        assert sorted(versions) == [1, 2, 3, 4, 5, 99]
     finally:
         again.close()

@@ -155,12 +155,12 @@ def test_the_store_path_equals_the_reduction_of_its_samples(tmp_path_factory, dr
 
 _FRESH = (
     "SELECT series, start - start % 3600, COUNT(*), SUM(utilization_pct), MAX(memory_used_bytes),"
-    " MAX(CASE WHEN memory_used_bytes <> 0 AND utilization_pct < ? THEN 1 ELSE 0 END), MIN(start)"
-    " FROM utilization_points GROUP BY series, start - start % 3600 ORDER BY 1, 2"
+    " MAX(CASE WHEN memory_used_bytes <> 0 AND utilization_pct < ? THEN 1 ELSE 0 END), MIN(start),"
+    " MAX(start) FROM utilization_points GROUP BY series, start - start % 3600 ORDER BY 1, 2"
 )
 _KEPT = (
-    "SELECT series, hour, points, pct_sum, memory_max, idle_held, first_start FROM utilization_hours"
-    " ORDER BY series, hour"
+    "SELECT series, hour, points, pct_sum, memory_max, idle_held, first_start, last_start"
+    " FROM utilization_hours ORDER BY series, hour"
 )
 
 
@@ -209,13 +209,15 @@ def test_the_kept_hours_are_the_points_reduced_after_any_writes_and_retention(
         s.close()
 
 
-def test_the_migration_reduces_the_points_already_stored(tmp_path) -> None:
-    """A store written before `utilization_hours` existed gets it filled from its points."""
+@pytest.mark.parametrize("done", [3, 4], ids=["without_hours", "without_last_start"])
+def test_the_migration_reduces_the_points_already_stored(tmp_path, done) -> None:
+    """A store written before `utilization_hours` existed, or before it kept the last start, gets it
+    filled from its points."""
     from monitor.utilization.state import _MIGRATIONS, COMPONENT
 
     s = SQLiteStore(tmp_path / "state.sqlite")
     try:
-        s.migrate(COMPONENT, _MIGRATIONS[:3])
+        s.migrate(COMPONENT, _MIGRATIONS[:done])
         with s.transaction() as conn:
             conn.execute(
                 "INSERT INTO utilization_series (id, scope, preset, project, host, gpu, signal)"
@@ -233,8 +235,8 @@ def test_the_migration_reduces_the_points_already_stored(tmp_path) -> None:
         assert_hours_kept(s)
         with s.transaction() as conn:
             assert [tuple(r) for r in conn.execute(_KEPT).fetchall()] == [
-                (1, 0, 2, 40.5, 4e9, 1, 0),
-                (1, 3600, 1, 7.0, 0.0, 0, 3600),
+                (1, 0, 2, 40.5, 4e9, 1, 0, 300),
+                (1, 3600, 1, 7.0, 0.0, 0, 3600, 3600),
             ]
     finally:
         s.close()

@@ -15,6 +15,7 @@ memory, whether any sample was idle but allocated.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -43,11 +44,14 @@ class UtilHour:
     exact); `memory_max` the most GPU memory held (None: never reported); `idle_allocated` some
     window held memory at (almost) 0% busy (`GpuSample.idle_but_allocated`); `signal` the most
     trusted signal of the hour; `container` the host reported GKE container duty cycles that hour
-    (a node judged on its node duty cycle without them is a time-shared / MPS GPU).
+    (a node judged on its node duty cycle without them is a time-shared / MPS GPU). `first` /
+    `last`: the epoch seconds of its first and last window's start in the hour: a GKE node
+    recreated under its name within the hour is two VMs, one after the other, and the join tells
+    their GPUs apart by them (`monitor.gpus`).
 
     >>> from datetime import UTC
     >>> h = UtilHour("p", None, "42", "vm", None, None, "0", None, datetime(2026, 11, 1, 10, tzinfo=UTC),
-    ...              "gpu_utilization", 12, 60.0, None, False, False)
+    ...              "gpu_utilization", 12, 60.0, None, False, False, 1793527200, 1793530500)
     >>> (h.host, h.mean_pct)
     ('42', 5.0)
     """
@@ -67,6 +71,8 @@ class UtilHour:
     memory_max: float | None
     idle_allocated: bool
     container: bool
+    first: int
+    last: int
 
     @property
     def mean_pct(self) -> float:
@@ -133,9 +139,10 @@ def reduce_samples(
     for s in resolved:
         ident, hour = ident_of(s), _hour(s.start)
         a = acc.get((ident, hour))
+        at = s.start.timestamp()
         if a is None:
             acc[(ident, hour)] = [s.signal, 1, s.utilization_pct, s.memory_used_bytes, s.idle_but_allocated,
-                                  s.start.timestamp()]  # fmt: skip
+                                  at, at]  # fmt: skip
             continue
         if Signal.rank(s.signal) < Signal.rank(a[0]):
             a[0] = s.signal
@@ -144,10 +151,13 @@ def reduce_samples(
         if s.memory_used_bytes is not None and (a[3] is None or s.memory_used_bytes > a[3]):
             a[3] = s.memory_used_bytes
         a[4] = a[4] or s.idle_but_allocated
-    return [
-        (UtilHour(*ident, hour, sig, n, total, mem, idle, (*key(ident)[:2], hour) in container), first)
-        for (ident, hour), (sig, n, total, mem, idle, first) in acc.items()
-    ]
+        a[5], a[6] = min(a[5], at), max(a[6], at)
+    out = []
+    for (ident, hour), (sig, n, total, mem, idle, first, last) in acc.items():
+        held = (*key(ident)[:2], hour) in container
+        util = UtilHour(*ident, hour, sig, n, total, mem, idle, held, math.floor(first), math.floor(last))
+        out.append((util, first))
+    return out
 
 
 def util_hours(samples: Iterable[GpuSample]) -> list[UtilHour]:

@@ -91,27 +91,41 @@ CREATE TABLE utilization_coverage (
 """
 #: A series' points reduced per hour of their start, what `monitor.utilization.hourly.UtilHour`
 #: holds (points, sum of utilization, memory held, whether a window held memory while idle, the
-#: first start), as `utilization_hours` columns: the one definition the migration, every rebuild
-#: and reads of part of an hour use. Its idle test bakes in `BUSY_EPSILON_PCT`: changing that
-#: constant needs a migration that rebuilds `utilization_hours`.
-_HOUR_COLUMNS = "series, hour, points, pct_sum, memory_max, idle_held, first_start"
+#: first and last start), as `utilization_hours` columns: the one definition the migrations, every
+#: rebuild and reads of part of an hour use. Its idle test bakes in `BUSY_EPSILON_PCT`: changing
+#: that constant needs a migration that rebuilds `utilization_hours`.
+_HOUR_COLUMNS = "series, hour, points, pct_sum, memory_max, idle_held, first_start, last_start"
 _PER_HOUR = (
     "series, start - start % 3600, COUNT(*), SUM(utilization_pct), MAX(memory_used_bytes),"
     f" MAX(CASE WHEN memory_used_bytes <> 0 AND utilization_pct < {BUSY_EPSILON_PCT!r} THEN 1 ELSE 0 END),"
-    " MIN(start)"
+    " MIN(start), MAX(start)"
 )
 _BY_HOUR = " GROUP BY series, start - start % 3600"
 #: `_PER_HOUR` kept for every series and hour by every write (`replace_window`, retention) for the
 #: hours it touches, so a read of weeks sums hours rather than twelve 5-minute points each; filled
-#: from the stored points on migration.
+#: from the stored points on migration. (As first written, without the last start: `_V5`.)
 _V4 = f"""
 CREATE TABLE utilization_hours (
   series INTEGER NOT NULL, hour INTEGER NOT NULL, points INTEGER NOT NULL, pct_sum REAL NOT NULL,
   memory_max REAL, idle_held INTEGER NOT NULL, first_start INTEGER NOT NULL,
   PRIMARY KEY (series, hour)) WITHOUT ROWID;
+INSERT INTO utilization_hours (series, hour, points, pct_sum, memory_max, idle_held, first_start)
+  SELECT series, start - start % 3600, COUNT(*), SUM(utilization_pct), MAX(memory_used_bytes),
+  MAX(CASE WHEN memory_used_bytes <> 0 AND utilization_pct < {BUSY_EPSILON_PCT!r} THEN 1 ELSE 0 END), MIN(start)
+  FROM utilization_points GROUP BY series, start - start % 3600
+"""
+#: The last start of each series-hour too: the GPU join tells the GPUs of a GKE node recreated
+#: under its name within an hour apart by when they reported (`monitor.gpus`). Rebuilt from the
+#: stored points, as `_V4` filled it.
+_V5 = f"""
+DROP TABLE utilization_hours;
+CREATE TABLE utilization_hours (
+  series INTEGER NOT NULL, hour INTEGER NOT NULL, points INTEGER NOT NULL, pct_sum REAL NOT NULL,
+  memory_max REAL, idle_held INTEGER NOT NULL, first_start INTEGER NOT NULL, last_start INTEGER NOT NULL,
+  PRIMARY KEY (series, hour)) WITHOUT ROWID;
 INSERT INTO utilization_hours ({_HOUR_COLUMNS}) SELECT {_PER_HOUR} FROM utilization_points{_BY_HOUR}
 """
-_MIGRATIONS = (_V1, _V2, _V3, _V4)
+_MIGRATIONS = (_V1, _V2, _V3, _V4, _V5)
 
 # (project, host, gpu, signal) then the labels: one `utilization_series` row within a scope+preset.
 _SERIES_COLS = ("project", "host", "gpu", "signal", "zone", "instance_id", "instance_name", "cluster")
@@ -339,11 +353,12 @@ def load_util_hours(store: StateStore, start: datetime, end: datetime) -> UtilHo
     )
     order = order_key(key)
     keyed = [(order(item), UtilHours.astuple(item[0])) for item in reduce_samples(resolved, container, key)]
-    for sid, hour, n, total, mem, idle, first in single:
+    for sid, hour, n, total, mem, idle, first, last in single:
         ident, signal, gpu_key = series[sid]
         when = _when(hour)
         held = (*gpu_key[:2], when) in container
-        keyed.append(((gpu_key, when, float(first)), (*ident, when, signal, n, total, mem, bool(idle), held)))
+        row = (*ident, when, signal, n, total, mem, bool(idle), held, first, last)
+        keyed.append(((gpu_key, when, float(first)), row))
     keyed.sort(key=itemgetter(0))  # stable, as the sort by `order_key` over the same list was
     return UtilHours.from_tuples([h for _, h in keyed])
 
