@@ -38,7 +38,7 @@ from monitor.detectors.inputs import (
 )
 from monitor.frozen import draft_class, freeze
 from monitor.gpu_identity import node_pool_from_name, sample_identities
-from monitor.gpu_models import normalize_gpu_model, parse_sku_description, region_of
+from monitor.gpu_models import gpus_for_machine_type, normalize_gpu_model, parse_sku_description, region_of
 from monitor.gpus import (
     NODE_COLUMNS,
     GpuCostHour,
@@ -410,9 +410,18 @@ def _estimate_hour(
         n_sum[1] += h.pct_sum
     # the GPUs attached, as a billed hour of the node counts them (`attached_gpus`): those that
     # did not report are paid for too, and priced as the bill will price them
-    gpus = attached_gpus(k.machine_type, counted, len(per_gpu)) if k is not None else len(per_gpu)
+    seen = len(per_gpu)
+    gpus = attached_gpus(k.machine_type, counted, seen) if k is not None else seen
+    said = gpus_for_machine_type(k.machine_type) if k is not None else None
+    if said is not None and seen > said.count:
+        # More GPUs reported than the machine has: VMs one after the other under the node's name (a
+        # GKE node recreated within the hour, its new VM's GPUs with new UUIDs). The hour is priced
+        # for the GPUs attached, each GPU seen judged for its share of it: 16 GPUs of an
+        # a3-highgpu-8g were priced $176 with $88 idle where the bill says about $80.67 (helper 70).
+        gpus = said.count
     means = [total / n for n, total in per_gpu.values()]
     idle = sum(1 for m in means if m < threshold)
+    judged = max(gpus, seen)  # the GPUs each idle one is a share of
     cost = (unit * gpus).quantize(_Q6)
     effective = cost * _effective_ratio(k)
     cluster = k.cluster if k else first.cluster
@@ -427,8 +436,8 @@ def _estimate_hour(
             gpu_hours=Decimal(gpus),
             gpu_cost=cost,
             mean_utilization_pct=sum(means) / len(means),
-            idle_gpu_hours=Decimal(idle),
-            idle_cost=(effective * idle / gpus).quantize(_Q6),
+            idle_gpu_hours=Decimal(idle) * gpus / judged,
+            idle_cost=(effective * idle / judged).quantize(_Q6),
             zone=(k.zone if k else first.zone),
             region=region,
             instance_id=(k.instance_id if k else first.instance_id),

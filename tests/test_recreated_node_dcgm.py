@@ -135,3 +135,22 @@ def test_the_hung_node_repaired_is_idle_for_what_its_old_vm_cost(bill, make) -> 
     joined = gpu_hours(nodes, util_hours(parsed(_series(make, 8, 0))), 10.0, None, T0 + 4 * H)
     (f,) = IdleGpu().evaluate(detector_inputs(joined, 4), T0 + 4 * H)
     assert (f.impact_usd, f.evidence["idle_hours"]) == (D("117.333333"), 2)
+
+
+def test_an_estimated_hour_of_the_recreated_node_prices_the_gpus_attached() -> None:
+    """Hour 1 before its billing lands: estimated from the 16 GPUs that reported. It was priced for
+    16 ($176, $88 of it idle with the old VM hung) where the bill will say about $80.67 for the two
+    VMs' 55 minutes (helper 70). Now the 8 GPUs attached, each GPU seen a share of them: $88, the 8
+    idle ones half of it (which of the two VMs ran longer only the bill will tell)."""
+    from tests.test_detectors_common import FakePrices
+
+    prices = FakePrices(table={("H100 80GB", "on_demand"): D(11)})
+    store = stored([billed(0, iid=OLD_IID)])
+    try:
+        nodes = gpu_node_hours(store, T0, T0 + 2 * H, T0 + H)
+        util = util_hours(parsed(_series(_dcgm, 8, 0)[:24]))  # hour 0 billed, hour 1 not yet
+        got = gpu_hours(nodes, util, 10.0, prices, T0 + 2 * H, T0 + H)
+    finally:
+        store.close()
+    (est,) = [h for h in got if h.estimated]
+    assert (est.hour, est.gpus, est.gpu_cost, est.idle_gpu_hours, est.idle_cost) == (T0 + H, 8, D(88), 4, D(44))

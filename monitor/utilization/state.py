@@ -353,10 +353,12 @@ def load_util_hours(store: StateStore, start: datetime, end: datetime) -> UtilHo
     )
     order = order_key(key)
     keyed = [(order(item), UtilHours.astuple(item[0])) for item in reduce_samples(resolved, container, key)]
+    starts: dict[int, int] = {}  # a few window starts an hour, shared: two ints a GPU-hour else
     for sid, hour, n, total, mem, idle, first, last in single:
         ident, signal, gpu_key = series[sid]
         when = _when(hour)
         held = (*gpu_key[:2], when) in container
+        first, last = starts.setdefault(first, first), starts.setdefault(last, last)
         row = (*ident, when, signal, n, total, mem, bool(idle), held, first, last)
         keyed.append(((gpu_key, when, float(first)), row))
     keyed.sort(key=itemgetter(0))  # stable, as the sort by `order_key` over the same list was
