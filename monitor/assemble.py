@@ -233,7 +233,7 @@ _HourDraft = draft_class(
     ("hour", "project", "instance", "gpu_model", "gpus", "gpu_hours", "gpu_cost", "mean_utilization_pct",
      "idle_gpu_hours", "idle_cost", "zone", "region", "instance_id", "cluster", "machine_type", "memory_held",
      "pricing_model", "estimated", "labels", "node_pool", "namespaces", "gpu_credits", "signal",
-     "container_metrics"),
+     "container_metrics", "gpu_cud"),
 )  # fmt: skip
 
 
@@ -271,7 +271,7 @@ def _billed(nodes: GpuNodeHours, joined: Sequence[Joined | None]) -> list[GpuHou
                 labels or _NONE,  # shared: nothing mutates a row's labels (`_LabelSets`)
                 pool or node_pool_from_name(cluster, instance),
                 {ns: dollars[m] for ns, m in sorted(spaces.items())} if spaces else _NONE,
-                dollars[effective - gross], signal, container,
+                dollars[effective - gross], signal, container, dollars[cud],
             )
         )  # fmt: skip
     return freeze(out, GpuHour)
@@ -449,10 +449,19 @@ def _estimate_hour(
             labels=dict(k.labels) if k else {},
             node_pool=(k.node_pool if k else None) or node_pool_from_name(cluster, instance),
             gpu_credits=(effective - cost).quantize(_Q6),
+            gpu_cud=(cost * _cud_ratio(k)).quantize(_Q6),
             signal=signal,
             container_metrics=any(h.container for h in group) if signal == Signal.NODE_DUTY_CYCLE.value else None,
         )
     ]
+
+
+def _cud_ratio(known: GpuCostHour | None) -> Decimal:
+    """CUD credits / gross of the node's latest billed hour (0 without one): an estimate keeps the
+    share of it a commitment covered (`GpuHour.on_demand_share`)."""
+    if known is None or known.cost_micros <= 0:
+        return Decimal(0)
+    return Decimal(known.cud_micros) / Decimal(known.cost_micros)
 
 
 def _effective_ratio(known: GpuCostHour | None) -> Decimal:
@@ -498,15 +507,16 @@ def judged_gpu_hours(
     The nodes are read (one row each) and the join's matching is run where the node-hours are
     (`judge_nodes`): which nodes have an unmonitored node-hour, which a host-hour with a GPU below
     the threshold. The node-hours read are every one of those nodes and of every node of the same
-    instance (`instance_key`: `idle_gpu` reads an instance's hours whole), every on-demand one, and
-    every one the estimates read: from `since` on (`_estimates` tests billed hours from the first
-    provisional hour) and each node's latest and the hour before it (an estimate is priced from its
-    node's latest billed hour). The join builds each hour from its own node-hour alone, and a
-    node-hour's GPU count reads its neighbours (`node_gpu_hours`), so the hours of the nodes read
-    whole are the ones the whole gives, in its order. An instance they show idle or unmonitored
-    whose nodes were not all read (an estimated idle hour; a host the join matched that the judging
-    did not) has its nodes read, and the hours built again; so has a node whose estimates count
-    their GPUs from a partial latest hour (`_counted_in_part`).
+    instance (`instance_key`: `idle_gpu` reads an instance's hours whole), every one with an
+    on-demand part (`NodeHours.on_demand_part`), and every one the estimates read: from `since` on
+    (`_estimates` tests billed hours from the first provisional hour) and each node's latest and the
+    hour before it (an estimate is priced from its node's latest billed hour). The join builds each
+    hour from its own node-hour alone, and a node-hour's GPU count reads its neighbours
+    (`node_gpu_hours`), so the hours of the nodes read whole are the ones the whole gives, in its
+    order. An instance they show idle or unmonitored whose nodes were not all read (an estimated
+    idle hour; a host the join matched that the judging did not) has its nodes read, and the hours
+    built again; so has a node whose estimates count their GPUs from a partial latest hour
+    (`_counted_in_part`).
     """
     # the detectors' package imports this module's
     from monitor.detectors.idle_gpu import node_instance_key
@@ -529,7 +539,12 @@ def judged_gpu_hours(
         only = (
             None
             if whole
-            else NodeHours(since, "on_demand", node_table([nodes[i] for i in sorted(keep)]), NODE_COLUMNS)
+            else NodeHours(
+                since,
+                nodes=node_table([nodes[i] for i in sorted(keep)]),
+                latest_of=NODE_COLUMNS,
+                on_demand_part=True,
+            )
         )
         nodes_read = gpu_node_hours(aggregates, start, end, since, only=only)
         hours = gpu_hours(nodes_read, util, threshold, prices, end, since, tables)
@@ -632,7 +647,11 @@ def assemble_inputs(
         if not len(util):  # nothing to join: built when (and as far as) a detector reads them
 
             def unmonitored(pricing: str | None) -> list[GpuHour]:
-                only = NodeHours(pricing_model=pricing) if pricing is not None else None
+                # "on_demand": the node-hours with an on-demand part (`UnmonitoredGpuHours.on_demand`)
+                only = (
+                    NodeHours(on_demand_part=True) if pricing == "on_demand"
+                    else NodeHours(pricing_model=pricing) if pricing is not None else None
+                )  # fmt: skip
                 nodes = gpu_node_hours(aggregates, split, end, since, only=only)
                 return gpu_hours(nodes, util, idle_threshold_pct, prices, end, since)
 

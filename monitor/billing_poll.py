@@ -738,15 +738,18 @@ def currencies(store: AggregateStore, start: datetime, end: datetime) -> set[str
 @dataclass(frozen=True)
 class NodeHours:
     """Which GPU node-hours `stored_gpu_node_hours` reads: any that is at or after `since`, is of
-    `pricing_model`, is of one of `nodes` (an Arrow table of node-hour columns naming nodes) or is
+    `pricing_model`, is of one of `nodes` (an Arrow table of node-hour columns naming nodes), is
     its node's latest or the hour before it, a node being the values of the `latest_of` columns
     (an estimate is priced from the latest, whose GPU count the hour before may show: a full hour
-    when it bills the same, `monitor.gpus.node_gpu_hours`). Nothing set: none."""
+    when it bills the same, `monitor.gpus.node_gpu_hours`), or (`on_demand_part`) has an
+    on-demand part: on demand, or committed with CUD credits short of its gross (what
+    `monitor.detectors.inputs.GpuHour.on_demand_share` counts). Nothing set: none."""
 
     since: datetime | None = None
     pricing_model: str | None = None
     nodes: pa.Table | None = None
     latest_of: tuple[str, ...] = ()
+    on_demand_part: bool = False
 
     def where(self) -> tuple[str, list[Any], dict[str, pa.Table]]:
         """The WHERE clause over `node_hours AS n`, its parameters and the tables it reads."""
@@ -759,6 +762,11 @@ class NodeHours:
         if self.pricing_model is not None:
             terms.append("n.pricing_model = ?")
             params.append(self.pricing_model)
+        if self.on_demand_part:
+            terms.append(
+                "(n.pricing_model = 'on_demand'"
+                " OR (n.pricing_model = 'committed' AND n.cud <> 0 AND n.gross > abs(n.cud)))"
+            )
         if self.nodes is not None:
             same = " AND ".join(f"k.{c} IS NOT DISTINCT FROM n.{c}" for c in self.nodes.column_names)
             terms.append(f"EXISTS (SELECT 1 FROM gpu_nodes_read AS k WHERE {same})")

@@ -20,13 +20,13 @@ from monitor.detectors.opportunities import (
     capped_severity,
     commitment_saving,
     committed_hours,
-    machine_hours,
     machine_price_source,
     machine_prices,
     on_demand_hours,
-    percentile,
+    on_demand_machine_hours,
     price_source,
     split_by_machine_price,
+    steady_count,
     yearly_saving,
 )
 from monitor.model import Finding, Scope, counted, fingerprint
@@ -80,12 +80,12 @@ class CommitmentOpportunity(Detector):
             lambda: defaultdict(Decimal)
         )
         for r in by_gpu:
-            groups[(r.project, r.region, r.gpu_model or "")][r.hour] += r.gpu_hours
+            groups[(r.project, r.region, r.gpu_model or "")][r.hour] += r.on_demand_gpu_hours
         grid = [begin + i * ONE_HOUR for i in range(hours)]
         findings = []
         for key in sorted(groups, key=str):
             counts = [groups[key].get(h, Decimal(0)) for h in grid]
-            steady = int(percentile(counts, self.config.steady_percentile))
+            steady = steady_count(counts, self.config.steady_percentile)
             if steady >= 1 and (f := self._finding(key, steady, counts, inputs, grid)) is not None:
                 findings.append(f)
         vms: dict[tuple[str | None, str | None, str], list[GpuHour]] = defaultdict(list)
@@ -112,10 +112,10 @@ class CommitmentOpportunity(Detector):
         first: dict[tuple[str | None, str], GpuHour] = {}
         for r in sorted(rows, key=lambda r: r.hour):
             node = instance_key(r)
-            per_hour[r.hour][node] += machine_hours(r)
+            per_hour[r.hour][node] += on_demand_machine_hours(r)
             first.setdefault(node, r)
         counts = [sum(per_hour[h].values(), Decimal(0)) if h in per_hour else Decimal(0) for h in grid]
-        steady = int(percentile(counts, self.config.steady_percentile))
+        steady = steady_count(counts, self.config.steady_percentile)
         found = machine_prices(inputs.prices, machine, region, ("on_demand", self.config.term))
         if steady < 1 or found is None or found[self.config.term] >= found["on_demand"]:
             return None

@@ -48,6 +48,7 @@ __all__ = [
 PRICE_TERMS: tuple[str, ...] = ("on_demand", "spot", "commit_1y", "commit_3y")
 
 _ZERO = Decimal(0)
+_ONE = Decimal(1)
 
 
 def to_usd(amount: Decimal | int | str, currency_conversion_rate: Decimal | float | str | None) -> Decimal:
@@ -124,9 +125,10 @@ class GpuHour:
 
     `gpu_cost` is gross (the export's `cost`); `gpu_credits` (<= 0) are the commitment and
     sustained-use credits on it, so `idle_cost` is at the effective price (gross + those credits)
-    and `idle_cost_gross` is its on-demand (gross) equivalent. GKE nodes carry `cluster` and
-    `node_pool`; with GKE cost allocation, `namespaces` is the gross GPU cost per `k8s-namespace`
-    label value. `signal` is the utilization signal the hour was judged on; `container_metrics`
+    and `idle_cost_gross` is its on-demand (gross) equivalent; `gpu_cud` (<= 0) is the commitment
+    (CUD) part alone, which says how much of the hour a commitment covered (`on_demand_share`).
+    GKE nodes carry `cluster` and `node_pool`; with GKE cost allocation, `namespaces` is the gross
+    GPU cost per `k8s-namespace` label value. `signal` is the utilization signal the hour was judged on; `container_metrics`
     False means a GKE node reported no container metrics (time-shared / MPS GPUs), None unknown.
     """
 
@@ -154,6 +156,29 @@ class GpuHour:
     gpu_credits: Decimal = _ZERO
     signal: str | None = None
     container_metrics: bool | None = None
+    gpu_cud: Decimal = _ZERO
+
+    @property
+    def on_demand_share(self) -> Decimal:
+        """The part of the hour bought on demand, which a commitment or Spot could have bought for
+        less: 1 - |CUD credits| / gross, in [0, 1], for an on-demand or committed hour; 0 for Spot,
+        reserved or unknown. The export bills every GPU-hour at the on-demand SKU and a commitment's
+        credit offsets what it covers, spread over the usage rows (a commitment of 8 GPUs under a
+        fleet of 12 leaves rows partly covered), while a row with any CUD credit is `committed`:
+        read whole as committed, the uncovered GPU-hours of those rows were missing from the
+        opportunities. A committed hour without a CUD credit (a rule's pricing: nothing tells what
+        it covered) counts as covered."""
+        if not self.gpu_cud:
+            return _ONE if self.pricing_model == "on_demand" else _ZERO
+        if self.pricing_model not in ("on_demand", "committed") or self.gpu_cost <= 0:
+            return _ZERO
+        return min(_ONE, max(_ZERO, _ONE - abs(self.gpu_cud) / self.gpu_cost))
+
+    @property
+    def on_demand_gpu_hours(self) -> Decimal:
+        """The GPU-hours of `on_demand_share` (all of them in an hour without CUD credits)."""
+        share = self.on_demand_share
+        return self.gpu_hours if share == _ONE else self.gpu_hours * share
 
     @property
     def idle_cost_gross(self) -> Decimal:
@@ -203,9 +228,10 @@ class UnmonitoredGpuHours(DeferredGpuHours):
     detectors never read them never fetches them.
 
     Without utilization every hour is billed and unmonitored, none estimated, and each is built from
-    its own node-hour alone: `on_demand()` asks the engine for the on-demand ones only
-    (`build("on_demand")`), the same rows in the same order as filtering them all. That is what a
-    billing-only `gpucost analyze` reads: the opportunity detectors price on-demand hours, and the
+    its own node-hour alone: `on_demand()` asks the engine for those with an on-demand part only
+    (`build("on_demand")`: on demand, or committed with CUD credits short of their gross, see
+    `GpuHour.on_demand_share`), the same rows in the same order as filtering them all. That is what
+    a billing-only `gpucost analyze` reads: the opportunity detectors price on-demand hours, and the
     idle detector has nothing to judge (`DetectorInputs.gpu_monitored`). `fetched` counts the
     node-hours read from the engine.
     """
@@ -223,12 +249,14 @@ class UnmonitoredGpuHours(DeferredGpuHours):
         return self._all
 
     def on_demand(self) -> list[GpuHour]:
-        """The on-demand hours, in order: from the engine alone unless they are all built already."""
+        """The hours with an on-demand part, in order: from the engine alone unless they are all
+        built already."""
         if self._all is not None:
-            return [r for r in self._all if r.pricing_model == "on_demand"]
+            return [r for r in self._all if r.on_demand_share > 0]
         if self._on_demand is None:
-            self._on_demand = list(self._build("on_demand"))
-            self.fetched += len(self._on_demand)
+            built = self._build("on_demand")
+            self.fetched += len(built)
+            self._on_demand = [r for r in built if r.on_demand_share > 0]
         return self._on_demand
 
     def judged(self) -> Sequence[GpuHour]:
@@ -240,9 +268,10 @@ class JudgedGpuHours(DeferredGpuHours):
     """GPU hours joined with utilization as far as the GPU detectors judge them (`judged`), every
     one built only if a reader needs them all (`build()`: a job budget, a finished job's message).
 
-    `judged` holds, in the order of the whole, every on-demand hour (the opportunity detectors),
-    every unmonitored one (`unmonitored_gpu`) and every hour of an instance with an idle GPU-hour
-    (`idle_gpu`, which reads an instance's hours around its idle runs), and every estimated hour:
+    `judged` holds, in the order of the whole, every hour with an on-demand part (the opportunity
+    detectors, `GpuHour.on_demand_share`), every unmonitored one (`unmonitored_gpu`) and every hour
+    of an instance with an idle GPU-hour (`idle_gpu`, which reads an instance's hours around its
+    idle runs), and every estimated hour:
     a detector that reads only those finds what it finds in them all
     (`monitor.assemble.judged_gpu_hours`). `fetched` counts the rows read from the engine.
     """
@@ -262,7 +291,7 @@ class JudgedGpuHours(DeferredGpuHours):
         return self._all
 
     def on_demand(self) -> list[GpuHour]:
-        return [r for r in self._judged if r.pricing_model == "on_demand"]
+        return [r for r in self._judged if r.on_demand_share > 0]
 
     def judged(self) -> Sequence[GpuHour]:
         return self._judged
@@ -380,11 +409,12 @@ class DetectorInputs:
         return not isinstance(self.gpu_hours, UnmonitoredGpuHours)
 
     def on_demand_gpu_hours(self) -> Sequence[GpuHour]:
-        """The on-demand GPU hours, in order (without building the others where they are read as
-        far as the detectors need: `UnmonitoredGpuHours`, `JudgedGpuHours`)."""
+        """The GPU hours with an on-demand part (`GpuHour.on_demand_share`: on demand, or committed
+        with CUD credits short of their gross), in order, without building the others where they
+        are read as far as the detectors need (`UnmonitoredGpuHours`, `JudgedGpuHours`)."""
         if isinstance(self.gpu_hours, DeferredGpuHours):
             return self.gpu_hours.on_demand()
-        return [r for r in self.gpu_hours if r.pricing_model == "on_demand"]
+        return [r for r in self.gpu_hours if r.on_demand_share > 0]
 
     def judged_gpu_hours(self) -> Sequence[GpuHour]:
         """The GPU hours `idle_gpu` and `unmonitored_gpu` judge, in order: all of them, or as far as

@@ -21,6 +21,14 @@ Neither advises on a GPU node that did no work (idle in every hour read, at leas
 `FORGOTTEN_MIN_READ_HOURS` of them: `unused_nodes`): the advice there is to delete it, which
 `idle_gpu` gives; buying its idle hours cheaper would be advice to keep paying for them.
 
+"On demand" is the part of each GPU hour no commitment covered (`GpuHour.on_demand_share`, from the
+hour's CUD credits against its gross): the export bills committed GPU-hours at the on-demand SKU
+with a CUD credit, spread over the usage rows, so a commitment of 8 GPUs under a fleet of 12 leaves
+rows partly covered, and any row with a CUD credit is `committed` in the attribution. Counting only
+`on_demand` rows left out the uncovered rest of those (4 uncovered T4s an hour, 1 of them in two
+half-covered rows, read as 3: a commitment saving of $65.52 for $87.36 over 7 days), and a partly
+covered restartable VM was never advised onto Spot.
+
 Priced per whole machine when it can be: an accelerator-optimized VM (a3-highgpu-8g, a2-highgpu-1g,
 g2-standard-8...) is bought, committed and preempted as a whole, its vCPUs, RAM and Local SSD with
 its GPUs, so when the row's `machine_type` is known and the lookup has that type's prices
@@ -56,6 +64,7 @@ from monitor.detectors.inputs import DetectorInputs, GpuHour, PriceLookup
 from monitor.model import Severity
 
 __all__ = [
+    "STEADY_SLACK",
     "YEAR_HOURS",
     "OpportunityConfig",
     "capped_severity",
@@ -65,14 +74,18 @@ __all__ = [
     "machine_price_source",
     "machine_prices",
     "on_demand_hours",
+    "on_demand_machine_hours",
     "percentile",
     "price_source",
     "split_by_machine_price",
+    "steady_count",
     "unused_nodes",
     "yearly_saving",
 ]
 
 YEAR_HOURS = 8760
+#: How far below a whole count an hour's on-demand GPUs or VMs may sum and still make it (`steady_count`).
+STEADY_SLACK = Decimal("0.001")
 
 
 class OpportunityConfig(DetectorConfig):
@@ -83,9 +96,10 @@ class OpportunityConfig(DetectorConfig):
 
 
 def on_demand_hours(inputs: DetectorInputs, now: datetime) -> list[GpuHour]:
-    """The window's on-demand GPU hours of a known GPU model (`DetectorInputs.on_demand_gpu_hours`:
-    in `analyze`, without reading the others), less those of GPU nodes that did no work
-    (`unused_nodes`)."""
+    """The window's GPU hours with an on-demand part, of a known GPU model
+    (`DetectorInputs.on_demand_gpu_hours`: in `analyze`, without reading the others), less those of
+    GPU nodes that did no work (`unused_nodes`). The detectors price each hour's on-demand part
+    alone (`GpuHour.on_demand_gpu_hours`, `on_demand_machine_hours`)."""
     end = min(inputs.window_end, now)
     rows = [r for r in inputs.on_demand_gpu_hours() if r.gpu_model and inputs.window_start <= r.hour < end]
     unused = unused_nodes(rows)
@@ -158,6 +172,12 @@ def machine_hours(row: GpuHour) -> Decimal:
     return row.gpu_hours / row.gpus
 
 
+def on_demand_machine_hours(row: GpuHour) -> Decimal:
+    """The part of the hour the VM ran on demand: its on-demand GPU-hours over its GPUs (1 for a
+    full hour no commitment covered any of; `GpuHour.on_demand_share`)."""
+    return row.on_demand_gpu_hours / row.gpus
+
+
 def committed_hours(
     per_hour: dict[datetime, dict[tuple[str | None, str], Decimal]], grid: Sequence[datetime], steady: int
 ) -> dict[tuple[str | None, str], Decimal]:
@@ -206,3 +226,10 @@ def percentile(values: Sequence[Decimal], pct: float) -> Decimal:
     s = sorted(values)
     rank = max(1, math.ceil(pct / 100 * len(s)))
     return s[rank - 1]
+
+
+def steady_count(counts: Sequence[Decimal], pct: float) -> int:
+    """The whole number of GPUs or VMs on demand in all but `pct`% of the hours (`percentile`),
+    within `STEADY_SLACK` of the next: the on-demand parts of partly covered hours are shares of
+    credits rounded to the micro, so 4 uncovered GPUs an hour can sum to 3.99999."""
+    return int(percentile(counts, pct) + STEADY_SLACK)

@@ -20,10 +20,10 @@ from monitor.detectors.inputs import DetectorInputs, GpuHour, PriceLookup
 from monitor.detectors.opportunities import (
     OpportunityConfig,
     capped_severity,
-    machine_hours,
     machine_price_source,
     machine_prices,
     on_demand_hours,
+    on_demand_machine_hours,
     price_source,
 )
 from monitor.model import Finding, Scope, counted, fingerprint
@@ -134,7 +134,7 @@ def _spot_line(rows: Sequence[GpuHour], reason: str, inputs: DetectorInputs) -> 
     spot = inputs.prices.gpu_hourly(r0.gpu_model or "", r0.region, "spot")
     if od is None or spot is None or spot >= od:
         return None
-    gpu_hours = sum((r.gpu_hours for r in rows), Decimal(0))
+    gpu_hours = sum((r.on_demand_gpu_hours for r in rows), Decimal(0))
     return {
         "instance": r0.instance or r0.instance_id,
         "instance_id": r0.instance_id,
@@ -160,14 +160,14 @@ def _machine_spot_line(
     od, spot = whole["on_demand"], whole["spot"]
     if spot >= od:
         return None
-    hours = sum((machine_hours(r) for r in rows), Decimal(0))
+    hours = sum((on_demand_machine_hours(r) for r in rows), Decimal(0))
     return {
         "instance": r0.instance or r0.instance_id,
         "instance_id": r0.instance_id,
         "zone": r0.zone,
         "gpu_model": r0.gpu_model,
         "reason": reason,
-        "gpu_hours": float(sum((r.gpu_hours for r in rows), Decimal(0))),
+        "gpu_hours": float(sum((r.on_demand_gpu_hours for r in rows), Decimal(0))),
         "first_hour": iso(rows[0].hour),
         "last_hour": iso(rows[-1].hour),
         "priced_per": "machine",
