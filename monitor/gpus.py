@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -288,11 +288,17 @@ class GpuNodeHours(Columns[GpuCostHour], row_type=GpuCostHour):
 
 def gpus_from_usage(machine_type: str | None, gpu_hours: Decimal) -> int:
     """GPUs attached: from the machine type when billing names it (`a3-highgpu-8g` => 8), else from
-    the GPU-hours billed in the hour (exact for a full hour); at least one."""
+    the GPU-hours billed in the hour (exact for a full hour), rounded half up; at least one. It
+    added 0.5 and rounded half to even, so an N1 VM's one T4 billed 1.0 GPU-hours read as 2 GPUs
+    (3 as 4): its idle share halved, its estimates priced twice (helper 75).
+
+    >>> [gpus_from_usage(None, Decimal(x)) for x in ("1", "3", "3.9999", "0.4", "1.333333")]
+    [1, 3, 4, 1, 1]
+    """
     known = gpus_for_machine_type(machine_type) if machine_type else None
     if known is not None:
         return known.count
-    return max(1, int((gpu_hours + Decimal("0.5")).to_integral_value()))
+    return max(1, int(gpu_hours.to_integral_value(rounding=ROUND_HALF_UP)))
 
 
 def node_gpu_hours(nodes: GpuNodeHours) -> list[Decimal]:

@@ -136,3 +136,17 @@ def test_the_judged_hours_read_whole_a_node_whose_estimates_count_from_a_partial
     every = gpu_hours(gpu_node_hours(store, T0, end, since), util, 10.0, T4, end, since)
     assert [h for h in judged if h.estimated] == [h for h in every if h.estimated] != []
     assert {(h.gpus, h.gpu_cost) for h in judged if h.estimated} == {(8, D("1.12"))}
+
+
+def test_an_n1_vm_with_one_gpu_counts_one() -> None:
+    """One T4 on an N1 VM (its machine type does not say its GPUs), idle: billed 1.0 GPU-hour an
+    hour. Counted from the GPU-hours by adding 0.5 and rounding half to even, it read as 2 GPUs:
+    half of its $0.35 idle, and its estimated hour priced for 2 ($0.70; helper 75)."""
+    billed = [_t4_hour(h, "1", 350_000) for h in (0, 1)]
+    utils = [s for h in (0, 1, 2) for s in _samples(h, _WHOLE, 1, 0.0)]
+    got = gpu_hours(billed, util_hours(utils), 10.0, T4, T0 + 3 * H, T0 + 2 * H)
+    assert [(g.estimated, g.gpus, g.gpu_cost, g.idle_cost) for g in got] == [
+        (False, 1, D("0.35"), D("0.35")),
+        (False, 1, D("0.35"), D("0.35")),
+        (True, 1, D("0.35"), D("0.35")),
+    ]

@@ -202,9 +202,11 @@ def test_the_store_reads_the_partly_covered_hours_with_the_on_demand_ones() -> N
     assert [h.instance for h in wanted] == [f"infer-{i:02}" for i in range(7, 12)] * 2
     only = gpu_node_hours(store, T0, end, end, only=NodeHours(on_demand_part=True))
     assert gpu_hours(only, UtilHours.of([]), 10.0, None, end, end) == wanted
-    # busy and monitored: of the first hour only those with an on-demand part are read (the
-    # second is each node's latest, which an estimate would be priced from)
-    util = _busy(range(2))
+    # busy and monitored, over three hours: of the first only those with an on-demand part are read
+    # (the others are each node's latest and the hour before it, which an estimate would read)
+    store.close()
+    store, end = stored(_twelve_t4s()[:36]), T0 + 3 * H
+    util = _busy(range(3))
     judged, _ = judged_gpu_hours(store, util, T0, end, end, 10.0, None)
     assert [h.instance for h in judged if h.hour == T0] == [f"infer-{i:02}" for i in range(7, 12)]
     assert JudgedGpuHours(judged, list, 0).on_demand() == [
