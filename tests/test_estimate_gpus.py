@@ -116,7 +116,6 @@ def test_an_hour_the_samples_cover_in_part_is_priced_whole() -> None:
     assert _h100_estimates(_samples(5, range(40, 60, 5), 8, 0.0)) == {5: D(88)}
 
 
-
 def test_the_judged_hours_read_whole_a_node_whose_estimates_count_from_a_partial_hour() -> None:
     """A Spot N1 VM billed 8 T4 in hours 0-1, 4 from 2, stopped at 4:20, running again from 40 with
     2 GPUs reporting. Its estimates count its GPUs from its latest billed hour, partial, so from
