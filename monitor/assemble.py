@@ -13,7 +13,7 @@ import functools
 import logging
 import operator
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -383,10 +383,13 @@ def _estimate_hour(
     reporting the estimate priced 2 ($0.70 an hour) where the bill will say 4 ($1.40).
 
     The hour is priced whole even where the VM ran part of it (its first or last hour): the
-    samples of a `UtilHour` cannot tell that from an agent that started late or stopped reporting
-    while the VM ran on (the same samples; billing charges those hours whole), nor say when in the
-    hour they were taken. A VM stopped at :20 is overstated until its billing lands, which then
-    replaces the estimate (tests/test_estimate_gpus.py)."""
+    samples of a `UtilHour` say when they were taken (its first and last window starts), not why
+    they stop, so they cannot tell that from an agent that started late or stopped reporting while
+    the VM ran on (the same samples; billing charges those hours whole). A VM stopped at :20 is
+    overstated until its billing lands, which then replaces the estimate
+    (tests/test_estimate_gpus.py). The GPUs counted are the most that reported at once
+    (`_most_at_once`): a node recreated within the hour reports twice its GPUs, one VM's after the
+    other's."""
     first = group[0]
     k, counted = known if known is not None else (None, _ZERO)
     model = (k.gpu_model if k else None) or normalize_gpu_model(first.model or "")
@@ -403,15 +406,19 @@ def _estimate_hour(
     if unit is None:
         return []
     per_gpu: dict[str, list[float]] = {}
+    spans: dict[str, tuple[int, int]] = {}
     signal = min((h.signal for h in group), key=Signal.rank)
     for h in group:
         n_sum = per_gpu.setdefault(h.gpu, [0, 0.0])
         n_sum[0] += h.samples
         n_sum[1] += h.pct_sum
+        a, b = spans.get(h.gpu, (h.first, h.last))
+        spans[h.gpu] = (min(a, h.first), max(b, h.last))
     # the GPUs attached, as a billed hour of the node counts them (`attached_gpus`): those that
     # did not report are paid for too, and priced as the bill will price them
     seen = len(per_gpu)
-    gpus = attached_gpus(k.machine_type, counted, seen) if k is not None else seen
+    at_once = _most_at_once(spans.values())
+    gpus = attached_gpus(k.machine_type, counted, at_once) if k is not None else at_once
     said = gpus_for_machine_type(k.machine_type) if k is not None else None
     if said is not None and seen > said.count:
         # More GPUs reported than the machine has: VMs one after the other under the node's name (a
@@ -454,6 +461,20 @@ def _estimate_hour(
             container_metrics=any(h.container for h in group) if signal == Signal.NODE_DUTY_CYCLE.value else None,
         )
     ]
+
+
+def _most_at_once(spans: Iterable[tuple[int, int]]) -> int:
+    """The most GPUs of an hour that reported at once: of GPUs in runs one after the other (their
+    first and last window starts, as `monitor.gpus._PER_VM` splits them), the largest run. A GKE
+    node on N1 with 4 T4 recreated within the hour reports 8 UUIDs, 4 at a time: the estimate
+    counted 8 (the machine type names no GPUs to cap them), $2.80 an hour where 4 are attached."""
+    most = run = 0
+    end: int | None = None
+    for first, last in sorted(spans):
+        run = 1 if end is not None and first > end else run + 1
+        end = last if end is None else max(end, last)
+        most = max(most, run)
+    return most
 
 
 def _cud_ratio(known: GpuCostHour | None) -> Decimal:
@@ -511,12 +532,15 @@ def judged_gpu_hours(
     on-demand part (`NodeHours.on_demand_part`), and every one the estimates read: from `since` on
     (`_estimates` tests billed hours from the first provisional hour) and each node's latest and the
     hour before it (an estimate is priced from its node's latest billed hour). The join builds each
-    hour from its own node-hour alone, and a node-hour's GPU count reads its neighbours
-    (`node_gpu_hours`), so the hours of the nodes read whole are the ones the whole gives, in its
-    order. An instance they show idle or unmonitored whose nodes were not all read (an estimated
-    idle hour; a host the join matched that the judging did not) has its nodes read, and the hours
-    built again; so has a node whose estimates count their GPUs from a partial latest hour
-    (`_counted_in_part`).
+    hour from its own node-hour and, where others share its host-hour (a GKE node recreated within
+    it: `monitor.gpus._JOIN_SQL`), from theirs and the span of hours each node was read; a
+    node-hour's GPU count reads its neighbours (`node_gpu_hours`). The instances of one GKE node
+    name are one instance, read whole together, and a split never shows a GPU idle that the judging
+    did not see, so the hours of the nodes read whole are the ones the whole gives, in its order,
+    wherever they have idle dollars. An instance they show idle or unmonitored whose nodes were not
+    all read (an estimated idle hour; a host the join matched that the judging did not) has its
+    nodes read, and the hours built again; so has a node whose estimates count their GPUs from a
+    partial latest hour (`_counted_in_part`).
     """
     # the detectors' package imports this module's
     from monitor.detectors.idle_gpu import node_instance_key
