@@ -148,14 +148,21 @@ def test_a_credit_spread_over_every_vm_leaves_a_whole_uncovered_vm_to_commit() -
     assert g.impact_usd.quantize(D("0.01")) == D("4553.86")
 
 
-def test_a_partly_covered_restartable_vm_is_priced_for_spot_on_its_uncovered_part() -> None:
-    # a sweep VM whose hours a commitment covers by half: half its machine-hours could run on Spot
-    rows = [replace(gpu(h, "sweep-lr-3", pricing_model="committed"), gpu_cud=D("-44.00")) for h in range(10)]
+def test_a_partly_covered_restartable_vm_is_priced_for_spot_as_the_fleet_frees_it() -> None:
+    # a sweep VM beside a training VM of its type, a commitment of one VM spread over both (each
+    # half covered): moved to Spot, the commitment covers the training VM whole, so the sweep VM's
+    # 10 hours each save on-demand - Spot (helper 77: priced on its uncovered half, $189.40)
+    rows = [
+        replace(gpu(h, name, pricing_model="committed"), gpu_cud=D("-44.00"))
+        for h in range(10)
+        for name in ("sweep-lr-3", "train-0")
+    ]
     inp = inputs(gpu_hours=rows, prices=_snapshot())
     (f,) = SpotOpportunity().evaluate(inp, inp.window_end)
     (line,) = f.evidence["instances"]
-    assert (line["machine_hours"], line["gpu_hours"]) == (5.0, 40.0)
-    assert f.impact_usd == (5 * (A3_OD - A3_SPOT)).quantize(Q6) == D("189.402295")
+    assert (line["instance"], line["machine_hours"], line["gpu_hours"]) == ("sweep-lr-3", 10.0, 80.0)
+    assert "committed_machine_hours_left" not in line
+    assert f.impact_usd == (10 * (A3_OD - A3_SPOT)).quantize(Q6) == D("378.804591")
     # covered whole: nothing on demand, no advice
     whole = replace(inp, gpu_hours=[replace(r, gpu_cud=D("-88.00")) for r in rows])
     assert SpotOpportunity().evaluate(whole, inp.window_end) == []

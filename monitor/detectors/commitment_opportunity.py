@@ -25,6 +25,7 @@ from monitor.detectors.opportunities import (
     on_demand_hours,
     on_demand_machine_hours,
     price_source,
+    short_of,
     split_by_machine_price,
     steady_count,
     yearly_saving,
@@ -135,7 +136,7 @@ class CommitmentOpportunity(Detector):
             for ik in sorted(covered, key=str)
             if covered[ik] > 0
         ]
-        unused, impact = commitment_saving(covered.values(), Decimal(steady * len(grid)), od, price)
+        unused, impact = commitment_saving(covered.values(), counts, steady, od, price)
         if not self.keep(impact):
             return None
         return self._machine_report(key, steady, counts, lines, unused, impact, rows[0], inputs, grid)
@@ -195,7 +196,7 @@ class CommitmentOpportunity(Detector):
                 "steady_gpus": steady * gpus,
                 "steady_percentile": self.config.steady_percentile,
                 "hours": hours,
-                "hours_at_or_above_steady": sum(1 for c in counts if c >= steady),
+                "hours_at_or_above_steady": sum(1 for c in counts if not short_of(c, steady)),
                 "max_machines": float(max(counts)),
                 "mean_machines": float(round(sum(counts, Decimal(0)) / len(counts), 3)),
                 "on_demand_usd_per_machine_hour": money(od),
@@ -231,7 +232,7 @@ class CommitmentOpportunity(Detector):
         if od is None or price is None or price >= od:
             return None
         used = sum((min(c, Decimal(steady)) for c in counts), Decimal(0))
-        unused, impact = commitment_saving([used], Decimal(steady * hours), od, price)
+        unused, impact = commitment_saving([used], counts, steady, od, price)
         if not self.keep(impact):
             return None
         terms = {
@@ -269,7 +270,7 @@ class CommitmentOpportunity(Detector):
                 "steady_gpus": steady,
                 "steady_percentile": self.config.steady_percentile,
                 "hours": hours,
-                "hours_at_or_above_steady": sum(1 for c in counts if c >= steady),
+                "hours_at_or_above_steady": sum(1 for c in counts if not short_of(c, steady)),
                 "max_gpus": float(max(counts)),
                 "mean_gpus": float(round(sum(counts, Decimal(0)) / len(counts), 3)),
                 "on_demand_usd_per_gpu_hour": money(od),

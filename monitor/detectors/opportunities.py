@@ -27,7 +27,9 @@ with a CUD credit, spread over the usage rows, so a commitment of 8 GPUs under a
 rows partly covered, and any row with a CUD credit is `committed` in the attribution. Counting only
 `on_demand` rows left out the uncovered rest of those (4 uncovered T4s an hour, 1 of them in two
 half-covered rows, read as 3: a commitment saving of $65.52 for $87.36 over 7 days), and a partly
-covered restartable VM was never advised onto Spot.
+covered restartable VM was never advised onto Spot. A VM moved to Spot moves whole, though, and
+the part of it a commitment covered then goes to other on-demand usage, or to none: Spot prices
+each VM's hours against what its pool has on demand (`spot_opportunity._Pools`), not its own share.
 
 Priced per whole machine when it can be: an accelerator-optimized VM (a3-highgpu-8g, a2-highgpu-1g,
 g2-standard-8...) is bought, committed and preempted as a whole, its vCPUs, RAM and Local SSD with
@@ -77,6 +79,7 @@ __all__ = [
     "on_demand_machine_hours",
     "percentile",
     "price_source",
+    "short_of",
     "split_by_machine_price",
     "steady_count",
     "unused_nodes",
@@ -195,18 +198,28 @@ def committed_hours(
 
 
 def commitment_saving(
-    covered: Iterable[Decimal], committed: Decimal, on_demand: Decimal, price: Decimal
+    covered: Iterable[Decimal], counts: Sequence[Decimal], steady: int, on_demand: Decimal, price: Decimal
 ) -> tuple[Decimal, Decimal]:
-    """(committed hours nothing ran on, saving) of a commitment of `committed` hours (the steady
-    count x the hours analysed) of which each line ran `covered` (`committed_hours`: per VM, or the
-    GPU-hours of a per-GPU fleet): every covered hour saves on-demand - `price`, every unused one
-    is paid at `price` and saves nothing. Rounded to the micro per line, so the evidence's lines and
-    unused commitment sum exactly to the saving. Both paths of `commitment_opportunity` price a
-    commitment here: the per-GPU one counted every committed GPU-hour as used (two n1-standard-16
-    VMs with 4 T4 each, one missing 30 of 336 hours, read $349.44 for $307.44)."""
+    """(committed hours nothing ran on, saving) of a commitment of `steady` GPUs or VMs over the
+    hours of `counts` (each hour's on-demand count) of which each line ran `covered`
+    (`committed_hours`: per VM, or the GPU-hours of a per-GPU fleet): every covered hour saves
+    on-demand - `price`, every unused one (`short_of`) is paid at `price` and saves nothing.
+    Rounded to the micro per line, so the evidence's lines and unused commitment sum exactly to the
+    saving. Both paths of `commitment_opportunity` price a commitment here: the per-GPU one counted
+    every committed GPU-hour as used (two n1-standard-16 VMs with 4 T4 each, one missing 30 of 336
+    hours, read $349.44 for $307.44)."""
     lines = list(covered)
-    unused = committed - sum(lines, Decimal(0))
+    unused = sum((short_of(c, steady) for c in counts), Decimal(0))
     return unused, sum((q6(c * (on_demand - price)) for c in lines), Decimal(0)) - q6(unused * price)
+
+
+def short_of(count: Decimal, steady: int) -> Decimal:
+    """How far an hour's on-demand GPUs or VMs fell short of `steady`: nothing within
+    `STEADY_SLACK` of it, as `steady_count` counts them. Shares of micro-rounded CUD credits sum
+    to 0.99999998 of a VM an hour: the steady VM it makes was read as reached in 0 of 168 hours,
+    with "$0.00 of committed a3-highgpu-8g hours no VM used" (0.0000019 machine-hours)."""
+    gap = steady - count
+    return gap if gap > STEADY_SLACK else Decimal(0)
 
 
 def yearly_saving(covered: Decimal, unused: Decimal, hours: int, on_demand: Decimal, price: Decimal) -> Decimal:

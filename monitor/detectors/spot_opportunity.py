@@ -20,6 +20,7 @@ from monitor.detectors.inputs import DetectorInputs, GpuHour, PriceLookup
 from monitor.detectors.opportunities import (
     OpportunityConfig,
     capped_severity,
+    machine_hours,
     machine_price_source,
     machine_prices,
     on_demand_hours,
@@ -75,12 +76,14 @@ class SpotOpportunity(Detector):
         if inputs.prices is None:
             return []
         per_instance: dict[tuple[str | None, str], list[GpuHour]] = defaultdict(list)
-        for r in on_demand_hours(inputs, now):
+        hours = on_demand_hours(inputs, now)
+        for r in hours:
             per_instance[instance_key(r)].append(r)
+        pools = _Pools(hours, inputs.prices)
         by_project: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
         for key in sorted(per_instance, key=str):
             rows = sorted(per_instance[key], key=lambda r: r.hour)
-            if (reason := self._reason(rows)) is not None and (e := _spot_line(rows, reason, inputs)):
+            if (reason := self._reason(rows)) is not None and (e := _spot_line(rows, reason, inputs, pools)):
                 by_project[key[0]].append(e)
         return [
             f
@@ -124,17 +127,89 @@ class SpotOpportunity(Detector):
         )
 
 
-def _spot_line(rows: Sequence[GpuHour], reason: str, inputs: DetectorInputs) -> dict[str, Any] | None:
+class _Pools:
+    """The on-demand part of each hour of a pool of usage one commitment covers (a project's GPUs
+    of a model in a region, or its VMs of a machine type priced whole), which a VM moved to Spot
+    frees no more than it takes from.
+
+    A resource commitment applies to the aggregate usage of its resources in a region and is billed
+    whether or not it is used (https://cloud.google.com/compute/docs/instances/signing-up-committed-use-discounts),
+    and its credit is spread over the usage rows (`GpuHour.on_demand_share`): the part of a VM an
+    hour's credit covered is not the VM's to save. Moved to Spot, the whole VM pays Spot prices and
+    its on-demand price is saved only as far as the pool's usage left on demand reaches: the rest of
+    the commitment then covers hours that were on demand, or nothing. A lone a3-highgpu-8g half
+    covered (10 h) was advised onto Spot for $189.40 ($88.49 - $50.61 on its 5 uncovered hours), where
+    its Spot hours cost $506.10 for $442.45 of on-demand hours saved, $63.65 more; beside an uncovered
+    VM of its type, moving it saves its 10 whole hours ($378.80), not 5. Where no commitment covers
+    any of a pool, every hour is on demand and a VM moved saves each of its hours, as before."""
+
+    def __init__(self, rows: Sequence[GpuHour], prices: PriceLookup | None) -> None:
+        self.left: dict[tuple, dict[datetime, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
+        self._whole: dict[tuple[str | None, str | None], bool] = {}
+        for r in rows:
+            key = self.key(r, prices)
+            self.left[key][r.hour] += (
+                on_demand_machine_hours(r) if key[0] == "machine" else r.on_demand_gpu_hours
+            )
+
+    def key(self, r: GpuHour, prices: PriceLookup | None) -> tuple:
+        """The pool of `r`: its VMs of a machine type where `_spot_line` prices it whole, else its GPUs."""
+        at = (r.machine_type, r.region)
+        if at not in self._whole:
+            found = prices is not None and machine_prices(
+                prices, r.machine_type, r.region, ("on_demand", "spot")
+            )
+            self._whole[at] = bool(found) and bool(r.machine_type)
+        if self._whole[at] and r.gpus > 0:
+            return ("machine", r.project, r.region, r.machine_type)
+        return ("gpu", r.project, r.region, r.gpu_model)
+
+    def take(
+        self, key: tuple, hours: Sequence[tuple[datetime, Decimal]]
+    ) -> tuple[Decimal, dict[datetime, Decimal]]:
+        """The on-demand hours of `key`'s pool a VM of `hours` (hour, size) would free, by hour."""
+        taken: dict[datetime, Decimal] = defaultdict(Decimal)
+        pool = self.left.get(key, {})
+        for hour, size in hours:
+            taken[hour] += min(size, max(Decimal(0), pool.get(hour, Decimal(0)) - taken[hour]))
+        return sum(taken.values(), Decimal(0)), taken
+
+    def spend(self, key: tuple, taken: dict[datetime, Decimal]) -> None:
+        """A VM advised onto Spot: what it frees is not another's to free."""
+        for hour, part in taken.items():
+            self.left[key][hour] -= part
+
+
+def _saved(
+    pools: _Pools, key: tuple, hours: Sequence[tuple[datetime, Decimal]], od: Decimal, spot: Decimal
+) -> tuple[Decimal, Decimal, Decimal] | None:
+    """(hours moved, of them freed on demand, saving) of moving a VM of `hours` to Spot (`_Pools`);
+    None when Spot would cost more. Freed whole: its hours x (on-demand - Spot), as before."""
+    moved = sum((size for _, size in hours), Decimal(0))
+    freed, taken = pools.take(key, hours)
+    saving = moved * (od - spot) - (moved - freed) * od
+    if saving <= 0:
+        return None
+    pools.spend(key, taken)
+    return moved, freed, saving
+
+
+def _spot_line(
+    rows: Sequence[GpuHour], reason: str, inputs: DetectorInputs, pools: _Pools
+) -> dict[str, Any] | None:
     assert inputs.prices is not None
     r0 = rows[0]
     whole = machine_prices(inputs.prices, r0.machine_type, r0.region, ("on_demand", "spot"))
     if whole is not None and r0.gpus > 0 and r0.machine_type:
-        return _machine_spot_line(rows, reason, inputs.prices, whole)
+        return _machine_spot_line(rows, reason, inputs.prices, whole, pools)
     od = inputs.prices.gpu_hourly(r0.gpu_model or "", r0.region, "on_demand")
     spot = inputs.prices.gpu_hourly(r0.gpu_model or "", r0.region, "spot")
     if od is None or spot is None or spot >= od:
         return None
-    gpu_hours = sum((r.on_demand_gpu_hours for r in rows), Decimal(0))
+    key = pools.key(r0, inputs.prices)
+    if (found := _saved(pools, key, [(r.hour, r.gpu_hours) for r in rows], od, spot)) is None:
+        return None
+    gpu_hours, freed, saving = found
     return {
         "instance": r0.instance or r0.instance_id,
         "instance_id": r0.instance_id,
@@ -147,27 +222,32 @@ def _spot_line(rows: Sequence[GpuHour], reason: str, inputs: DetectorInputs) -> 
         "priced_per": "gpu",
         "on_demand_usd_per_gpu_hour": money(od),
         "spot_usd_per_gpu_hour": money(spot),
-        "savings_usd": money(gpu_hours * (od - spot)),
+        "savings_usd": money(saving),
+        **({"committed_gpu_hours_left": float(gpu_hours - freed)} if freed < gpu_hours else {}),
         "price_source": price_source(inputs.prices, r0.gpu_model or "", r0.region, ("on_demand", "spot")),
     }
 
 
 def _machine_spot_line(
-    rows: Sequence[GpuHour], reason: str, prices: PriceLookup, whole: dict[str, Decimal]
+    rows: Sequence[GpuHour], reason: str, prices: PriceLookup, whole: dict[str, Decimal], pools: _Pools
 ) -> dict[str, Any] | None:
-    """A VM's Spot saving priced per whole machine: its machine-hours x (on-demand - Spot)."""
+    """A VM's Spot saving priced per whole machine: its machine-hours x (on-demand - Spot), less
+    the on-demand price of those a commitment covered that nothing else on demand takes (`_Pools`)."""
     r0 = rows[0]
     od, spot = whole["on_demand"], whole["spot"]
     if spot >= od:
         return None
-    hours = sum((on_demand_machine_hours(r) for r in rows), Decimal(0))
+    key = pools.key(r0, prices)
+    if (found := _saved(pools, key, [(r.hour, machine_hours(r)) for r in rows], od, spot)) is None:
+        return None
+    hours, freed, saving = found
     return {
         "instance": r0.instance or r0.instance_id,
         "instance_id": r0.instance_id,
         "zone": r0.zone,
         "gpu_model": r0.gpu_model,
         "reason": reason,
-        "gpu_hours": float(sum((r.on_demand_gpu_hours for r in rows), Decimal(0))),
+        "gpu_hours": float(sum((r.gpu_hours for r in rows), Decimal(0))),
         "first_hour": iso(rows[0].hour),
         "last_hour": iso(rows[-1].hour),
         "priced_per": "machine",
@@ -175,6 +255,7 @@ def _machine_spot_line(
         "machine_hours": float(hours),
         "on_demand_usd_per_machine_hour": money(od),
         "spot_usd_per_machine_hour": money(spot),
-        "savings_usd": money(hours * (od - spot)),
+        "savings_usd": money(saving),
+        **({"committed_machine_hours_left": float(hours - freed)} if freed < hours else {}),
         "price_source": machine_price_source(prices, r0.machine_type or "", r0.region, ("on_demand", "spot")),
     }
