@@ -6,15 +6,19 @@ by the pipeline every `repeat_interval` ("Still firing") and "Resolved" when it 
 a finished job is news once. So the message bypasses grouping and dedupe and goes straight into
 the persistent outbox (delivered, retried, looked up after an uncertain send, `gpucost outbox`,
 like every alert), and `jobs_finished` records, in the same transaction as the outbox row, which
-run of which job was told: a restart, a second detection run or late billing rows never send it
-again. A later run of the same job name (its first hour after the told run's last hour) is a new
-run and gets its own message.
+run of which job was told and what its figures were counted to: a restart, a second detection run
+or late billing rows never send it again. The job's compute billed from there on is its next run
+under the name, told in turn with what it cost from there (the two messages add up).
 
 Finished, robust to billing lag: the job's last billed hour, and its last hour of utilization
 estimated without billing yet, are both older than `[jobs] running_within_hours` (the engine's
 `running` flag, `monitor.jobs.build`); an idle VM still up reports utilization (0 %) and still
-bills, so its job is not finished. Jobs that had ended before gpucost first started are history
-(`alerts.history`'s cut), never announced.
+bills, so its job is not finished. And settled: its hours are before the provisional ones
+(`billing.provisional_days`), and its figures are counted up to them. Rows land hours to days after
+their usage, each resource at its own pace: told 6 h after its job went quiet, every message of an
+audit run (helper 74, tests/test_job_finished_audit.py) was short of the job's total, by up to 12%.
+A job that runs again before it is settled is one run. Jobs that had ended before gpucost first
+started are history (`alerts.history`'s cut), never announced.
 
 Pure apart from `announce_finished` (one transaction on the state store). The per-job figures are
 the jobs engine's (`alerts.digest_jobs.job_records`, the one adapter to it).
@@ -59,7 +63,11 @@ _MICROS = Decimal(1_000_000)
 _MIGRATIONS = [
     "CREATE TABLE jobs_finished (job TEXT NOT NULL, receiver TEXT NOT NULL, first_hour TEXT NOT NULL,"
     " last_hour TEXT NOT NULL, idempotency_key TEXT NOT NULL, announced_at TEXT NOT NULL,"
-    " PRIMARY KEY (job, receiver, last_hour))"
+    " PRIMARY KEY (job, receiver, last_hour))",
+    # where the message's figures were counted to (the window's end): a later run of the job is
+    # counted from there, so the two messages add up and a row of the told run landing late is
+    # not a run of its own (NULL in rows told before: their `announced_at` stands in)
+    "ALTER TABLE jobs_finished ADD COLUMN counted_until TEXT",
 ]
 
 
@@ -82,19 +90,26 @@ _HIDDEN = (
 
 @dataclass(frozen=True)
 class Announced:
-    """A run of a job already told: [first_hour, last_hour]."""
+    """A run of a job already told: [first_hour, last_hour], its message's figures counted up to
+    `counted_until` (None: not recorded, told before it was)."""
 
     job: str
     first_hour: datetime
     last_hour: datetime
+    counted_until: datetime | None = None
 
 
 def finished_jobs(
-    records: Iterable[Any], announced: Iterable[Announced], history_cut: datetime | None = None
+    records: Iterable[Any],
+    announced: Iterable[Announced],
+    history_cut: datetime | None = None,
+    settled_before: datetime | None = None,
 ) -> list[Any]:
     """The engine's records (`JobRecord`) of jobs that finished and were not told: named, not
-    `running`, not estimated, ending at or after `history_cut`, and not overlapping a told run
-    of the same name (late rows stretch a told run; they do not make a new one)."""
+    `running`, ending at or after `history_cut` and before `settled_before` (the first provisional
+    hour: the job's billing is complete, and it has no estimated hour, all of which are
+    provisional), and not overlapping a told run of the same name (late rows stretch a told run;
+    they do not make a new one)."""
     told: dict[str, list[Announced]] = {}
     for a in announced:
         told.setdefault(a.job, []).append(a)
@@ -103,6 +118,8 @@ def finished_jobs(
         if r.job is None or r.running or r.last_hour is None or r.first_hour is None:
             continue
         if history_cut is not None and r.last_hour + _HOUR < history_cut:
+            continue
+        if settled_before is not None and r.last_hour + _HOUR > settled_before:
             continue
         if any(a.last_hour >= r.first_hour for a in told.get(r.job, ())):
             continue
@@ -138,13 +155,13 @@ def _idle(usage: Any) -> str:
 
 def job_message(r: Any, receiver: str, *, partial_from: datetime | None = None) -> Message:
     """The message for one finished job (`JobRecord`), in the findings' layout (`alerts.blocks`):
-    header, total, scope, hidden costs, counterfactuals, context. `partial_from`: the job started
-    before the billing read (its total covers only what was read from then on)."""
+    header, total, scope, hidden costs, counterfactuals, context. `partial_from`: the job is billed
+    from the first hour held (its total covers only what was held from then on)."""
     job, net, hours = str(r.job), r.net_cost, int((r.last_hour + _HOUR - r.first_hour) / _HOUR)
     span = f"{r.first_hour:%Y-%m-%d %H:%M}–{r.last_hour + _HOUR:%Y-%m-%d %H:%M} UTC ({hours} h)"
     total = f"*Total:* {money(net)} net ({money(r.cost)} before credits) over {span}"
-    if partial_from is not None:
-        total += f" _(from {partial_from:%Y-%m-%d}: it started before the billing read)_"
+    if partial_from is not None:  # billed from the first hour held: it may have begun before
+        total += f" _(from {partial_from:%Y-%m-%d}: it may have started before the billing held)_"
     several = len(r.gpu_models) > 1
     gpus = (
         (f"{r.gpus} GPUs ({esc(r.gpu_model)}), " if several else f"{r.gpus}× {esc(r.gpu_model)}, ")
@@ -200,8 +217,20 @@ def job_message(r: Any, receiver: str, *, partial_from: datetime | None = None) 
 
 
 def _announced(conn: sqlite3.Connection) -> list[Announced]:
-    rows = conn.execute("SELECT job, first_hour, last_hour FROM jobs_finished")
-    return [Announced(r[0], parse_ts(r[1]), parse_ts(r[2])) for r in rows]
+    rows = conn.execute("SELECT job, first_hour, last_hour, counted_until, announced_at FROM jobs_finished")
+    return [Announced(r[0], parse_ts(r[1]), parse_ts(r[2]), parse_ts(r[3] or r[4])) for r in rows]
+
+
+def _counted_from(told: Iterable[Announced]) -> dict[str, datetime]:
+    """Where each told job's next run is counted from: what its latest told run's message counted
+    to. Its compute hours from there on are a new run; the told run's own hours, late rows
+    included, are never counted again."""
+    out: dict[str, datetime] = {}
+    for a in told:
+        cut = a.counted_until or a.last_hour + _HOUR
+        if a.job not in out or cut > out[a.job]:
+            out[a.job] = cut
+    return out
 
 
 def routing_finding(r: Any) -> Finding:
@@ -228,16 +257,26 @@ def announce_finished(
     prices: Any = None,
     history_cut: datetime | None = None,
     estimates: Sequence[Any] | None = None,
+    settled_before: datetime | None = None,
+    held_from: Callable[[], datetime | None] | None = None,
 ) -> list[str]:
     """Queue one message per newly finished job (outbox) and record it, in one transaction;
     returns the keys queued. `hourly` / `gpu_hours`: the detection inputs (`Costs` or `CostHour`s,
     `GpuHour`s, or what returns them: `DetectorInputs.all_gpu_hours`) of [window_start, window_end).
     `estimates`: GPU hours holding every estimated hour of them (`DetectorInputs.gpu_hours`; by
     default `gpu_hours` when it is a list). `receiver`: the channel, or a function of the job's
-    record (routing). A job is told once, whichever channel it went to.
+    record (routing). A job is told once, whichever channel it went to. `settled_before`: the
+    first provisional hour (`DetectorInputs.provisional_from`; None: none is). `held_from`: how far
+    back the billing read is held (`HeldSpend.held_from`), asked only when a job is told; None:
+    from `window_start`. A job billed from there on may have begun before it.
+
+    Settled, not only quiet: rows land hours to days after their usage, each resource at its own
+    pace, so 6 h of quiet told jobs their totals short (the audit's llm-pretrain $16,008.29 of
+    $17,211.17), and a message cannot be taken back. A job told is counted from what its message
+    counted to on (`_counted_from`): its next run under the name is a run of its own.
 
     Cheap: the engine runs only when a job's last hour, billed or estimated (`_estimated_until`), is
-    old enough and the job was not told, and then only on the jobs that can have finished
+    settled and the job was not told, and then only on the jobs that can have finished
     (`build_jobs(only=...)`, over `_rows_for`). Billing lags usage by hours, so without the
     estimated hours every running job's billing looks stale at every detection run, and every job
     was built each time (1.6 s of a 3 s detection run on the demo fleet)."""
@@ -252,10 +291,11 @@ def announce_finished(
         estimates = gpu_hours
     window_end = billed_until(costs, window_start, window_end, within)
     until = _estimated_until(costs, estimates or (), keys_of)
+    cuts = _counted_from(told)
     stale = {
         j: span
-        for j, span in _billed_spans(costs, keys_of).items()
-        if max(span[1], until.get(j, span[1])) + _HOUR < window_end - within
+        for j, span in _spans(costs, keys_of, cuts).items()
+        if _settled(max(span[1], until.get(j, span[1])), window_end - within, settled_before)
     }
     if not finished_jobs(_Candidate.latest(stale), told, history_cut):
         return []
@@ -266,42 +306,115 @@ def announce_finished(
     names = {c.job for c in finished_jobs(_Candidate.spans(stale), told)}
     if not names:
         return []
-    rows = _candidate_rows(costs, keys_of, names)  # only when a job can have finished
     gpu = gpu_hours() if callable(gpu_hours) else gpu_hours
-    records = job_records(
-        _rows_for(rows, _jobs_of(rows, keys_of), names), gpu, jobs, window_end, prices, only=names
-    )
+    # counted to the first provisional hour: a job's bucket billing on after it is not settled yet
+    # (the next run of the job is counted from there)
+    counted_until = min(window_end, settled_before or window_end)
+    records = _records(costs, gpu, jobs, _by_cut(names, cuts), counted_until, window_end, prices)
+    held = max(window_start, (held_from() if held_from is not None and records else None) or window_start)
     queued: list[str] = []
     with store.transaction() as conn:  # what was told is read again here: a concurrent run told it
-        for r in finished_jobs(records, _announced(conn), history_cut):
-            partial = window_start if r.first_hour <= window_start else None
+        ready = {
+            id(r)
+            for r in finished_jobs([r for r, _ in records], _announced(conn), history_cut, settled_before)
+        }
+        for r, cut in records:
+            if id(r) not in ready:
+                continue
+            partial = held if r.first_hour <= held and (cut is None or cut < held) else None
             channel = receiver(r) if callable(receiver) else receiver
-            msg = job_message(r, channel, partial_from=partial)
-            if enqueue(
-                conn,
-                key=msg.idempotency_key,
-                group_key=JOB_GROUP,
-                receiver=channel,
-                sequence=int(r.last_hour.timestamp() // 3600),
-                reason="job_finished",
-                root_key=None,
-                message=msg,
-                now=now,
-            ):
-                queued.append(msg.idempotency_key)
-            conn.execute(
-                "INSERT OR IGNORE INTO jobs_finished (job, receiver, first_hour, last_hour, idempotency_key,"
-                " announced_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    r.job,
-                    channel,
-                    fmt_ts(r.first_hour),
-                    fmt_ts(r.last_hour),
-                    msg.idempotency_key,
-                    fmt_ts(now),
-                ),
-            )
+            if _enqueue(conn, job_message(r, channel, partial_from=partial), r, now, counted_until):
+                queued.append(job_message_key(str(r.job), channel, r.last_hour))
     return queued
+
+
+def _records(
+    costs: Costs,
+    gpu: Sequence[Any],
+    jobs: Any,
+    groups: Iterable[tuple[datetime | None, set[str]]],
+    counted_until: datetime,
+    window_end: datetime,
+    prices: Any,
+) -> list[tuple[Any, datetime | None]]:
+    """The engine's records of the jobs of each group (`_by_cut`), each with where it was counted
+    from: over [cut, counted_until), a told job's next run from its cut on. The engine splits
+    cluster fees and GPU node-hours hour by hour, so a record of fewer hours is exact for those."""
+    keys = jobs.label_keys()
+    out: list[tuple[Any, datetime | None]] = []
+    for cut, group in groups:
+        rows = _candidate_rows(costs, keys, group, cut, counted_until)
+        since = [g for g in gpu if (cut is None or g.hour >= cut) and g.hour < counted_until]
+        built = job_records(
+            _rows_for(rows, _jobs_of(rows, keys), group), since, jobs, window_end, prices, only=group
+        )
+        out += [(r, cut) for r in built]
+    return out
+
+
+def _settled(last: datetime, quiet_before: datetime, settled_before: datetime | None) -> bool:
+    """Whether a job whose last hour is `last` is over: quiet (`running_within_hours` before the
+    latest hour billed) and out of the provisional hours."""
+    return last + _HOUR < quiet_before and (settled_before is None or last + _HOUR <= settled_before)
+
+
+def _enqueue(conn: sqlite3.Connection, msg: Message, r: Any, now: datetime, counted_until: datetime) -> bool:
+    """One job's message into the outbox and its run into `jobs_finished`, in the caller's
+    transaction; True when the message was new."""
+    new = enqueue(
+        conn,
+        key=msg.idempotency_key,
+        group_key=JOB_GROUP,
+        receiver=msg.channel,
+        sequence=int(r.last_hour.timestamp() // 3600),
+        reason="job_finished",
+        root_key=None,
+        message=msg,
+        now=now,
+    )
+    conn.execute(
+        "INSERT OR IGNORE INTO jobs_finished (job, receiver, first_hour, last_hour, idempotency_key,"
+        " announced_at, counted_until) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            r.job,
+            msg.channel,
+            fmt_ts(r.first_hour),
+            fmt_ts(r.last_hour),
+            msg.idempotency_key,
+            fmt_ts(now),
+            fmt_ts(counted_until),
+        ),
+    )
+    return bool(new)
+
+
+def _by_cut(names: AbstractSet[str], cuts: Mapping[str, datetime]) -> list[tuple[datetime | None, set[str]]]:
+    """The jobs to build, grouped by where they are counted from (None: the whole read)."""
+    groups: dict[datetime | None, set[str]] = {}
+    for j in sorted(names):
+        groups.setdefault(cuts.get(j), set()).add(j)
+    return list(groups.items())
+
+
+def _spans(
+    costs: Costs, keys: Sequence[str], cuts: Mapping[str, datetime]
+) -> dict[str, tuple[datetime, datetime]]:
+    """Each job's billed span as its record will count it (`_billed_spans`); a told job's is that
+    of its hours from its cut on (`_counted_from`), compute ones when it has compute rows at all:
+    its checkpoints bucket billing on after the told run is not a new run, and a row of the told
+    run landing late is before the cut."""
+    compute, other = _spans_by_kind(costs, keys)
+    spans = other | compute
+    later = {j for j, cut in cuts.items() if j in spans and spans[j][1] >= cut}
+    for j in cuts:
+        spans.pop(j, None)
+    for cut in sorted({cuts[j] for j in later}):
+        compute_after, other_after = _spans_by_kind(costs, keys, start=cut)
+        for j in later:
+            after = compute_after if j in compute else other_after
+            if cuts[j] == cut and j in after:
+                spans[j] = after[j]
+    return spans
 
 
 @dataclass(frozen=True)
@@ -339,18 +452,26 @@ def _billed_spans(costs: Costs, keys: Sequence[str]) -> dict[str, tuple[datetime
     else of all its rows; a row's job is the first job label key present. Exact, so a job whose run
     was told (a told run ending at or after its first hour) is not built. Summed in the engine: one
     group per label set."""
+    compute, other = _spans_by_kind(costs, keys)
+    return other | compute
+
+
+def _spans_by_kind(
+    costs: Costs, keys: Sequence[str], start: datetime | None = None
+) -> tuple[dict[str, tuple[datetime, datetime]], dict[str, tuple[datetime, datetime]]]:
+    """Each job's (first, last) billed hour from `start` on, of its compute rows and of its others."""
     from monitor.jobs.identity import job_of  # lazily, like `job_records`
 
     compute: dict[str, tuple[datetime, datetime]] = {}
     other: dict[str, tuple[datetime, datetime]] = {}
-    for (labels, is_compute), s in costs.sums(("labels", "compute")).items():
+    for (labels, is_compute), s in costs.sums(("labels", "compute"), start=start).items():
         job = job_of(costs.labels_of(labels), keys)
         if job is None:
             continue
         spans = compute if is_compute else other
         cur = spans.get(job)
         spans[job] = (s.first, s.last) if cur is None else (min(cur[0], s.first), max(cur[1], s.last))
-    return other | compute
+    return compute, other
 
 
 def _estimated_until(costs: Costs, gpu_hours: Sequence[Any], keys: Sequence[str]) -> dict[str, datetime]:
@@ -387,10 +508,16 @@ def _touched(own: Iterable[Any]) -> tuple[set[tuple], set[str | None], set[str]]
     return fee_keys, instances, ids
 
 
-def _candidate_rows(costs: Costs, keys: Sequence[str], names: AbstractSet[str]) -> list[Any]:
-    """The rows `_rows_for` can pick for the jobs `names`, in the engine's order, rather than every
-    row of the window: the jobs' own rows (by label set), every row of the clusters they had nodes
-    in and every GPU row of their nodes. The clusters and nodes are what `_touched` reads of the own
+def _candidate_rows(
+    costs: Costs,
+    keys: Sequence[str],
+    names: AbstractSet[str],
+    start: datetime | None = None,
+    end: datetime | None = None,
+) -> list[Any]:
+    """The rows `_rows_for` can pick for the jobs `names` (of [start, end)), in the engine's order,
+    rather than every row of the window: the jobs' own rows (by label set), every row of the
+    clusters they had nodes in and every GPU row of their nodes. The clusters and nodes are what `_touched` reads of the own
     rows, asked of the engine as one small GROUP BY (a row per node and SKU class, not per hour).
     `_rows_for` over these picks what it picks over all rows: each row it keeps is of a named job, of
     one of those clusters, or a GPU row of one of those nodes."""
@@ -398,13 +525,17 @@ def _candidate_rows(costs: Costs, keys: Sequence[str], names: AbstractSet[str]) 
 
     own = costs.labels_where(lambda labels: job_of(labels, keys) in names)
     nodes = costs.sums(
-        by=("subcategory", "cluster", "instance", "instance_id"), labels=own, categories=["compute"]
+        by=("subcategory", "cluster", "instance", "instance_id"),
+        labels=own,
+        categories=["compute"],
+        start=start,
+        end=end,
     )
     clusters = sorted({c for _, c, instance, _ in nodes if c and instance})
     gpus = [(instance, iid) for sub, _, instance, iid in nodes if sub == "compute.gpu"]
     instances = list({instance for instance, _ in gpus})
     ids = sorted({iid for _, iid in gpus if iid})
-    return costs.rows(touching=Touching(own, clusters, instances, ids))
+    return costs.rows(touching=Touching(own, clusters, instances, ids), start=start, end=end)
 
 
 def _rows_for(hourly: Sequence[Any], jobs_of: Sequence[str | None], names: AbstractSet[str]) -> list[Any]:
@@ -432,7 +563,8 @@ def _rows_for(hourly: Sequence[Any], jobs_of: Sequence[str | None], names: Abstr
 def announce_jobs(deps: Any, inputs: Any, now: datetime) -> list[str]:
     """What the detection step calls (`monitor.cycle.run_detection`): `announce_finished` over the
     detection inputs, routed like findings (`[[slack.routes]]`, see `routing_finding`; else the
-    default channel), with the first-start cut (`alerts.history`)."""
+    default channel), with the first-start cut (`alerts.history`), settled before the inputs'
+    provisional hours, and the billing held as far back as the aggregate store holds it."""
     from alerts.history import history_settings
     from alerts.routing import route, routes_from_config
     from monitor.jobs.run import jobs_config  # lazily, like `job_records`
@@ -451,4 +583,6 @@ def announce_jobs(deps: Any, inputs: Any, now: datetime) -> list[str]:
         receiver=lambda r: route(routing_finding(r), routes, deps.alert_deps.default_channel),
         prices=inputs.prices,
         history_cut=history_settings(deps.cfg.alerts, deps.store, now).get("history_cut"),
+        settled_before=inputs.provisional_from,
+        held_from=(lambda: inputs.held_spend().held_from) if inputs.held_spend is not None else None,
     )
