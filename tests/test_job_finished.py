@@ -279,12 +279,13 @@ def test_the_daemon_tells_each_finished_job_once(tmp_path: Path, fleet: Path) ->
         step(deps, early)
     assert _outbox(deps.store) == []
     # the whole fleet stopped, its disks too: nothing bills after its end. Eight hours on, the whole
-    # export may only be late; the jobs are told once it has been silent for twice
-    # `running_within_hours` (12 h) and they quiet 6 h more
+    # export may only be late; the jobs are quiet once it has been silent for twice
+    # `running_within_hours` (12 h) and they quiet 6 h more, and told once their hours are settled
+    # (`billing.provisional_days` = 3: today and the two days before are provisional)
     for step in (run_billing_poll, run_utilization_poll, run_detection):
         step(deps, fleet_end + 8 * H)
     assert _outbox(deps.store) == []
-    now = fleet_end + 20 * H
+    now = fleet_end + 49 * H
     run_billing_poll(deps, now)
     run_utilization_poll(deps, now)
     run_detection(deps, now)
