@@ -400,20 +400,20 @@ def _spans(
     costs: Costs, keys: Sequence[str], cuts: Mapping[str, datetime]
 ) -> dict[str, tuple[datetime, datetime]]:
     """Each job's billed span as its record will count it (`_billed_spans`); a told job's is that
-    of its hours from its cut on (`_counted_from`), compute ones when it has compute rows at all:
-    its checkpoints bucket billing on after the told run is not a new run, and a row of the told
-    run landing late is before the cut."""
+    of its compute hours from its cut on (`_counted_from`), none without: its checkpoints bucket
+    billing on after the told run is not a new run, even once the told run's compute has left the
+    read window (the bucket deleted six weeks on was told as a run of its own), and a row of the
+    told run landing late is before the cut."""
     compute, other = _spans_by_kind(costs, keys)
     spans = other | compute
-    later = {j for j, cut in cuts.items() if j in spans and spans[j][1] >= cut}
+    later = {j for j, cut in cuts.items() if j in compute and compute[j][1] >= cut}
     for j in cuts:
         spans.pop(j, None)
     for cut in sorted({cuts[j] for j in later}):
-        compute_after, other_after = _spans_by_kind(costs, keys, start=cut)
+        compute_after, _ = _spans_by_kind(costs, keys, start=cut)
         for j in later:
-            after = compute_after if j in compute else other_after
-            if cuts[j] == cut and j in after:
-                spans[j] = after[j]
+            if cuts[j] == cut and j in compute_after:
+                spans[j] = compute_after[j]
     return spans
 
 
