@@ -7,9 +7,11 @@ resource, cost type and label set; each of its rows becomes one FOCUS charge row
 - ListCost = `cost_at_list` (else `cost`); ContractedCost = `cost` (negotiated prices, before
   credits); BilledCost = EffectiveCost = `cost` + all credits (what the invoice charges).
 - ChargeCategory: Tax (`cost_type` tax), Adjustment (adjustment, rounding_error), Purchase
-  (commitment fees, also ChargeFrequency Recurring), else Usage.
+  (commitment fees, also ChargeFrequency Recurring), else Usage. ChargeClass Correction: an
+  adjustment of usage before its invoice month only. Consumed columns on Usage rows only.
 - PricingCategory: Standard (on-demand and non-compute), Dynamic (Spot), Committed (commitment
-  fees, CUD-covered and reserved usage).
+  fees, CUD-covered and reserved usage); null on Tax rows, as are their pricing quantity, unit and
+  unit prices.
 - CommitmentDiscountId / Type / Name: the CUD credit's `id`, `type` and `full_name` (as Google's
   FOCUS view template takes them; of the lowest id when two commitments cover a row); Category
   Spend for spend-based credit types, else Usage; Status Used; PricingCategory Committed. All
@@ -146,32 +148,40 @@ def _unit_price(micros: int, quantity: Decimal | None) -> str:
     return f"{micros_to_decimal(micros) / quantity:.9f}"
 
 
-def _billing_period(month: str | None) -> tuple[str, str]:
+def _billing_period(month: str | None) -> tuple[datetime | None, datetime | None]:
     if not month or len(month) != 6 or not month.isdigit():
-        return "", ""
+        return None, None
     first = datetime(int(month[:4]), int(month[4:]), 1, tzinfo=UTC)
-    nxt = (first + timedelta(days=32)).replace(day=1)
-    return to_iso(first) or "", to_iso(nxt) or ""
+    return first, (first + timedelta(days=32)).replace(day=1)
 
 
-def _charge(subcategory: str, cost_type: str) -> tuple[str, str, str]:
-    """(ChargeCategory, ChargeClass, ChargeFrequency)."""
+def _charge(subcategory: str, cost_type: str, earlier_period: bool) -> tuple[str, str, str]:
+    """(ChargeCategory, ChargeClass, ChargeFrequency). FOCUS 1.0 ChargeClass: "MUST be null when
+    the row does not represent a correction or when it represents a correction within the current
+    billing period", so an adjustment is a Correction only for usage before its invoice month
+    (every adjustment was one, those of this month's own usage too)."""
     if cost_type == "tax":
         return "Tax", "", "One-Time"
     if cost_type in ("adjustment", "rounding_error"):
-        return "Adjustment", "Correction" if cost_type == "adjustment" else "", "One-Time"
+        correction = cost_type == "adjustment" and earlier_period
+        return "Adjustment", "Correction" if correction else "", "One-Time"
     if subcategory == "compute.commitment_fee":
         return "Purchase", "", "Recurring"
     return "Usage", "", "Usage-Based"
 
 
 def _resource_type(global_name: str | None) -> str:
+    """FOCUS 1.0 ResourceType "MUST NOT be null when a corresponding ResourceId is not null": other
+    resources (buckets, clusters, commitments, snapshots...) had none. They take the collection in
+    their path (`.../buckets/NAME` -> "buckets"), as Google's FOCUS view template derives it from
+    `resource.global_name` (FairwindsOps/insights-plugins plugins/cloud-costs/gcp-FOCUS-query.sql)."""
     g = global_name or ""
     if "/instances/" in g:
         return "Virtual Machine"
     if "/disk" in g:
         return "Disk"
-    return ""
+    parts = [p for p in g.split("/") if p]
+    return parts[-2] if len(parts) >= 3 else ""  # host, collection, id at least
 
 
 def _tags(label_set: str | None) -> str:
@@ -190,13 +200,19 @@ def to_focus(
     the whole day."""
     sub, pm = row["subcategory"], row["pricing_model"]
     category = category_of(sub)
-    charge_category, charge_class, frequency = _charge(sub, row["cost_type"])
     period_start, period_end = _billing_period(row["invoice_month"])
+    earlier = period_start is not None and row["usage_day"] < period_start
+    charge_category, charge_class, frequency = _charge(sub, row["cost_type"], earlier)
+    # FOCUS 1.0: ConsumedQuantity/Unit "MUST be null for other ChargeCategory values" than Usage;
+    # PricingCategory, PricingQuantity/Unit and both unit prices "MUST be null when ChargeCategory
+    # is "Tax"" (tax rows said PricingCategory Standard; fees and adjustments had quantities)
+    usage, tax = charge_category == "Usage", charge_category == "Tax"
     # FOCUS: the commitment columns are null unless CommitmentDiscountId is known (older exports'
     # credits have no id: their CUD-covered rows said "Usage"/"Used" beside no id); any row a CUD
     # credit with an id covers has them, a spend-based one on Cloud SQL or Cloud Run too
     credit = (row["cud_credit"] or "||") if row["cud_micros"] else "||"
     commitment, cud_type, cud_name = credit.split("|", 2)  # one credit whole (focus.sql)
+    pricing = "Committed" if commitment else _PRICING_CATEGORY.get(pm or "", "Standard")
     day, day_end = row["usage_day"], row["usage_day"] + timedelta(days=1)
     if within is not None:
         day, day_end = max(day, within[0]), min(day_end, within[1])
@@ -206,8 +222,8 @@ def to_focus(
         "BillingAccountId": row["billing_account_id"] or "",
         "BillingAccountName": "",
         "BillingCurrency": row["currency"] or "",
-        "BillingPeriodEnd": period_end,
-        "BillingPeriodStart": period_start,
+        "BillingPeriodEnd": to_iso(period_end) or "",
+        "BillingPeriodStart": to_iso(period_start) or "",
         "ChargeCategory": charge_category,
         "ChargeClass": charge_class,
         "ChargeDescription": row["sku_description"] or "",
@@ -219,17 +235,17 @@ def to_focus(
         "CommitmentDiscountName": cud_name if commitment else "",
         "CommitmentDiscountStatus": "Used" if commitment else "",
         "CommitmentDiscountType": cud_type if commitment else "",
-        "ConsumedQuantity": _quantity(row["usage_amount"]),
-        "ConsumedUnit": row["usage_unit"] or "",
+        "ConsumedQuantity": _quantity(row["usage_amount"]) if usage else "",
+        "ConsumedUnit": (row["usage_unit"] or "") if usage else "",
         "ContractedCost": _amount(row["gross_micros"]),
-        "ContractedUnitPrice": _unit_price(row["gross_micros"], row["pricing_amount"]),
+        "ContractedUnitPrice": "" if tax else _unit_price(row["gross_micros"], row["pricing_amount"]),
         "EffectiveCost": _amount(row["net_micros"]),
         "InvoiceIssuerName": _PROVIDER,
         "ListCost": _amount(row["list_micros"]),
-        "ListUnitPrice": _unit_price(row["list_micros"], row["pricing_amount"]),
-        "PricingCategory": "Committed" if commitment else _PRICING_CATEGORY.get(pm or "", "Standard"),
-        "PricingQuantity": _quantity(row["pricing_amount"]),
-        "PricingUnit": row["pricing_unit"] or "",
+        "ListUnitPrice": "" if tax else _unit_price(row["list_micros"], row["pricing_amount"]),
+        "PricingCategory": "" if tax else pricing,
+        "PricingQuantity": "" if tax else _quantity(row["pricing_amount"]),
+        "PricingUnit": "" if tax else (row["pricing_unit"] or ""),
         "ProviderName": _PROVIDER,
         "PublisherName": _PROVIDER,
         "RegionId": row["region"] or "",
