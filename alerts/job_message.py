@@ -323,8 +323,9 @@ def announce_finished(
                 continue
             partial = held if r.first_hour <= held and (cut is None or cut < held) else None
             channel = receiver(r) if callable(receiver) else receiver
-            if _enqueue(conn, job_message(r, channel, partial_from=partial), r, now, counted_until):
-                queued.append(job_message_key(str(r.job), channel, r.last_hour))
+            msg = job_message(r, channel, partial_from=partial)
+            if _enqueue(conn, msg, r, now, counted_until):
+                queued.append(msg.idempotency_key)
     return queued
 
 
@@ -399,7 +400,7 @@ def _by_cut(names: AbstractSet[str], cuts: Mapping[str, datetime]) -> list[tuple
 def _spans(
     costs: Costs, keys: Sequence[str], cuts: Mapping[str, datetime]
 ) -> dict[str, tuple[datetime, datetime]]:
-    """Each job's billed span as its record will count it (`_billed_spans`); a told job's is that
+    """Each job's billed span as its record will count it (`_spans_by_kind`); a told job's is that
     of its compute hours from its cut on (`_counted_from`), none without: its checkpoints bucket
     billing on after the told run is not a new run, even once the told run's compute has left the
     read window (the bucket deleted six weeks on was told as a run of its own), and a row of the
@@ -446,20 +447,13 @@ def _jobs_of(hourly: Iterable[Any], keys: Sequence[str]) -> list[str | None]:
     return [job_of(h.labels, keys) for h in hourly]
 
 
-def _billed_spans(costs: Costs, keys: Sequence[str]) -> dict[str, tuple[datetime, datetime]]:
-    """Each job's first and last billed hour as the engine counts them (`monitor.jobs.build`): of
-    its compute rows when it has any (its checkpoint bucket bills every hour after the job ended),
-    else of all its rows; a row's job is the first job label key present. Exact, so a job whose run
-    was told (a told run ending at or after its first hour) is not built. Summed in the engine: one
-    group per label set."""
-    compute, other = _spans_by_kind(costs, keys)
-    return other | compute
-
-
 def _spans_by_kind(
     costs: Costs, keys: Sequence[str], start: datetime | None = None
 ) -> tuple[dict[str, tuple[datetime, datetime]], dict[str, tuple[datetime, datetime]]]:
-    """Each job's (first, last) billed hour from `start` on, of its compute rows and of its others."""
+    """Each job's (first, last) billed hour from `start` on, of its compute rows and of its others
+    (`_spans`): the engine (`monitor.jobs.build`) counts a job's span from its compute rows when it
+    has any (its checkpoint bucket bills every hour after the job ended), else from all its rows; a
+    row's job is the first job label key present. Summed in the engine: one group per label set."""
     from monitor.jobs.identity import job_of  # lazily, like `job_records`
 
     compute: dict[str, tuple[datetime, datetime]] = {}

@@ -32,12 +32,12 @@ from alerts.digest_jobs import (
 )
 from alerts.job_message import (
     Announced,
-    _billed_spans,
     _Candidate,
     _candidate_rows,
     _estimated_until,
     _jobs_of,
     _rows_for,
+    _spans,
     announce_finished,
     finished_jobs,
 )
@@ -248,7 +248,7 @@ def test_the_finished_job_check_tells_what_the_full_engine_would(tmp_path: Path,
             inside = [h for h in hours if h.hour < end]
             quiet_to = billed_until(Costs.from_rows(inside), T0, end, 6 * H)  # the latest hour billed
             full = job_records(inside, [g for g in gpu if g.hour < end], JOBS, quiet_to, _Prices())
-            spans = _billed_spans(Costs.from_rows(inside), KEYS)
+            spans = _spans(Costs.from_rows(inside), KEYS, {})  # no told run cut
             stale = {j: s for j, s in spans.items() if s[1] + H < quiet_to - 6 * H}
             runs = finished_jobs(_Candidate.latest(stale), told, history)  # does the engine run at all
             want = [r.job for r in finished_jobs(full, told, history)] if runs else []
