@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -162,18 +163,24 @@ def test_a_job_billed_from_the_first_hour_held_may_have_started_before(store) ->
     )
 
 
-def test_a_run_told_by_the_previous_release_is_counted_to_when_it_was_told(store) -> None:
-    """A store written by the previous release (version 1 of `jobs_finished`, without what the
-    message counted to): the next run is counted from when the told one was announced."""
+def told_by_the_previous_release(store: Any, announced_at: str) -> None:
+    """`llm`'s run of hours 0-9 told by the previous release (version 1 of `jobs_finished`, without
+    what the message counted to) at `announced_at`."""
     from alerts.job_message import _MIGRATIONS
 
     store.migrate("jobs_finished", _MIGRATIONS[:1])
     with store.transaction() as conn:
         conn.execute(
             "INSERT INTO jobs_finished (job, receiver, first_hour, last_hour, idempotency_key, announced_at)"
-            " VALUES ('llm', '#ml', '2026-11-01T00:00:00.000000Z', '2026-11-01T09:00:00.000000Z', 'k',"
-            " '2026-11-01T17:00:00.000000Z')"
+            " VALUES ('llm', '#ml', '2026-11-01T00:00:00.000000Z', '2026-11-01T09:00:00.000000Z', 'k', ?)",
+            (announced_at,),
         )
+
+
+def test_a_run_told_by_the_previous_release_is_counted_to_when_it_was_told(store) -> None:
+    """A store written by the previous release (version 1 of `jobs_finished`, without what the
+    message counted to): the next run is counted from when the told one was announced."""
+    told_by_the_previous_release(store, "2026-11-01T17:00:00.000000Z")
     billed = _train(0, 9) + _train(100, 109, instance="llm-vm2") + _bucket(200) + _rest(200)
     (_key,) = _tell(store, billed, 170)
     (msg,) = _told(store)  # $1,050 + the bucket's hours 17 to 119

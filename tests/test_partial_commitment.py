@@ -148,15 +148,21 @@ def test_a_credit_spread_over_every_vm_leaves_a_whole_uncovered_vm_to_commit() -
     assert g.impact_usd.quantize(D("0.01")) == D("4553.86")
 
 
+def half_covered(*names: str) -> list[GpuHour]:
+    """10 hours of each of the VMs `names` (a3-highgpu-8g at $88, `gpu`'s), half of each hour's
+    cost covered by a CUD credit ($44)."""
+    return [
+        replace(gpu(h, name, pricing_model="committed"), gpu_cud=D("-44.00"))
+        for h in range(10)
+        for name in names
+    ]
+
+
 def test_a_partly_covered_restartable_vm_is_priced_for_spot_as_the_fleet_frees_it() -> None:
     # a sweep VM beside a training VM of its type, a commitment of one VM spread over both (each
     # half covered): moved to Spot, the commitment covers the training VM whole, so the sweep VM's
     # 10 hours each save on-demand - Spot (helper 77: priced on its uncovered half, $189.40)
-    rows = [
-        replace(gpu(h, name, pricing_model="committed"), gpu_cud=D("-44.00"))
-        for h in range(10)
-        for name in ("sweep-lr-3", "train-0")
-    ]
+    rows = half_covered("sweep-lr-3", "train-0")
     inp = inputs(gpu_hours=rows, prices=_snapshot())
     (f,) = SpotOpportunity().evaluate(inp, inp.window_end)
     (line,) = f.evidence["instances"]

@@ -29,6 +29,7 @@ from tests.test_partial_commitment import (
     _inputs,
     _snapshot,
     _t4,
+    half_covered,
 )
 
 D = Decimal
@@ -85,7 +86,7 @@ def test_a_lone_half_covered_vm_is_not_advised_onto_spot() -> None:
     # the sweep VM alone, a commitment of half of it: on Spot it pays $50.61 an hour and the
     # commitment covers nothing, saving the $44.25 of its uncovered half: $63.65 more over 10 h.
     # It was advised onto Spot "to save $189.40" (5 uncovered hours x $88.49 - $50.61)
-    rows = [replace(gpu(h, "sweep-lr-3", pricing_model="committed"), gpu_cud=D("-44.00")) for h in range(10)]
+    rows = half_covered("sweep-lr-3")
     inp = inputs(gpu_hours=rows, prices=_snapshot())
     assert SpotOpportunity().evaluate(inp, inp.window_end) == []
     # on demand, as before: its 10 hours on Spot
@@ -113,11 +114,7 @@ def test_restartable_vms_share_what_the_fleet_has_on_demand() -> None:
     # saves its whole hours (the commitment then covers the other whole); the second, moved too,
     # would leave the commitment covering nothing: $50.61 an hour on Spot for nothing saved. Each
     # was advised on its uncovered half, $189.40 twice, where moving both costs $127.29 more
-    both = [
-        replace(gpu(h, name, pricing_model="committed"), gpu_cud=D("-44.00"))
-        for h in range(10)
-        for name in ("sweep-a", "sweep-b")
-    ]
+    both = half_covered("sweep-a", "sweep-b")
     inp = inputs(gpu_hours=both, prices=_snapshot())
     (f,) = SpotOpportunity().evaluate(inp, inp.window_end)
     (line,) = f.evidence["instances"]  # one moved, the commitment covers the other whole

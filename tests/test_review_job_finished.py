@@ -9,10 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from alerts.job_message import _MIGRATIONS, job_message_key
+from alerts.job_message import job_message_key
 from alerts.outbox import ensure_schema
 from monitor.state.store import first_start, open_store
-from tests.test_job_finished_audit import T0, H, _bucket, _rest, _tell, _told, _train
+from tests.test_job_finished_audit import (
+    T0,
+    H,
+    _bucket,
+    _rest,
+    _tell,
+    _told,
+    _train,
+    told_by_the_previous_release,
+)
 
 
 @pytest.fixture
@@ -47,13 +56,7 @@ def test_a_told_job_whose_compute_left_the_read_window_is_not_told_again(store) 
 def test_an_old_row_told_off_the_hour_counts_the_next_run_once(store) -> None:
     """A row of the previous release told at 17:23 (`announced_at`, the clock): the next run is
     counted from there, its bucket from 18:00 (hour 17 may be in the told message)."""
-    store.migrate("jobs_finished", _MIGRATIONS[:1])
-    with store.transaction() as conn:
-        conn.execute(
-            "INSERT INTO jobs_finished (job, receiver, first_hour, last_hour, idempotency_key, announced_at)"
-            " VALUES ('llm', '#ml', '2026-11-01T00:00:00.000000Z', '2026-11-01T09:00:00.000000Z', 'k',"
-            " '2026-11-01T17:23:00.000000Z')"
-        )
+    told_by_the_previous_release(store, "2026-11-01T17:23:00.000000Z")
     billed = _train(0, 9) + _train(100, 109, instance="llm-vm2") + _bucket(200) + _rest(200)
     (_key,) = _tell(store, billed, 170)
     (msg,) = _told(store)  # $1,050 + the bucket's hours 18 to 119
