@@ -221,9 +221,9 @@ WITH {_PER_HOST}, costs AS (
 ), shared AS (
     SELECT sid, hour, COUNT(*) AS sharing
     FROM matched
-    WHERE (sid, hour) IN (SELECT sid, hour FROM matched WHERE sid IS NOT NULL GROUP BY ALL HAVING COUNT(*) > 1)
+    WHERE sid IS NOT NULL
     GROUP BY ALL
-    HAVING COUNT(DISTINCT (since, until)) = COUNT(*)
+    HAVING COUNT(*) > 1 AND COUNT(DISTINCT (since, until)) = COUNT(*)
 ), ordered AS (
     SELECT m.idx, s.sharing, ROW_NUMBER() OVER (PARTITION BY sid, hour ORDER BY m.since, m.until) - 1 AS vm
     FROM matched AS m
