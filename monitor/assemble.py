@@ -237,8 +237,11 @@ _HourDraft = draft_class(
 )  # fmt: skip
 
 
-def _billed(nodes: GpuNodeHours, joined: Sequence[Joined | None]) -> list[GpuHour]:
-    """One `GpuHour` per billed node-hour, straight from the columns and the join.
+def _billed(
+    nodes: GpuNodeHours, joined: Sequence[Joined | None], counted: Sequence[Decimal]
+) -> list[GpuHour]:
+    """One `GpuHour` per billed node-hour, straight from the columns and the join; `counted`: the
+    GPU-hours each node-hour's GPU count is read from (`node_gpu_hours`).
 
     The idle dollars of a node-hour are its *effective* GPU cost (gross plus its commitment and
     sustained-use credits) times idle GPUs / GPUs attached (`monitor.gpus.attached_gpus`: a GPU
@@ -250,7 +253,7 @@ def _billed(nodes: GpuNodeHours, joined: Sequence[Joined | None]) -> list[GpuHou
          pool, spaces, cud, sud, most, j) in zip(
         c["hour"], c["project"], c["instance"], c["gpu_model"], c["gpu_hours"], c["cost_micros"], c["zone"],
         c["region"], c["instance_id"], c["cluster"], c["machine_type"], c["pricing_model"], c["labels"],
-        c["node_pool"], c["namespaces"], c["cud_micros"], c["sud_micros"], node_gpu_hours(nodes), joined,
+        c["node_pool"], c["namespaces"], c["cud_micros"], c["sud_micros"], counted, joined,
         strict=True,
     ):  # fmt: skip
         effective = effective_micros(gross, cud, sud)
@@ -287,9 +290,12 @@ def _estimates(
     prices: PriceLookup | None,
     threshold: float,
     end: datetime,
-    provisional_from: datetime | None = None,
+    provisional_from: datetime | None,
+    counted: Sequence[Decimal],
 ) -> list[GpuHour]:
     """GPU hours utilization covers but billing does not (yet), priced from the price book.
+    `counted`: what `_billed` counts each node-hour's GPUs from (`node_gpu_hours`), so an estimate
+    counts its node's GPUs as the billed hours do.
 
     Only whole hours before `end` and, when given, at or after `provisional_from`: older hours are
     settled billing, and an hour with utilization but no GPU row there is not ours to invent (an
@@ -343,27 +349,12 @@ def _estimates(
         if not any(hour in billed_hours[n] for k in aliases[key] for n in nodes_of.get(k, ())):
             by_hour[(key, hour)].append(hours.row(i))
     priced = {key: next((latest[k] for k in aliases[key] if k in latest), None) for key, _ in by_hour}
-    counted = _counted_gpu_hours(nodes, {i for i in priced.values() if i is not None})
     out = []
     for (key, hour), group in sorted(by_hour.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         i = priced[key]
         known = (nodes.row(i), counted[i]) if i is not None else None
         out.extend(_estimate_hour(hour, group, known, prices, threshold))
     return out
-
-
-def _counted_gpu_hours(nodes: GpuNodeHours, wanted: set[int]) -> dict[int, Decimal]:
-    """The GPU-hours `node_gpu_hours` counts the GPUs of the node-hours `wanted` by, so an estimate
-    counts its node's GPUs as the billed hours do. It reads a node's own hours alone, so only the
-    nodes of `wanted` are given it: the estimates of a few nodes do not pay for every node-hour
-    again (`_billed` already did: about a second for 86,400 node-hours)."""
-    node_of, _ = nodes.identities()
-    of = {node_of[i] for i in wanted}
-    picked = [i for i, node in enumerate(node_of) if node in of]
-    if len(picked) == len(nodes):
-        return dict(enumerate(node_gpu_hours(nodes)))
-    part = GpuNodeHours({name: [column[i] for i in picked] for name, column in nodes.columns.items()})
-    return {i: used for i, used in zip(picked, node_gpu_hours(part), strict=True) if i in wanted}
 
 
 def _estimate_hour(
@@ -509,8 +500,9 @@ def gpu_hours(
     utilization's join tables (`monitor.gpus.util_tables`), when already built."""
     nodes = costs if isinstance(costs, GpuNodeHours) else GpuNodeHours.from_rows(costs)
     util = UtilHours.of(hours)
-    billed = _billed(nodes, join_node_hours(nodes, util, threshold, tables))
-    return billed + _estimates(nodes, util, prices, threshold, end, provisional_from)
+    counted = node_gpu_hours(nodes)  # one count for the billed hours and the estimates
+    billed = _billed(nodes, join_node_hours(nodes, util, threshold, tables), counted)
+    return billed + _estimates(nodes, util, prices, threshold, end, provisional_from, counted)
 
 
 def judged_gpu_hours(
