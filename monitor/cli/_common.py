@@ -25,6 +25,7 @@ __all__ = [
     "config_option",
     "format_option",
     "load_optional_config",
+    "missing_sqlite",
     "require_source",
     "source_options",
     "stderr_logging",
@@ -171,3 +172,12 @@ def cell(key: str, value: Any) -> str:
     if isinstance(value, float):
         return f"{value:,.1f}"
     return str(value)
+
+
+def missing_sqlite(url: str) -> Path | None:
+    """The SQLite file `state.url` names, if it does not exist yet (`check`; `outbox` refuses a
+    relative one)."""
+    if not url.startswith("sqlite:///"):
+        return None
+    path = Path(url.removeprefix("sqlite:///"))
+    return None if path.exists() else path

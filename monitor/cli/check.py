@@ -26,7 +26,7 @@ from typing import Any
 import click
 
 from monitor.cli import cli
-from monitor.cli._common import config_option
+from monitor.cli._common import config_option, missing_sqlite
 from monitor.clock import SystemClock
 from monitor.config import Config, load_config, slack_token
 from monitor.errors import ConfigError
@@ -350,14 +350,6 @@ def _guard(name: str, fn: Callable[[], Check]) -> Check:
         return Check(name, False, f"{type(e).__name__}: {first}")
 
 
-def _missing_sqlite(url: str) -> Path | None:
-    """The SQLite file `state.url` names, if it does not exist yet."""
-    if not url.startswith("sqlite:///"):
-        return None
-    path = Path(url.removeprefix("sqlite:///"))
-    return None if path.exists() else path
-
-
 def _missing_store_check(path: Path) -> Check:
     from monitor.state.store import unusable_sqlite_path
 
@@ -385,7 +377,7 @@ def run_checks(cfg: Config, *, offline: bool, environ: Mapping[str, str], now: d
         _guard("billing", lambda: check_billing(cfg, offline, now)),
         _guard("utilization", lambda: check_utilization(cfg, offline, now)),
     ]
-    missing = _missing_sqlite(cfg.state.url)
+    missing = missing_sqlite(cfg.state.url)
     try:
         if missing is not None:  # a check must not create the store as a side effect
             checks.append(_guard("prices", lambda: check_prices(cfg, None, now)))

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from monitor.cli import cli
-from monitor.cli._common import config_option, load_optional_config
+from monitor.cli._common import config_option, load_optional_config, missing_sqlite
 from monitor.clock import SystemClock
 from monitor.errors import ConfigError
 from monitor.logs import redact
@@ -79,9 +79,8 @@ def _require_sqlite_file(url: str) -> None:
     """A relative SQLite `state.url` is read from the current directory: run from another one than
     the daemon's, the command created an empty store there and said "no messages in pending /
     failed" while the daemon's store held failed ones."""
-    path = Path(url.removeprefix("sqlite:///"))
-    relative = url.startswith("sqlite:///") and not path.is_absolute() and str(path) != ":memory:"
-    if relative and not path.exists():
+    path = missing_sqlite(url)
+    if path is not None and not path.is_absolute() and str(path) != ":memory:":
         raise ConfigError(
             f"state.url: {path} does not exist in the current directory ({Path.cwd()}), which a"
             " relative path is read from; run gpucost outbox from the directory the daemon runs in,"
