@@ -21,6 +21,7 @@ __all__ = [
     "RetryableSourceError",
     "SourceError",
     "UserError",
+    "first_line",
 ]
 
 
@@ -62,3 +63,8 @@ class RetryableSourceError(SourceError):
 
 class PermanentSourceError(SourceError):
     pass
+
+
+def first_line(e: BaseException) -> str:
+    """An exception's first line (its type when it says nothing), for one-line errors."""
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

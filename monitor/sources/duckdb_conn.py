@@ -19,7 +19,7 @@ import duckdb
 import pyarrow as pa
 
 from monitor.config import DUCKDB_MEMORY_LIMIT
-from monitor.errors import InputError, UserError
+from monitor.errors import InputError, UserError, first_line
 from monitor.schema import EXPORT_SCHEMA, TABLE_NAME, Column, arrow_schema, duckdb_create_table, duckdb_type
 from monitor.sources.foreign import foreign_hint
 
@@ -416,8 +416,3 @@ def _insert(conn: duckdb.DuckDBPyConnection, select: str, source: str, params: l
     sql = f'INSERT INTO "{TABLE_NAME}" ({columns}) SELECT *, {_LOAD_DAY} FROM (SELECT {select} FROM {source})'
     row = conn.execute(sql, params).fetchone()
     return int(row[0]) if row else 0
-
-
-def first_line(e: BaseException) -> str:
-    """An exception's first line (its type when it says nothing), for one-line errors."""
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

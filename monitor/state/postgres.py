@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from monitor.errors import ConfigError
+from monitor.errors import ConfigError, first_line
 from monitor.state.dialect import UntranslatableSQL
 from monitor.state.pg_conn import PgConnection, PgCursor, Row
 from monitor.state.store import StateStoreError, redact_url, refuse_newer
@@ -122,7 +122,7 @@ class PostgresStore:
             )
         except psycopg.Error as e:
             raise ConfigError(
-                f"state.url: cannot connect to {redact_url(self.url)}: {_first_line(e)}"
+                f"state.url: cannot connect to {redact_url(self.url)}: {first_line(e)}"
             ) from None
         raw.execute(
             "SELECT set_config('TimeZone', 'UTC', false), set_config('lock_timeout', %s, false),"
@@ -133,7 +133,7 @@ class PostgresStore:
 
     def _schema_error(self, e: Any) -> ConfigError:
         """Why gpucost's first table could not be created in the URL's schema, with the fix."""
-        where, first = redact_url(self.url), _first_line(e)
+        where, first = redact_url(self.url), first_line(e)
         try:
             path, user, schema = (
                 self._raw()
@@ -158,7 +158,7 @@ class PostgresStore:
 
     def _error(self, e: Any) -> StateStoreError:
         """`e` (a psycopg OperationalError) naming this store, as `SQLiteStore._error` does."""
-        text = _first_line(e)
+        text = first_line(e)
         if e.sqlstate == _LOCK_TIMEOUT:
             text += f" (another process held the store lock for over {self._lock_timeout_ms / 1000:g} s)"
         elif e.sqlstate == _DISK_FULL:
@@ -330,8 +330,3 @@ class PostgresStore:
             self._all.clear()
             self._lock_sessions.clear()
         self._local = threading.local()
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
