@@ -28,7 +28,7 @@ import functools
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -37,7 +37,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from monitor import month
-from monitor.billing_changes import MAX_PARTITION_QUERIES, MAX_RANGES, appended, hour_ranges
+from monitor.billing_changes import (
+    MAX_PARTITION_QUERIES,
+    MAX_RANGES,
+    appended,
+    gap_worth_reading,
+    hour_ranges,
+)
 from monitor.config import BillingConfig
 from monitor.jobs.identity import parse_labels
 from monitor.model import CATEGORY_SQL, Scope, category_of, micros_to_decimal
@@ -445,8 +451,10 @@ def poll_billing(
             if hours is None:  # a rewrite, a first poll: the whole span of the changed partitions
                 span = _hull([seen.get(p) for p in changed] + [stored.get(p) for p in changed])
                 windows = (span,) if span is not None else ()
-            else:  # BigQuery bills the partitions each range scans (its day - 1 to now): one range there
-                windows = hour_ranges(hours, 1 if source.engine == "bigquery" else MAX_RANGES)
+            elif source.engine == "bigquery":  # billed for the partitions each range scans (its
+                windows = hour_ranges(hours, 1)  # day - 1 to now), whatever its hours: one range
+            else:  # a query costs a few thousand rows' work before it reads any: cheap gaps are read
+                windows = hour_ranges(hours, MAX_RANGES, _cheap_gap(seen.values()))
             windows = tuple(
                 (max(lo, scope_start), min(hi, scope_end))
                 for lo, hi in windows
@@ -1005,6 +1013,16 @@ def _mark(row: Mapping[str, Any] | None) -> tuple | None:
         _iso(_ts(row["min_usage_hour"])) if row["min_usage_hour"] else None,
         _iso(_ts(row["max_usage_hour"])) if row["max_usage_hour"] else None,
     )
+
+
+def _cheap_gap(marks: Iterable[Mapping[str, Any]]) -> int:
+    """`gap_worth_reading` for the export's density in the partitions the poll sees: their rows
+    over the usage hours they span."""
+    marks = list(marks)
+    span = _hull(marks)
+    if span is None:
+        return 0
+    return gap_worth_reading(sum(int(r["row_count"]) for r in marks), (span[1] - span[0]) // _HOUR)
 
 
 def _hull(rows: list[Mapping[str, Any] | None]) -> tuple[datetime, datetime] | None:
