@@ -227,7 +227,8 @@ def open_sources(
         billing = billing_source_from_config(cfg.billing, google=cfg.google, rules=rules)
     _quiet(billing)
     utilization, closers = _utilization_source(cfg, utilization_paths)
-    specs = budget_specs(budget_source_from_config(cfg.budgets, cfg.google).budgets()) if budgets else []
+    read = budget_source_from_config(cfg.budgets, cfg.google).budgets() if budgets else []
+    specs = budget_specs(read, cfg.stored_label_keys())
     return Sources(
         billing=billing,
         utilization=utilization,

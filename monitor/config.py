@@ -507,8 +507,10 @@ class Config(_Strict):
 
     def stored_label_keys(self) -> tuple[str, ...]:
         """The label keys the daemon's hourly aggregates keep: `[billing] labels`, then every key
-        that names a job (`[jobs]`), so budgets, reports and jobs all read them from one store."""
-        return tuple(dict.fromkeys((*self.billing.labels, *self.jobs.label_keys())))
+        that names a job (`[jobs]`), then the keys of `[budgets]` labels (a budget's key not kept
+        read $0.00 of spend and never fired), so budgets, reports and jobs all read one store."""
+        budgets = (b.label.partition("=")[0].strip() for b in self.budgets.items if b.label)
+        return tuple(dict.fromkeys((*self.billing.labels, *self.jobs.label_keys(), *budgets)))
 
     @model_validator(mode="after")
     def _ready_outlasts_polls(self) -> Config:

@@ -9,7 +9,7 @@ and a crash in one never corrupts another: billing poll -> utilization poll -> d
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
@@ -300,12 +300,16 @@ def _log_backfill(report: Any) -> None:
         )
 
 
-def budget_specs(budgets: list[Budget]) -> list[BudgetSpec]:
-    """Budgets the detectors can evaluate: total, one project, or one label."""
+def budget_specs(budgets: Sequence[Budget], kept_labels: Sequence[str] | None = None) -> list[BudgetSpec]:
+    """Budgets the forecast measures as their owner set them: this invoice month's spend (net of
+    every credit, or before credits) of the account, one project or one label whose key the
+    aggregates keep (`kept_labels`, `Config.stored_label_keys`; None: not checked). The others are
+    left out with a warning naming why: forecast as that, a quarter's amount was this month's, a
+    folder's budget the whole account's."""
     specs = []
     for b in budgets:
-        if len(b.projects) > 1 or b.project_numbers or b.services:
-            log.warning("budget not evaluated: multi-project / service filters", extra={"budget": b.name})
+        if (why := _not_evaluable(b, kept_labels)) is not None:
+            log.warning("budget not evaluated: %s", why, extra={"budget": b.name})
             continue
         specs.append(
             BudgetSpec(
@@ -313,9 +317,29 @@ def budget_specs(budgets: list[Budget]) -> list[BudgetSpec]:
                 amount=b.amount_usd,
                 project=b.projects[0] if b.projects else None,
                 label=b.labels[0] if b.labels else None,
+                gross=b.credits == "exclude_all",
             )
         )
     return specs
+
+
+def _not_evaluable(b: Budget, kept_labels: Sequence[str] | None) -> str | None:
+    """Why the forecast cannot measure `b` (None: it can). The Budget API's filter (period, folders,
+    subaccounts, credit treatment): https://cloud.google.com/ruby/docs/reference/
+    google-cloud-billing-budgets-v1/latest/Google-Cloud-Billing-Budgets-V1-Filter"""
+    if len(b.projects) > 1 or b.project_numbers or b.services:
+        return "multi-project / service filters"
+    if b.period != "month":
+        return f"its amount is for a {b.period} period, not a calendar month"
+    if b.resource_ancestors or b.subaccounts:
+        return "scoped to folders, organizations or subaccounts"
+    if b.credits not in ("include_all", "exclude_all"):
+        return "net of some credit types only"
+    if len(b.labels) > 1:
+        return "more than one label"
+    if kept_labels is not None and b.labels and b.labels[0][0] not in kept_labels:
+        return f'label key "{b.labels[0][0]}" is not kept: add it to [billing] labels'
+    return None
 
 
 def detection_window(
@@ -346,7 +370,7 @@ def detection_inputs(
         provisional_days=deps.cfg.billing.provisional_days,
         idle_threshold_pct=deps.cfg.utilization.idle_threshold_pct,
         prices=deps.prices.price_book(now),
-        budgets=budget_specs(deps.budgets.budgets()),
+        budgets=budget_specs(deps.budgets.budgets(), deps.cfg.stored_label_keys()),
         aggregates=deps.aggregates,
         coverage=utilization_coverage(deps),
         gpu_from=start,  # GPU detectors judge the window; history and month to date are costs

@@ -12,12 +12,15 @@ from google.cloud.billing import budgets_v1
 from google.protobuf import struct_pb2
 
 from monitor.config import BudgetsConfig, GoogleConfig, parse_config
+from monitor.cycle import budget_specs
+from monitor.detectors.inputs import BudgetSpec
 from monitor.errors import ConfigError, PermanentSourceError, RetryableSourceError
 from monitor.sources.budgets import (
     Budget,
     BudgetApiSource,
     BudgetScope,
     ConfigBudgetSource,
+    budget_from_api,
     budget_source_from_config,
 )
 from tests.fakes.budget_server import FakeBudgets
@@ -175,3 +178,47 @@ def test_factory_builds_the_api_source() -> None:
     cfg = BudgetsConfig(source="api", billing_account=ACCOUNT)
     src = budget_source_from_config(cfg, GoogleConfig(credentials="anonymous"))
     assert isinstance(src, BudgetApiSource) and src.parent == f"billingAccounts/{ACCOUNT}"
+
+
+def _api(**flt) -> Budget:
+    msg = budgets_v1.Budget(
+        name=f"billingAccounts/{ACCOUNT}/budgets/b", display_name="b", amount=_usd(8_000),
+        budget_filter=budgets_v1.Filter(**flt),
+    )  # fmt: skip
+    parsed = budget_from_api(msg)
+    assert isinstance(parsed, Budget)
+    return parsed
+
+
+def test_only_budgets_the_forecast_measures_are_evaluated() -> None:
+    """The forecast is of this invoice month's spend, net of every credit, of the account, one
+    project or one kept label. A quarter's or a year's amount, a folder's budget and one net of
+    some credit types only were each forecast as that: a team's $8,000 quarterly budget was "$8,000
+    for 2026-11", a folder's budget was set against the whole account's spend."""
+    treatment = budgets_v1.Filter.CreditTypesTreatment
+    unevaluable = [
+        _api(calendar_period=budgets_v1.CalendarPeriod.QUARTER),
+        _api(calendar_period=budgets_v1.CalendarPeriod.YEAR),
+        _api(custom_period={"start_date": {"year": 2026, "month": 1, "day": 1}}),
+        _api(resource_ancestors=["folders/952552315250"]),
+        _api(subaccounts=["billingAccounts/00AAAA-BBBBBB-CCCCCC"]),
+        _api(credit_types_treatment=treatment.INCLUDE_SPECIFIED_CREDITS, credit_types=["PROMOTION"]),
+        _api(labels=_labels(**{"cost-center": "ml"})),  # a key the aggregates do not keep: $0 spent
+    ]
+    assert budget_specs(unevaluable, kept_labels=("team", "job")) == []
+    evaluable = [
+        _api(calendar_period=budgets_v1.CalendarPeriod.MONTH, labels=_labels(team="ml")),
+        _api(credit_types_treatment=treatment.EXCLUDE_ALL_CREDITS),  # gross: before credits
+    ]
+    assert budget_specs(evaluable, kept_labels=("team", "job")) == [
+        BudgetSpec(name="b", amount=Decimal(8000), label=("team", "ml")),
+        BudgetSpec(name="b", amount=Decimal(8000), gross=True),
+    ]
+
+
+def test_a_config_budgets_label_key_is_kept() -> None:
+    """A `[budgets]` label whose key `[billing] labels` did not name was never stored: its budget
+    read $0.00 of spend and never fired ("k8s-namespace=llm-pretrain" on a simulated fleet)."""
+    item = {"name": "ns", "amount_usd": 1.0, "label": "k8s-namespace = llm-pretrain"}
+    cfg = parse_config({"budgets": {"items": [item]}})
+    assert cfg.stored_label_keys()[-1] == "k8s-namespace"

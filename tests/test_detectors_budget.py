@@ -189,3 +189,14 @@ def test_run_rate_early_in_a_month_reads_only_settled_days(as_of, provisional_bi
     assert ev["settled_usd"] == 0 and ev["provisional_billed_usd"] == provisional_billed
     assert ev["provisional_counted_usd"] == 100 * december_hours
     assert ev["provisional_counted_usd"] + ev["rest_of_month_usd"] == ev["forecast_usd"]
+
+
+def test_a_budget_before_credits_counts_cost_alone() -> None:
+    """A Budget API budget that excludes all credits measures spend before them: $100/h of cost
+    with $40/h of CUD credits is $72,100 for November (721 hours), not the $43,260 paid."""
+    rows = [cost(h, "compute.gpu", "100", credits="-40") for h in range(14 * 24)]
+    gross, net = evaluate(
+        rows, BudgetSpec(name="net", amount=D(1)), BudgetSpec(name="gross", amount=D(1), gross=True)
+    )
+    assert (net.evidence["forecast_usd"], gross.evidence["forecast_usd"]) == (43260, 72100)
+    assert '"gross" (all projects, before credits)' in gross.summary

@@ -143,6 +143,14 @@ def test_partial_last_day_is_compared_pro_rata() -> None:
     assert f.impact_usd == Decimal(1000)
 
 
+def test_a_window_ending_mid_hour_compares_the_hours_it_sums() -> None:
+    """A steady $100/h project judged at 01:30: the last day was summed to 01:30, the 01:00 hour
+    with it, against one hour's baseline ("Spend in ml-prod jumped: $100.00"; `gpucost analyze
+    --end 2026-12-01T01:30:00Z` on a simulated fleet flagged three steady projects so)."""
+    inp = inputs([cost(h, "compute.gpu", "100") for h in range(13 * 24 + 2)])
+    assert SpendAnomaly().evaluate(inp, T0 + timedelta(days=13, hours=1, minutes=30)) == []
+
+
 # -- hourly, recent window ------------------------------------------------------------------------------
 
 LAST = 14 * 24  # the window's end, in hours from T0

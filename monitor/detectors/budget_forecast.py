@@ -91,14 +91,16 @@ def run_rate(
 
 def budget_hours(costs: Costs, budget: BudgetSpec) -> list[CostHour]:
     """The budget's spend per hour and invoice month, as `CostHour`s of no project or SKU: all the
-    forecast reads (`_sum`, `_in_month`), summed in the engine (sums of micros, so exact)."""
+    forecast reads (`_sum`, `_in_month`), summed in the engine (sums of micros, so exact). A
+    `gross` budget's spend is before credits: they are left out."""
     where: dict[str, Any] = {"project": budget.project} if budget.project is not None else {}
     if budget.label is not None:
         key, value = budget.label
         where["labels"] = costs.labels_where(lambda labels: labels.get(key) == value)
     return [
         CostHour(
-            hour=hour, project=budget.project, subcategory="", cost=s.cost, credits=s.credits,
+            hour=hour, project=budget.project, subcategory="", cost=s.cost,
+            credits=Decimal(0) if budget.gross else s.credits,
             invoice_month=invoice, provisional=s.provisional,
         )
         for (hour, invoice), s in costs.sums(("hour", "invoice_month"), **where).items()
@@ -173,9 +175,10 @@ class BudgetForecast(Detector):
         target = budget.project or (
             f"{budget.label[0]}={budget.label[1]}" if budget.label else "all projects"
         )
+        scoped = f"{target}, before credits" if budget.gross else target
         over_now = mtd > budget.amount
         summary = (
-            f'Budget "{budget.name}" ({target}) is {fmt_usd(budget.amount)} for {fc["month"]}; '
+            f'Budget "{budget.name}" ({scoped}) is {fmt_usd(budget.amount)} for {fc["month"]}; '
             f"spend so far is {fmt_usd(mtd)} and at {fmt_usd(fc['daily_run_rate_usd'])}/day the month "
             f"ends near {fmt_usd(forecast)}, {fmt_usd(impact)} over."
         )

@@ -326,12 +326,14 @@ class MachinePriceLookup(Protocol):
 
 @dataclass(frozen=True)
 class BudgetSpec:
-    """A monthly budget in USD over the whole account (no project, no label), a project or a label."""
+    """A monthly budget in USD over the whole account (no project, no label), a project or a label;
+    of spend net of credits, or before them (`gross`: a Budget API budget excluding all credits)."""
 
     name: str
     amount: Decimal
     project: str | None = None
     label: tuple[str, str] | None = None
+    gross: bool = False
 
     def matches(self, row: CostHour) -> bool:
         if self.project is not None and row.project != self.project:

@@ -72,6 +72,7 @@ from monitor.detectors.costs import CostSum
 from monitor.detectors.inputs import DetectorInputs
 from monitor.detectors.spend_hourly import MAD_TO_SIGMA, continued_from, hourly_findings, project_hours
 from monitor.model import Finding, Scope, category_of, counted, fingerprint
+from monitor.timeutil import floor_hour
 
 __all__ = ["SpendAnomaly", "SpendAnomalyConfig"]
 
@@ -188,7 +189,9 @@ class SpendAnomaly(Detector):
         if not reported:
             return []
         days = _history_days(inputs, reported[0][0], self.config.baseline_days) + reported
-        end = min(inputs.window_end, now)
+        # whole hours, as `_days` counts them: a window ending at 01:30 summed the 01:00 hour too,
+        # two hours of spend against one hour's baseline
+        end = floor_hour(min(inputs.window_end, now))
         proj, cat, sub, provisional_days = self._daily(inputs, days, end)
         first_reported = reported[0][0]
         hourly = project_hours(self, inputs, end) if self.config.hourly else {}

@@ -4,7 +4,8 @@ The `budget_forecast` detector compares month-to-date spend plus a forecast with
 team that already keeps budgets in Cloud Billing should not have to copy them into gpucost, so
 `source = "api"` reads them with google-cloud-billing-budgets (`BudgetServiceClient.list_budgets`
 for `billingAccounts/<id>`). The API names projects by NUMBER (`projects/123`); those are kept as
-`project_numbers` and the caller maps them to ids with the export's `project.number` column.
+`project_numbers`; the aggregates keep no `project.number` to map them to ids, so such budgets are
+not evaluated (`monitor.cycle.budget_specs` says which budgets are, and why not the others).
 
 Budgets the forecast cannot use are skipped with a warning and listed in `skipped`: an amount of
 "last period's spend" (no fixed figure) and amounts in a currency other than USD.
@@ -47,8 +48,9 @@ class BudgetScope(StrEnum):
 @dataclass(frozen=True)
 class Budget:
     """One budget. Spend counts toward it when it matches every filter that is set: `projects`
-    (ids, from config) or `project_numbers` (from the API), `labels` (key, value) and `services`
-    (service ids; empty = all). `credits` says whether spend is net of credits."""
+    (ids, from config) or `project_numbers` (from the API), `labels` (key, value), `services`
+    (service ids; empty = all), `resource_ancestors` (folders, organizations) and `subaccounts`.
+    `credits` says whether spend is net of credits (`include_specified`: of some credit types only)."""
 
     name: str
     amount_usd: Decimal
@@ -58,6 +60,8 @@ class Budget:
     project_numbers: tuple[str, ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
     services: tuple[str, ...] = ()
+    resource_ancestors: tuple[str, ...] = ()  # folders/123, organizations/456
+    subaccounts: tuple[str, ...] = ()
     credits: str = "include_all"  # include_all | exclude_all | include_specified
     source: str = "config"  # config | api
     resource_name: str | None = None  # billingAccounts/X/budgets/Y for API budgets
@@ -108,6 +112,8 @@ def budget_from_api(msg: Any) -> Budget | str:
         project_numbers=numbers,
         labels=labels,
         services=tuple(s.rsplit("/", 1)[-1] for s in flt.services),
+        resource_ancestors=tuple(flt.resource_ancestors),
+        subaccounts=tuple(flt.subaccounts),
         credits=_CREDITS.get(int(flt.credit_types_treatment), "include_all"),
         source="api",
         resource_name=msg.name,
