@@ -62,6 +62,7 @@ SERVICE_IDS: dict[str, str | None] = {
     "Cloud Filestore": None,
     "Cloud Composer": None,
     "Networking": None,
+    "Cloud Spanner": None,
 }
 CAPACITY = {"compute.gpu": Counts.GPU, "compute.cpu": Counts.CPU, "compute.ram": Counts.RAM}
 

@@ -107,8 +107,11 @@ BUILTIN_RULES: tuple[Rule, ...] = (
     # Network: ingress first (never egress), then the egress kinds, then the rest of networking.
     Rule("ingress", "network.ingress", r"(?i)(\bIngress\b|\bData Transfer In\b)"),
     Rule("intra-zone", "network.intra_zone", r"(?i)\bIntra[ -]?Zone\b"),
-    Rule("inter-zone", "network.inter_zone", r"(?i)\bInter[ -]?Zone\b"),
-    Rule("inter-region", "network.inter_region", r"(?i)\bInter[ -]?Region\b"),
+    # Spanner's `Network Intra-region Cross-Zone Data Transfer Out` is traffic between zones; Cloud
+    # Storage's older `GCP Storage egress between NA and EU` is traffic between continents inside
+    # Google Cloud (sources in tests/fixtures/skus/real_skus.tsv: bq-spanner, zeunert).
+    Rule("inter-zone", "network.inter_zone", r"(?i)(\bInter[ -]?Zone\b|\bCross[ -]?Zone\b)"),
+    Rule("inter-region", "network.inter_region", r"(?i)(\bInter[ -]?Region\b|\bStorage egress between\b)"),
     Rule("google", "network.google", r"(?i)(\bNetwork Google\b|\bto Google\b|\bGoogle Egress\b)"),
     Rule("internet", "network.internet",
          r"(?i)(\bInternet\b|\bStandard Data Transfer Out\b|^Download\b|\bEgress to Worldwide\b)"),
