@@ -114,7 +114,8 @@ def _ev_egress(e: Mapping[str, Any]) -> str:
         f"{s.get('sku') or 'traffic'} {s.get('from')} → {s.get('to')}: {s.get('gib'):,} GiB {usd(s.get('cost_usd'))}"
         for s in (e.get("by_sku") or [])[:3]
     )
-    return f"{e.get('gib'):,} GiB over {e.get('hours')} h in {', '.join(e.get('zones') or [])}; {skus}"
+    where = ", ".join(e.get("zones") or e.get("regions") or [])  # a bucket's traffic has no zone
+    return f"{e.get('gib'):,} GiB over {e.get('hours')} h{f' in {where}' if where else ''}; {skus}"
 
 
 def _ev_anomaly(e: Mapping[str, Any]) -> str:

@@ -37,7 +37,8 @@ from monitor.timeutil import from_naive_utc, naive_utc
 __all__ = ["CrossRegionEgress", "CrossZoneEgress", "EgressConfig"]
 
 _PAIR = re.compile(r"\bfrom (.+?) to (.+?)$", re.IGNORECASE)
-_WITHIN = re.compile(r"\b(within .+)$", re.IGNORECASE)
+#: Cloud Storage's `... within Northern America` and older `GCP Storage egress between NA and EU`.
+_WITHIN = re.compile(r"\b((?:within|between) .+)$", re.IGNORECASE)
 
 Workload = tuple[str, str] | None  # ("cluster" | "label" | "bucket" | "instance", value), None = unattributed
 
@@ -80,7 +81,8 @@ class _Egress(Detector):
             wl = (kind, value) if kind is not None else None
             worth[project][wl] = wl is not None and self._worth(micros_to_decimal(net), hours)
         mine = [(p, *wl) for p, wls in worth.items() for wl, ok in wls.items() if ok and wl is not None]
-        groups = self._groups(costs, traffic, params, mine, inputs.provisional_from)
+        placed = costs.where(**span, has_zone=True)
+        groups = self._groups(costs, traffic, params, placed, mine, inputs.provisional_from)
         # the zones each workload ran in, from any of its rows (compute, disks, traffic)
         every, more = self._tagged(costs, **span, has_zone=True)
         zones: dict[tuple[str | None, Workload], set[str]] = defaultdict(set)
@@ -128,17 +130,40 @@ class _Egress(Detector):
         return sql, [*params, list(sets), list(sets.values())]
 
     def _groups(
-        self, costs: Costs, traffic: str, params: list[Any], mine: list[tuple], provisional_from: datetime
+        self,
+        costs: Costs,
+        traffic: str,
+        params: list[Any],
+        placed: tuple[str, list[Any]],
+        mine: list[tuple],
+        provisional_from: datetime,
     ) -> dict[tuple[str | None, Workload], _Group]:
         """Per project, each workload worth a finding of its own and the rest of the project's
         traffic (workload None), summed in the engine by what the evidence names (SKU and endpoints,
         sender), so no traffic row crosses into Python: at bench scale 48 the detectors fetched
         their 33,600 per-VM traffic rows, three quarters of `analyze`'s cost rows. Dollars are
         exact (integer micros); GiB are summed per part as floats, as the store sums usage per
-        hour, and shown to the MiB (`_round_gib`)."""
+        hour, and shown to the MiB (`_round_gib`).
+
+        The export bills network SKUs to a region with no zone (see the test of zone-less rows), so
+        a VM's traffic is placed in the one zone its other rows of the window (`placed`: those with
+        a zone) give that VM; a bucket's, or a name seen in two zones, keeps the row's region."""
         own = one_of(("t.project", "t.wk", "t.wv"), mine)
-        keyed = f"{traffic}, g AS (SELECT t.*, {own.cond} AS own FROM t)"
-        args = [*params, *own.params]
+        where, where_params = placed
+        keyed = f"""{traffic},
+            vz AS (
+              SELECT project, instance, min(zone) AS vz_zone FROM costs{where}
+              {"AND" if where else "WHERE"} instance IN (SELECT instance FROM t)
+              GROUP BY ALL HAVING count(DISTINCT zone) = 1
+            ),
+            g AS (
+              SELECT t.* REPLACE (
+                CASE WHEN lower(coalesce(t.service, '')) = 'cloud storage' THEN t.zone
+                  ELSE coalesce(t.zone, vz.vz_zone) END AS zone
+              ), {own.cond} AS own
+              FROM t LEFT JOIN vz ON t.project IS NOT DISTINCT FROM vz.project AND t.instance = vz.instance
+            )"""
+        args = [*params, *where_params, *own.params]
         group = "project, CASE WHEN own THEN wk END, CASE WHEN own THEN wv END"
         out: dict[tuple[str | None, Workload], _Group] = {}
         for project, kind, value, hours in costs.select(
@@ -146,11 +171,11 @@ class _Egress(Detector):
         ):
             out[(project, (kind, value) if kind is not None else None)] = _Group(hours=hours)
         for (project, kind, value, _pos, sku_id, sku, zone, region, instance, iid, storage, cost, credits,
-             gib, first, last, prov, bucket) in costs.select(
+             gib, first, last, prov, bucket, service) in costs.select(
             f"{keyed} SELECT {group}, MIN(pos), sku_id, sku, zone, region, instance, instance_id,"
             " bool_or(contains(lower(coalesce(service, '')), 'storage')), SUM(cost), SUM(credits),"
             " SUM(usage), MIN(hour), MAX(hour), bool_or(provisional OR hour >= ?),"
-            f" bool_or({_GCS_ROW})"
+            f" bool_or({_GCS_ROW}), MIN(service)"
             f" FROM g GROUP BY {group}, sku_id, sku, zone, region, instance, instance_id ORDER BY 4",
             [*args, naive_utc(provisional_from)],
         ):  # fmt: skip
@@ -158,7 +183,7 @@ class _Egress(Detector):
             g.parts.append(
                 _Part(sku_id, sku, zone, region, instance, iid, storage, micros_to_decimal(cost),
                       micros_to_decimal(credits), Decimal(str(gib)), from_naive_utc(first),
-                      from_naive_utc(last), prov, bucket)
+                      from_naive_utc(last), prov, bucket, service)
             )  # fmt: skip
         return out
 
@@ -259,6 +284,7 @@ class _Part:
     last: datetime
     provisional: bool
     bucket: bool  # `instance` names a Cloud Storage bucket (`_GCS_ROW`), not a VM
+    service: str | None = None
 
 
 @dataclass(slots=True)
@@ -303,12 +329,25 @@ def _scope(project: str | None, wl: Workload, group: _Group) -> Scope:
     )
 
 
-def _who(project: str | None, wl: Workload) -> str:
+_NOUNS = {"cluster": "GKE cluster", "label": "workload", "bucket": "Cloud Storage bucket"}
+#: Services whose traffic rows name a VM (a GKE node is one) as their resource.
+_VM_SERVICES = frozenset({"Compute Engine", "Kubernetes Engine", None})
+
+
+def _noun(wl: Workload, group: _Group) -> str:
+    """What a workload is called. A resource of a managed service is no VM: Spanner, for one,
+    bills traffic between zones (`Network Intra-region Cross-Zone Data Transfer Out`)."""
+    kind = wl[0] if wl is not None else "project"
+    if kind != "instance":
+        return _NOUNS.get(kind, kind)
+    others = sorted(str(s) for s in {p.service for p in group.parts} - _VM_SERVICES)
+    return f"{others[0]} resource" if len(others) == 1 else "resource" if others else "VM"
+
+
+def _who(project: str | None, wl: Workload, group: _Group) -> str:
     if wl is None:
         return f"project {project}"
-    kind, value = wl
-    names = {"cluster": "GKE cluster", "label": "workload", "bucket": "Cloud Storage bucket"}
-    return f"{names.get(kind, 'VM')} {value} ({project})"
+    return f"{_noun(wl, group)} {wl[1]} ({project})"
 
 
 @register("cross_zone_egress")
@@ -328,7 +367,7 @@ class CrossZoneEgress(_Egress):
         impact: Decimal,
         group: _Group,
     ) -> tuple[str, str, str]:
-        who = _who(project, wl)
+        who = _who(project, wl, group)
         zl = list(ev["zones"])
         zones = (
             f"between zones ({', '.join(zl)})"
@@ -340,11 +379,20 @@ class CrossZoneEgress(_Egress):
             f"{who} sent {ev['gib']:,} GiB {zones} for {fmt_usd(impact)}; "
             "the same traffic inside one zone over internal IPs would be free."
         )
-        senders = ", ".join(f"{s['instance']} ({s['zone']})" for s in ev["senders"][:6] if s.get("instance"))
+        senders = ", ".join(
+            f"{s['instance']} ({s['zone']})" if s["zone"] else s["instance"]
+            for s in ev["senders"][:6]
+            if s.get("instance")
+        )
         if wl is not None and wl[0] == "cluster":
             rec = (
                 f"Run cluster {wl[1]}'s GPU node pool in a single zone (a zonal node pool, or pin the "
                 "training job with a zone node selector / compact placement) so all-reduce stays in-zone."
+            )
+        elif wl is not None and wl[0] == "instance" and _noun(wl, group) != "VM":
+            rec = (
+                f"Keep {_noun(wl, group)} {wl[1]} and what it exchanges data with in one zone where the "
+                "service allows it: traffic between zones is billed per GiB."
             )
         else:
             rec = (
@@ -374,7 +422,7 @@ class CrossRegionEgress(_Egress):
         impact: Decimal,
         group: _Group,
     ) -> tuple[str, str, str]:
-        who = _who(project, wl)
+        who = _who(project, wl, group)
         pairs = ", ".join(sorted({f"{s['from']} -> {s['to']}" for s in ev["by_sku"]}))
         gcs = any(p.storage for p in group.parts)
         if wl is not None and wl[0] == "bucket":
