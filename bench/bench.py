@@ -33,7 +33,6 @@ with Markdown tables (machine, figures, ratios, growth) to paste into README.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -56,7 +55,7 @@ from monitor.billing_poll import poll_billing  # noqa: E402
 from monitor.config import Config, parse_config  # noqa: E402
 from monitor.simulate.export import ExportWriter, open_gzip  # noqa: E402
 from monitor.simulate.simulator import DEFAULT_START, FleetSimulator  # noqa: E402
-from monitor.simulate.utilization import iter_series  # noqa: E402
+from monitor.simulate.utilization import write_page  # noqa: E402
 from monitor.sources.billing_duckdb import DuckDBBillingSource  # noqa: E402
 from monitor.sources.duckdb_conn import open_billing_db  # noqa: E402
 from monitor.sources.loader import load_billing  # noqa: E402
@@ -119,10 +118,7 @@ def simulate(sim: FleetSimulator, out: Path, util_days: int) -> dict[str, Any]:
         for d in range(util_days):
             day = first + d * _DAY
             with open_gzip(util_dir / f"{day.date().isoformat()}.json.gz") as gz:
-                gz.write(b'{"timeSeries":[')
-                for i, ts in enumerate(iter_series(sim.ctx, sim.fleet.vms, sim.hours, day, day + _DAY)):
-                    gz.write((b"," if i else b"") + json.dumps(ts, separators=(",", ":")).encode())
-                gz.write(b"]}")
+                write_page(gz, sim.ctx, sim.fleet.vms, sim.hours, day, day + _DAY)
     mb = sum(f.stat().st_size for f in util_dir.iterdir()) / 1e6
     _line(f"utilization files ({util_days} d)", t[0], None, extra=f"{mb:,.1f} MB gzip")
     return {"rows": rows, "ndjson": ndjson, "parquet": parquet, "util_dir": util_dir, "util_from": first}

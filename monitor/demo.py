@@ -21,7 +21,6 @@ written once, with the simulator's fast gzip level.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from datetime import datetime, timedelta
@@ -33,7 +32,7 @@ from monitor.clock import DemoClock
 from monitor.config import Config
 from monitor.simulate.export import open_gzip
 from monitor.simulate.simulator import DEFAULT_START, FleetSimulator
-from monitor.simulate.utilization import iter_series
+from monitor.simulate.utilization import write_page
 from monitor.sources.duckdb_conn import open_billing_db
 from monitor.sources.loader import load_rows
 from monitor.timeutil import floor_day, floor_hour
@@ -116,10 +115,7 @@ class DemoFeeder:
         sim = self.sim
         tmp = path.with_suffix(".tmp")
         with open_gzip(tmp) as gz:
-            gz.write(b'{"timeSeries":[')
-            for i, ts in enumerate(iter_series(sim.ctx, sim.fleet.vms, sim.hours, day, upto)):
-                gz.write((b"," if i else b"") + json.dumps(ts, separators=(",", ":")).encode())
-            gz.write(b"]}")
+            write_page(gz, sim.ctx, sim.fleet.vms, sim.hours, day, upto)
         os.replace(tmp, path)
 
     def close(self) -> None:

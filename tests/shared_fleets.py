@@ -1,6 +1,6 @@
 """Simulated fleets that several test files read, written once per test session.
 
-Seed 7 over 14 days takes about 6 s to simulate (one core), and three files read that fleet; seven read
+Seed 7 over 14 days takes about 5 s to simulate (one core, 2026-12-06), and three files read that fleet; seven read
 seed 7 over 2 days. Each fleet is written once into a directory the session's xdist workers share
 (`write_fleet` under a file lock, so a worker that asks while another writes waits for it), then only
 read. `shared_fleet` checks on every use that no file in it was added, removed or rewritten since it

@@ -9,13 +9,15 @@ never run our SKU parser; the simulator does not import it either.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import re
 import subprocess
 import sys
-from collections import Counter, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from monitor.cli import main
 from monitor.schema import EXPORT_SCHEMA, Column
 from monitor.simulate import FleetSimulator, to_export_json, write_fleet
 from monitor.simulate.export import LineEncoder
+from monitor.simulate.utilization import DCGM_V1_METRIC, GKE_NODE_METRIC, METRIC_TYPE, write_page
 from tests.shared_fleets import shared_fleet
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
@@ -241,6 +244,44 @@ def test_line_encoder_writes_exactly_the_bq_extract_json() -> None:
     shaped = to_export_json(row)
     assert shaped["usage_start_time"] == "2026-11-01 00:00:00 UTC"
     assert "adjustment_info" not in shaped and isinstance(shaped["credits"], list)
+
+
+def test_line_encoder_writes_what_json_writes_for_types_the_simulator_does_not_make() -> None:
+    """The encoder dispatches on exact types (float, str, datetime, dict, list); a str or dict
+    subclass, an int, a bool, NaN or a NULL inside a record must still come out as `json` writes
+    them."""
+
+    class Kind(StrEnum):
+        ODD = 'quote " and é'
+
+    row = {
+        "cost_type": Kind.ODD,
+        "cost": float("nan"),
+        "cost_at_list": -0.0,
+        "usage": OrderedDict(amount=3, unit=None, amount_in_pricing_units=1e-07),
+        "credits": [{"name": "x", "amount": -1.25, "id": None}],
+        "labels": [],
+        "export_time": datetime(2026, 11, 1, 10, 0, 0, 123000, tzinfo=UTC),
+        "invoice": {"month": "202611", "publisher_type": None},
+        "seller_name": True,
+        "adjustment_info": None,
+    }
+    want = json.dumps(to_export_json(row), separators=(",", ":"), ensure_ascii=False)
+    assert LineEncoder().encode(row) == want
+
+
+def test_a_written_day_file_is_json_of_the_series() -> None:
+    """`write_page` writes each point from text made once per bucket: the bytes must be
+    `json.dumps` of `utilization_series` over the same window, here one cut mid-bucket at both ends
+    (the DCGM ratio, GKE nodes and partial hours of preempted Spot VMs inside)."""
+    sim = FleetSimulator(2, START, 2)
+    t0, t1 = START + timedelta(hours=5, minutes=12), START + timedelta(hours=29, minutes=37)
+    out = io.BytesIO()
+    write_page(out, sim.ctx, sim.fleet.vms, sim.hours, t0, t1)
+    series = sim.utilization_series(t0, t1)
+    assert out.getvalue() == json.dumps({"timeSeries": series}, separators=(",", ":")).encode()
+    assert {t["metric"]["type"] for t in series} == {METRIC_TYPE, DCGM_V1_METRIC, GKE_NODE_METRIC}
+    assert len({len(t["points"]) for t in series}) > 1  # VMs that ran part of the window
 
 
 def test_rows_look_like_a_gpu_fleet(fleet: dict) -> None:

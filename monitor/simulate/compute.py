@@ -23,11 +23,12 @@ from monitor.simulate.catalog import (
 )
 from monitor.simulate.delivery import Delivery
 from monitor.simulate.rand import unit
-from monitor.simulate.rows import Credit, Place, Project, cost_micros, make_row
+from monitor.simulate.rows import Credit, Place, Project, RowMaker, cost_micros, make_row
 
 __all__ = ["Commitment", "Ctx", "Monitoring", "UtilProfile", "Vm"]
 
 _ALWAYS = 10**7
+_HOUR = timedelta(hours=1)
 _PREEMPT_BLOCK = 6  # hours a preempted Spot VM stays down (first hour partly run)
 _PREEMPT_SHARE = 0.05
 _SUD = Credit(
@@ -48,7 +49,7 @@ class Ctx:
     delivery: Delivery
 
     def hour_start(self, h: int) -> datetime:
-        return self.start + timedelta(hours=h)
+        return self.start + h * _HOUR  # not timedelta(hours=h): keyword parsing, once per row
 
 
 class UtilProfile:
@@ -169,35 +170,45 @@ class Vm:
             ("compute.googleapis.com/memory", str(m.memory_gib * 1024)),
         )
 
-    def _credits(self, kind: str) -> tuple[Credit, ...]:
+    @cached_property
+    def _credits(self) -> dict[str, tuple[Credit, ...]]:
+        """The credits of each kind's rows, built once per VM (they were built once per row)."""
         if self.commitment is not None:
             c = self.commitment
-            word = _KIND_WORD[kind]
-            return (
-                Credit(
-                    f"Committed Usage Discount: {word}",
-                    "COMMITTED_USAGE_DISCOUNT",
-                    Decimal(1),
-                    id=c.path,
-                    full_name=f"Committed use discount - 1 year: {c.name} ({word})",
-                ),
-            )
+            return {
+                kind: (
+                    Credit(
+                        f"Committed Usage Discount: {word}",
+                        "COMMITTED_USAGE_DISCOUNT",
+                        Decimal(1),
+                        id=c.path,
+                        full_name=f"Committed use discount - 1 year: {c.name} ({word})",
+                    ),
+                )
+                for kind, word in _KIND_WORD.items()
+            }
         if self.machine.family == "N2" and self.pricing is Pricing.ON_DEMAND:
-            return (_SUD,)
-        return ()
+            return dict.fromkeys(_KIND_WORD, (_SUD,))
+        return dict.fromkeys(_KIND_WORD, ())
+
+    @cached_property
+    def _makers(self) -> dict[str, RowMaker]:
+        """Per kind: its rows differ from hour to hour only in amount and time."""
+        resource = (self.name, self.global_name)
+        return {
+            kind: RowMaker(
+                project=self.project,
+                place=self.place,
+                sku=sku,
+                labels=self.labels,
+                system_labels=self.system_labels(),
+                resource=resource,
+            )
+            for kind, sku in self.skus.items()
+        }
 
     def _row(self, ctx: Ctx, h: int, kind: str, amount: int) -> dict:
-        return make_row(
-            project=self.project,
-            place=self.place,
-            sku=self.skus[kind],
-            amount=amount,
-            start=ctx.hour_start(h),
-            labels=self.labels,
-            system_labels=self.system_labels(),
-            resource=(self.name, self.global_name),
-            credits=self._credits(kind),
-        )
+        return self._makers[kind].row(amount, ctx.hour_start(h), self._credits[kind])
 
     def amounts(self, secs: int) -> dict[str, int]:
         m = self.machine

@@ -32,6 +32,7 @@ __all__ = [
 ]
 
 _BATCH = 20_000
+_LINES = 1_000
 _GZIP_LEVEL = 3
 
 
@@ -109,34 +110,32 @@ class LineEncoder:
         self._cache[id(value)] = (value, text)
         return text
 
-    def _text(self, value: Any) -> str:
-        """A scalar's JSON text (strings and timestamps cached: they repeat row after row)."""
-        if isinstance(value, float) and math.isfinite(value):
+    def _value(self, value: Any) -> str:
+        """A value's JSON text, dispatched on its exact type (cheaper than a chain of isinstance
+        calls for every value of every row); strings and timestamps are cached: they repeat row
+        after row. Any other type (a str or dict subclass, an int, NaN) goes through `json`."""
+        kind = type(value)
+        if kind is float and math.isfinite(value):
             return repr(value)
-        if isinstance(value, str | datetime):
+        if kind is str or kind is datetime:
             text = self._texts.get(value)
             if text is None:
                 if len(self._texts) >= _CACHE_LIMIT:
                     self._texts.clear()
                 text = self._texts[value] = _dumps(_json_value(value))
             return text
-        return _dumps(_json_value(value))
-
-    def _value(self, value: Any) -> str:
-        if isinstance(value, dict):
-            inner = ",".join(f'"{k}":{self._value(v)}' for k, v in value.items() if v is not None)
+        if kind is dict:
+            inner = ",".join([f'"{k}":{self._value(v)}' for k, v in value.items() if v is not None])
             return "{" + inner + "}"
-        if isinstance(value, list):
-            return "[" + ",".join(self._value(v) for v in value) + "]"
-        return self._text(value)
+        if kind is list:
+            return "[" + ",".join([self._value(v) for v in value]) + "]"
+        return _dumps(_json_value(value))
 
     def encode(self, row: dict) -> str:
         parts = []
         for name, value in row.items():
-            if value is None:
-                continue
-            text = self._fragment(value) if name in _SHARED else self._value(value)
-            parts.append(f'"{name}":{text}')
+            if value is not None:
+                parts.append(f'"{name}":{self._fragment(value) if name in _SHARED else self._value(value)}')
         return "{" + ",".join(parts) + "}"
 
 
@@ -150,14 +149,25 @@ class ExportWriter:
         self._pq = pq.ParquetWriter(parquet_path, self._schema, compression="zstd")
         self._batch: list[dict] = []
         self._encoder = LineEncoder()
+        self._lines: list[str] = []
         self.rows = 0
 
     def write(self, row: dict) -> None:
-        self._gz.write(self._encoder.encode(row).encode() + b"\n")
+        self._lines.append(self._encoder.encode(row))
+        if len(self._lines) >= _LINES:
+            self._flush_lines()
         self._batch.append(row)
         self.rows += 1
         if len(self._batch) >= _BATCH:
             self._flush()
+
+    def _flush_lines(self) -> None:
+        """Lines go to gzip a thousand at a time: a `GzipFile.write` per row cost half as much
+        again as the compression. The bytes are the same (deflate's output does not depend on how
+        its input is split)."""
+        if self._lines:
+            self._gz.write(("\n".join(self._lines) + "\n").encode())
+            self._lines = []
 
     def write_all(self, rows: Iterable[dict]) -> None:
         for row in rows:
@@ -169,6 +179,7 @@ class ExportWriter:
             self._batch = []
 
     def close(self) -> None:
+        self._flush_lines()
         self._flush()
         self._pq.close()
         self._gz.close()

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import cached_property
 
 from monitor.simulate.catalog import GIB, INTER_ZONE, INTER_ZONE_INGRESS, INTRA_ZONE, INVOICE, Region, Sku
 from monitor.simulate.compute import Ctx, Vm
 from monitor.simulate.rand import unit
-from monitor.simulate.rows import Credit, Place, Project, make_row
+from monitor.simulate.rows import Credit, Place, Project, RowMaker, make_row
 
 __all__ = [
     "Bucket",
@@ -55,19 +56,19 @@ class Flow:
         gib = self.gib_per_hour * (1 + self.jitter * (2 * u - 1)) * secs / 3600
         if self.weekly:
             gib *= _weekday_factor(ctx, h)
+        return [self._maker.row(int(gib * GIB), ctx.hour_start(h))]
+
+    @cached_property
+    def _maker(self) -> RowMaker:
         vm = self.vm
-        return [
-            make_row(
-                project=vm.project,
-                place=vm.place,
-                sku=self.sku,
-                amount=int(gib * GIB),
-                start=ctx.hour_start(h),
-                labels=vm.labels,
-                system_labels=vm.system_labels(),
-                resource=(vm.name, vm.global_name),
-            )
-        ]
+        return RowMaker(
+            project=vm.project,
+            place=vm.place,
+            sku=self.sku,
+            labels=vm.labels,
+            system_labels=vm.system_labels(),
+            resource=(vm.name, vm.global_name),
+        )
 
 
 @dataclass(frozen=True)
@@ -91,20 +92,20 @@ class Disk:
     def rows(self, ctx: Ctx, h: int) -> list[dict]:
         if not self.first_hour <= h < self.last_hour:
             return []
+        return [self._maker.row(self.size_gib * GIB * 3600, ctx.hour_start(h))]
+
+    @cached_property
+    def _maker(self) -> RowMaker:
         gname = (
             f"//compute.googleapis.com/projects/{self.project.number}/zones/{self.zone}/disk/{self.disk_id}"
         )
-        return [
-            make_row(
-                project=self.project,
-                place=Place.zonal(self.region, self.zone),
-                sku=self.sku,
-                amount=self.size_gib * GIB * 3600,
-                start=ctx.hour_start(h),
-                labels=self.labels,
-                resource=(self.name, gname),
-            )
-        ]
+        return RowMaker(
+            project=self.project,
+            place=Place.zonal(self.region, self.zone),
+            sku=self.sku,
+            labels=self.labels,
+            resource=(self.name, gname),
+        )
 
 
 @dataclass(frozen=True)

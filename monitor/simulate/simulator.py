@@ -22,7 +22,7 @@ from monitor.simulate.export import ExportWriter, open_gzip
 from monitor.simulate.jobs import jobs_truth
 from monitor.simulate.layout import build_fleet
 from monitor.simulate.truth import Tally, fleet_inventory, hidden_costs, row_usd_micros
-from monitor.simulate.utilization import iter_series, utilization_series
+from monitor.simulate.utilization import utilization_series, write_page
 from monitor.timeutil import to_iso
 
 if TYPE_CHECKING:
@@ -131,15 +131,6 @@ class FleetSimulator:
         }
 
 
-def _write_page(path: Path, series: Iterable[dict]) -> None:
-    """One `{"timeSeries": [...]}` page, streamed series by series (same bytes as json.dumps)."""
-    with open_gzip(path) as gz:
-        gz.write(b'{"timeSeries":[')
-        for i, ts in enumerate(series):
-            gz.write((b"," if i else b"") + json.dumps(ts, separators=(",", ":")).encode())
-        gz.write(b"]}")
-
-
 def _drop_stale_days(out_dir: Path, days: set[date]) -> None:
     """Remove the utilization day files the last `simulate` into `out_dir` wrote (its
     ground_truth.json's window) that this run does not write: re-simulated with fewer days, the
@@ -193,7 +184,8 @@ def write_fleet(
             progress.update(d, total=days, unit="days")
         t0 = sim.start + timedelta(days=d)
         path = out_dir / "utilization" / f"{t0.date().isoformat()}.json.gz"
-        _write_page(path, iter_series(sim.ctx, sim.fleet.vms, sim.hours, t0, t0 + timedelta(days=1)))
+        with open_gzip(path) as gz:
+            write_page(gz, sim.ctx, sim.fleet.vms, sim.hours, t0, t0 + timedelta(days=1))
         files.append(path)
     if progress is not None:
         progress.update(days, total=days, unit="days")
