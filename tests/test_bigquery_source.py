@@ -30,7 +30,18 @@ from monitor.sources.billing_bigquery import (
 )
 from monitor.sources.billing_duckdb import DuckDBBillingSource
 from monitor.sql import query_names
-from tests.emulators.fleet import ANONYMOUS, BQ_PROJECT, FLEET_END, FLEET_START, LoadedExport, billing_config
+from tests.emulators.fleet import (
+    ANONYMOUS,
+    BQ_PROJECT,
+    DATASET,
+    FLEET_END,
+    FLEET_START,
+    LoadedExport,
+    billing_config,
+    export_arrow,
+    export_table,
+    load_rows,
+)
 from tests.emulators.wire import WireProxy, rewrite_partition_pseudo_columns, strip_sql_comments
 from tests.test_queries import params as query_params_for
 
@@ -221,6 +232,21 @@ def test_every_query_gives_the_same_rows_on_bigquery_and_duckdb(
     assert bq.name == name and bq.bytes_processed is not None
     assert duck.rows, "the comparison needs rows: widen the fleet or the parameters"
     assert _sorted(bq.rows) == _sorted(duck.rows)
+
+
+@pytest.mark.integration
+def test_a_parquet_load_job_leaves_the_rows_streaming_inserts_leave(
+    bq_client: bigquery.Client, bq_export: LoadedExport
+) -> None:
+    """`load_rows` (one Parquet load job: the emulator tests with a whole simulated fleet use it)
+    leaves in the emulator exactly the rows `bq_export`'s streaming inserts of the same export rows
+    leave: every column, nested and repeated ones and the `_PARTITIONTIME` stand-in included."""
+    table = export_table(bq_client, "export_by_load_job", replace=True)
+    load_rows(bq_client, table, export_arrow(bq_export.rows))
+    loaded = f"{BQ_PROJECT}.{DATASET}.export_by_load_job"
+    for a, b in ((bq_export.table, loaded), (loaded, bq_export.table)):
+        sql = f"SELECT COUNT(*) FROM (SELECT * FROM `{a}` EXCEPT DISTINCT SELECT * FROM `{b}`)"
+        assert [tuple(r) for r in bq_client.query(sql).result()] == [(0,)], (a, b)
 
 
 PROBE_SQL = (

@@ -55,7 +55,7 @@ from monitor.simulate.simulator import FleetSimulator
 from monitor.simulate.truth import Tally
 from monitor.timeutil import floor_hour
 from tests.daemon_process import DaemonProcess, http_get
-from tests.emulators.fleet import BQ_PROJECT, DATASET, export_table, load_rows, to_json_row
+from tests.emulators.fleet import BQ_PROJECT, DATASET, export_arrow, export_table, load_rows
 from tests.fakes.catalog_server import REAL_SKUS, FakeCatalog
 from tests.fakes.monitoring_server import ScopedMonitoringServer, from_rest_json
 from tests.fakes.slack_server import FakeSlack
@@ -116,8 +116,8 @@ def live(bq_client: Any) -> LiveFleet:
         if row["export_time"] > now:  # not exported yet: billing lags behind usage
             lagging += 1
             continue
-        batch.append(to_json_row(row))
-    load_rows(bq_client, table, batch)
+        batch.append(row)
+    load_rows(bq_client, table, export_arrow(batch))
     loaded = len(batch)
     truth = sim.ground_truth(tally)
     print(f"\nlive fleet: {loaded} rows loaded, {lagging} not exported yet, {time.monotonic() - began:.1f} s")

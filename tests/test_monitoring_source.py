@@ -644,6 +644,34 @@ def test_a_backfill_step_stops_between_chunks_on_shutdown(server, make_source, s
     assert read_coverage(store, "p1", "ops_agent_nvml") == [(END - 18 * H, END)]
 
 
+def test_the_stand_in_answers_points_in_the_interval_newest_first_page_by_page(server) -> None:
+    """What every test here relies on, read with the real client: of each series, its points in
+    (start, end] newest first (stored out of order; two at one end time come in reverse stored
+    order), the series `page_size` at a time. The stand-in serves them from bytes it indexed once."""
+    from google.cloud import monitoring_v3
+    from google.cloud.monitoring_v3.services.metric_service.transports import MetricServiceGrpcTransport
+
+    steps = (3, 0, 5, 1, 4, 2, 2, 6)
+    server.add(*(nvml(i, [(T0 + k * M5, 10.0 * i + n) for n, k in enumerate(steps)]) for i in range(3)))
+    channel = grpc.insecure_channel(server.address)
+    client = monitoring_v3.MetricServiceClient(transport=MetricServiceGrpcTransport(channel=channel))
+    request = {
+        "name": "projects/p1",
+        "filter": f'metric.type = "{NVML}"',
+        "interval": {"start_time": T0 + M5, "end_time": T0 + 3 * M5},
+    }
+    try:
+        pages = [list(page.time_series) for page in client.list_time_series(request=request).pages]
+    finally:
+        channel.close()
+    assert [len(p) for p in pages] == [2, 1]
+    got = [[(p.interval.end_time, p.value.double_value) for p in ts.points] for page in pages for ts in page]
+    # (T0 + M5, T0 + 3 M5]: step 3, then the two at step 2 (stored 6th and 7th: the 7th first)
+    assert got == [
+        [(T0 + 3 * M5, 10.0 * i), (T0 + 2 * M5, 10.0 * i + 6), (T0 + 2 * M5, 10.0 * i + 5)] for i in range(3)
+    ]
+
+
 def test_a_page_over_grpcs_default_4_mib_is_read_on_the_plaintext_channel(make_source) -> None:
     """The generated transport lifts gRPC's 4 MiB receive limit; the plaintext channel built for an
     `api_endpoint` (emulators, a local proxy) kept it, so a large page failed with
