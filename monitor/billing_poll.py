@@ -5,9 +5,11 @@ Each poll (`poll_billing`) reads only the load watermark of every partition in s
 compares it with the watermarks stored by the previous poll, lists the usage hours the new rows of
 each changed partition touch (`queries/changed_hours.sql`, `monitor.billing_changes`), and
 re-aggregates (`queries/hourly.sql`) just those hours: a late correction for an old hour costs that
-hour. The results travel as Arrow tables into the aggregate store (`monitor.state.analytics`,
-DuckDB), never as Python rows. The stored hourly aggregates for those hours are deleted and
-rewritten, and the new watermarks recorded, in one transaction of that store: a crash leaves the
+hour. On DuckDB a gap of unchanged hours between them is read with them where that costs less than a
+query of its own (`billing_changes.gap_worth_reading`, never more than a day). The results travel
+as Arrow tables into the aggregate store (`monitor.state.analytics`, DuckDB), never as Python rows.
+The stored hourly aggregates for those hours are deleted and rewritten, and the new watermarks
+recorded, in one transaction of that store: a crash leaves the
 old aggregates and old watermarks, so the next poll simply redoes the work. A poll with no new
 loads runs the watermark query and nothing else, so its cost does not grow with the table's age.
 
