@@ -31,11 +31,10 @@ from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING, Any
 
-import duckdb
-
 from monitor.columns import Columns
 from monitor.gpu_identity import billed_identities, sample_identities
 from monitor.gpu_models import gpus_for_machine_type
+from monitor.scratch import scratch
 from monitor.sources.presets import Signal
 from monitor.utilization.hourly import UtilHour, UtilHours
 
@@ -468,13 +467,11 @@ def join_node_hours(
     out: list[Joined | None] = [None] * len(nodes)
     if not nodes or not hours:
         return out
-    con = duckdb.connect()
+    # One thread: the per-GPU means are float sums, and a parallel aggregate adds them in a
+    # different order each run, so a finding's evidence changed in its last digits between
+    # identical runs.
+    con = scratch(threads=1)
     try:
-        con.execute("SET TimeZone = 'UTC'")
-        # One thread: the per-GPU means are float sums, and a parallel aggregate adds them in a
-        # different order each run, so a finding's evidence changed in its last digits between
-        # identical runs.
-        con.execute("SET threads = 1")
         for name, table in _tables(nodes, UtilHours.of(hours), tables).items():
             con.register(name, table)
         result = con.execute(_JOIN_SQL, {"threshold": idle_threshold_pct}).fetchall()

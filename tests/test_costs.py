@@ -105,6 +105,20 @@ def test_an_unknown_grouping_is_named() -> None:
         Costs.from_rows([_row(0)]).sums(("project", "team"))
 
 
+def test_two_engines_alive_at_once_each_sum_their_own_rows() -> None:
+    """An engine over rows loads them into a DuckDB session's TEMP table (`monitor.scratch`): two
+    alive at once each sum their own (a plain table in the shared database is one `costs` for both)."""
+    first = Costs.from_rows([_row(0, cost="1.5")])
+    second = Costs.from_rows([_row(0, cost="2.25"), _row(1, cost="0.25")])
+    try:
+        assert first.sums(())[()].cost == D("1.5")
+        assert second.sums(())[()].cost == D("2.5")
+        assert first.sums(())[()].rows == 1
+    finally:
+        first.close()
+        second.close()
+
+
 def test_empty_costs_answer_without_an_engine() -> None:
     costs = Costs.from_rows([])
     assert (len(costs), costs.sums(("project",)), costs.rows(), costs.fetched) == (0, {}, [], 0)

@@ -37,6 +37,7 @@ from monitor.attribution.rules import BUILTIN_RULES, Rule
 from monitor.config import AttributionRule
 from monitor.errors import ConfigError
 from monitor.schema import TABLE_NAME
+from monitor.scratch import scratch
 from monitor.sql import RULE_INPUTS, bigquery_numeric, for_bigquery, for_duckdb
 
 __all__ = [
@@ -142,8 +143,8 @@ def _check_patterns(rule: Rule) -> None:
 
 @functools.cache
 def _re2() -> tuple[duckdb.DuckDBPyConnection, threading.Lock]:
-    """One in-memory DuckDB for every pattern check (a connection each cost 17 ms, 0.7 s a run)."""
-    return duckdb.connect(":memory:"), threading.Lock()
+    """One DuckDB session for every pattern check (a connection each cost 17 ms, 0.7 s a run)."""
+    return scratch(), threading.Lock()
 
 
 @functools.cache
@@ -197,7 +198,9 @@ def rule_case(rules: Sequence[Rule]) -> exp.Case:
     """`CASE WHEN <cond> THEN '<rule name>' ... END`: the first matching rule's name, else NULL."""
     case = exp.Case()
     for rule in rules:
-        case = case.when(_condition(rule), exp.Literal.string(rule.name))
+        # in place: `when` copies the CASE built so far by default, each rule's copy longer than the
+        # last (22 ms for the 39 built-in rules, 4 ms in place, the same SQL)
+        case = case.when(_condition(rule), exp.Literal.string(rule.name), copy=False)
     return case
 
 
@@ -385,7 +388,7 @@ def classify(
         "cost_type": cost_type,
         "transaction_type": transaction_type,
     }
-    with duckdb.connect(":memory:") as conn:
+    with scratch() as conn:
         row = conn.execute(tree.sql(dialect="duckdb"), values).fetchone()
     name = row[0] if row else None
     return next((r for r in rules if r.name == name), None)

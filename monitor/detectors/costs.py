@@ -39,6 +39,7 @@ import duckdb
 from monitor import month
 from monitor.detectors.inputs import CostHour
 from monitor.model import CATEGORY_SQL, micros_to_decimal
+from monitor.scratch import scratch
 from monitor.timeutil import from_naive_utc, naive_utc
 
 if TYPE_CHECKING:
@@ -373,10 +374,9 @@ def _load(rows: pa.Table | None) -> duckdb.DuckDBPyConnection:
     """A new engine in memory with `rows` as its `costs` table, each column cast to `columns()`'s type."""
     if rows is None:
         raise RuntimeError("Costs: the engine was closed")
-    conn = duckdb.connect()
-    conn.execute("SET enable_progress_bar = false")
+    conn = scratch()
     conn.register("costs_arrow", rows)
-    conn.execute(f"CREATE TABLE costs AS SELECT {_casts()} FROM costs_arrow")
+    conn.execute(f"CREATE TEMP TABLE costs AS SELECT {_casts()} FROM costs_arrow")  # the session's own
     conn.unregister("costs_arrow")
     return conn
 
