@@ -105,6 +105,9 @@ class Deps:
     #: the job budgets the last detection run warned of (`budgets_without_spend`): told again only
     #: when they change, not at every run
     budgets_told: tuple[str, ...] = ()
+    #: the file source's pieces this process stored, and the inputs each was read from
+    #: (`_changed_pieces`): a poll re-stores only the pieces whose files changed
+    file_pieces: dict[tuple[datetime, datetime], bytes] = field(default_factory=dict)
 
     @property
     def alert_deps(self) -> pipeline.Deps:
@@ -249,7 +252,8 @@ def run_utilization_poll(deps: Deps, now: datetime, *, backfill: bool = True) ->
     else:  # files: re-read the recent days, and whatever of the window was never read
         migrate_utilization(deps.store)
         end = floor_hour(now) + timedelta(hours=1)
-        unread = gaps(read_coverage(deps.store, "files", "files"), floor_hour(since), end - _FILE_REREAD)
+        covered = read_coverage(deps.store, "files", "files")
+        unread = gaps(covered, floor_hour(since), end - _FILE_REREAD)
         start = unread[0][0] if unread else end - _FILE_REREAD
         # Six hours at a time (`PIECE`), each stored (and recorded as read) before the next is read:
         # a first read holds one piece's samples, not the window's (bench scale 48: three days of
@@ -258,13 +262,39 @@ def run_utilization_poll(deps: Deps, now: datetime, *, backfill: bool = True) ->
         # recorded as read up to now, not to the end of the current hour: the rest of the hour has no
         # samples yet, and an hour recorded as read without them is "unmonitored" (the demo's
         # daemon warned of GPU spend without utilization, then resolved it, cycle after cycle)
-        pieces = src.fetch_pieces(start, end)
+        pieces = _changed_pieces(src, start, end, now, covered, deps.file_pieces)
         count, skipped = replace_windows(deps.store, "files", "files", pieces, now=now, until=now)
     deps.metrics.set_unknown_units(getattr(src, "unknown_units", {}))
     deps.metrics.utilization_samples.labels(deps.cfg.utilization.source).inc(count)
     _ok(deps, "utilization", now)
     log.info("utilization poll", extra={"samples": count, "skipped": sum(skipped.values())})
     return {"samples": count, "skipped": skipped}
+
+
+def _changed_pieces(
+    src: Any,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    covered: Sequence[tuple[datetime, datetime]],
+    stored: dict[tuple[datetime, datetime], bytes],
+) -> Iterator[tuple[datetime, datetime, Any]]:
+    """The file source's pieces of [start, end), less those this process stored from the same
+    inputs (`stored`: (start, end as stored) -> `FetchResult.inputs`) whose range the store still
+    records as read. Re-storing such a piece swaps its samples for the same samples: the soak's
+    daily polls re-stored three days of files, two of them unchanged, every poll. A piece is marked
+    stored once the caller asks for the next one, after it committed this one."""
+
+    def unchanged(lo: datetime, hi: datetime, inputs: bytes) -> bool:
+        stop = min(hi, now)
+        return stored.get((lo, stop)) == inputs and not gaps(covered, lo, stop)
+
+    for lo, hi, result in src.fetch_pieces(start, end, unchanged=unchanged):
+        inputs = result.inputs
+        yield lo, hi, result
+        stored[(lo, min(hi, now))] = inputs
+    for key in [k for k in stored if k[0] < start]:  # left the re-read window: never asked again
+        del stored[key]
 
 
 def run_utilization_backfill(deps: Deps, now: datetime, cancelled: Callable[[], bool] | None = None) -> int:

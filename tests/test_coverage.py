@@ -284,6 +284,58 @@ def test_daemon_file_poll_reads_in_pieces_what_one_read_gives(tmp_path) -> None:
     }
 
 
+def test_a_file_poll_re_stores_only_the_pieces_whose_files_changed(tmp_path) -> None:
+    """The daemon re-reads its last three days of files every poll (files grow and are rewritten
+    late), but re-stores only the pieces whose files changed since this process stored them, or
+    whose range the store no longer records as read: after every poll the store holds what one
+    fresh read of the window gives."""
+    import sqlite3
+
+    from monitor.utilization.state import load_samples
+    from tests.test_utilization_files import point, series, write
+
+    now = datetime(2026, 11, 20, 12, 2, tzinfo=UTC)
+    day0 = datetime(2026, 11, 17, tzinfo=UTC)
+    ends = [day0 + i * timedelta(minutes=5) for i in range(1, 12 * 84)]  # 5-minute points to the 20th, 12:00
+
+    def write_days(bump: float) -> None:
+        for d in range(4):
+            lo, hi = day0 + d * 24 * H, day0 + (d + 1) * 24 * H
+            pts = [
+                point(e, 10.0 + i % 50 + (bump if d == 1 else 0)) for i, e in enumerate(ends) if lo <= e < hi
+            ]
+            write(tmp_path / f"{lo.date().isoformat()}.json", {"timeSeries": [series("1001", pts[::-1])]})
+
+    def key(s: Any) -> tuple:
+        return (s.instance_id, s.gpu, s.start, s.end, s.utilization_pct)
+
+    write_days(0.0)
+    cfg = parse_config({"utilization": {"files": [str(tmp_path)]}})
+    state = SQLiteStore(tmp_path / "state.sqlite")
+    start, end = datetime(2026, 11, 6, 13, tzinfo=UTC), datetime(2026, 11, 20, 16, tzinfo=UTC)
+    try:
+        deps = _deps(cfg, FileUtilizationSource([tmp_path]), state)
+        first = run_utilization_poll(deps, now)["samples"]
+        second = run_utilization_poll(deps, now + H)["samples"]  # no file changed
+        assert 0 < second < first / 4  # the pieces cut by the window's moving ends, not three days
+        whole = FileUtilizationSource([tmp_path]).fetch(start, end).samples
+        assert [key(s) for s in load_samples(state, start, end)] == [key(s) for s in whole]
+
+        write_days(5.0)  # the 18th's file rewritten late, every value changed
+        third = run_utilization_poll(deps, now + 2 * H)["samples"]
+        assert third > second
+        whole = FileUtilizationSource([tmp_path]).fetch(start, end).samples
+        assert [key(s) for s in load_samples(state, start, end)] == [key(s) for s in whole]
+
+        with sqlite3.connect(tmp_path / "state.sqlite") as raw:  # the store forgot what it read
+            raw.execute("DELETE FROM utilization_points")
+            raw.execute("DELETE FROM utilization_coverage")
+        assert run_utilization_poll(deps, now + 3 * H)["samples"] == len(whole)
+        assert [key(s) for s in load_samples(state, start, end)] == [key(s) for s in whole]
+    finally:
+        state.close()
+
+
 @pytest.mark.parametrize(
     ("over", "message"),
     [

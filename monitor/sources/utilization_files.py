@@ -30,7 +30,7 @@ import json
 import logging
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -130,6 +130,9 @@ def _files_for(files: Iterable[Path], start: datetime, end: datetime) -> list[Pa
     return [f for f in files if (d := _day_of(f)) is None or first <= d <= last]
 
 
+#: `fetch_pieces`' question to its caller: whether it holds [start, end) as read from `inputs`.
+Unchanged = Callable[[datetime, datetime, bytes], bool]
+
 #: How much of a read is assembled and stored at once (`fetch_pieces`): a day of bench scale 48
 #: (1.38 M samples) peaked at 1,060 MB in the daemon's first file poll, six hours at 469 MB; the
 #: daemon's regular polls (three days re-read) take as long either way.
@@ -176,23 +179,33 @@ class FileUtilizationSource:
         return result
 
     def fetch_pieces(
-        self, start: datetime, end: datetime
+        self, start: datetime, end: datetime, *, unchanged: Unchanged | None = None
     ) -> Iterator[tuple[datetime, datetime, FetchResult]]:
         """`fetch(start, end)` cut every `PIECE` from UTC midnight: (piece start, piece end, its
         samples), a piece at a time, so the caller can store each piece before the next is read
         (the daemon's first read at bench scale 48, three days of files, peaked at 2.6 GB read at
         once). Each file is parsed once for the whole read, and its skipped points count in the
-        first piece that reads it."""
+        first piece that reads it.
+
+        `unchanged(start, end, inputs)`: whether the caller holds that piece as read from these
+        very `inputs` (`FetchResult.inputs`: its files' names and contents, and the alignment); such
+        a piece is neither assembled nor yielded. The daemon re-reads its last three days every
+        poll for files that grow or are rewritten late; most pieces come from files no poll since
+        has changed."""
         pieces, lo = [], start
         while lo < end:
             day = floor_day(lo)
             hi = min(day + PIECE * ((lo - day) // PIECE + 1), end)
             pieces.append((lo, hi))
             lo = hi
-        return self._pieces(start, end, pieces)
+        return self._pieces(start, end, pieces, unchanged)
 
     def _pieces(
-        self, start: datetime, end: datetime, pieces: Sequence[tuple[datetime, datetime]]
+        self,
+        start: datetime,
+        end: datetime,
+        pieces: Sequence[tuple[datetime, datetime]],
+        unchanged: Unchanged | None = None,
     ) -> Iterator[tuple[datetime, datetime, FetchResult]]:
         # Only this read's files stay parsed: the daemon re-reads its last days every poll (hits),
         # while older days leave its window for good; caching every file ever read grew the
@@ -202,19 +215,24 @@ class FileUtilizationSource:
         counted: set[Path] = set()
         unknown: dict[str, str] = {}
         for lo, hi in pieces:
-            mine = _files_for(files, lo, hi)
+            mine = [(f, self._parsed(f)) for f in _files_for(files, lo, hi)]
+            for _, hit in mine:
+                for metric_type, unit in hit.unknown.items():
+                    unknown.setdefault(metric_type, unit)
+            inputs = _inputs(self.alignment_seconds, mine)
+            if unchanged is not None and unchanged(lo, hi, inputs):
+                counted.update(f for f, _ in mine)  # their skips were counted when it was read
+                continue
             skips: Counter[str] = Counter()
             parsed: list[ParsedSeries] = []
-            for f in mine:
-                hit = self._parsed(f)
+            for f, hit in mine:
                 parsed += hit.series
                 if f not in counted:
                     counted.add(f)
                     skips.update(hit.skips)
-                for metric_type, unit in hit.unknown.items():
-                    unknown.setdefault(metric_type, unit)
             samples = assemble(parsed, self.alignment_seconds, skips, window=(lo, hi))
-            yield lo, hi, FetchResult(samples, {str(k): v for k, v in skips.items() if v}, len(mine))
+            skipped = {str(k): v for k, v in skips.items() if v}
+            yield lo, hi, FetchResult(samples, skipped, len(mine), inputs)
             del samples, parsed
         self.unknown_units = unknown
         self._warnings.warn(unknown)
@@ -363,6 +381,14 @@ def _reject(path: Path, first_bad: tuple[int, str], skips: Counter[str]) -> None
         f"no usable point in the file ({counts} skipped; the first here): {_FIXES[SkipReason(reason)]}",
         field=f"series #{index}",
     )
+
+
+def _inputs(alignment_seconds: int, files: Sequence[tuple[Path, _Parsed]]) -> bytes:
+    """What a piece's samples are made of: the alignment, and its files' names and contents."""
+    h = hashlib.blake2b(str(alignment_seconds).encode(), digest_size=16)
+    for f, hit in files:
+        h.update(str(f).encode() + b"\0" + hit.digest)
+    return h.digest()
 
 
 @dataclass(frozen=True)

@@ -101,11 +101,14 @@ class SkipReason(StrEnum):
 
 @dataclass
 class FetchResult:
-    """Samples of a window, points dropped per `SkipReason` value, and API requests (or files) read."""
+    """Samples of a window, points dropped per `SkipReason` value, and API requests (or files) read.
+    `inputs`: a digest of what the samples were read from, where the source can tell (a file
+    source's piece: its files' names and contents), so a caller can skip a piece read from the same."""
 
     samples: list[GpuSample]
     skipped: dict[str, int] = field(default_factory=dict)
     requests: int = 0
+    inputs: bytes | None = None
 
 
 class UtilizationSource(Protocol):
