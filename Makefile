@@ -46,8 +46,11 @@ postgres:
 
 # The project's own modules are compiled once before the suite (0.4 s): where the environment sets
 # PYTHONDONTWRITEBYTECODE, as the development machine's does, every daemon and CLI process the suite
-# starts (seventy, counted on 2026-12-05) would compile them from source again.
-test: $(VENV)/.installed-test bqemu postgres
+# starts (seventy, counted on 2026-12-05) would compile them from source again. The project's venv,
+# the emulator's venv and PostgreSQL's binaries are set up side by side: 22 s from a fresh clone,
+# against 33 s one after the other (2026-12-06).
+test:
+	$(MAKE) --no-print-directory -j3 $(VENV)/.installed-test bqemu postgres
 	$(BIN)/ruff check monitor alerts tests bench
 	$(BIN)/python -m compileall -q -j 0 monitor alerts tests > /dev/null
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
