@@ -353,16 +353,67 @@ def load_util_hours(store: StateStore, start: datetime, end: datetime) -> UtilHo
     )
     order = order_key(key)
     keyed = [(order(item), UtilHours.astuple(item[0])) for item in reduce_samples(resolved, container, key)]
+    return _in_order(keyed, single, series, container)
+
+
+def _in_order(
+    keyed: list[tuple[tuple, tuple]],
+    single: list[tuple],
+    series: dict[int, tuple[tuple, str, tuple]],
+    container: set,
+) -> UtilHours:
+    """The hours of GPUs seen through several series (`keyed`: (order key, row), reduced in Python)
+    and of GPUs seen through one (`single`: the store's rows of `_HOUR_COLUMNS`), as columns in
+    `order_key`'s order: by GPU key, then hour, then first window start.
+
+    A GPU of one series has one row an hour, so its rows are a block already in order once sorted
+    by hour: the blocks are put in GPU-key order and their columns built a block at a time. Building
+    a tuple and a sort key per GPU-hour and sorting them all was 0.13 s of 0.21 s for the soak's 14
+    days (35,818 GPU-hours)."""
+    runs: dict[int, list[tuple]] = {}
+    for r in single:
+        run = runs.get(r[0])
+        if run is None:
+            run = runs[r[0]] = []
+        run.append(r)
+    blocks: dict[tuple, list[tuple[tuple, tuple]]] = {}
+    for item in keyed:
+        blocks.setdefault(item[0][0], []).append(item)
+    # no GPU key is both: a single series is a GPU key's only series (`load_util_hours`' `by_gpu`)
+    order = sorted([(k, None) for k in blocks] + [(series[sid][2], sid) for sid in runs], key=itemgetter(0))
+    cols: dict[str, list] = {name: [] for name in UtilHours.names}
+    ident_cols = [cols[n] for n in UtilHours.names[:8]]
+    (hour_c, signal_c, n_c, total_c, mem_c, idle_c, held_c, first_c, last_c) = (
+        cols[n] for n in UtilHours.names[8:]
+    )
     starts: dict[int, int] = {}  # a few window starts an hour, shared: two ints a GPU-hour else
-    for sid, hour, n, total, mem, idle, first, last in single:
-        ident, signal, gpu_key = series[sid]
-        when = _when(hour)
-        held = (*gpu_key[:2], when) in container
-        first, last = starts.setdefault(first, first), starts.setdefault(last, last)
-        row = (*ident, when, signal, n, total, mem, bool(idle), held, first, last)
-        keyed.append(((gpu_key, when, float(first)), row))
-    keyed.sort(key=itemgetter(0))  # stable, as the sort by `order_key` over the same list was
-    return UtilHours.from_tuples([h for _, h in keyed])
+    for gpu_key, sid in order:
+        if sid is None:  # a GPU of several series: its rows as reduced, in order
+            for _, row in sorted(blocks[gpu_key], key=itemgetter(0)):  # stable
+                for col, value in zip(cols.values(), row, strict=True):
+                    col.append(value)
+            continue
+        run = runs[sid]
+        run.sort(key=itemgetter(1))  # by hour (the whole-hours read comes sorted already)
+        ident, signal, _ = series[sid]
+        m = len(run)
+        for col, value in zip(ident_cols, ident, strict=True):
+            col.extend([value] * m)
+        whens = [_when(r[1]) for r in run]
+        hour_c.extend(whens)
+        signal_c.extend([signal] * m)
+        n_c.extend([r[2] for r in run])
+        total_c.extend([r[3] for r in run])
+        mem_c.extend([r[4] for r in run])
+        idle_c.extend([bool(r[5]) for r in run])
+        if container:
+            p, h = gpu_key[0], gpu_key[1]
+            held_c.extend([(p, h, w) in container for w in whens])
+        else:
+            held_c.extend([False] * m)
+        first_c.extend([starts.setdefault(r[6], r[6]) for r in run])
+        last_c.extend([starts.setdefault(r[7], r[7]) for r in run])
+    return UtilHours(cols)
 
 
 @functools.lru_cache(maxsize=65536)
