@@ -9,7 +9,7 @@ and a crash in one never corrupts another: billing poll -> utilization poll -> d
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
@@ -43,7 +43,7 @@ from monitor.gcpause import collector_paused
 from monitor.metrics import Metrics
 from monitor.model import Finding
 from monitor.sources.base import BillingSource
-from monitor.sources.budgets import Budget, budget_source_from_config
+from monitor.sources.budgets import Budget, ProjectIds, budget_source_from_config
 from monitor.sources.pricing import price_source_from_config
 from monitor.state.analytics import AggregateStore, aggregates_path
 from monitor.state.findings import record_findings
@@ -64,6 +64,7 @@ from monitor.utilization.coverage import Interval, gaps, load_coverage, read_cov
 __all__ = [
     "Cancelled",
     "Deps",
+    "IdLookup",
     "budget_specs",
     "build_deps",
     "detect",
@@ -108,6 +109,9 @@ class Deps:
     #: the file source's pieces this process stored, and the inputs each was read from
     #: (`_changed_pieces`): a poll re-stores only the pieces whose files changed
     file_pieces: dict[tuple[datetime, datetime], bytes] = field(default_factory=dict)
+    #: the project ids of the numbers API budgets name, as the billing export pairs them: read once
+    #: (`ProjectIds`), not at every detection run
+    project_ids: ProjectIds = field(default_factory=ProjectIds)
 
     @property
     def alert_deps(self) -> pipeline.Deps:
@@ -330,22 +334,42 @@ def _log_backfill(report: Any) -> None:
         )
 
 
-def budget_specs(budgets: Sequence[Budget], kept_labels: Sequence[str] | None = None) -> list[BudgetSpec]:
+#: Maps the project numbers of API budgets to project ids: their ids, and why a number has none.
+IdLookup = Callable[[Collection[str]], tuple[Mapping[str, str], str]]
+_NOT_MAPPED = "mapped to a project id only by the daemon's detection (`gpucost run`), not here"
+
+
+def budget_specs(
+    budgets: Sequence[Budget], kept_labels: Sequence[str] | None = None, project_ids: IdLookup | None = None
+) -> list[BudgetSpec]:
     """Budgets the forecast measures as their owner set them: this invoice month's spend (net of
     every credit, or before credits) of the account, one project or one label whose key the
     aggregates keep (`kept_labels`, `Config.stored_label_keys`; None: not checked). The others are
     left out with a warning naming why: forecast as that, a quarter's amount was this month's, a
-    folder's budget the whole account's."""
+    folder's budget the whole account's. An API budget names its project by number:
+    `project_ids` (called once, for the numbers of budgets otherwise measured) gives its id, as a
+    config budget names it; a number without one is left out too (its spend would read $0)."""
+    whys = [_not_evaluable(b, kept_labels) for b in budgets]
+    numbers = {
+        b.project_numbers[0]
+        for b, why in zip(budgets, whys, strict=True)
+        if why is None and b.project_numbers
+    }
+    ids, unknown = project_ids(numbers) if numbers and project_ids is not None else ({}, _NOT_MAPPED)
     specs = []
-    for b in budgets:
-        if (why := _not_evaluable(b, kept_labels)) is not None:
+    for b, why in zip(budgets, whys, strict=True):
+        project = b.projects[0] if b.projects else None
+        if why is None and b.project_numbers:
+            project = ids.get(b.project_numbers[0])
+            why = None if project is not None else f"project number {b.project_numbers[0]}: {unknown}"
+        if why is not None:
             log.warning("budget not evaluated: %s", why, extra={"budget": b.name})
             continue
         specs.append(
             BudgetSpec(
                 name=b.name,
                 amount=b.amount_usd,
-                project=b.projects[0] if b.projects else None,
+                project=project,
                 label=b.labels[0] if b.labels else None,
                 gross=b.credits == "exclude_all",
             )
@@ -357,7 +381,7 @@ def _not_evaluable(b: Budget, kept_labels: Sequence[str] | None) -> str | None:
     """Why the forecast cannot measure `b` (None: it can). The Budget API's filter (period, folders,
     subaccounts, credit treatment): https://cloud.google.com/ruby/docs/reference/
     google-cloud-billing-budgets-v1/latest/Google-Cloud-Billing-Budgets-V1-Filter"""
-    if len(b.projects) > 1 or b.project_numbers or b.services:
+    if len(b.projects) + len(b.project_numbers) > 1 or b.services:
         return "multi-project / service filters"
     if b.period != "month":
         return f"its amount is for a {b.period} period, not a calendar month"
@@ -388,10 +412,8 @@ def detection_inputs(
     invoice month to date (budget forecasts and `/metrics` need every row of the invoice)."""
     start, end = detection_window(now, start, end)
     migrate_utilization(deps.store)
-    read_from = min(
-        start - history_needed(deps.detectors),
-        month.read_start(month.current_month(min(now, end))),
-    )
+    month_from = month.read_start(month.current_month(min(now, end)))
+    read_from = min(start - history_needed(deps.detectors), month_from)
     return assemble_inputs(
         deps.store,
         read_from,
@@ -400,11 +422,23 @@ def detection_inputs(
         provisional_days=deps.cfg.billing.provisional_days,
         idle_threshold_pct=deps.cfg.utilization.idle_threshold_pct,
         prices=deps.prices.price_book(now),
-        budgets=budget_specs(deps.budgets.budgets(), deps.cfg.stored_label_keys()),
+        budgets=_budget_specs(deps, month_from, end),
         aggregates=deps.aggregates,
         coverage=utilization_coverage(deps),
         gpu_from=start,  # GPU detectors judge the window; history and month to date are costs
     )
+
+
+def _budget_specs(deps: Deps, month_from: datetime, end: datetime) -> list[BudgetSpec]:
+    """The budgets' specs, the numbers of API budgets mapped to project ids from the export's rows
+    of the invoice month read ([month_from, end)): a project with none spent nothing this month."""
+
+    def lookup(numbers: Collection[str]) -> tuple[Mapping[str, str], str]:
+        return deps.project_ids.lookup(
+            deps.billing, numbers, month_from, end, lambda: latest_export(deps.aggregates)
+        )
+
+    return budget_specs(deps.budgets.budgets(), deps.cfg.stored_label_keys(), lookup)
 
 
 @contextmanager

@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, closing
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -12,9 +17,13 @@ from google.cloud.billing import budgets_v1
 from google.protobuf import struct_pb2
 
 from monitor.config import BudgetsConfig, GoogleConfig, parse_config
-from monitor.cycle import budget_specs
+from monitor.cycle import Deps, budget_specs, detection_inputs, run_billing_poll
+from monitor.detectors.budget_forecast import BudgetForecast
 from monitor.detectors.inputs import BudgetSpec
 from monitor.errors import ConfigError, PermanentSourceError, RetryableSourceError
+from monitor.metrics import Metrics
+from monitor.sources.base import MeteredSource
+from monitor.sources.billing_duckdb import DuckDBBillingSource
 from monitor.sources.budgets import (
     Budget,
     BudgetApiSource,
@@ -23,7 +32,12 @@ from monitor.sources.budgets import (
     budget_from_api,
     budget_source_from_config,
 )
+from monitor.sources.duckdb_conn import open_billing_db
+from monitor.state.analytics import AggregateStore
+from monitor.state.store import SQLiteStore
 from tests.fakes.budget_server import FakeBudgets
+from tests.test_queries import export_row as qrow
+from tests.test_queries import load_rows, project_number
 
 ACCOUNT = "012345-6789AB-CDEF01"
 
@@ -222,3 +236,157 @@ def test_a_config_budgets_label_key_is_kept() -> None:
     item = {"name": "ns", "amount_usd": 1.0, "label": "k8s-namespace = llm-pretrain"}
     cfg = parse_config({"budgets": {"items": [item]}})
     assert cfg.stored_label_keys()[-1] == "k8s-namespace"
+
+
+# --- API budgets of one project: the number mapped to its id from the billing export --------------
+
+NOW = datetime(2026, 11, 20, 12, 30, tzinfo=UTC)
+H = timedelta(hours=1)
+TRAIN, RESEARCH = project_number("ml-train"), project_number("ml-research")
+
+
+class _Budgets:
+    """A `BudgetSource` of fixed budgets (those `budget_from_api` made of the fake server's)."""
+
+    def __init__(self, budgets: list[Budget]):
+        self.skipped: list[str] = []
+        self._budgets = budgets
+
+    def budgets(self) -> list[Budget]:
+        return list(self._budgets)
+
+
+class _NoPrices:
+    def price_book(self, now: datetime) -> None:
+        return None
+
+
+@pytest.fixture
+def polled(tmp_path: Path) -> Iterator[Callable[[list[Budget]], tuple[Deps, MeteredSource]]]:
+    """Deps of a daemon with `budgets`, after one billing poll of an export holding two projects'
+    November spend: ml-train $75.125/h, ml-research $40/h, hourly from Nov 10."""
+    with ExitStack() as stack:
+
+        def make(budgets: list[Budget]) -> tuple[Deps, MeteredSource]:
+            conn = stack.enter_context(open_billing_db(None))
+            hours = [datetime(2026, 11, 10, tzinfo=UTC) + h * H for h in range(10 * 24)]
+            core = "A3 Instance Core running in Americas"
+            load_rows(
+                conn,
+                [qrow(core, 75.125, hour=t, project="ml-train") for t in hours]
+                + [qrow(core, 40.0, hour=t, project="ml-research") for t in hours],
+            )
+            billing = MeteredSource(DuckDBBillingSource(conn))
+            deps = Deps(
+                cfg=parse_config({}),
+                clock=None,  # type: ignore[arg-type]  (steps get `now` injected)
+                store=stack.enter_context(closing(SQLiteStore(tmp_path / "state.sqlite"))),
+                aggregates=stack.enter_context(closing(AggregateStore(None))),
+                billing=billing,
+                utilization=None,
+                prices=_NoPrices(),
+                budgets=_Budgets(budgets),
+                detectors=[],
+                notifier=None,  # type: ignore[arg-type]
+                metrics=Metrics.create(),
+            )
+            run_billing_poll(deps, NOW)
+            return deps, billing
+
+        yield make
+
+
+def _forecast(deps: Deps) -> list[Any]:
+    inputs = detection_inputs(deps, NOW)
+    try:
+        return [(f.fingerprint, f.summary, f.evidence) for f in BudgetForecast().evaluate(inputs, NOW)]
+    finally:
+        inputs.hourly.close()
+
+
+def _evaluated(deps: Deps) -> list[str | None]:
+    """The projects of the budgets a detection run forecasts."""
+    inputs = detection_inputs(deps, NOW)
+    inputs.hourly.close()
+    return [b.project for b in inputs.budgets]
+
+
+def _api_budgets(*budgets: budgets_v1.Budget) -> list[Budget]:
+    with FakeBudgets(ACCOUNT, list(budgets), page_size=10) as server:
+        return _source(server).budgets()  # type: ignore[arg-type]
+
+
+def test_an_api_budget_of_one_project_is_forecast_as_its_config_twin(polled) -> None:
+    """The Budget API names a budget's project by number (`projects/<number>`), the aggregates by
+    id: every such budget was skipped ("multi-project / service filters"), so a team whose Cloud
+    Billing budgets are per project got no forecast at all. The export's `project` record maps the
+    number to the id: the budget is forecast on ml-train's spend ($18,030.00 to Nov 20 12:00), as
+    the same budget written in the config with the project id is, and never on the account's."""
+    api = budgets_v1.Budget(
+        name=f"billingAccounts/{ACCOUNT}/budgets/b-train",
+        display_name="ml-train",
+        amount=_usd(30_000),
+        budget_filter=budgets_v1.Filter(projects=[f"projects/{TRAIN}"]),
+    )
+    (budget,) = _api_budgets(api)
+    assert budget.project_numbers == (TRAIN,) and budget.projects == ()
+    deps, billing = polled([budget])
+    by_api = _forecast(deps)
+    twin = {"name": "ml-train", "amount_usd": 30000, "project": "ml-train"}
+    deps.budgets = ConfigBudgetSource(parse_config({"budgets": {"items": [twin]}}).budgets.items)
+    assert by_api == _forecast(deps)
+    (_, summary, evidence) = by_api[0]
+    assert evidence["month_to_date_usd"] == 18030.0  # 240 h x $75.125: ml-train's alone
+    assert "$18,030.00" in summary
+    # the export was read for the numbers once; a detection run after it reads nothing again
+    assert [r.name for _, r in billing.runs].count("project_ids") == 1
+    _forecast(replace(deps, budgets=_Budgets([budget])))
+    assert [r.name for _, r in billing.runs].count("project_ids") == 1
+
+
+def test_a_project_number_the_export_never_saw_is_named(polled, caplog) -> None:
+    """A budget of a number the export has no row of in the invoice month read, and one of two
+    projects, are skipped, each with a warning saying why, while the others are forecast. A read
+    that fails is named in the warning, not a failed detection run, and is tried again next run."""
+    numbered = [
+        budgets_v1.Budget(
+            name=f"billingAccounts/{ACCOUNT}/budgets/{n}",
+            display_name=n,
+            amount=_usd(10),
+            budget_filter=budgets_v1.Filter(projects=[f"projects/{p}" for p in numbers]),
+        )
+        for n, numbers in (("gone", ["123456789012"]), ("both", [TRAIN, RESEARCH]), ("research", [RESEARCH]))
+    ]
+    deps, billing = polled(_api_budgets(*numbered))
+    closed = open_billing_db(None)
+    closed.close()
+    deps.billing = DuckDBBillingSource(closed)  # the read fails (a BigQuery outage, revoked access)
+    with caplog.at_level("WARNING", logger="gpucost.cycle"):
+        assert _evaluated(deps) == []
+    assert caplog.records[0].message.startswith(
+        "budget not evaluated: project number 123456789012: its project id could not be read from the"
+        " billing export (DuckDB query 'project_ids' failed:"
+    )
+    deps.billing = billing
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="gpucost.cycle"):
+        assert _evaluated(deps) == ["ml-research"]
+    assert [(r.budget, r.message) for r in caplog.records] == [  # type: ignore[attr-defined]
+        (
+            "gone",
+            "budget not evaluated: project number 123456789012: the billing export has no row of it"
+            " with usage from 2026-10-01 07:00 UTC to 2026-11-20 13:00 UTC",
+        ),
+        ("both", "budget not evaluated: multi-project / service filters"),
+    ]
+    reads = lambda: [r.name for _, r in billing.runs].count("project_ids")  # noqa: E731
+    assert _evaluated(deps) == ["ml-research"]
+    assert reads() == 1  # no load since: the number cannot have appeared
+    late = qrow(
+        "A3 Instance Core running in Americas", 1.0, hour=NOW - 6 * H, project="new", export_lag=5 * H
+    )
+    late["project"]["number"] = "123456789012"
+    load_rows(billing.inner.conn, [late])
+    run_billing_poll(deps, NOW)
+    assert _evaluated(deps) == ["new", "ml-research"]
+    assert reads() == 2

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import re
+import zlib
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -57,7 +58,7 @@ def export_row(
         "sku": {"id": sku_id or f"ID-{abs(hash(sku)) % 10**8:08d}", "description": sku},
         "usage_start_time": hour,
         "usage_end_time": hour + timedelta(hours=1),
-        "project": {"id": project, "name": project},
+        "project": {"id": project, "number": project_number(project), "name": project},
         "labels": [{"key": k, "value": v} for k, v in (labels or {}).items()],
         "system_labels": [],
         "location": {"region": region, "zone": zone, "location": zone or "global"},
@@ -79,6 +80,12 @@ def export_row(
         "cost_type": cost_type,
         "tags": [],
     }
+
+
+def project_number(project_id: str) -> str:
+    """A stable 12-digit number for `project_id`: the export pairs each project id with its number
+    (`queries/project_ids.sql` maps one to the other)."""
+    return str(10**11 + zlib.crc32(project_id.encode()))
 
 
 def load_rows(conn: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]]) -> int:

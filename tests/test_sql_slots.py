@@ -64,7 +64,7 @@ def test_each_fragment_is_used_where_it_belongs() -> None:
     assert uses["GPUCOST_USD_MICROS"] == {"hourly", "jobs"}
     assert uses["GPUCOST_MICROS"] == {"report", "focus", "skus"}
     assert uses["GPUCOST_PRICING_MODEL"] == {"hourly", "jobs", "report", "focus"}
-    window = {"hourly", "jobs", "report", "focus", "skus", "extent"}
+    window = {"hourly", "jobs", "report", "focus", "skus", "extent", "project_ids"}
     assert uses["GPUCOST_USAGE_WINDOW"] == window
     assert uses["GPUCOST_LOAD_DAYS"] == {"partitions"}  # whole partitions: its marks ignore the scope
 

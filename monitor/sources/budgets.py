@@ -4,8 +4,12 @@ The `budget_forecast` detector compares month-to-date spend plus a forecast with
 team that already keeps budgets in Cloud Billing should not have to copy them into gpucost, so
 `source = "api"` reads them with google-cloud-billing-budgets (`BudgetServiceClient.list_budgets`
 for `billingAccounts/<id>`). The API names projects by NUMBER (`projects/123`); those are kept as
-`project_numbers`; the aggregates keep no `project.number` to map them to ids, so such budgets are
-not evaluated (`monitor.cycle.budget_specs` says which budgets are, and why not the others).
+`project_numbers`, and the aggregates keep project ids, so the billing export's own `project` record
+(`id` and `number`) maps one to the other (`ProjectIds`, `queries/project_ids.sql`): a budget of one
+project is forecast against that project's spend, as the same budget written in the config with
+the project id is. Budgets of several projects, and of a number the export has no row of in the
+invoice month read, are not evaluated, nor is any budget of a project number in `gpucost analyze`,
+which does not map them (`monitor.cycle.budget_specs` says which budgets are, and why not the others).
 
 Budgets the forecast cannot use are skipped with a warning and listed in `skipped`: an amount of
 "last period's spend" (no fixed figure) and amounts in a currency other than USD.
@@ -14,15 +18,18 @@ Budgets the forecast cannot use are skipped with a warning and listed in `skippe
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any, Protocol
 
 from monitor.config import Budget as BudgetItem
 from monitor.config import BudgetsConfig, GoogleConfig
+from monitor.errors import SourceError
 from monitor.sources._google import call_google, grpc_target
+from monitor.sources.base import BillingSource
 from monitor.sources.pricing import money_to_decimal
 
 __all__ = [
@@ -31,9 +38,11 @@ __all__ = [
     "BudgetScope",
     "BudgetSource",
     "ConfigBudgetSource",
+    "ProjectIds",
     "budget_from_api",
     "budget_from_config",
     "budget_source_from_config",
+    "read_project_ids",
 ]
 
 log = logging.getLogger(__name__)
@@ -210,3 +219,60 @@ def budget_source_from_config(cfg: BudgetsConfig, google: GoogleConfig) -> Budge
     if cfg.source == "api":
         return BudgetApiSource(cfg, google, insecure=bool(getattr(cfg, "insecure", False)))
     return ConfigBudgetSource(cfg.items)
+
+
+def read_project_ids(billing: BillingSource, start: datetime, end: datetime) -> dict[str, str]:
+    """Project number -> project id of every project with usage in [start, end), as the billing
+    export's `project` record pairs them (`queries/project_ids.sql`). Raises `SourceError`."""
+    params = {"usage_start": start, "usage_end": end, "partition_end": end}
+    rows = billing.run("project_ids", params).rows
+    return {str(r["project_number"]): str(r["project_id"]) for r in rows if r["project_id"] is not None}
+
+
+def _utc(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+@dataclass
+class ProjectIds:
+    """The project ids of the project numbers API budgets name, kept for the process's life.
+
+    A project's id never changes ("After the project has been created, the project ID is
+    permanent", https://cloud.google.com/resource-manager/docs/creating-managing-projects), so a
+    number once read is never read again, and a number the export had no row of is looked for again
+    only once the export loaded rows since (`loaded`: its latest `export_time` the polls saw, which
+    grows with every load): detection runs after every utilization poll (288 times a day by
+    default), and on BigQuery each read bills three columns (about 40 bytes a row) over up to two
+    months of partitions, more a day than all the daemon's polls if read at every run.
+    """
+
+    known: dict[str, str] = field(default_factory=dict)
+    #: the last read's usage range and the export's latest load as of it (None: never read)
+    last: tuple[datetime, datetime, datetime | None] | None = None
+
+    def lookup(
+        self,
+        billing: BillingSource,
+        numbers: Collection[str],
+        start: datetime,
+        end: datetime,
+        loaded: Callable[[], datetime | None],
+    ) -> tuple[dict[str, str], str]:
+        """The ids of `numbers` (at most one read of [start, end)), and why the others have none.
+        A failed read (`SourceError`) is that reason, not an error: the other budgets and detectors
+        do not wait on it, as a failed price catalog refresh keeps the book it has."""
+        if not set(numbers) <= self.known.keys():
+            latest = loaded()
+            if self.last is None or self.last[2] != latest:
+                try:
+                    self.known.update(read_project_ids(billing, start, end))
+                except SourceError as e:
+                    why = f"its project id could not be read from the billing export ({e})"
+                    return self._ids(numbers), why
+                self.last = (start, end, latest)
+        lo, hi = self.last[:2] if self.last is not None else (start, end)
+        why = f"the billing export has no row of it with usage from {_utc(lo)} to {_utc(hi)}"
+        return self._ids(numbers), why
+
+    def _ids(self, numbers: Collection[str]) -> dict[str, str]:
+        return {n: self.known[n] for n in numbers if n in self.known}
