@@ -25,13 +25,13 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from monitor import month
 from monitor.assemble import assemble_inputs
@@ -56,6 +56,9 @@ from monitor.state.store import SQLiteStore
 from monitor.timeutil import floor_day, floor_hour, to_iso
 from monitor.utilization import UtilizationSource, replace_windows
 from monitor.utilization import migrate as migrate_utilization
+
+if TYPE_CHECKING:
+    from monitor.sources.budgets import Budget
 
 __all__ = [
     "Analysis",
@@ -191,7 +194,9 @@ class Sources:
     billing: BillingSource
     utilization: UtilizationSource | None
     prices: Any  # PriceSource
-    budgets: Sequence[BudgetSpec] = ()
+    #: as read: which are evaluated, and their project ids, is decided once the window is known
+    #: (`_budget_specs`)
+    budgets: Sequence[Budget] = ()
     live: bool = False
     closers: list[Any] = field(default_factory=list)
 
@@ -214,7 +219,6 @@ def open_sources(
     "agent missing", so `unmonitored_gpu` is left out rather than flagging the whole fleet.
     Budgets come from `[budgets]` only when a config file supplied them.
     """
-    from monitor.cycle import budget_specs  # the daemon's rule for which budgets are evaluable
     from monitor.sources.budgets import budget_source_from_config
     from monitor.sources.pricing import price_source_from_config
 
@@ -228,15 +232,32 @@ def open_sources(
     _quiet(billing)
     utilization, closers = _utilization_source(cfg, utilization_paths)
     read = budget_source_from_config(cfg.budgets, cfg.google).budgets() if budgets else []
-    specs = budget_specs(read, cfg.stored_label_keys())
     return Sources(
         billing=billing,
         utilization=utilization,
         prices=price_source_from_config(cfg.pricing, cfg.google, None),
-        budgets=tuple(specs),
+        budgets=tuple(read),
         live=billing.engine == "bigquery",
         closers=closers,
     )
+
+
+def _budget_specs(
+    budgets: Sequence[Budget], cfg: Config, billing: BillingSource, window: Window
+) -> list[BudgetSpec]:
+    """The budgets evaluated, as the daemon's detection decides (`monitor.cycle._budget_specs`): an
+    API budget names its project by number, mapped to the project id from the export's rows of the
+    invoice month read. Read only when some budget has a number (never for `[budgets]` items)."""
+    from monitor.cycle import budget_specs  # the daemon's rule for which budgets are evaluable
+    from monitor.sources.budgets import ProjectIds
+
+    month_from = month.read_start(month.current_month(min(window.as_of, window.end)))
+    ids = ProjectIds()
+
+    def lookup(numbers: Collection[str]) -> tuple[Mapping[str, str], str]:
+        return ids.lookup(billing, numbers, month_from, window.end, lambda: None)
+
+    return budget_specs(budgets, cfg.stored_label_keys(), lookup)
 
 
 def _quiet(billing: BillingSource) -> None:
@@ -364,7 +385,7 @@ def run_analysis(
             provisional_days=days,
             idle_threshold_pct=cfg.utilization.idle_threshold_pct,
             prices=prices,
-            budgets=sources.budgets,
+            budgets=_budget_specs(sources.budgets, cfg, metered, window),
             gpu_from=window.start,  # the history before the window is read for costs alone
             defer=not keep_gpu_hours,  # a caller that keeps them all reads them all at once
         )

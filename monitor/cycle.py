@@ -336,7 +336,7 @@ def _log_backfill(report: Any) -> None:
 
 #: Maps the project numbers of API budgets to project ids: their ids, and why a number has none.
 IdLookup = Callable[[Collection[str]], tuple[Mapping[str, str], str]]
-_NOT_MAPPED = "mapped to a project id only by the daemon's detection (`gpucost run`), not here"
+_NOT_MAPPED = "no lookup of project ids was given"
 
 
 def budget_specs(

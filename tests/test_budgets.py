@@ -390,3 +390,42 @@ def test_a_project_number_the_export_never_saw_is_named(polled, caplog) -> None:
     run_billing_poll(deps, NOW)
     assert _evaluated(deps) == ["new", "ml-research"]
     assert reads() == 2
+
+
+def test_analyze_forecasts_an_api_budget_of_one_project_as_the_daemon_does(tmp_path: Path) -> None:
+    """`gpucost analyze` builds its budgets as the daemon's detection does: an API budget's project
+    number is mapped to the id from the export and gives the finding its config twin gives (it was
+    skipped there, "mapped to a project id only by the daemon's detection")."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from monitor.analysis import analyze_once
+    from monitor.sources.duckdb_conn import ARROW_SCHEMA
+
+    hours = [datetime(2026, 11, 10, tzinfo=UTC) + h * H for h in range(10 * 24)]
+    core = "A3 Instance Core running in Americas"
+    rows = [qrow(core, 75.125, hour=t, project="ml-train") for t in hours]
+    rows += [qrow(core, 40.0, hour=t, project="ml-research") for t in hours]
+    export = tmp_path / "export.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=ARROW_SCHEMA), export)
+    api = budgets_v1.Budget(
+        name=f"billingAccounts/{ACCOUNT}/budgets/b-train",
+        display_name="ml-train",
+        amount=_usd(30_000),
+        budget_filter=budgets_v1.Filter(projects=[f"projects/{TRAIN}"]),
+    )
+    twin = {"items": [{"name": "ml-train", "amount_usd": 30000, "project": "ml-train"}]}
+    found = []
+    with FakeBudgets(ACCOUNT, [api], page_size=10) as server:
+        by_api = {
+            "source": "api",
+            "billing_account": ACCOUNT,
+            "api_endpoint": server.address,
+            "insecure": True,
+        }
+        for budgets in (by_api, twin):
+            cfg = parse_config({"budgets": budgets, "google": {"credentials": "anonymous"}})
+            result = analyze_once(cfg, now=NOW, billing_paths=[export], detectors=[BudgetForecast()])
+            found.append([(f.fingerprint, f.summary, f.evidence) for f in result.findings])
+    assert found[0] == found[1] != []
+    assert found[0][0][2]["month_to_date_usd"] == 18030.0  # ml-train's alone

@@ -8,8 +8,8 @@ for `billingAccounts/<id>`). The API names projects by NUMBER (`projects/123`); 
 (`id` and `number`) maps one to the other (`ProjectIds`, `queries/project_ids.sql`): a budget of one
 project is forecast against that project's spend, as the same budget written in the config with
 the project id is. Budgets of several projects, and of a number the export has no row of in the
-invoice month read, are not evaluated, nor is any budget of a project number in `gpucost analyze`,
-which does not map them (`monitor.cycle.budget_specs` says which budgets are, and why not the others).
+invoice month read, are not evaluated (`monitor.cycle.budget_specs` says which budgets are, and why
+not the others). The daemon's detection and `gpucost analyze` map them alike.
 
 Budgets the forecast cannot use are skipped with a warning and listed in `skipped`: an amount of
 "last period's spend" (no fixed figure) and amounts in a currency other than USD.
