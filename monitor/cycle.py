@@ -285,9 +285,10 @@ def _changed_pieces(
 ) -> Iterator[tuple[datetime, datetime, Any]]:
     """The file source's pieces of [start, end), less those this process stored from the same
     inputs (`stored`: (start, end as stored) -> `FetchResult.inputs`) whose range the store still
-    records as read. Re-storing such a piece swaps its samples for the same samples: the soak's
-    daily polls re-stored three days of files, two of them unchanged, every poll. A piece is marked
-    stored once the caller asks for the next one, after it committed this one."""
+    records as read. Re-storing such a piece swaps its samples for the same samples: polls five
+    minutes apart re-stored all twelve pieces of the three days each time where one or two had
+    changed (seed 7: 1.4-1.6 s a poll, 0.06-0.07 s so). A piece is marked stored once the caller
+    asks for the next one, after it committed this one."""
 
     def unchanged(lo: datetime, hi: datetime, inputs: bytes) -> bool:
         stop = min(hi, now)
