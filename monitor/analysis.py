@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -252,12 +252,8 @@ def _budget_specs(
     from monitor.sources.budgets import ProjectIds
 
     month_from = month.read_start(month.current_month(min(window.as_of, window.end)))
-    ids = ProjectIds()
-
-    def lookup(numbers: Collection[str]) -> tuple[Mapping[str, str], str]:
-        return ids.lookup(billing, numbers, month_from, window.end, lambda: None)
-
-    return budget_specs(budgets, cfg.stored_label_keys(), lookup)
+    ids = ProjectIds().over(billing, month_from, window.end, lambda: None)
+    return budget_specs(budgets, cfg.stored_label_keys(), ids)
 
 
 def _quiet(billing: BillingSource) -> None:

@@ -433,13 +433,8 @@ def detection_inputs(
 def _budget_specs(deps: Deps, month_from: datetime, end: datetime) -> list[BudgetSpec]:
     """The budgets' specs, the numbers of API budgets mapped to project ids from the export's rows
     of the invoice month read ([month_from, end)): a project with none spent nothing this month."""
-
-    def lookup(numbers: Collection[str]) -> tuple[Mapping[str, str], str]:
-        return deps.project_ids.lookup(
-            deps.billing, numbers, month_from, end, lambda: latest_export(deps.aggregates)
-        )
-
-    return budget_specs(deps.budgets.budgets(), deps.cfg.stored_label_keys(), lookup)
+    ids = deps.project_ids.over(deps.billing, month_from, end, lambda: latest_export(deps.aggregates))
+    return budget_specs(deps.budgets.budgets(), deps.cfg.stored_label_keys(), ids)
 
 
 @contextmanager

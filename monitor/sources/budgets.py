@@ -17,6 +17,7 @@ Budgets the forecast cannot use are skipped with a warning and listed in `skippe
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -273,6 +274,13 @@ class ProjectIds:
         lo, hi = self.last[:2] if self.last is not None else (start, end)
         why = f"the billing export has no row of it with usage from {_utc(lo)} to {_utc(hi)}"
         return self._ids(numbers), why
+
+    def over(
+        self, billing: BillingSource, start: datetime, end: datetime, loaded: Callable[[], datetime | None]
+    ) -> Callable[[Collection[str]], tuple[dict[str, str], str]]:
+        """`lookup` of one billing source and usage range, as `monitor.cycle.budget_specs` calls it
+        (the daemon's detection and `gpucost analyze` alike)."""
+        return functools.partial(self.lookup, billing, start=start, end=end, loaded=loaded)
 
     def _ids(self, numbers: Collection[str]) -> dict[str, str]:
         return {n: self.known[n] for n in numbers if n in self.known}
