@@ -314,15 +314,19 @@ def node_gpu_hours(nodes: GpuNodeHours) -> list[Decimal]:
     for node, hour, used in zip(node_of, hours, nodes["gpu_hours"], strict=True):
         used_at[node][hour] = max(used, used_at[node].get(hour, Decimal(0)))
     most = [max(at.values()) for at in used_at]
-
-    def full(node: int, hour: datetime, used: Decimal) -> bool:
-        near = (used_at[node].get(hour + step) for step in (-_ONE_HOUR, _ONE_HOUR))
-        return any(n is not None and same_gpu_hours(n, used) for n in near)
-
-    return [
-        used if full(node, hour, used) else max(used, most[node])
-        for node, hour, used in zip(node_of, hours, nodes["gpu_hours"], strict=True)
-    ]
+    out: list[Decimal] = []
+    for node, hour, used in zip(node_of, hours, nodes["gpu_hours"], strict=True):
+        top = most[node]
+        if used >= top:  # its own count, full hour or not: most node-hours, not tested (bench scale
+            out.append(used)  # 48, 382,000 node-hours: 1.05 s of CPU, 0.25 s without the tests)
+            continue
+        at = used_at[node]
+        before, after = at.get(hour - _ONE_HOUR), at.get(hour + _ONE_HOUR)
+        full = (before is not None and same_gpu_hours(before, used)) or (
+            after is not None and same_gpu_hours(after, used)
+        )
+        out.append(used if full else top)
+    return out
 
 
 _ONE_HOUR = timedelta(hours=1)

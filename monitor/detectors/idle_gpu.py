@@ -111,6 +111,7 @@ def instance_key(row: GpuHour) -> tuple[str | None, str]:
     return node_instance_key(row.project, row.zone, row.instance, row.instance_id, row.cluster)
 
 
+@functools.lru_cache(maxsize=65536)  # a few thousand nodes; asked ~4 times of every GPU hour
 def node_instance_key(
     project: str | None, zone: str | None, instance: str | None, instance_id: str | None, cluster: str | None
 ) -> tuple[str | None, str]:
