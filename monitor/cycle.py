@@ -9,7 +9,7 @@ and a crash in one never corrupts another: billing poll -> utilization poll -> d
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
@@ -43,7 +43,7 @@ from monitor.gcpause import collector_paused
 from monitor.metrics import Metrics
 from monitor.model import Finding
 from monitor.sources.base import BillingSource
-from monitor.sources.budgets import Budget, ProjectIds, budget_source_from_config
+from monitor.sources.budgets import Budget, IdLookup, ProjectIds, budget_source_from_config
 from monitor.sources.pricing import price_source_from_config
 from monitor.state.analytics import AggregateStore, aggregates_path
 from monitor.state.findings import record_findings
@@ -64,7 +64,6 @@ from monitor.utilization.coverage import Interval, gaps, load_coverage, read_cov
 __all__ = [
     "Cancelled",
     "Deps",
-    "IdLookup",
     "budget_specs",
     "build_deps",
     "detect",
@@ -335,8 +334,6 @@ def _log_backfill(report: Any) -> None:
         )
 
 
-#: Maps the project numbers of API budgets to project ids: their ids, and why a number has none.
-IdLookup = Callable[[Collection[str]], tuple[Mapping[str, str], str]]
 _NOT_MAPPED = "no lookup of project ids was given"
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -39,6 +39,7 @@ __all__ = [
     "BudgetScope",
     "BudgetSource",
     "ConfigBudgetSource",
+    "IdLookup",
     "ProjectIds",
     "budget_from_api",
     "budget_from_config",
@@ -230,6 +231,11 @@ def read_project_ids(billing: BillingSource, start: datetime, end: datetime) -> 
     return {str(r["project_number"]): str(r["project_id"]) for r in rows if r["project_id"] is not None}
 
 
+#: Maps the project numbers of API budgets to project ids: their ids, and why a number has none
+#: (`ProjectIds.over`; `monitor.cycle.budget_specs` calls it).
+IdLookup = Callable[[Collection[str]], tuple[Mapping[str, str], str]]
+
+
 def _utc(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
@@ -277,7 +283,7 @@ class ProjectIds:
 
     def over(
         self, billing: BillingSource, start: datetime, end: datetime, loaded: Callable[[], datetime | None]
-    ) -> Callable[[Collection[str]], tuple[dict[str, str], str]]:
+    ) -> IdLookup:
         """`lookup` of one billing source and usage range, as `monitor.cycle.budget_specs` calls it
         (the daemon's detection and `gpucost analyze` alike)."""
         return functools.partial(self.lookup, billing, start=start, end=end, loaded=loaded)
