@@ -299,3 +299,19 @@ def test_spot_advice_for_a_known_machine_type_is_priced_per_machine() -> None:
     # the Catalog API book has no machine prices: the same VM is priced per GPU
     (c,) = ev(SpotOpportunity(), inputs(gpu_hours=_sweep(machine_type="a3-highgpu-8g"), prices=_catalog()))
     assert c.evidence["instances"][0]["priced_per"] == "gpu"
+
+
+def test_both_detectors_read_one_on_demand_view_and_a_narrower_window_its_own() -> None:
+    """`on_demand_hours` is built once per inputs for the two detectors that read it; the narrower
+    inputs `run_in_window` makes with `dataclasses.replace` must not reuse the wider one's."""
+    from monitor.detectors.opportunities import on_demand_hours
+
+    inp = inputs(gpu_hours=_a3_fleet(n=1), prices=_snapshot())
+    first = on_demand_hours(inp, inp.window_end)
+    assert on_demand_hours(inp, inp.window_end) is first and len(first) == 336
+    later = T0 + timedelta(days=7)
+    narrow = replace(inp, window_start=later)
+    assert len(on_demand_hours(narrow, narrow.window_end)) == 168
+    assert all(r.hour >= later for r in on_demand_hours(narrow, narrow.window_end))
+    assert on_demand_hours(inp, inp.window_end) is first
+    assert len(on_demand_hours(inp, T0 + timedelta(days=1))) == 24  # asked at another time: its own

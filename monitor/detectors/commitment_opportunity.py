@@ -122,14 +122,16 @@ class CommitmentOpportunity(Detector):
             return None
         od, price = found["on_demand"], found[self.config.term]
         covered = committed_hours(per_hour, grid, steady)
+        ran: dict[tuple[str | None, str], Decimal] = defaultdict(Decimal)  # per VM, summed by hour
+        for at in per_hour.values():
+            for ik, part in at.items():
+                ran[ik] += part
         lines = [
             {
                 "instance": first[ik].instance or first[ik].instance_id,
                 "instance_id": first[ik].instance_id,
                 "zone": first[ik].zone,
-                "on_demand_machine_hours": float(
-                    sum((m.get(ik, Decimal(0)) for m in per_hour.values()), Decimal(0))
-                ),
+                "on_demand_machine_hours": float(ran[ik]),
                 "committed_machine_hours": float(covered[ik]),
                 "savings_usd": money(covered[ik] * (od - price)),
             }

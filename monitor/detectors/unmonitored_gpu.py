@@ -90,7 +90,10 @@ class UnmonitoredGpu(Detector):
         unread: list[GpuHour],
     ) -> Finding | None:
         rows = [r for k in sorted(instances, key=str) for r in instances[k]]
-        impact = sum((q6(r.gpu_cost) for r in rows), Decimal(0))
+        # each instance's dollars once (a q6 per hour is most of the work: 300k hours at 5 M export
+        # rows a month); exact sums, so the impact is their sum in any order
+        dollars = {k: sum((q6(r.gpu_cost) for r in v), Decimal(0)) for k, v in instances.items()}
+        impact = sum(dollars.values(), Decimal(0))
         if not self.keep(impact):
             return None
         per_instance = [
@@ -105,9 +108,9 @@ class UnmonitoredGpu(Detector):
                 "hours": len(v),
                 "first_hour": iso(v[0].hour),
                 "last_hour": iso(v[-1].hour),
-                "gpu_cost_usd": money(sum((q6(r.gpu_cost) for r in v), Decimal(0))),
+                "gpu_cost_usd": money(dollars[k]),
             }
-            for v in (instances[k] for k in sorted(instances, key=str))
+            for k, v in ((k, instances[k]) for k in sorted(instances, key=str))
         ]
         per_instance.sort(key=lambda e: -e["gpu_cost_usd"])
         names = ", ".join(_name(e) for e in per_instance[:5])
