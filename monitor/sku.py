@@ -133,6 +133,12 @@ GPU_MODELS: tuple[tuple[str, GpuModel], ...] = (
     (r"\bK80\b", GpuModel.K80),
 )
 
+#: Cloud Storage copying what is written to a dual- or multi-region bucket to its other regions:
+#: `Network Data Transfer GCP Replication within Northern America` (SKU AED0-3315-7B11, $0.02/GiB;
+#: janelia-flyem/tensorstore-export docs/mCNS-ExportAnalysis.md @ 54c5c22e, a real bill's
+#: post-mortem). Inter-region traffic that writes pay for, not reads.
+REPLICATION = r"\bGCP Replication\b"
+
 #: Services whose SKUs are BigQuery (`BigQuery`, `BigQuery Reservation API`, ...).
 BIGQUERY_SERVICE = r"^BigQuery\b"
 #: BigQuery storage SKUs (`Active Storage`, `Long Term Storage`, `Active Logical Storage`,

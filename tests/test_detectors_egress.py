@@ -152,15 +152,29 @@ def test_cross_region_gcs_reads_from_a_bucket_elsewhere() -> None:
     assert evaluate(CrossZoneEgress(), rows) == []  # inter-region is not inter-zone
 
 
+def _bucket_rows(sku: str, amount: str, gib: str, hours: int, bucket: str) -> list:
+    """A bucket's Cloud Storage traffic rows of `sku`, one an hour: no zone, the bucket as resource."""
+    return [
+        cost(
+            h,
+            "network.inter_region",
+            amount,
+            gib=gib,
+            sku=sku,
+            instance=bucket,
+            zone=None,
+            service="Cloud Storage",
+        )
+        for h in range(hours)
+    ]
+
+
 def test_a_bucket_is_named_a_bucket_not_a_vm() -> None:
     """A Cloud Storage row's resource is the bucket: "Cross-region traffic in VM dataset-bucket"
     named a bucket read from another region a VM (helper 59's audit)."""
-    sku = "Network Data Transfer GCP Inter Region within Northern America"
-    rows = [
-        cost(h, "network.inter_region", "4", gib="200", sku=sku, instance="dataset-bucket", zone=None,
-             service="Cloud Storage")
-        for h in range(72)
-    ]  # fmt: skip
+    rows = _bucket_rows(
+        "Network Data Transfer GCP Inter Region within Northern America", "4", "200", 72, "dataset-bucket"
+    )
     rows += [
         cost(h, "network.inter_region", "1.5", gib="75",
              sku="Network Inter Region Data Transfer Out from Americas to EMEA", instance="train-0")
@@ -261,6 +275,38 @@ def test_gcs_traffic_between_continents_names_them() -> None:
     (f,) = evaluate(CrossRegionEgress(), rows)
     assert [(s["from"], s["to"]) for s in f.evidence["by_sku"]] == [("?", "between NA and EU")]
     assert f.impact_usd == D(96) and "bucket in the same region" in f.recommendation
+
+
+def test_gcs_replication_of_writes_is_not_advised_a_multi_region_bucket() -> None:
+    """`Network Data Transfer GCP Replication within Northern America` (fixture source flyem-gcs):
+    Cloud Storage copying each byte written to a multi-region bucket to its other regions, read as
+    `network.other` before. The finding said "reads of the bucket from outside its region" and
+    advised "a dual-/multi-region bucket", which is what bills the copies."""
+    copies = _bucket_rows(
+        "Network Data Transfer GCP Replication within Northern America", "40", "2000", 24, "flyem-export"
+    )
+    (f,) = evaluate(CrossRegionEgress(), copies)
+    assert f.title == "Cross-region traffic from Cloud Storage bucket flyem-export (ml-prod): $960.00"
+    assert f.summary.endswith(
+        "for $960.00: Cloud Storage copies of what is written to the bucket to its other regions."
+    )
+    assert [(s["from"], s["to"]) for s in f.evidence["by_sku"]] == [("?", "within Northern America")]
+    assert "bucket in the GPUs' region" in f.recommendation and "use a dual" not in f.recommendation
+    assert "Read training data" not in f.recommendation
+    reads = _bucket_rows("GCP Storage egress between NA and EU", "4", "50", 24, "flyem-export")
+    (g,) = evaluate(CrossRegionEgress(), copies + reads)
+    assert (
+        "Cloud Storage reads of the bucket from outside its region, and copies of what is written"
+        in g.summary
+    )
+    assert g.recommendation.endswith("Read training data from a bucket in the GPUs' region too.")
+    (h,) = evaluate(CrossRegionEgress(), reads)
+    assert h.summary.endswith("Cloud Storage reads of the bucket from outside its region.")
+    unnamed = [replace(r, instance=None, instance_id=None) for r in copies]  # no resource name
+    (u,) = evaluate(CrossRegionEgress(), unnamed)
+    assert u.summary.endswith("Part of it is Cloud Storage copying what is written to a dual- or multi-region bucket"
+                              " to its other regions.")  # fmt: skip
+    assert "reads" not in u.summary and "use a dual" not in u.recommendation
 
 
 def test_evidence_line_of_traffic_with_no_zone() -> None:

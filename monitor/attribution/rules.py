@@ -109,9 +109,12 @@ BUILTIN_RULES: tuple[Rule, ...] = (
     Rule("intra-zone", "network.intra_zone", r"(?i)\bIntra[ -]?Zone\b"),
     # Spanner's `Network Intra-region Cross-Zone Data Transfer Out` is traffic between zones; Cloud
     # Storage's older `GCP Storage egress between NA and EU` is traffic between continents inside
-    # Google Cloud (sources in tests/fixtures/skus/real_skus.tsv: bq-spanner, zeunert).
+    # Google Cloud, and its `Network Data Transfer GCP Replication within Northern America` copies
+    # every byte written to a multi-region bucket to other regions (sources in
+    # tests/fixtures/skus/real_skus.tsv: bq-spanner, zeunert, flyem-gcs).
     Rule("inter-zone", "network.inter_zone", r"(?i)(\bInter[ -]?Zone\b|\bCross[ -]?Zone\b)"),
-    Rule("inter-region", "network.inter_region", r"(?i)(\bInter[ -]?Region\b|\bStorage egress between\b)"),
+    Rule("inter-region", "network.inter_region",
+         rf"(?i)(\bInter[ -]?Region\b|\bStorage egress between\b|{sku.REPLICATION})"),
     Rule("google", "network.google", r"(?i)(\bNetwork Google\b|\bto Google\b|\bGoogle Egress\b)"),
     Rule("internet", "network.internet",
          r"(?i)(\bInternet\b|\bStandard Data Transfer Out\b|^Download\b|\bEgress to Worldwide\b)"),

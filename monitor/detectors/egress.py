@@ -32,6 +32,7 @@ from monitor.detectors.base import ONE_HOUR, Detector, DetectorConfig, fmt_usd, 
 from monitor.detectors.costs import Costs, one_of
 from monitor.detectors.inputs import DetectorInputs
 from monitor.model import Finding, Scope, fingerprint, micros_to_decimal
+from monitor.sku import REPLICATION
 from monitor.timeutil import from_naive_utc, naive_utc
 
 __all__ = ["CrossRegionEgress", "CrossZoneEgress", "EgressConfig"]
@@ -39,6 +40,8 @@ __all__ = ["CrossRegionEgress", "CrossZoneEgress", "EgressConfig"]
 _PAIR = re.compile(r"\bfrom (.+?) to (.+?)$", re.IGNORECASE)
 #: Cloud Storage's `... within Northern America` and older `GCP Storage egress between NA and EU`.
 _WITHIN = re.compile(r"\b((?:within|between) .+)$", re.IGNORECASE)
+#: Cloud Storage's replication of writes to a dual- or multi-region bucket (`monitor.sku.REPLICATION`).
+_REPLICATION = re.compile(REPLICATION, re.IGNORECASE)
 
 Workload = tuple[str, str] | None  # ("cluster" | "label" | "bucket" | "instance", value), None = unattributed
 
@@ -424,19 +427,39 @@ class CrossRegionEgress(_Egress):
     ) -> tuple[str, str, str]:
         who = _who(project, wl, group)
         pairs = ", ".join(sorted({f"{s['from']} -> {s['to']}" for s in ev["by_sku"]}))
-        gcs = any(p.storage for p in group.parts)
-        if wl is not None and wl[0] == "bucket":
+        copying = [bool(_REPLICATION.search(p.sku or "")) for p in group.parts]
+        reading = any(p.storage and not c for p, c in zip(group.parts, copying, strict=True))
+        if wl is not None and wl[0] == "bucket":  # every part is the bucket's own traffic
             title = f"Cross-region traffic from {who}: {fmt_usd(impact)}"
+            read = "reads of the bucket from outside its region"
+            copy = "copies of what is written to the bucket to its other regions"
+            why = f"{read}, and {copy}" if reading and any(copying) else copy if any(copying) else read
             summary = (
                 f"{who} sent {ev['gib']:,} GiB across regions ({pairs}) for {fmt_usd(impact)}: "
-                "Cloud Storage reads of the bucket from outside its region."
+                f"Cloud Storage {why}."
             )
         else:
             title = f"Cross-region traffic in {who}: {fmt_usd(impact)}"
             summary = f"{who} moved {ev['gib']:,} GiB across regions ({pairs}) for {fmt_usd(impact)}."
-        if gcs:
-            if wl is None or wl[0] != "bucket":
+            if any(copying):
+                summary += (
+                    " Part of it is Cloud Storage copying what is written to a dual- or multi-region bucket"
+                    " to its other regions."
+                )
+            if reading:
                 summary += " Part of it is Cloud Storage reads from a bucket outside the readers' region."
+        if any(copying):
+            # a dual- or multi-region bucket copies every byte written to it: the fix is where the
+            # writes go, and the reads' advice (a multi-region bucket) is what bills the copies
+            rec = (
+                "Write checkpoints, scratch and intermediate data to a bucket in the GPUs' region (or "
+                "stage them on local disk and upload once); keep dual- and multi-region buckets for data "
+                "read from several regions, since each byte written to them is copied to their other "
+                "regions and billed."
+            )
+            if reading:
+                rec += " Read training data from a bucket in the GPUs' region too."
+        elif reading:
             rec = (
                 "Keep training data in a bucket in the same region as the GPUs (copy the dataset once, "
                 "or use a dual-/multi-region bucket that includes it) instead of reading across regions "
