@@ -56,7 +56,8 @@ class SpotOpportunity(Detector):
     advice = True
 
     def _reason(self, rows: Sequence[GpuHour]) -> str | None:
-        labels = {f"{k}={v}" for r in rows for k, v in r.labels.items()}
+        distinct = {id(r.labels): r.labels for r in rows}.values()  # a VM's hours share label sets
+        labels = {f"{k}={v}" for each in distinct for k, v in each.items()}
         if hit := sorted(labels & set(self.config.restartable_labels)):
             return f"label {hit[0]}"
         name = rows[0].instance or ""
