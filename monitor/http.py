@@ -18,6 +18,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from monitor.errors import ConfigError
 
+#: How often the server's loop looks for a stop request: `shutdown()` waits for it, so a daemon's
+#: shutdown (and each test that stops one) waited out socketserver's default 0.5 s.
+_POLL_S = 0.05
+
 __all__ = ["HealthServer", "bind_error"]
 
 ReadyCheck = Callable[[], tuple[bool, dict[str, object]]]
@@ -56,7 +60,9 @@ class HealthServer:
         except OSError as e:
             raise bind_error(host, port, e) from None
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(_POLL_S,), name="http", daemon=True
+        )
 
     @property
     def port(self) -> int:
