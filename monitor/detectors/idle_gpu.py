@@ -217,12 +217,14 @@ class IdleGpu(Detector):
     Config = IdleGpuConfig
     config: IdleGpuConfig
 
-    def _classify(self, r: GpuHour) -> str:
-        """idle / busy / unknown (no utilization data: neither breaks nor extends a run)."""
+    @staticmethod
+    def _classify(r: GpuHour, min_share: Decimal) -> str:
+        """idle / busy / unknown (no utilization data: neither breaks nor extends a run).
+        `min_share`: the config's `min_idle_share` as a Decimal (made once per node, not per hour)."""
         if not r.monitored or r.gpu_hours <= 0:
             return "unknown"
         share = r.idle_gpu_hours / r.gpu_hours
-        if r.idle_gpu_hours > 0 and share >= Decimal(str(self.config.min_idle_share)):
+        if r.idle_gpu_hours > 0 and share >= min_share:
             return "idle"
         return "busy"
 
@@ -230,8 +232,9 @@ class IdleGpu(Detector):
         runs: list[list[GpuHour]] = []
         cur: list[GpuHour] = []
         max_step = ONE_HOUR * (self.config.max_gap_hours + 1)
+        min_share = Decimal(str(self.config.min_idle_share))
         for r in rows:
-            state = self._classify(r)
+            state = self._classify(r, min_share)
             if state == "busy":
                 cur = _close(runs, cur)
             elif state == "idle":
