@@ -175,6 +175,7 @@ def gpu_node_hours(
             model = parse_sku_description(sku or "").model
             models[sku] = str(model) if model else None
     labels_of = _LabelSets()
+    amounts: dict[float | None, Decimal] = {}  # a few distinct GPU-hour amounts (8.0 a full hour)
     gpu_hours: list[Decimal] = []
     labels: list[dict[str, str]] = []
     namespaces: list[dict[str, int]] = []
@@ -184,8 +185,11 @@ def gpu_node_hours(
     ):  # fmt: skip
         if raws is None:  # one row: its own labels, usage and namespace
             labels.append(labels_of[raw])
-            gpu_hours.append(_d(usage))
-            namespaces.append({ns: int(gross)} if ns else {})
+            amount = amounts.get(usage)
+            if amount is None:
+                amount = amounts[usage] = _d(usage)
+            gpu_hours.append(amount)
+            namespaces.append({ns: int(gross)} if ns else _NONE)  # shared: nothing mutates them
             continue
         merged: dict[str, str] = {}
         for each in raws:
