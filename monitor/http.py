@@ -18,11 +18,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from monitor.errors import ConfigError
 
+__all__ = ["HealthServer", "bind_error"]
+
 #: How often the server's loop looks for a stop request: `shutdown()` waits for it, so a daemon's
 #: shutdown (and each test that stops one) waited out socketserver's default 0.5 s.
 _POLL_S = 0.05
-
-__all__ = ["HealthServer", "bind_error"]
 
 ReadyCheck = Callable[[], tuple[bool, dict[str, object]]]
 

@@ -111,7 +111,7 @@ class UnmonitoredGpu(Detector):
                 "last_hour": iso(v[-1].hour),
                 "gpu_cost_usd": money(dollars[k]),
             }
-            for k, v in ((k, instances[k]) for k in sorted(instances, key=str))
+            for k, v in sorted(instances.items(), key=lambda kv: str(kv[0]))
         ]
         per_instance.sort(key=lambda e: -e["gpu_cost_usd"])
         names = ", ".join(_name(e) for e in per_instance[:5])
