@@ -166,29 +166,26 @@ def gpu_node_hours(
     col = {
         name: _shared(table.column(name)) if name in _REPEATED else table.column(name).to_pylist()
         for name in table.column_names
-        if name != "hour"
+        if name not in ("hour", "usage")
     }
     hours = _shared(table.column("hour"), lambda h: h.replace(tzinfo=UTC))  # a few hundred distinct hours
+    amounts = _shared(table.column("usage"), _d)  # a few distinct GPU-hour amounts (8.0 a full hour)
     models: dict[str | None, str | None] = {}
     for sku in col["sku_description"]:
         if sku not in models:
             model = parse_sku_description(sku or "").model
             models[sku] = str(model) if model else None
     labels_of = _LabelSets()
-    amounts: dict[float | None, Decimal] = {}  # a few distinct GPU-hour amounts (8.0 a full hour)
     gpu_hours: list[Decimal] = []
     labels: list[dict[str, str]] = []
     namespaces: list[dict[str, int]] = []
     for usage, raw, ns, gross, usages, raws, spaces, grosses in zip(
-        col["usage"], col["labels"], col["namespace"], col["gross"],
+        amounts, col["labels"], col["namespace"], col["gross"],
         col["usages"], col["label_sets"], col["namespaces"], col["grosses"], strict=True,
     ):  # fmt: skip
         if raws is None:  # one row: its own labels, usage and namespace
             labels.append(labels_of[raw])
-            amount = amounts.get(usage)
-            if amount is None:
-                amount = amounts[usage] = _d(usage)
-            gpu_hours.append(amount)
+            gpu_hours.append(usage if usage is not None else _ZERO)
             namespaces.append({ns: int(gross)} if ns else _NONE)  # shared: nothing mutates them
             continue
         merged: dict[str, str] = {}
