@@ -32,7 +32,7 @@ from monitor.detectors.base import ONE_HOUR, Detector, DetectorConfig, fmt_usd, 
 from monitor.detectors.costs import Costs, one_of
 from monitor.detectors.inputs import DetectorInputs
 from monitor.model import Finding, Scope, fingerprint, micros_to_decimal
-from monitor.sku import REPLICATION
+from monitor.sku import REPLICATION, ci
 from monitor.timeutil import from_naive_utc, naive_utc
 
 __all__ = ["CrossRegionEgress", "CrossZoneEgress", "EgressConfig"]
@@ -41,7 +41,7 @@ _PAIR = re.compile(r"\bfrom (.+?) to (.+?)$", re.IGNORECASE)
 #: Cloud Storage's `... within Northern America` and older `GCP Storage egress between NA and EU`.
 _WITHIN = re.compile(r"\b((?:within|between) .+)$", re.IGNORECASE)
 #: Cloud Storage's replication of writes to a dual- or multi-region bucket (`monitor.sku.REPLICATION`).
-_REPLICATION = re.compile(REPLICATION, re.IGNORECASE)
+_REPLICATION = re.compile(ci(REPLICATION))
 
 Workload = tuple[str, str] | None  # ("cluster" | "label" | "bucket" | "instance", value), None = unattributed
 
