@@ -8,6 +8,8 @@ import os
 import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -414,15 +416,49 @@ def test_a_window_read_in_pieces_gives_what_one_read_gives_points_with_intervals
     ],
     ids=[*SHAPES, "page, unit first", "page, unit among other keys"],
 )
-def test_files_are_streamed_a_series_at_a_time_as_read_whole(tmp_path, doc, gz):
-    """A file's TimeSeries come from the stream parser one at a time (a large fleet's day file held
-    1.2 GB as one document), the same as the whole document gives them, page units included."""
-    from monitor.sources.utilization_files import _streamed, read_time_series
+@pytest.mark.parametrize("reader", ["_series", "_streamed"])
+def test_files_are_streamed_a_series_at_a_time_as_read_whole(tmp_path, doc, gz, reader):
+    """A file's TimeSeries come one at a time (a large fleet's day file held 1.2 GB as one
+    document), from a page's series texts (`_series`) or the stream parser (`_streamed`), the same
+    as the whole document gives them, page units included."""
+    from monitor.sources import utilization_files
 
     ts = [series("1001"), {k: v for k, v in series("1002", gpu="3").items() if k != "valueType"}]
     path = write(tmp_path / ("u.json.gz" if gz else "u.json"), doc(ts), gz=gz)
     data = path.read_bytes()
-    assert list(_streamed(path, data)) == read_time_series(path, data)
+    read = getattr(utilization_files, reader)
+    assert list(read(path, data)) == utilization_files.read_time_series(path, data)
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gz"])
+def test_a_file_over_the_whole_read_limit_is_streamed(tmp_path, monkeypatch, gz):
+    """A page over `_WHOLE_MAX` bytes (uncompressed) is not held whole: the stream parser reads it,
+    with the same series; so does a gzip file of two members (`zcat` reads both)."""
+    from monitor.sources import utilization_files
+
+    doc = {"unit": "%", "timeSeries": [series("1001"), series("1002", gpu="3")]}
+    path = write(tmp_path / ("u.json.gz" if gz else "u.json"), doc, gz=gz)
+    data = path.read_bytes()
+    whole = utilization_files.read_time_series(path, data)
+    streamed: list[bytes] = []
+    real = utilization_files._streamed
+
+    def spy(p: Path, d: bytes) -> Any:
+        streamed.append(d)
+        return real(p, d)
+
+    monkeypatch.setattr(utilization_files, "_streamed", spy)
+    assert list(utilization_files._series(path, data)) == whole and streamed == []
+    monkeypatch.setattr(utilization_files, "_WHOLE_MAX", len(json.dumps(doc)) - 1)
+    assert list(utilization_files._series(path, data)) == whole and streamed == [data]
+    if gz:
+        monkeypatch.undo()
+        monkeypatch.setattr(utilization_files, "_streamed", spy)
+        rest = json.dumps(doc["timeSeries"])[1:].encode() + b"}"
+        two = gzip.compress(b'{"timeSeries": [') + gzip.compress(rest)
+        path.write_bytes(two)
+        got = list(utilization_files._series(path, two))
+        assert [s["points"] for s in got] == [s["points"] for s in doc["timeSeries"]] and streamed[-1] == two
 
 
 @pytest.mark.parametrize(
@@ -442,15 +478,17 @@ def test_files_are_streamed_a_series_at_a_time_as_read_whole(tmp_path, doc, gz):
     ],
     ids=["NaN", "truncated", "not an array", "no series", "JSON error after a shape error"],
 )
-def test_what_the_stream_parser_stops_at_is_read_whole(tmp_path, text, expected):
-    """Where the stream parser stops (or the shape is wrong), the file is read whole: the same
-    series, or the same error as before streaming (a JSON error anywhere before a shape error)."""
-    from monitor.sources.utilization_files import _streamed, _Unstreamable
+@pytest.mark.parametrize("reader", ["_series", "_streamed"])
+def test_what_the_stream_parser_stops_at_is_read_whole(tmp_path, text, expected, reader):
+    """Where the series reader or the stream parser stops (or the shape is wrong), the file is read
+    whole: the same series, or the same error as before streaming (a JSON error anywhere before a
+    shape error)."""
+    from monitor.sources import utilization_files
 
     path = tmp_path / "u.json"
     path.write_text(text)
-    with pytest.raises(_Unstreamable):
-        list(_streamed(path, path.read_bytes()))
+    with pytest.raises(utilization_files._Unstreamable):
+        list(getattr(utilization_files, reader)(path, path.read_bytes()))
     if isinstance(expected, dict):
         assert FileUtilizationSource([path]).fetch(T0, T0 + M5).skipped == expected
     else:
