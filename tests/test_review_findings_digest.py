@@ -45,6 +45,7 @@ def test_a_fleet_a_micro_short_of_whole_reaches_its_steady_count_every_hour() ->
     e = f.evidence
     assert e["steady_gpus"] == 8
     assert e["hours_at_or_above_steady"] == 168
+    assert (e["max_gpus"], e["mean_gpus"]) == (8.0, 8.0)  # not 7.99998857, as the mean is rounded
     assert e["unused_commitment"] == {"gpu_hours": 0.0, "usd": 0.0}
     assert "no VM used" not in f.summary, f.summary
     assert f.impact_usd.quantize(D("0.01")) == 8 * 168 * (T4_OD - T4_1Y) == D("174.72")
@@ -63,6 +64,7 @@ def test_a_machine_fleet_a_micro_short_of_a_whole_vm_reaches_it_every_hour() -> 
     (f,) = CommitmentOpportunity().evaluate(inputs(gpu_hours=rows, days=DAYS, prices=_snapshot()), END)
     e = f.evidence
     assert (e["priced_per"], e["steady_machines"], e["hours_at_or_above_steady"]) == ("machine", 1, 168)
+    assert (e["max_machines"], e["mean_machines"]) == (1.0, 1.0)  # not 0.99999998
     assert e["unused_commitment"] == {"machine_hours": 0.0, "usd": 0.0}
     assert "no VM used" not in f.summary, f.summary
     assert "on demand in 168 of 168 hours" in findings_markdown([f])

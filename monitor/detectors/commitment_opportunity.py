@@ -199,7 +199,7 @@ class CommitmentOpportunity(Detector):
                 "steady_percentile": self.config.steady_percentile,
                 "hours": hours,
                 "hours_at_or_above_steady": sum(1 for c in counts if not short_of(c, steady)),
-                "max_machines": float(max(counts)),
+                "max_machines": float(round(max(counts), 3)),  # a micro-rounded share: 7.99998857 reads 8.0
                 "mean_machines": float(round(sum(counts, Decimal(0)) / len(counts), 3)),
                 "on_demand_usd_per_machine_hour": money(od),
                 "term": self.config.term,
@@ -273,7 +273,7 @@ class CommitmentOpportunity(Detector):
                 "steady_percentile": self.config.steady_percentile,
                 "hours": hours,
                 "hours_at_or_above_steady": sum(1 for c in counts if not short_of(c, steady)),
-                "max_gpus": float(max(counts)),
+                "max_gpus": float(round(max(counts), 3)),  # a micro-rounded share: 7.99998857 reads 8.0
                 "mean_gpus": float(round(sum(counts, Decimal(0)) / len(counts), 3)),
                 "on_demand_usd_per_gpu_hour": money(od),
                 "term": self.config.term,
