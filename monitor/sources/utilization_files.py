@@ -305,8 +305,9 @@ class _Page(msgspec.Struct):
 
 _PAGE = msgspec.json.Decoder(_Page)
 _ANY = msgspec.json.Decoder()
-#: The largest file, uncompressed, that `_series` holds whole: a day of bench scale 5 is about
-#: 25 MB; larger ones are streamed (`_streamed`) at about a tenth of the memory.
+#: The largest file, uncompressed, that `_series` holds whole: a day of bench scale 5 is 17 MB
+#: (one of scale 48, 8.8 times the points, about 150 MB); larger ones are streamed (`_streamed`),
+#: in far less memory.
 _WHOLE_MAX = 64 << 20
 
 
@@ -314,8 +315,8 @@ def _series(path: Path, data: bytes) -> Iterator[Any]:
     """`read_time_series(path, data)`, one TimeSeries at a time: a page of a file up to
     `_WHOLE_MAX` split into its series' texts and each decoded as it is read (msgspec), any other
     file through the stream parser (`_streamed`). The fourteen day files of the tests' seed-7 fleet
-    (463,610 points) parse in 0.82-0.85 s so, 1.47-1.63 s streamed (ijson reading the gzip stream
-    is most of the difference; 2026-12-06). Raises `_Unstreamable` as `_streamed` does: whatever
+    (463,610 points) parse in 0.82-0.85 s so, 1.47-1.63 s streamed (ijson building the series is
+    most of the difference; 2026-12-06). Raises `_Unstreamable` as `_streamed` does: whatever
     msgspec refuses (NaN, a number out of range) is read whole."""
     whole = _whole(path, data)
     page = None
