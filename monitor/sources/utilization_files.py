@@ -324,7 +324,7 @@ def _series(path: Path, data: bytes) -> Iterator[Any]:
         try:
             page = _PAGE.decode(whole)
         except msgspec.ValidationError:  # not a page with a series array: the stream parser judges
-            page = None
+            pass
         except msgspec.DecodeError as e:  # not JSON msgspec takes (NaN, a lone surrogate...): read whole
             raise _Unstreamable from e
     if page is None or page.timeSeries is msgspec.UNSET:
