@@ -431,7 +431,9 @@ def _poll(
     # model_copy skips validation on purpose: the daemon's lookback is capped at 62 days, a one-off
     # audit of a longer window is what the user asked for.
     billing_cfg = cfg.billing.model_copy(update={"lookback_days": lookback})
-    report = poll_billing(source, store, billing_cfg, poll_now, label_keys=cfg.stored_label_keys())
+    # the scratch store is this command's alone: results stream into it, unspooled
+    keys = cfg.stored_label_keys()
+    report = poll_billing(source, store, billing_cfg, poll_now, label_keys=keys, private=True)
     log.info(
         "billing read",
         extra={"queries": len(report.queries), "hourly_rows": report.hourly_rows_written},

@@ -43,6 +43,36 @@ class CountingSource:
         return None
 
 
+class FailingStream:
+    """The real DuckDB source whose `hourly` stream fails after its first batch, as DuckDB running
+    out of memory mid-stream would (the result drained first, as a failed stream leaves DuckDB's
+    connection free for the next query)."""
+
+    engine = "duckdb"
+
+    def __init__(self, inner: DuckDBBillingSource):
+        self.inner = inner
+
+    def run(self, name: str, params: dict[str, Any], *, arrow: bool = False) -> QueryResult:
+        import pyarrow as pa
+
+        from monitor.errors import PermanentSourceError
+
+        got = self.inner.run(name, params, arrow=arrow)
+        if not arrow:
+            return got
+        read = got.table.read_all()
+
+        def broken() -> Any:
+            yield read.to_batches()[0]
+            raise PermanentSourceError("DuckDB query 'hourly' failed: Out of Memory Error")
+
+        return QueryResult(name, [], table=pa.RecordBatchReader.from_batches(read.schema, broken()))
+
+    def dry_run(self, name: str, params: dict[str, Any]) -> int | None:
+        return None
+
+
 @pytest.fixture
 def conn() -> duckdb.DuckDBPyConnection:
     c = open_billing_db(None)
@@ -449,25 +479,72 @@ def test_results_stream_through_spool_files_that_the_poll_removes(conn, store, t
     assert report.hourly_rows_written == expected > 0
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("gpucost-poll-")) == []
 
-    class Failing:
-        engine = "duckdb"
-
-        def run(self, name: str, params: dict[str, Any], *, arrow: bool = False) -> QueryResult:
-            got = src.run(name, params, arrow=arrow)
-            if not arrow:
-                return got
-
-            def broken():
-                yield next(iter(got.table))
-                raise PermanentSourceError("DuckDB query 'hourly' failed: Out of Memory Error")
-
-            return QueryResult(name, [], table=pa.RecordBatchReader.from_batches(got.table.schema, broken()))
-
-        def dry_run(self, name: str, params: dict[str, Any]) -> int | None:
-            return None
-
     load_rows(conn, _day(D))
     with pytest.raises(PermanentSourceError, match="Out of Memory"):
-        poll_billing(Failing(), store, CFG, now=D + timedelta(hours=30))
+        poll_billing(FailingStream(src), store, CFG, now=D + timedelta(hours=30))
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("gpucost-poll-")] == []
     assert _stored_net(store, D, D + timedelta(days=1)) == 0  # the failed poll kept nothing of today
+
+
+def test_a_private_store_takes_each_result_as_it_streams_and_holds_what_a_spooled_one_does(
+    conn, tmp_path, monkeypatch
+) -> None:
+    """`private=True` (`gpucost analyze`'s scratch store): each window's result streams into the
+    store inside the poll's transaction, nothing spooled, and the store ends with the rows a spooled
+    poll writes. Here the second poll has two windows (a late correction for an old hour, and
+    today's hours), so the second query runs after the first result was read."""
+    import monitor.billing_poll as bp
+
+    stores = {kind: AggregateStore(tmp_path / f"{kind}.duckdb") for kind in ("spooled", "private")}
+    spooled: list[str] = []
+    real_spool = bp._spool
+    monkeypatch.setattr(bp, "_spool", lambda data, path: spooled.append(path.name) or real_spool(data, path))
+    days = [D - timedelta(days=d) for d in range(8, -1, -1)]
+    load_rows(conn, [r for day in days for r in _day(day)])
+    old, today = days[0] + timedelta(hours=7), D + timedelta(days=1)
+    late = export_row(
+        GPU, 0.42, hour=old, instance="vm-a", labels={"team": "nlp"}, export_lag=timedelta(days=8, hours=22)
+    )
+    reports = {}
+    for step, now in enumerate((D + timedelta(days=1, hours=4), today + timedelta(hours=6))):
+        if step:
+            load_rows(conn, [late, *_day(today, range(2))])
+        for kind, s in stores.items():
+            before = len(spooled)
+            reports[kind] = poll_billing(
+                DuckDBBillingSource(conn), s, CFG, now=now, private=kind == "private"
+            )
+            assert (len(spooled) > before) == (kind == "spooled"), kind
+    assert (
+        reports["private"].windows
+        == reports["spooled"].windows
+        == (
+            (old, old + timedelta(hours=1)),
+            (today, today + timedelta(hours=2)),
+        )
+    )
+    assert reports["private"].hourly_rows_written == reports["spooled"].hourly_rows_written == 6
+    rows = {}
+    for kind, s in stores.items():
+        with s.read() as c:
+            rows[kind] = c.execute("SELECT * FROM billing_hourly ORDER BY ALL").fetchall()
+        s.close()
+    assert rows["private"] == rows["spooled"] and len(rows["private"]) == 9 * 48 + 2 * 2
+
+
+def test_a_stream_failing_into_a_private_store_keeps_nothing_of_the_poll(conn, store) -> None:
+    """Streamed straight into the store, a result that fails half read is the query's error, and
+    the poll's transaction keeps nothing of it: neither rows nor watermarks (the next poll redoes it)."""
+    from monitor.errors import PermanentSourceError
+
+    inner = DuckDBBillingSource(conn)
+    load_rows(conn, _day(D - timedelta(days=1)))
+    poll_billing(inner, store, CFG, now=D + timedelta(hours=8), private=True)
+    kept = _stored_net(store, D - timedelta(days=1), D)
+    load_rows(conn, _day(D))
+    with pytest.raises(PermanentSourceError, match="Out of Memory"):
+        poll_billing(FailingStream(inner), store, CFG, now=D + timedelta(hours=30), private=True)
+    assert _stored_net(store, D, D + timedelta(days=1)) == 0 and kept > 0
+    assert _stored_net(store, D - timedelta(days=1), D) == kept
+    again = poll_billing(inner, store, CFG, now=D + timedelta(hours=30), private=True)
+    assert again.partitions_changed and _stored_net(store, D, D + timedelta(days=1)) > 0
