@@ -133,7 +133,7 @@ def cost_hours(store: AggregateStore, start: datetime, end: datetime, since: dat
 #: Node-hour columns whose values repeat from hour to hour (names, places, label sets): one Python
 #: object per distinct value, shared by the rows (`_shared`).
 _REPEATED = frozenset(
-    ("project", "zone", "region", "instance", "instance_id", "cluster", "machine_type", "sku_description",
+    ("project", "zone", "region", "instance", "instance_id", "cluster", "machine_type",
      "pricing_model", "labels", "namespace", "node_pool")
 )  # fmt: skip
 
@@ -148,6 +148,12 @@ def _shared(column: pa.ChunkedArray, convert: Callable[[Any], Any] | None = None
         values = [convert(v) for v in values]
     values.append(None)  # a null's index: -1
     return [values[i] for i in encoded.indices.fill_null(-1).to_pylist()]
+
+
+def _gpu_model(sku: str | None) -> str | None:
+    """The GPU model a GPU SKU's description names (None: none)."""
+    model = parse_sku_description(sku or "").model
+    return str(model) if model else None
 
 
 def gpu_node_hours(
@@ -166,15 +172,11 @@ def gpu_node_hours(
     col = {
         name: _shared(table.column(name)) if name in _REPEATED else table.column(name).to_pylist()
         for name in table.column_names
-        if name not in ("hour", "usage")
+        if name not in ("hour", "usage", "sku_description")
     }
     hours = _shared(table.column("hour"), lambda h: h.replace(tzinfo=UTC))  # a few hundred distinct hours
     amounts = _shared(table.column("usage"), _d)  # a few distinct GPU-hour amounts (8.0 a full hour)
-    models: dict[str | None, str | None] = {}
-    for sku in col["sku_description"]:
-        if sku not in models:
-            model = parse_sku_description(sku or "").model
-            models[sku] = str(model) if model else None
+    models = _shared(table.column("sku_description"), _gpu_model)  # a few SKUs, parsed once each
     labels_of = _LabelSets()
     gpu_hours: list[Decimal] = []
     labels: list[dict[str, str]] = []
@@ -208,7 +210,7 @@ def gpu_node_hours(
             "instance_id": col["instance_id"],
             "cluster": col["cluster"],
             "machine_type": col["machine_type"],
-            "gpu_model": [models[s] for s in col["sku_description"]],
+            "gpu_model": models,
             "pricing_model": col["pricing_model"],
             "gpu_hours": gpu_hours,
             "cost_micros": col["gross"],
