@@ -496,15 +496,7 @@ def poll_billing(
                     (naive_utc(lo), naive_utc(hi)),
                 )
             if private:  # each result read as it streams, before the source's next query
-                written = 0
-                for lo, hi in windows:
-                    failed: list[BaseException] = []
-                    try:
-                        written += _insert_hourly(conn, [_watched(hourly(lo, hi), failed)], now)
-                    except Exception:
-                        if failed:  # the source's error, not the aborted transaction it left
-                            raise failed[0] from None
-                        raise
+                written = sum(_insert_hourly(conn, [hourly(lo, hi)], now) for lo, hi in windows)
             else:
                 written = _insert_hourly(conn, spooled, now)
             _write_marks(conn, changed, seen, now)
@@ -993,7 +985,8 @@ def _insert_hourly(conn: Any, results: Sequence[Any], now: datetime) -> int:
     """Append `hourly.sql` results (Arrow tables or record batch readers as the source returns them,
     or Parquet files of them: `_spool`) inside the engine: each column cast to its stored type
     (BigQuery's INT64 / DuckDB's DECIMAL sums to BIGINT, the UTC TIMESTAMP to a plain one). Returns
-    the rows written."""
+    the rows written. A reader that fails as the engine reads it raises the source's error
+    (`_watched`)."""
     cols = ", ".join((*HOURLY_COLUMNS, "polled_at"))
     select = ", ".join(f"CAST({c} AS {_TYPES[c].removesuffix(' NOT NULL')})" for c in HOURLY_COLUMNS)
 
@@ -1006,8 +999,14 @@ def _insert_hourly(conn: Any, results: Sequence[Any], now: datetime) -> int:
         if isinstance(result, Path):
             written += insert("read_parquet(?)", str(result))
         elif result is not None and getattr(result, "num_rows", 1):  # not an empty table (a reader: read)
-            with _registered(conn, {"hourly_result": result}):
-                written += insert("hourly_result")
+            failed: list[BaseException] = []
+            try:
+                with _registered(conn, {"hourly_result": _watched(result, failed)}):
+                    written += insert("hourly_result")
+            except Exception:
+                if failed:  # the source's error, not the aborted transaction it left the store in
+                    raise failed[0] from None
+                raise
     return written
 
 
