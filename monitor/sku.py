@@ -138,6 +138,16 @@ GPU_MODELS: tuple[tuple[str, GpuModel], ...] = (
 #: janelia-flyem/tensorstore-export docs/mCNS-ExportAnalysis.md @ 54c5c22e, a real bill's
 #: post-mortem). Inter-region traffic that writes pay for, not reads.
 REPLICATION = r"\bGCP Replication\b"
+#: Cloud Storage serving reads of a multi-region bucket to a Google Cloud service (a VM) in a region
+#: on the same continent: `Network Data Transfer GCP Multi-region within Northern America` (a real
+#: bill, julfou7/seenit-app docs/audits/audit-finops-gcp-2026-09-20.md, beside the Replication
+#: SKU). Free until Google's 2022 Cloud Storage pricing change (from October 2022, or a discounted
+#: contract's renewal), since then "priced the same as general data moves between different
+#: locations on the same continent", even from a region the multi-region covers
+#: (https://cloud.google.com/storage/pricing-announce#network, quoted in lilab-bcb/cumulus#410;
+#: $0.02/GiB in North America, hail-is/hail#14286): inter-region traffic that a regional bucket in
+#: the readers' region avoids. Not `Standard Storage US Multi-region` (storage, not traffic).
+MULTI_REGION = r"\bGCP Multi-region\b"
 
 #: Services whose SKUs are BigQuery (`BigQuery`, `BigQuery Reservation API`, ...).
 BIGQUERY_SERVICE = r"^BigQuery\b"

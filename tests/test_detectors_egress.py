@@ -185,7 +185,9 @@ def test_a_bucket_is_named_a_bucket_not_a_vm() -> None:
     assert bucket.title == "Cross-region traffic from Cloud Storage bucket dataset-bucket (ml-prod): $288.00"
     assert bucket.summary.startswith("Cloud Storage bucket dataset-bucket (ml-prod) sent 14,400.0 GiB across")
     assert "VM" not in bucket.title + bucket.summary and "bucket in the same region" in bucket.recommendation
-    assert bucket.evidence["senders"] == [{"bucket": "dataset-bucket", "zone": None, "gib": 14400.0, "cost_usd": 288.0}]
+    assert bucket.evidence["senders"] == [
+        {"bucket": "dataset-bucket", "zone": None, "gib": 14400.0, "cost_usd": 288.0}
+    ]
     assert (bucket.scope.instance_id, bucket.scope.zone) == (None, None)
     assert vm.title == "Cross-region traffic in VM train-0 (ml-prod): $108.00"
     assert vm.evidence["senders"][0]["instance"] == "train-0"
@@ -290,7 +292,9 @@ def test_gcs_replication_of_writes_is_not_advised_a_multi_region_bucket() -> Non
     assert f.summary.endswith(
         "for $960.00: Cloud Storage copies of what is written to the bucket to its other regions."
     )
-    assert [(s["from"], s["to"]) for s in f.evidence["by_sku"]] == [("?", "within Northern America")]
+    assert [(s["from"], s["to"]) for s in f.evidence["by_sku"]] == [
+        ("dual- or multi-region bucket", "within Northern America")
+    ]
     assert "bucket in the GPUs' region" in f.recommendation and "use a dual" not in f.recommendation
     assert "Read training data" not in f.recommendation
     reads = _bucket_rows("GCP Storage egress between NA and EU", "4", "50", 24, "flyem-export")
@@ -307,6 +311,43 @@ def test_gcs_replication_of_writes_is_not_advised_a_multi_region_bucket() -> Non
     assert u.summary.endswith("Part of it is Cloud Storage copying what is written to a dual- or multi-region bucket"
                               " to its other regions.")  # fmt: skip
     assert "reads" not in u.summary and "use a dual" not in u.recommendation
+
+
+def test_gcs_reads_of_a_multi_region_bucket_are_not_advised_a_multi_region_bucket() -> None:
+    """`Network Data Transfer GCP Multi-region within Northern America` (fixture source seenit):
+    reads of a multi-region bucket by a VM in a region on its continent, free until Google's 2022
+    Cloud Storage pricing change and since then billed per GiB even from a region the multi-region
+    covers (monitor.sku.MULTI_REGION), read as `network.other` before. Its rows carry no region: the
+    evidence named the sender "?", and a reading advice of "a dual-/multi-region bucket" is what
+    bills them."""
+    sku = "Network Data Transfer GCP Multi-region within Northern America"
+    reads = _bucket_rows(sku, "40", "2000", 24, "datasets-us")  # $0.02/GiB
+    (f,) = evaluate(CrossRegionEgress(), reads)
+    assert f.title == "Cross-region traffic from Cloud Storage bucket datasets-us (ml-prod): $960.00"
+    assert f.summary == (
+        "Cloud Storage bucket datasets-us (ml-prod) sent 48,000.0 GiB across regions (multi-region bucket"
+        " -> within Northern America) for $960.00: Cloud Storage reads of the multi-region bucket from"
+        " regions on its continent."
+    )
+    assert [(s["from"], s["to"]) for s in f.evidence["by_sku"]] == [
+        ("multi-region bucket", "within Northern America")
+    ]
+    assert f.recommendation.startswith("Keep training data in a bucket in the same region as the GPUs")
+    assert "even from a region the multi-region covers" in f.recommendation
+    assert "use a dual" not in f.recommendation and "Write checkpoints" not in f.recommendation
+    copies = _bucket_rows(
+        "Network Data Transfer GCP Replication within Northern America", "4", "200", 24, "datasets-us"
+    )
+    (g,) = evaluate(CrossRegionEgress(), reads + copies)
+    assert g.summary.endswith(
+        "Cloud Storage reads of the multi-region bucket from regions on its continent, and copies of"
+        " what is written to the bucket to its other regions."
+    )
+    assert g.recommendation.endswith("Read training data from a bucket in the GPUs' region too.")
+    unnamed = [replace(r, instance=None, instance_id=None) for r in reads]  # no resource name
+    (u,) = evaluate(CrossRegionEgress(), unnamed)
+    assert u.summary.endswith("Part of it is Cloud Storage reads of a multi-region bucket from a region.")
+    assert "outside the readers' region" not in u.summary and "use a dual" not in u.recommendation
 
 
 def test_evidence_line_of_traffic_with_no_zone() -> None:

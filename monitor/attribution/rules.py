@@ -110,11 +110,13 @@ BUILTIN_RULES: tuple[Rule, ...] = (
     # Spanner's `Network Intra-region Cross-Zone Data Transfer Out` is traffic between zones; Cloud
     # Storage's older `GCP Storage egress between NA and EU` is traffic between continents inside
     # Google Cloud, and its `Network Data Transfer GCP Replication within Northern America` copies
-    # every byte written to a multi-region bucket to other regions (sources in
-    # tests/fixtures/skus/real_skus.tsv: bq-spanner, zeunert, flyem-gcs).
+    # every byte written to a multi-region bucket to other regions, while `Network Data Transfer GCP
+    # Multi-region within Northern America` bills reads of a multi-region bucket from a region on its
+    # continent, at the inter-region rate since 2022 (monitor.sku.MULTI_REGION; sources in
+    # tests/fixtures/skus/real_skus.tsv: bq-spanner, zeunert, flyem-gcs, seenit).
     Rule("inter-zone", "network.inter_zone", r"(?i)(\bInter[ -]?Zone\b|\bCross[ -]?Zone\b)"),
     Rule("inter-region", "network.inter_region",
-         rf"(?i)(\bInter[ -]?Region\b|\bStorage egress between\b|{sku.REPLICATION})"),
+         rf"(?i)(\bInter[ -]?Region\b|\bStorage egress between\b|{sku.REPLICATION}|{sku.MULTI_REGION})"),
     Rule("google", "network.google", r"(?i)(\bNetwork Google\b|\bto Google\b|\bGoogle Egress\b)"),
     Rule("internet", "network.internet",
          r"(?i)(\bInternet\b|\bStandard Data Transfer Out\b|^Download\b|\bEgress to Worldwide\b)"),

@@ -32,7 +32,7 @@ from monitor.detectors.base import ONE_HOUR, Detector, DetectorConfig, fmt_usd, 
 from monitor.detectors.costs import Costs, one_of
 from monitor.detectors.inputs import DetectorInputs
 from monitor.model import Finding, Scope, fingerprint, micros_to_decimal
-from monitor.sku import REPLICATION, ci
+from monitor.sku import MULTI_REGION, REPLICATION, ci
 from monitor.timeutil import from_naive_utc, naive_utc
 
 __all__ = ["CrossRegionEgress", "CrossZoneEgress", "EgressConfig"]
@@ -42,6 +42,8 @@ _PAIR = re.compile(r"\bfrom (.+?) to (.+?)$", re.IGNORECASE)
 _WITHIN = re.compile(r"\b((?:within|between) .+)$", re.IGNORECASE)
 #: Cloud Storage's replication of writes to a dual- or multi-region bucket (`monitor.sku.REPLICATION`).
 _REPLICATION = re.compile(ci(REPLICATION))
+#: Cloud Storage's reads of a multi-region bucket from a region on its continent (`monitor.sku.MULTI_REGION`).
+_MULTI_REGION = re.compile(ci(MULTI_REGION))
 
 Workload = tuple[str, str] | None  # ("cluster" | "label" | "bucket" | "instance", value), None = unattributed
 
@@ -321,7 +323,9 @@ def _scope(project: str | None, wl: Workload, group: _Group) -> Scope:
         return Scope(project=project, labels={key: val})
     if kind == "bucket":  # named in `instance` as a Filestore share is: a fingerprint as before
         regions = {p.region for p in group.parts if p.region}
-        return Scope(project=project, instance=value, region=next(iter(regions)) if len(regions) == 1 else None)
+        return Scope(
+            project=project, instance=value, region=next(iter(regions)) if len(regions) == 1 else None
+        )
     ids = {p.instance_id for p in group.parts if p.instance_id}
     zones = {p.zone for p in group.parts if p.zone}
     return Scope(
@@ -414,7 +418,10 @@ class CrossRegionEgress(_Egress):
         if m := _PAIR.search(sku):
             return m.group(1), m.group(2)
         if m := _WITHIN.search(sku):
-            return r.region or "?", m.group(1)
+            # a dual- or multi-region bucket's rows carry no region (the export gives only its
+            # `location.location`, `us`, which the hourly rows do not keep: the Cloud Storage rows
+            # of project-koku/koku tmp_example.csv, fixture source koku-agpl): the SKU names the sender
+            return r.region or _bucket_place(sku), m.group(1)
         return r.region or r.zone or "?", "another region"
 
     def _wording(
@@ -428,15 +435,24 @@ class CrossRegionEgress(_Egress):
         who = _who(project, wl, group)
         pairs = ", ".join(sorted({f"{s['from']} -> {s['to']}" for s in ev["by_sku"]}))
         copying = [bool(_REPLICATION.search(p.sku or "")) for p in group.parts]
-        reading = any(p.storage and not c for p, c in zip(group.parts, copying, strict=True))
+        multi = [bool(_MULTI_REGION.search(p.sku or "")) for p in group.parts]
+        reading = any(
+            p.storage and not c and not m for p, c, m in zip(group.parts, copying, multi, strict=True)
+        )
         if wl is not None and wl[0] == "bucket":  # every part is the bucket's own traffic
             title = f"Cross-region traffic from {who}: {fmt_usd(impact)}"
-            read = "reads of the bucket from outside its region"
-            copy = "copies of what is written to the bucket to its other regions"
-            why = f"{read}, and {copy}" if reading and any(copying) else copy if any(copying) else read
+            why = [
+                text
+                for text, present in (
+                    ("reads of the bucket from outside its region", reading),
+                    ("reads of the multi-region bucket from regions on its continent", any(multi)),
+                    ("copies of what is written to the bucket to its other regions", any(copying)),
+                )
+                if present
+            ]
             summary = (
                 f"{who} sent {ev['gib']:,} GiB across regions ({pairs}) for {fmt_usd(impact)}: "
-                f"Cloud Storage {why}."
+                f"Cloud Storage {_and(why)}."
             )
         else:
             title = f"Cross-region traffic in {who}: {fmt_usd(impact)}"
@@ -446,23 +462,34 @@ class CrossRegionEgress(_Egress):
                     " Part of it is Cloud Storage copying what is written to a dual- or multi-region bucket"
                     " to its other regions."
                 )
+            if any(multi):
+                summary += " Part of it is Cloud Storage reads of a multi-region bucket from a region."
             if reading:
                 summary += " Part of it is Cloud Storage reads from a bucket outside the readers' region."
         if any(copying):
             # a dual- or multi-region bucket copies every byte written to it: the fix is where the
-            # writes go, and the reads' advice (a multi-region bucket) is what bills the copies
+            # writes go, not a bucket spanning regions, which is what bills the copies
             rec = (
                 "Write checkpoints, scratch and intermediate data to a bucket in the GPUs' region (or "
                 "stage them on local disk and upload once); keep dual- and multi-region buckets for data "
                 "read from several regions, since each byte written to them is copied to their other "
                 "regions and billed."
             )
-            if reading:
+            if reading or any(multi):
                 rec += " Read training data from a bucket in the GPUs' region too."
+        elif any(multi):
+            # since Google's 2022 Cloud Storage pricing change a read of a multi-region bucket from a
+            # region is billed even when the multi-region covers that region (monitor.sku.MULTI_REGION):
+            # only a bucket in the readers' own region reads free
+            rec = (
+                "Keep training data in a bucket in the same region as the GPUs (copy the dataset once) "
+                "instead of a multi-region bucket: reads of a multi-region bucket from a region are "
+                "billed per GiB, even from a region the multi-region covers."
+            )
         elif reading:
             rec = (
                 "Keep training data in a bucket in the same region as the GPUs (copy the dataset once, "
-                "or use a dual-/multi-region bucket that includes it) instead of reading across regions "
+                "or use a dual-region bucket that includes it) instead of reading across regions "
                 "every epoch."
             )
         else:
@@ -471,3 +498,18 @@ class CrossRegionEgress(_Egress):
                 "than streaming across regions."
             )
         return title, summary, rec
+
+
+def _bucket_place(sku: str) -> str:
+    """What sent the bytes of a Cloud Storage SKU billed with no region: a multi-region bucket for
+    its reads (`monitor.sku.MULTI_REGION`), a dual- or multi-region one for its replication."""
+    if _MULTI_REGION.search(sku):
+        return "multi-region bucket"
+    if _REPLICATION.search(sku):
+        return "dual- or multi-region bucket"
+    return "?"
+
+
+def _and(items: Sequence[str]) -> str:
+    """`a`, `a, and b`, `a, b, and c`."""
+    return items[-1] if len(items) == 1 else f"{', '.join(items[:-1])}, and {items[-1]}"
