@@ -981,12 +981,16 @@ def _spool(data: Any, path: Path) -> Path:
     return path
 
 
-def _insert_hourly(conn: Any, results: Sequence[Any], now: datetime) -> int:
+def _insert_hourly(
+    conn: Any, results: Sequence[Path | pa.Table | pa.RecordBatchReader | None], now: datetime
+) -> int:
     """Append `hourly.sql` results (Arrow tables or record batch readers as the source returns them,
     or Parquet files of them: `_spool`) inside the engine: each column cast to its stored type
     (BigQuery's INT64 / DuckDB's DECIMAL sums to BIGINT, the UTC TIMESTAMP to a plain one). Returns
     the rows written. A reader that fails as the engine reads it raises the source's error
     (`_watched`)."""
+    import pyarrow as pa
+
     cols = ", ".join((*HOURLY_COLUMNS, "polled_at"))
     select = ", ".join(f"CAST({c} AS {_TYPES[c].removesuffix(' NOT NULL')})" for c in HOURLY_COLUMNS)
 
@@ -996,17 +1000,19 @@ def _insert_hourly(conn: Any, results: Sequence[Any], now: datetime) -> int:
 
     written = 0
     for result in results:
+        if result is None or (isinstance(result, pa.Table) and result.num_rows == 0):
+            continue  # nothing to write (a reader's rows are known once it is read)
         if isinstance(result, Path):
             written += insert("read_parquet(?)", str(result))
-        elif result is not None and getattr(result, "num_rows", 1):  # not an empty table (a reader: read)
-            failed: list[BaseException] = []
-            try:
-                with _registered(conn, {"hourly_result": _watched(result, failed)}):
-                    written += insert("hourly_result")
-            except Exception:
-                if failed:  # the source's error, not the aborted transaction it left the store in
-                    raise failed[0] from None
-                raise
+            continue
+        failed: list[BaseException] = []
+        try:
+            with _registered(conn, {"hourly_result": _watched(result, failed)}):
+                written += insert("hourly_result")
+        except Exception:
+            if failed:  # the source's error, not the aborted transaction it left the store in
+                raise failed[0] from None
+            raise
     return written
 
 
