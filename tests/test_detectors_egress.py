@@ -367,3 +367,43 @@ def test_evidence_line_of_traffic_with_no_zone() -> None:
         "1,200.0 GiB over 24 h in us-east1; GCP Storage egress between NA and EU us-east1 → between NA and EU:"
         " 1,200.0 GiB $96.00"
     )
+
+
+def test_the_workloads_zones_are_read_once_a_run_and_only_for_a_finding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both egress detectors name each workload's zones from the same rows: one read of the engine
+    per run (`DetectorInputs.derived`) for detectors that name workloads alike, none when no
+    workload is worth a finding. The findings are those each detector gives on its own."""
+    from monitor.detectors.costs import Costs
+
+    asked: list[str] = []
+    select = Costs.select
+
+    def counted(self: Costs, sql: str, params=()):  # type: ignore[no-untyped-def]
+        if "SELECT DISTINCT project, wk, wv, zone" in sql:
+            asked.append(sql)
+        return select(self, sql, params)
+
+    monkeypatch.setattr(Costs, "select", counted)
+    rows = []
+    for node, zone in (("gke-n1", "us-central1-a"), ("gke-n2", "us-central1-b")):
+        rows += zone_rows(24, "3.00", "300", instance=node, zone=zone, cluster="train")
+        rows += [
+            cost(h, "network.inter_region", "5", instance=node, zone=zone, cluster="train", gib="250",
+                 sku="Network Inter Region Data Transfer Out from Iowa to Oregon")
+            for h in range(24)
+        ]  # fmt: skip
+    alone = [evaluate(CrossZoneEgress(), rows), evaluate(CrossRegionEgress(), rows)]
+    assert all(alone) and len(asked) == 2  # each run on its own inputs reads them once
+    asked.clear()
+    inp = inputs(rows)
+    together = [d.evaluate(inp, inp.window_end) for d in (CrossZoneEgress(), CrossRegionEgress())]
+    assert together == alone and len(asked) == 1
+    labelled = CrossRegionEgress(EgressConfig(workload_label="job"))  # names workloads otherwise
+    labelled.evaluate(inp, inp.window_end)
+    assert len(asked) == 2
+    asked.clear()
+    quiet = zone_rows(24, "0.01", "1", instance="w-0")  # $0.24 of traffic: nothing worth a finding
+    assert evaluate(CrossZoneEgress(), quiet) == evaluate(CrossRegionEgress(), quiet) == []
+    assert asked == []

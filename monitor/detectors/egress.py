@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -88,22 +88,36 @@ class _Egress(Detector):
         mine = [(p, *wl) for p, wls in worth.items() for wl, ok in wls.items() if ok and wl is not None]
         placed = costs.where(**span, has_zone=True)
         groups = self._groups(costs, traffic, params, placed, mine, inputs.provisional_from)
-        # the zones each workload ran in, from any of its rows (compute, disks, traffic)
-        every, more = self._tagged(costs, **span, has_zone=True)
-        zones: dict[tuple[str | None, Workload], set[str]] = defaultdict(set)
-        for project, kind, value, zone in costs.select(
-            f"{every} SELECT DISTINCT project, wk, wv, zone FROM t WHERE wk IS NOT NULL", more
-        ):
-            zones[(project, (kind, value))].add(zone)
+        zones = self._zones(inputs, span) if mine else {}
         findings: list[Finding] = []
         for project in sorted(worth, key=str):
             for wl in sorted(worth[project], key=str):
                 if worth[project][wl]:
-                    findings.append(self._finding(project, wl, groups[(project, wl)], zones[(project, wl)]))
+                    where = zones.get((project, wl), frozenset())
+                    findings.append(self._finding(project, wl, groups[(project, wl)], set(where)))
             rest = groups.get((project, None))
             if rest is not None and self._worth(rest.net, rest.hours):
                 findings.append(self._finding(project, None, rest, set()))
         return findings
+
+    def _zones(
+        self, inputs: DetectorInputs, span: dict[str, datetime]
+    ) -> Mapping[tuple[str | None, Workload], frozenset[str]]:
+        """The zones each workload ran in, from any of its rows (compute, disks, traffic): the same
+        for both egress detectors when they name workloads alike, so read from the engine once a
+        run (`DetectorInputs.derived`), and only by a detector with a workload worth a finding."""
+
+        def read() -> dict[tuple[str | None, Workload], frozenset[str]]:
+            every, more = self._tagged(inputs.hourly, **span, has_zone=True)
+            zones: dict[tuple[str | None, Workload], set[str]] = defaultdict(set)
+            for project, kind, value, zone in inputs.hourly.select(
+                f"{every} SELECT DISTINCT project, wk, wv, zone FROM t WHERE wk IS NOT NULL", more
+            ):
+                zones[(project, (kind, value))].add(zone)
+            return {k: frozenset(v) for k, v in zones.items()}
+
+        key = ("egress zones", self.config.workload_label, span["start"], span["end"])
+        return inputs.derived(key, read)
 
     def _tagged(self, costs: Costs, **where: Any) -> tuple[str, list[Any]]:
         """`t`: the rows `where` selects (`Costs.sums`' filters), each with its workload and its place
