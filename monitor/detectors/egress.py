@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -94,10 +95,10 @@ class _Egress(Detector):
             for wl in sorted(worth[project], key=str):
                 if worth[project][wl]:
                     where = zones.get((project, wl), frozenset())
-                    findings.append(self._finding(project, wl, groups[(project, wl)], set(where)))
+                    findings.append(self._finding(project, wl, groups[(project, wl)], where))
             rest = groups.get((project, None))
             if rest is not None and self._worth(rest.net, rest.hours):
-                findings.append(self._finding(project, None, rest, set()))
+                findings.append(self._finding(project, None, rest, frozenset()))
         return findings
 
     def _zones(
@@ -211,7 +212,9 @@ class _Egress(Detector):
         days = max(Decimal(1), Decimal(hours) / 24)
         return self.keep(impact) and impact / days >= self.config.min_usd_per_day
 
-    def _finding(self, project: str | None, wl: Workload, group: _Group, wl_zones: set[str]) -> Finding:
+    def _finding(
+        self, project: str | None, wl: Workload, group: _Group, wl_zones: AbstractSet[str]
+    ) -> Finding:
         impact = group.net
         ev = self._evidence(group, wl_zones)
         start = min(p.first for p in group.parts)
@@ -236,7 +239,7 @@ class _Egress(Detector):
             provisional=any(p.provisional for p in group.parts),
         )
 
-    def _evidence(self, group: _Group, wl_zones: set[str]) -> dict[str, Any]:
+    def _evidence(self, group: _Group, wl_zones: AbstractSet[str]) -> dict[str, Any]:
         # parts come in the order of their first row (`pos`): the order the rows were read in
         by_sku: dict[tuple[str | None, str | None, str, str], list[_Part]] = defaultdict(list)
         senders: dict[tuple[str, str | None, str | None], list[_Part]] = defaultdict(list)
@@ -271,7 +274,7 @@ class _Egress(Detector):
             "senders": sorted(sender_rows, key=lambda e: -e["cost_usd"])[:20],
         }
 
-    def _endpoints(self, r: _Part, wl_zones: set[str]) -> tuple[str, str]:
+    def _endpoints(self, r: _Part, wl_zones: AbstractSet[str]) -> tuple[str, str]:
         raise NotImplementedError
 
     def _wording(
@@ -375,7 +378,7 @@ def _who(project: str | None, wl: Workload, group: _Group) -> str:
 class CrossZoneEgress(_Egress):
     subcategory = "network.inter_zone"
 
-    def _endpoints(self, r: _Part, wl_zones: set[str]) -> tuple[str, str]:
+    def _endpoints(self, r: _Part, wl_zones: AbstractSet[str]) -> tuple[str, str]:
         src = r.zone or r.region or "?"
         others = sorted(wl_zones - {src})
         return src, ", ".join(others) if others else "other zones"
@@ -427,7 +430,7 @@ class CrossZoneEgress(_Egress):
 class CrossRegionEgress(_Egress):
     subcategory = "network.inter_region"
 
-    def _endpoints(self, r: _Part, wl_zones: set[str]) -> tuple[str, str]:
+    def _endpoints(self, r: _Part, wl_zones: AbstractSet[str]) -> tuple[str, str]:
         sku = r.sku or ""
         if m := _PAIR.search(sku):
             return m.group(1), m.group(2)
