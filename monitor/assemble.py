@@ -236,7 +236,7 @@ _HourDraft = draft_class(
     ("hour", "project", "instance", "gpu_model", "gpus", "gpu_hours", "gpu_cost", "mean_utilization_pct",
      "idle_gpu_hours", "idle_cost", "zone", "region", "instance_id", "cluster", "machine_type", "memory_held",
      "pricing_model", "estimated", "labels", "node_pool", "namespaces", "gpu_credits", "signal",
-     "container_metrics", "gpu_cud"),
+     "container_metrics", "gpu_cud", "node_key"),
 )  # fmt: skip
 
 
@@ -248,17 +248,25 @@ def _billed(
 
     The idle dollars of a node-hour are its *effective* GPU cost (gross plus its commitment and
     sustained-use credits) times idle GPUs / GPUs attached (`monitor.gpus.attached_gpus`: a GPU
-    that reports nothing does not shrink the share)."""
+    that reports nothing does not shrink the share). Each hour carries its node's key
+    (`GpuHour.node_key`), made once per node."""
+    from monitor.detectors.idle_gpu import node_instance_key  # the detectors' package imports this module
+
     c = nodes.columns
+    node_of, keys_of = nodes.identities()
+    node_keys: list[tuple[str | None, str] | None] = [None] * len(keys_of)
     dollars = _Dollars()
     out = []
     for (hour, project, instance, model, gpu_hours, gross, zone, region, iid, cluster, machine, pricing, labels,
-         pool, spaces, cud, sud, most, j) in zip(
+         pool, spaces, cud, sud, most, j, node) in zip(
         c["hour"], c["project"], c["instance"], c["gpu_model"], c["gpu_hours"], c["cost_micros"], c["zone"],
         c["region"], c["instance_id"], c["cluster"], c["machine_type"], c["pricing_model"], c["labels"],
-        c["node_pool"], c["namespaces"], c["cud_micros"], c["sud_micros"], counted, joined,
+        c["node_pool"], c["namespaces"], c["cud_micros"], c["sud_micros"], counted, joined, node_of,
         strict=True,
     ):  # fmt: skip
+        key = node_keys[node]
+        if key is None:
+            key = node_keys[node] = node_instance_key(project, zone, instance, iid, cluster)
         effective = effective_micros(gross, cud, sud)
         if j is None:
             gpus, mean, idle_hours, idle_micros, held, signal, container = (
@@ -277,7 +285,7 @@ def _billed(
                 labels or _NONE,  # shared: nothing mutates a row's labels (`_LabelSets`)
                 pool or node_pool_from_name(cluster, instance),
                 {ns: dollars[m] for ns, m in sorted(spaces.items())} if spaces else _NONE,
-                dollars[effective - gross], signal, container, dollars[cud],
+                dollars[effective - gross], signal, container, dollars[cud], key,
             )
         )  # fmt: skip
     return freeze(out, GpuHour)

@@ -18,7 +18,7 @@ billing-export queries, e.g. willyrj/001.GKE-Workload-Costs README.md `labels.ke
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -26,7 +26,7 @@ import pytest
 
 from monitor.assemble import gpu_hours, gpu_node_hours
 from monitor.billing_poll import _KEY_NAMES, HourlyCost
-from monitor.detectors.idle_gpu import MPS_FALLBACK, IdleGpu
+from monitor.detectors.idle_gpu import MPS_FALLBACK, IdleGpu, instance_key
 from monitor.detectors.inputs import DetectorInputs, GpuHour
 from monitor.detectors.unmonitored_gpu import UnmonitoredGpu
 from monitor.gpu_identity import (
@@ -399,6 +399,18 @@ def test_a_gce_vm_seen_by_id_and_name_keeps_matching() -> None:
     got = gpu_hours(node_hours([with_id, without_id]), util_hours(samples), 10.0, None, T0 + 2 * H)
     assert [g.monitored for g in got] == [True, True]
     assert [row_identity(g).kind for g in got] == [NodeKind.GCE, NodeKind.GCE_NAME]
+
+
+def test_billed_hours_carry_their_nodes_key_made_once_per_node() -> None:
+    """The GPU detectors group hours by `instance_key`, 1.4 M asks a run at 5 M export rows a
+    month: a billed hour carries it (`GpuHour.node_key`), one tuple per node; a hand-built hour
+    without it has it computed, to the same key."""
+    rows = [billed(h, node) for node in NODES[:2] for h in range(3)]
+    rows.append(billed(0, "vm-9", iid="", cluster=None))
+    got = gpu_hours(node_hours(rows), [], 10.0, None, T0 + 3 * H)
+    assert all(g.node_key is not None for g in got)
+    assert [g.node_key for g in got] == [instance_key(replace(g, node_key=None)) for g in got]
+    assert len({id(g.node_key) for g in got}) == len({g.node_key for g in got}) == 3
 
 
 # ------------------------------------------------------------------------ estimated -> billed

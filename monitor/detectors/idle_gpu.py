@@ -108,6 +108,9 @@ HUNG_MAX_UTIL_PCT = 2.0
 def instance_key(row: GpuHour) -> tuple[str | None, str]:
     """(project, node identity key): the identity billed and estimated rows share (`row_identity`,
     inlined: four detectors ask it of every GPU hour)."""
+    key = row.node_key
+    if key is not None:
+        return key
     return node_instance_key(row.project, row.zone, row.instance, row.instance_id, row.cluster)
 
 
