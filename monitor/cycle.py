@@ -50,6 +50,7 @@ from monitor.state.findings import record_findings
 from monitor.state.retention import horizon, prune
 from monitor.state.store import (
     SQLiteStore,
+    StateStoreError,
     export_seen,
     last_detection,
     open_store,
@@ -60,6 +61,7 @@ from monitor.timeutil import floor_hour, to_iso
 from monitor.utilization import migrate as migrate_utilization
 from monitor.utilization import replace_windows
 from monitor.utilization.coverage import Interval, gaps, load_coverage, read_coverage
+from monitor.utilization.mirror import sync as sync_utilization
 
 __all__ = [
     "Cancelled",
@@ -267,11 +269,23 @@ def run_utilization_poll(deps: Deps, now: datetime, *, backfill: bool = True) ->
         # daemon warned of GPU spend without utilization, then resolved it, cycle after cycle)
         pieces = _changed_pieces(src, start, end, now, covered, deps.file_pieces)
         count, skipped = replace_windows(deps.store, "files", "files", pieces, now=now, until=now)
+    _copy_utilization(deps)
     deps.metrics.set_unknown_units(getattr(src, "unknown_units", {}))
     deps.metrics.utilization_samples.labels(deps.cfg.utilization.source).inc(count)
     _ok(deps, "utilization", now)
     log.info("utilization poll", extra={"samples": count, "skipped": sum(skipped.values())})
     return {"samples": count, "skipped": skipped}
+
+
+def _copy_utilization(deps: Deps) -> None:
+    """Bring the aggregate store's copy of the utilization hours up to what the poll stored, so a
+    detection run finds it current (`monitor.utilization.mirror`; it syncs what is left). The
+    samples are stored already: a copy that fails (the aggregate store held by another process)
+    is said, and the next detection run copies them."""
+    try:
+        sync_utilization(deps.store, deps.aggregates)
+    except StateStoreError as e:
+        log.warning("utilization copy to the aggregate store failed", extra={"error": str(e)})
 
 
 def _changed_pieces(

@@ -45,8 +45,10 @@ __all__ = [
     "NODE_COLUMNS",
     "GpuCostHour",
     "GpuNodeHours",
+    "Hosts",
     "Joined",
     "JoinedHour",
+    "arrow_table",
     "attached_gpus",
     "effective_micros",
     "gpus_from_usage",
@@ -381,7 +383,8 @@ def _tables(
     return {"gpu_costs": pa.table(costs), "gpu_node_keys": _node_keys(keys_of), **util}
 
 
-def _table(names: Sequence[str], rows: Sequence[tuple], types: Sequence[pa.DataType]) -> pa.Table:
+def arrow_table(names: Sequence[str], rows: Sequence[tuple], types: Sequence[pa.DataType]) -> pa.Table:
+    """Rows as an Arrow table of `names`, each column of its type (an empty one typed too)."""
     import pyarrow as pa
 
     cols = list(zip(*rows, strict=True)) if rows else [()] * len(names)
@@ -395,7 +398,37 @@ def _node_keys(keys_of: Sequence[Sequence[str]]) -> pa.Table:
 
     rows = [(n, pos, k) for n, keys in enumerate(keys_of) for pos, k in enumerate(keys)]
     rows += [(n, 0, None) for n, keys in enumerate(keys_of) if not keys]
-    return _table(("node", "pos", "key"), rows, (pa.int64(), pa.int64(), pa.string()))
+    return arrow_table(("node", "pos", "key"), rows, (pa.int64(), pa.int64(), pa.string()))
+
+
+class Hosts:
+    """Monitored hosts as the join numbers them (`gpu_hosts`' `sid`): a host is its primary
+    identity (samples of one node may differ in zone or name labels), numbered in the order its
+    samples are first seen, and it answers to every alias any of its samples has. One numbering for
+    `util_tables` and the aggregate store's copy (`monitor.utilization.mirror.join_tables`), whose
+    tables must be the same row for row."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple, int] = {}
+        self._primary: dict[str, int] = {}
+        self._aliases: dict[tuple[int, str], int] = {}
+
+    def number(self, ids: tuple) -> int:
+        """The host of a sample's (project, zone, instance id, instance name, cluster, node name)."""
+        sid = self._seen.get(ids)
+        if sid is None:
+            keys = [n.key for n in sample_identities(*ids)] or [f"none|{ids[0]}"]
+            sid = self._seen[ids] = self._primary.setdefault(keys[0], len(self._primary))
+            for pos, k in enumerate(keys):
+                self._aliases[(sid, k)] = min(pos, self._aliases.get((sid, k), pos))
+        return sid
+
+    def table(self) -> pa.Table:
+        """gpu_hosts (sid, pos, key): each host's aliases and their rank."""
+        import pyarrow as pa
+
+        rows = [(sid, pos, k) for (sid, k), pos in self._aliases.items()]
+        return arrow_table(("sid", "pos", "key"), rows, (pa.int64(), pa.int64(), pa.string()))
 
 
 def util_tables(hours: UtilHours) -> dict[str, pa.Table]:
@@ -403,29 +436,13 @@ def util_tables(hours: UtilHours) -> dict[str, pa.Table]:
     (built once for the judging and the join of the same hours: `monitor.assemble.judged_gpu_hours`)."""
     import pyarrow as pa
 
-    # a host is its primary identity (samples of one node may differ in zone or name labels); it
-    # answers to every alias any of its samples has
-    seen: dict[tuple, int] = {}
-    primary: dict[str, int] = {}
-    aliases: dict[tuple[int, str], int] = {}
-    sid_col: list[int] = []
+    hosts = Hosts()
     h = hours.columns
     ranks = {s: Signal.rank(s) for s in set(h["signal"])}
     idents = zip(h["project"], h["zone"], h["instance_id"], h["instance_name"], h["cluster"], h["node_name"], strict=True)
-    for ids in idents:
-        sid = seen.get(ids)
-        if sid is None:
-            keys = [n.key for n in sample_identities(*ids)] or [f"none|{ids[0]}"]
-            sid = seen[ids] = primary.setdefault(keys[0], len(primary))
-            for pos, k in enumerate(keys):
-                aliases[(sid, k)] = min(pos, aliases.get((sid, k), pos))
-        sid_col.append(sid)
+    sid_col = [hosts.number(ids) for ids in idents]
     return {
-        "gpu_hosts": _table(
-            ("sid", "pos", "key"),
-            [(sid, pos, k) for (sid, k), pos in aliases.items()],
-            (pa.int64(), pa.int64(), pa.string()),
-        ),
+        "gpu_hosts": hosts.table(),
         "gpu_util_hours": pa.table(
             {
                 "sid": pa.array(sid_col, pa.int64()),
@@ -465,13 +482,15 @@ def join_node_hours(
 ) -> list[Joined | None]:
     """Per node-hour of `nodes`, in order: its utilization (per GPU and hour:
     `monitor.utilization.hourly`, as columns or `UtilHour`s), None when no monitored host matches it.
-    `tables`: `util_tables(hours)`, when already built.
+    `tables`: `util_tables(hours)`, when already built, or the same tables read from the aggregate
+    store's copy of the utilization hours (`monitor.utilization.mirror.join_tables`): they then
+    stand for `hours`, which may hold fewer (the estimates' provisional days alone).
 
     Each joined hour says which signal it was judged on (the best one seen in the hour) and, for a
     GKE node judged on its node duty cycle, whether it had container metrics at all.
     """
     out: list[Joined | None] = [None] * len(nodes)
-    if not nodes or not hours:
+    if not nodes or (tables is None and not hours):
         return out
     # One thread: the per-GPU means are float sums, and a parallel aggregate adds them in a
     # different order each run, so a finding's evidence changed in its last digits between

@@ -214,6 +214,11 @@ def test_daemon_poll_backfills_the_billing_window_and_detectors_see_what_was_rea
             assert spans == [(end - 6 * H, end)] + [
                 (end - (6 + 12 * (i + 1)) * H, end - (6 + 12 * i) * H) for i in range(4)
             ]
+            # the poll copied what it stored into the aggregate store, where detection reads it
+            with state.transaction() as conn:
+                logged = conn.execute("SELECT MAX(seq) FROM utilization_changes").fetchone()[0]
+            with deps.aggregates.read() as conn:
+                assert conn.execute("SELECT seq FROM util_copy").fetchone()[0] == logged > 0
             cov = detection_inputs(deps, now).utilization_coverage
             assert cov == {"p1": ((end - 54 * H, end),), ALL: ((end - 54 * H, end),)}
         finally:

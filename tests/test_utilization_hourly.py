@@ -124,6 +124,16 @@ _SAMPLE = st.tuples(
 )
 
 
+def by_preset(drawn: list[tuple]) -> dict[str, list[GpuSample]]:
+    """`_SAMPLE`s drawn, as samples per preset (the duty cycles one GKE preset, the others one each)."""
+    out: dict[str, list[GpuSample]] = {}
+    for host, gpu, k, pct, signal, mem, is_node in drawn:
+        node = f"gke-c1-pool-1a2b3c4d-{host}" if is_node else None
+        preset = "gke" if signal.endswith("duty_cycle") else signal
+        out.setdefault(preset, []).append(sample(host, T0 + k * M5, pct, gpu=gpu, signal=signal, mem=mem, node=node))
+    return out
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(_SAMPLE, max_size=40), st.integers(0, 2), st.integers(1, 3))
 def test_the_store_path_equals_the_reduction_of_its_samples(tmp_path_factory, drawn, lo, span) -> None:
@@ -131,13 +141,7 @@ def test_the_store_path_equals_the_reduction_of_its_samples(tmp_path_factory, dr
     s = SQLiteStore(tmp_path_factory.mktemp("u") / "state.sqlite")
     try:
         migrate(s)
-        by_preset: dict[str, list[GpuSample]] = {}
-        for host, gpu, k, pct, signal, mem, is_node in drawn:
-            node = f"gke-c1-pool-1a2b3c4d-{host}" if is_node else None
-            preset = "gke" if signal.endswith("duty_cycle") else signal
-            got = sample(host, T0 + k * M5, pct, gpu=gpu, signal=signal, mem=mem, node=node)
-            by_preset.setdefault(preset, []).append(got)
-        for preset, samples in by_preset.items():
+        for preset, samples in by_preset(drawn).items():
             replace_window(s, "p1", preset, T0, T0 + 3 * H, samples, now=T0 + 3 * H)
         start, end = T0 + lo * H, T0 + (lo + span) * H
         fast = load_util_hours(s, start, end).rows()

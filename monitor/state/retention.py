@@ -45,8 +45,8 @@ def horizon(now: datetime, retention_days: int, history_days: int) -> datetime:
 def prune(store: StateStore, cut: datetime) -> dict[str, int]:
     """Delete what lies before `cut`; returns the rows deleted per table (logged)."""
     from monitor.state.findings import MIGRATIONS as FINDINGS
+    from monitor.utilization.state import log_change, rebuild_hours
     from monitor.utilization.state import migrate as migrate_utilization
-    from monitor.utilization.state import rebuild_hours
 
     migrate_utilization(store)
     store.migrate("findings", FINDINGS)
@@ -82,6 +82,7 @@ def prune(store: StateStore, cut: datetime) -> dict[str, int]:
     with store.transaction() as conn:
         for table, (sql, params) in statements.items():
             deleted[table] = conn.execute(sql, params).rowcount
+        log_change(conn, 0, epoch - epoch % 3600)  # the hours deleted whole
         if epoch % 3600:
             rebuild_hours(conn, epoch - epoch % 3600, epoch - epoch % 3600 + 3600)
         has_digest = conn.execute("SELECT 1 FROM schema_migrations WHERE component = 'digest'").fetchone()

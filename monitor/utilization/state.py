@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
@@ -41,8 +41,10 @@ from monitor.utilization.select import host_keys, merge, resolve_duty_cycles
 
 __all__ = [
     "COMPONENT",
+    "gpus_of_series",
     "load_samples",
     "load_util_hours",
+    "log_change",
     "migrate",
     "read_watermark",
     "replace_window",
@@ -125,7 +127,15 @@ CREATE TABLE utilization_hours (
   PRIMARY KEY (series, hour)) WITHOUT ROWID;
 INSERT INTO utilization_hours ({_HOUR_COLUMNS}) SELECT {_PER_HOUR} FROM utilization_points{_BY_HOUR}
 """
-_MIGRATIONS = (_V1, _V2, _V3, _V4, _V5)
+#: Every rewrite of `utilization_hours`, as the whole hours [lo, hi) it rewrote (`rebuild_hours`,
+#: and retention's cut): what the aggregate store's copy of the hours reads to catch up
+#: (`monitor.utilization.mirror`). The row `seq = 0` holds the store's token in `lo`, written on the
+#: copy's first read, so a copy made of another state store is never taken for this one's.
+_V6 = "CREATE TABLE utilization_changes (seq INTEGER PRIMARY KEY, lo INTEGER NOT NULL, hi INTEGER NOT NULL)"
+_MIGRATIONS = (_V1, _V2, _V3, _V4, _V5, _V6)
+#: How many changes are kept: a copy further behind is made again whole (about two days of a
+#: daemon's polls of 15 scopes and presets a minute).
+KEPT_CHANGES = 100_000
 
 # (project, host, gpu, signal) then the labels: one `utilization_series` row within a scope+preset.
 _SERIES_COLS = ("project", "host", "gpu", "signal", "zone", "instance_id", "instance_name", "cluster")
@@ -272,6 +282,15 @@ def rebuild_hours(conn: Any, lo: int, hi: int, scope: tuple[str, str] | None = N
     where, params = (f" AND series IN ({_IN_SCOPE})", scope) if scope is not None else ("", ())
     conn.execute(f"DELETE FROM utilization_hours WHERE hour >= ? AND hour < ?{where}", (lo, hi, *params))
     conn.execute(_HOURS_OF.format(scope=where), (lo, hi, *params))
+    log_change(conn, lo, hi)
+
+
+def log_change(conn: Any, lo: int, hi: int) -> None:
+    """Record that `utilization_hours` of [lo, hi) were rewritten (inside the writer's transaction),
+    and forget the changes older than the last `KEPT_CHANGES`."""
+    seq = conn.execute("INSERT INTO utilization_changes (lo, hi) VALUES (?, ?)", (lo, hi)).lastrowid
+    if seq is not None and seq % 1000 == 0:  # now and then: one more statement per write is enough
+        conn.execute("DELETE FROM utilization_changes WHERE seq > 0 AND seq <= ?", (seq - KEPT_CHANGES,))
 
 
 def _drop_outside(conn: Any, scope: str, preset: str, keys: list[tuple[tuple, int]]) -> None:
@@ -333,12 +352,7 @@ def load_util_hours(store: StateStore, start: datetime, end: datetime) -> UtilHo
             agg = cur.execute(_STORED_HOURS, (lo, hi)).fetchall()
         else:
             agg = cur.execute(_HOURS, (lo, hi)).fetchall()
-        present = sorted({r[0] for r in agg})
-        key = host_keys(labels[sid][:8] for sid in present)
-        by_gpu: dict[tuple, list[int]] = {}
-        for sid in present:
-            by_gpu.setdefault(key(labels[sid][:8]), []).append(sid)
-        shared = sorted(sid for sids in by_gpu.values() if len(sids) > 1 for sid in sids)
+        key, shared = gpus_of_series(labels, sorted({r[0] for r in agg}))
         rows = {sid: cur.execute(_POINTS, (sid, lo, hi)).fetchall() for sid in shared}
     merged = _samples({sid: labels[sid] for sid in shared}, rows)
     resolved, _ = resolve_duty_cycles(merged)
@@ -354,6 +368,18 @@ def load_util_hours(store: StateStore, start: datetime, end: datetime) -> UtilHo
     order = order_key(key)
     keyed = [(order(item), UtilHours.astuple(item[0])) for item in reduce_samples(resolved, container, key)]
     return _in_order(keyed, single, series, container)
+
+
+def gpus_of_series(
+    labels: dict[int, tuple], present: list[int]
+) -> tuple[Callable[[tuple], tuple[str, str, str]], list[int]]:
+    """The GPU key of the `present` series (`host_keys`, by their `_LABELS`) and, sorted, the
+    series of a GPU seen through several: those whose samples are read and reduced in Python."""
+    key = host_keys(labels[sid][:8] for sid in present)
+    by_gpu: dict[tuple, list[int]] = {}
+    for sid in present:
+        by_gpu.setdefault(key(labels[sid][:8]), []).append(sid)
+    return key, sorted(sid for sids in by_gpu.values() if len(sids) > 1 for sid in sids)
 
 
 def _in_order(

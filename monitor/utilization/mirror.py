@@ -1,0 +1,236 @@
+"""Utilization hours copied into the aggregate store, where the GPU join reads them.
+
+The state store (SQLite / PostgreSQL) keeps the samples and their hours (`utilization_hours`): the
+record, which cannot be read again from Cloud Monitoring past its retention. A detection run read
+the 14-day window's hours from it into Python and turned them back into Arrow tables for the join:
+345,680 GPU-hours at bench scale 48, 1.6-2.1 s, where the same tables come out of DuckDB in 0.2 s
+(docs/performance.md, 2026-12-06, eighteenth session).
+
+So the aggregate store holds a copy (`util_hours`), brought up to date before it is read (`sync`):
+every rewrite of `utilization_hours` logs the whole hours it rewrote (`utilization_changes`,
+`monitor.utilization.state.log_change`), and the copy re-reads the hours of the changes after the
+last it took, in one DuckDB transaction with its mark. A copy without a mark, made of another state
+store (the token differs), or further behind than the changes kept, is made again whole. The copy is
+a cache: deleting the aggregate store loses nothing.
+
+`join_tables` gives what `monitor.gpus.util_tables(load_util_hours(...))` gives, the same rows in
+the same order: the hours of a GPU seen through one series straight from the copy, those of a GPU
+seen through several (two presets, a GKE node's node and container duty cycles) reduced from their
+points in Python, as `load_util_hours` reduces them.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from datetime import datetime
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
+
+from monitor.gpus import Hosts, arrow_table
+from monitor.sources.presets import Signal
+from monitor.state.analytics import AggregateStore
+from monitor.state.store import StateStore
+from monitor.utilization.hourly import UtilHours, container_hours, ident_of, order_key, reduce_samples
+from monitor.utilization.select import resolve_duty_cycles
+from monitor.utilization.state import _LABELS, _POINTS, _epoch, _samples, _when, gpus_of_series
+from monitor.utilization.state import migrate as migrate_state
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["COMPONENT", "join_tables", "sync"]
+
+COMPONENT = "utilization_copy"
+_MIGRATIONS = (
+    """
+    CREATE TABLE util_hours (
+      series BIGINT NOT NULL, hour BIGINT NOT NULL, points BIGINT NOT NULL, pct_sum DOUBLE NOT NULL,
+      memory_max DOUBLE, idle_held BIGINT NOT NULL, first_start BIGINT NOT NULL, last_start BIGINT NOT NULL
+    );
+    CREATE TABLE util_copy (id INTEGER PRIMARY KEY CHECK (id = 1), token BIGINT NOT NULL, seq BIGINT NOT NULL)
+    """,
+)
+_COLUMNS = ("series", "hour", "points", "pct_sum", "memory_max", "idle_held", "first_start", "last_start")
+_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM utilization_hours"
+
+
+def _token(conn: Any) -> int:
+    """The state store's token (`utilization_changes` row 0), written on first ask."""
+    row = conn.execute("SELECT lo FROM utilization_changes WHERE seq = 0").fetchone()
+    if row is not None:
+        return int(row[0])
+    token = secrets.randbits(62)
+    conn.execute("INSERT INTO utilization_changes (seq, lo, hi) VALUES (0, ?, 0)", (token,))
+    return token
+
+
+def _merged(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [(lo, hi) for lo, hi in out]
+
+
+def sync(store: StateStore, aggregates: AggregateStore) -> int:
+    """Bring the aggregate store's copy of the utilization hours up to the state store's; returns
+    the hours copied. Changes committed while it reads are after the mark it keeps: the next sync
+    reads them again."""
+    import pyarrow as pa
+
+    migrate_state(store)
+    aggregates.migrate(COMPONENT, _MIGRATIONS)
+    with aggregates.read() as conn:
+        mark = conn.execute("SELECT token, seq FROM util_copy").fetchone()
+    with store.transaction() as conn:
+        token = _token(conn)
+        last, oldest = conn.execute(
+            "SELECT MAX(seq), MIN(seq) FROM utilization_changes WHERE seq > 0"
+        ).fetchone()
+        last = int(last or 0)
+        whole = (
+            mark is None
+            or mark[0] != token
+            or mark[1] > last
+            or (oldest is not None and oldest > mark[1] + 1)
+        )
+        if not whole and mark[1] == last:
+            return 0
+        if whole:
+            ranges = None
+            rows = conn.execute(_SELECT).fetchall()
+        else:
+            changed = conn.execute(
+                "SELECT lo, hi FROM utilization_changes WHERE seq > ?", (mark[1],)
+            ).fetchall()
+            ranges = _merged([(int(lo), int(hi)) for lo, hi in changed])
+            rows = [
+                r
+                for lo, hi in ranges
+                for r in conn.execute(f"{_SELECT} WHERE hour >= ? AND hour < ?", (lo, hi)).fetchall()
+            ]
+    i, f = pa.int64(), pa.float64()
+    types = (i, i, i, f, f, i, i, i)  # `_COLUMNS`'
+    table = pa.table(
+        [pa.array(list(map(itemgetter(n), rows)), t) for n, t in enumerate(types)], names=list(_COLUMNS)
+    )
+    with aggregates.transaction() as conn:
+        if ranges is None:
+            conn.execute("DELETE FROM util_hours")
+        for lo, hi in ranges or ():
+            conn.execute("DELETE FROM util_hours WHERE hour >= ? AND hour < ?", (lo, hi))
+        conn.register("util_copied", table)
+        try:
+            conn.execute("INSERT INTO util_hours SELECT * FROM util_copied")
+        finally:
+            conn.unregister("util_copied")
+        conn.execute(
+            "INSERT INTO util_copy VALUES (1, ?, ?) ON CONFLICT (id) DO UPDATE SET token = excluded.token,"
+            " seq = excluded.seq",
+            (token, last),
+        )
+    return len(rows)
+
+
+def join_tables(
+    store: StateStore, aggregates: AggregateStore, start: datetime, end: datetime
+) -> dict[str, pa.Table]:
+    """`monitor.gpus.util_tables(load_util_hours(store, start, end))`, the utilization hours read
+    from the aggregate store's copy (`sync` first). `start` and `end` are whole hours."""
+    import pyarrow as pa
+
+    lo, hi = _epoch(start), _epoch(end)
+    if lo % 3600 or hi % 3600:
+        raise ValueError(f"join_tables: [{start}, {end}) is not whole hours")
+    with aggregates.read() as conn:
+        present = sorted(
+            r[0] for r in conn.execute(
+                "SELECT DISTINCT series FROM util_hours WHERE hour >= ? AND hour < ?", (lo, hi)
+            ).fetchall()
+        )  # fmt: skip
+    # as `load_util_hours`: the GPUs of several series are reduced from their points in Python
+    with store.transaction() as conn:
+        cur = conn.cursor()
+        cur.row_factory = None
+        labels = {r[0]: tuple(r[1:]) for r in cur.execute(_LABELS).fetchall()}
+        key, shared = gpus_of_series(labels, present)
+        points = {sid: cur.execute(_POINTS, (sid, lo, hi)).fetchall() for sid in shared}
+    single = [sid for sid in present if sid not in points]
+    containers = [sid for sid in single if labels[sid][8] == Signal.CONTAINER_DUTY_CYCLE]
+    with aggregates.read() as conn:
+        container_rows = (
+            conn.execute(
+                "SELECT series, hour FROM util_hours WHERE hour >= ? AND hour < ? AND list_contains(?, series)",
+                (lo, hi, containers),
+            ).fetchall()
+            if containers
+            else []
+        )
+    merged = _samples({sid: labels[sid] for sid in shared}, points)
+    resolved, _ = resolve_duty_cycles(merged)
+    container = container_hours(
+        [(labels[sid][:8], labels[sid][8], _when(hour)) for sid, hour in container_rows]
+        + [(ident_of(s), s.signal, s.start) for s in merged],
+        key,
+    )
+    order = order_key(key)
+    blocks: dict[tuple, list[tuple[tuple, tuple]]] = {}
+    for item in reduce_samples(resolved, container, key):
+        k = order(item)
+        blocks.setdefault(k[0], []).append((k, UtilHours.astuple(item[0])))
+    # the blocks in GPU-key order (`_in_order`), the hosts numbered as `util_tables` numbers them
+    ordered = sorted(
+        [(k, None) for k in blocks] + [(key(labels[sid][:8]), sid) for sid in single], key=itemgetter(0)
+    )
+    hosts = Hosts()
+    per_series: list[tuple] = []  # series, host, gpu, rank, block, project, host key
+    several: list[tuple] = []  # the reduced rows of GPUs of several series, with their block and place
+    for block, (gpu_key, sid) in enumerate(ordered):
+        if sid is not None:
+            lab = labels[sid]
+            per_series.append(
+                (sid, hosts.number(lab[:6]), lab[6], Signal.rank(lab[8]), block, gpu_key[0], gpu_key[1])
+            )
+            continue
+        for place, (_, row) in enumerate(sorted(blocks[gpu_key], key=itemgetter(0))):
+            several.append(
+                (hosts.number(row[:6]), row[6], _epoch(row[8]), row[10], row[11], row[12], Signal.rank(row[9]),
+                 bool(row[14]), row[15], row[16], block, place)
+            )  # fmt: skip
+    names = ("sid", "gpu", "hour", "samples", "pct_sum", "memory_max", "rank", "container", "first", "last")
+    i, f, s, b = pa.int64(), pa.float64(), pa.string(), pa.bool_()
+    types = (i, s, i, i, f, f, i, b, i, i)
+    registered = {
+        "util_series": arrow_table(
+            ("series", "sid", "gpu", "rank", "block", "p", "h"), per_series, (i, i, s, i, i, s, s)
+        ),
+        "util_several": arrow_table((*names, "block", "place"), several, (*types, i, i)),
+        "util_container": arrow_table(
+            ("p", "h", "hour"), [(p, h, _epoch(w)) for p, h, w in container], (s, s, i)
+        ),
+    }
+    sql = f"""
+        SELECT m.sid, m.gpu, u.hour, u.points AS samples, u.pct_sum, u.memory_max, m.rank,
+               c.hour IS NOT NULL AS container, u.first_start AS first, u.last_start AS last,
+               m.block, u.hour AS place
+        FROM util_hours AS u
+        JOIN util_series AS m ON m.series = u.series
+        LEFT JOIN util_container AS c ON c.p = m.p AND c.h = m.h AND c.hour = u.hour
+        WHERE u.hour >= {lo} AND u.hour < {hi}
+        UNION ALL SELECT * FROM util_several
+        ORDER BY block, place"""
+    with aggregates.read() as conn:
+        for name, table in registered.items():
+            conn.register(name, table)
+        try:
+            hours = conn.sql(sql).to_arrow_table().select(list(names))
+        finally:
+            for name in registered:
+                conn.unregister(name)
+    return {
+        "gpu_hosts": hosts.table(),
+        "gpu_util_hours": hours.cast(pa.schema([(n, t) for n, t in zip(names, types, strict=True)])),
+    }
