@@ -664,7 +664,7 @@ def assemble_inputs(
     to read costs more than it saves (docs/performance.md, 2026-12-05). The daemon's join reads the
     window's utilization from the aggregate store's copy (`monitor.utilization.mirror`, synced
     first), and from the state store only the provisional days the estimates read: a 14-day
-    window of 1.2 M GPU-hours (bench scale 48) took 4.8 s to read from SQLite into Python, and a
+    window of 1.6 M GPU-hours (bench scale 48) took 4.8 s to read from SQLite into Python, and a
     detection run 13.4-18.9 s against 9.2-12.8 s with the copy (docs/performance.md, 2026-12-06,
     eighteenth session).
 

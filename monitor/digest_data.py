@@ -61,6 +61,9 @@ from monitor.state.analytics import AggregateStore
 from monitor.state.findings import open_findings
 from monitor.state.store import StateStore
 from monitor.utilization.coverage import Coverage, hour_covered
+from monitor.utilization.hourly import UtilHours
+from monitor.utilization.mirror import join_tables as utilization_join_tables
+from monitor.utilization.mirror import sync as sync_utilization
 from monitor.utilization.state import load_util_hours
 
 __all__ = ["digest_data"]
@@ -182,9 +185,15 @@ def _digest_data(
         stored_job_sums(aggregates, chart_start, end, CLUSTER_FEE)
     )
     day_lo, day_hi = section.day
+    sync_utilization(store, aggregates)  # the join reads whole hours' utilization from its copy
     for lo, hi in _pieces(aggregates, chart_start, end, rows_at_once):
-        util = load_util_hours(store, lo, hi)
-        joined = gpu_hours(gpu_node_hours(aggregates, lo, hi, since), util, idle_threshold_pct, None, hi)
+        # no prices, so no estimates: the join alone reads utilization (`monitor.assemble.gpu_hours`)
+        if lo.timestamp() % 3600 == 0 and hi.timestamp() % 3600 == 0:
+            util, tables = UtilHours.of(()), utilization_join_tables(store, aggregates, lo, hi)
+        else:  # a time zone of a half-hour offset: pieces cut hours, read as `load_util_hours` reads them
+            util, tables = load_util_hours(store, lo, hi), None
+        nodes = gpu_node_hours(aggregates, lo, hi, since)
+        joined = gpu_hours(nodes, util, idle_threshold_pct, None, hi, tables=tables)
         for g in joined:
             d = g.hour.astimezone(tz).date()
             idle[d] += g.idle_cost
@@ -195,7 +204,7 @@ def _digest_data(
                     unread[d] += 1
         if lo < day_hi and hi > day_lo:
             section.add(stored_job_columns(aggregates, max(lo, day_lo), min(hi, day_hi)), joined)
-        del util, joined  # before the next piece's are read
+        del util, tables, joined  # before the next piece's are read
 
     chart_from = day - timedelta(days=_CHART_DAYS - 1)
     findings = [r.payload for r in open_findings(store)]

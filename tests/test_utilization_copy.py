@@ -148,3 +148,13 @@ def test_a_detection_run_reads_its_window_from_a_current_copy(stores) -> None:
     )  # fmt: skip
     inputs.hourly.close()
     assert sync(state, aggregates) == 0
+
+
+def test_the_digest_joins_utilization_from_a_current_copy(stores) -> None:
+    """`digest_data` syncs the copy before its GPU join reads a day's utilization there."""
+    from monitor.digest_data import digest_data
+
+    state, aggregates = stores
+    put(state, [sample("1", T0 + i * M5, 50.0) for i in range(36)])
+    digest_data(state, T0.date(), "UTC", T0 + 3 * H, 1, aggregates=aggregates)
+    assert sync(state, aggregates) == 0
