@@ -162,6 +162,14 @@ class AggregateStore:
             conn.close()
 
     @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the store for a step of several transactions that no other step may interleave
+        with (`monitor.utilization.mirror.sync`): this process's write lock, so its other threads
+        wait to write, and one connection, so other processes wait for the file."""
+        with self._write, self.session():
+            yield
+
+    @contextmanager
     def _connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
         if self._pinned is not None:
             conn, lock = self._pinned
