@@ -133,8 +133,8 @@ INSERT INTO utilization_hours ({_HOUR_COLUMNS}) SELECT {_PER_HOUR} FROM utilizat
 #: copy's first read, so a copy made of another state store is never taken for this one's.
 _V6 = "CREATE TABLE utilization_changes (seq INTEGER PRIMARY KEY, lo INTEGER NOT NULL, hi INTEGER NOT NULL)"
 _MIGRATIONS = (_V1, _V2, _V3, _V4, _V5, _V6)
-#: How many changes are kept: a copy further behind is made again whole (about two days of a
-#: daemon's polls of 15 scopes and presets a minute).
+#: How many changes are kept: a copy further behind is made again whole (about four days of a
+#: daemon that polls 15 scopes and presets once a minute, a change each).
 KEPT_CHANGES = 100_000
 
 # (project, host, gpu, signal) then the labels: one `utilization_series` row within a scope+preset.
