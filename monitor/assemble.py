@@ -65,6 +65,7 @@ from monitor.utilization.coverage import Coverage
 from monitor.utilization.hourly import UtilHour, UtilHours
 from monitor.utilization.mirror import join_tables as utilization_join_tables
 from monitor.utilization.mirror import sync as sync_utilization
+from monitor.utilization.mirror import whole_hours as utilization_copy_whole_hours
 from monitor.utilization.state import load_util_hours
 
 if TYPE_CHECKING:
@@ -622,10 +623,6 @@ def _counted_in_part(hours: Sequence[GpuHour], node_of: Callable[[GpuHour], tupl
     return out
 
 
-def _whole_hours(*times: datetime) -> bool:
-    return all(t.timestamp() % 3600 == 0 for t in times)
-
-
 def _whole_instances(nodes: set[int], instance_of: Sequence[tuple]) -> set[int]:
     """`nodes` and every node of the same instance."""
     wanted = {instance_of[i] for i in nodes}
@@ -676,7 +673,7 @@ def assemble_inputs(
     """
     since = provisional_since(now, provisional_days)
     split = start if gpu_from is None else max(start, min(gpu_from, since, end))
-    copied = not defer and _whole_hours(split, end)
+    copied = not defer and utilization_copy_whole_hours(split, end)
     if copied:  # before the costs pin the store's snapshot: the window's utilization is read there
         sync_utilization(store, aggregates)
     hourly = stored_costs(aggregates, start, end, since)
@@ -684,19 +681,19 @@ def assemble_inputs(
     if pinned is not None:
         aggregates = aggregates.pinned(*pinned)
 
-    def joined(lo: datetime, hi: datetime, util: UtilHours | None = None) -> list[GpuHour]:
+    def joined(
+        lo: datetime, hi: datetime, util: UtilHours | None = None, tables: Mapping[str, Any] | None = None
+    ) -> list[GpuHour]:
         util = load_util_hours(store, lo, hi) if util is None else util
         nodes = gpu_node_hours(aggregates, lo, hi, since)
-        return gpu_hours(nodes, util, idle_threshold_pct, prices, hi, since)
+        return gpu_hours(nodes, util, idle_threshold_pct, prices, hi, since, tables)
 
     def window_hours() -> Sequence[GpuHour]:
         if copied:
             # the join's utilization from the aggregate store's copy; only the provisional hours,
             # which the estimates read, from the state store
             tables = utilization_join_tables(store, aggregates, split, end)
-            recent = load_util_hours(store, max(split, since), end)
-            nodes = gpu_node_hours(aggregates, split, end, since)
-            return gpu_hours(nodes, recent, idle_threshold_pct, prices, end, since, tables)
+            return joined(split, end, load_util_hours(store, max(split, since), end), tables)
         util = load_util_hours(store, split, end)
         if not defer:
             return joined(split, end, util)

@@ -64,6 +64,7 @@ from monitor.utilization.coverage import Coverage, hour_covered
 from monitor.utilization.hourly import UtilHours
 from monitor.utilization.mirror import join_tables as utilization_join_tables
 from monitor.utilization.mirror import sync as sync_utilization
+from monitor.utilization.mirror import whole_hours as utilization_copy_whole_hours
 from monitor.utilization.state import load_util_hours
 
 __all__ = ["digest_data"]
@@ -188,7 +189,7 @@ def _digest_data(
     sync_utilization(store, aggregates)  # the join reads whole hours' utilization from its copy
     for lo, hi in _pieces(aggregates, chart_start, end, rows_at_once):
         # no prices, so no estimates: the join alone reads utilization (`monitor.assemble.gpu_hours`)
-        if lo.timestamp() % 3600 == 0 and hi.timestamp() % 3600 == 0:
+        if utilization_copy_whole_hours(lo, hi):
             util, tables = UtilHours.of(()), utilization_join_tables(store, aggregates, lo, hi)
         else:  # a time zone of a half-hour offset: pieces cut hours, read as `load_util_hours` reads them
             util, tables = load_util_hours(store, lo, hi), None

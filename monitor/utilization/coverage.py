@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from monitor.state.store import StateStore
 
@@ -47,6 +47,7 @@ __all__ = [
 ]
 
 Interval = tuple[datetime, datetime]
+_T = TypeVar("_T", datetime, int)
 #: project -> covered ranges; None: everything covered.
 Coverage = Mapping[str, Sequence[Interval]] | None
 #: The key whose ranges apply to any project without its own entry.
@@ -54,9 +55,10 @@ ALL = "*"
 _HOUR = timedelta(hours=1)
 
 
-def merge(intervals: Iterable[Interval]) -> list[Interval]:
-    """Sorted, with overlapping or touching ranges joined; empty ranges dropped."""
-    out: list[Interval] = []
+def merge(intervals: Iterable[tuple[_T, _T]]) -> list[tuple[_T, _T]]:
+    """Sorted, with overlapping or touching ranges joined; empty ranges dropped (of times, or of
+    epoch seconds: the utilization hours' change log, `monitor.utilization.mirror`)."""
+    out: list[tuple[_T, _T]] = []
     for start, end in sorted(i for i in intervals if i[0] < i[1]):
         if out and start <= out[-1][1]:
             out[-1] = (out[-1][0], max(out[-1][1], end))
@@ -65,9 +67,9 @@ def merge(intervals: Iterable[Interval]) -> list[Interval]:
     return out
 
 
-def intersect(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
+def intersect(a: Sequence[tuple[_T, _T]], b: Sequence[tuple[_T, _T]]) -> list[tuple[_T, _T]]:
     """The ranges covered by both `a` and `b`."""
-    out: list[Interval] = []
+    out: list[tuple[_T, _T]] = []
     for s1, e1 in merge(a):
         for s2, e2 in merge(b):
             if max(s1, s2) < min(e1, e2):

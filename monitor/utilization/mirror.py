@@ -9,7 +9,7 @@ the 14-day window's hours from it into Python and turned them back into Arrow ta
 So the aggregate store holds a copy (`util_hours`), brought up to date before it is read (`sync`):
 every rewrite of `utilization_hours` logs the whole hours it rewrote (`utilization_changes`,
 `monitor.utilization.state.log_change`), and the copy re-reads the hours of the changes after the
-last it took, in one DuckDB transaction with its mark. A copy without a mark, made of another state
+last it took, a day at a time, then moves its mark. A copy without a mark, made of another state
 store (the token differs), or further behind than the changes kept, is made again whole. The copy is
 a cache: deleting the aggregate store loses nothing.
 
@@ -31,15 +31,14 @@ from monitor.gpus import Hosts, arrow_table
 from monitor.sources.presets import Signal
 from monitor.state.analytics import AggregateStore
 from monitor.state.store import StateStore
-from monitor.utilization.hourly import UtilHours, container_hours, ident_of, order_key, reduce_samples
-from monitor.utilization.select import resolve_duty_cycles
-from monitor.utilization.state import _LABELS, _POINTS, _epoch, _samples, _when, gpus_of_series
+from monitor.utilization.coverage import intersect, merge
+from monitor.utilization.state import _LABELS, _POINTS, _epoch, gpus_of_series, reduce_several
 from monitor.utilization.state import migrate as migrate_state
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["COMPONENT", "join_tables", "sync"]
+__all__ = ["COMPONENT", "join_tables", "sync", "whole_hours"]
 
 COMPONENT = "utilization_copy"
 _MIGRATIONS = (
@@ -63,16 +62,6 @@ def _token(conn: Any) -> int:
     token = secrets.randbits(62)
     conn.execute("INSERT INTO utilization_changes (seq, lo, hi) VALUES (0, ?, 0)", (token,))
     return token
-
-
-def _merged(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for lo, hi in sorted(ranges):
-        if out and lo <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], hi)
-        else:
-            out.append([lo, hi])
-    return [(lo, hi) for lo, hi in out]
 
 
 def sync(store: StateStore, aggregates: AggregateStore) -> int:
@@ -111,16 +100,15 @@ def _sync(store: StateStore, aggregates: AggregateStore) -> int:
             changed = conn.execute(
                 "SELECT lo, hi FROM utilization_changes WHERE seq > ?", (mark[1],)
             ).fetchall()
-            ranges = _merged([(int(lo), int(hi)) for lo, hi in changed])
+            ranges = merge((int(lo), int(hi)) for lo, hi in changed)
     with aggregates.transaction() as dconn:  # the hours the state store may no longer have
         if ranges is None:
             dconn.execute("DELETE FROM util_hours")
         for lo, hi in ranges or ():
             dconn.execute("DELETE FROM util_hours WHERE hour >= ? AND hour < ?", (lo, hi))
     span = [] if first is None else [(int(first), int(final) + 3600)]  # where it has hours
-    within = span if ranges is None else [(max(lo, a), min(hi, b)) for lo, hi in ranges for a, b in span]
     copied = 0
-    for lo, hi in _days([(lo, hi) for lo, hi in within if lo < hi]):
+    for lo, hi in _days(span if ranges is None else intersect(ranges, span)):
         with store.transaction() as conn:
             rows = conn.execute(f"{_SELECT} WHERE hour >= ? AND hour < ?", (lo, hi)).fetchall()
         with aggregates.transaction() as dconn:
@@ -166,6 +154,12 @@ def _insert(conn: Any, rows: list[tuple]) -> None:
         conn.unregister("util_copied")
 
 
+def whole_hours(*times: datetime) -> bool:
+    """Whether every one of `times` starts a UTC hour: `join_tables` reads whole hours (a time zone
+    of a half-hour offset cuts them)."""
+    return all(t.timestamp() % 3600 == 0 for t in times)
+
+
 def join_tables(
     store: StateStore, aggregates: AggregateStore, start: datetime, end: datetime
 ) -> dict[str, pa.Table]:
@@ -173,9 +167,9 @@ def join_tables(
     from the aggregate store's copy (`sync` first). `start` and `end` are whole hours."""
     import pyarrow as pa
 
-    lo, hi = _epoch(start), _epoch(end)
-    if lo % 3600 or hi % 3600:
+    if not whole_hours(start, end):
         raise ValueError(f"join_tables: [{start}, {end}) is not whole hours")
+    lo, hi = _epoch(start), _epoch(end)
     with aggregates.read() as conn:
         present = sorted(
             r[0] for r in conn.execute(
@@ -200,18 +194,10 @@ def join_tables(
             if containers
             else []
         )
-    merged = _samples({sid: labels[sid] for sid in shared}, points)
-    resolved, _ = resolve_duty_cycles(merged)
-    container = container_hours(
-        [(labels[sid][:8], labels[sid][8], _when(hour)) for sid, hour in container_rows]
-        + [(ident_of(s), s.signal, s.start) for s in merged],
-        key,
-    )
-    order = order_key(key)
+    container, keyed = reduce_several(labels, points, container_rows, key)
     blocks: dict[tuple, list[tuple[tuple, tuple]]] = {}
-    for item in reduce_samples(resolved, container, key):
-        k = order(item)
-        blocks.setdefault(k[0], []).append((k, UtilHours.astuple(item[0])))
+    for k, row in keyed:
+        blocks.setdefault(k[0], []).append((k, row))
     # the blocks in GPU-key order (`_in_order`), the hosts numbered as `util_tables` numbers them
     ordered = sorted(
         [(k, None) for k in blocks] + [(key(labels[sid][:8]), sid) for sid in single], key=itemgetter(0)

@@ -47,6 +47,7 @@ __all__ = [
     "log_change",
     "migrate",
     "read_watermark",
+    "reduce_several",
     "replace_window",
     "replace_windows",
 ]
@@ -354,20 +355,37 @@ def load_util_hours(store: StateStore, start: datetime, end: datetime) -> UtilHo
             agg = cur.execute(_HOURS, (lo, hi)).fetchall()
         key, shared = gpus_of_series(labels, sorted({r[0] for r in agg}))
         rows = {sid: cur.execute(_POINTS, (sid, lo, hi)).fetchall() for sid in shared}
-    merged = _samples({sid: labels[sid] for sid in shared}, rows)
-    resolved, _ = resolve_duty_cycles(merged)
     single = [r for r in agg if r[0] not in rows]
     # per series once, not per hour: its identity, signal and GPU key (`order_key`'s first part)
     series = {sid: (labels[sid][:8], labels[sid][8], key(labels[sid][:8])) for sid in {r[0] for r in single}}
     containers = {sid for sid, (_, signal, _) in series.items() if signal == Signal.CONTAINER_DUTY_CYCLE}
-    container = container_hours(  # only container series can have container hours: the others stay out
-        [(series[sid][0], series[sid][1], _when(hour)) for sid, hour, *_ in single if sid in containers]
+    # only container series can have container hours: the others stay out
+    container_rows = [(sid, hour) for sid, hour, *_ in single if sid in containers]
+    container, keyed = reduce_several(labels, rows, container_rows, key)
+    return _in_order(keyed, single, series, container)
+
+
+def reduce_several(
+    labels: dict[int, tuple],
+    points: dict[int, list[tuple]],
+    container_rows: Iterable[tuple[int, int]],
+    key: Callable[[tuple], tuple[str, str, str]],
+) -> tuple[set, list[tuple[tuple, tuple]]]:
+    """The GPUs seen through several series, reduced from their `points` (per series, as `_POINTS`
+    reads them) by signal precedence, and the (project, host, hour)s with container duty cycles:
+    those of the series of one GPU (`container_rows`, (series, hour) of the container series) and
+    of these. Returns (those host-hours, each reduced hour as (`order_key`, `UtilHours` row)).
+    What `load_util_hours` and the aggregate store's copy (`monitor.utilization.mirror.join_tables`)
+    both build: their hours must be the same."""
+    merged = _samples({sid: labels[sid] for sid in points}, points)
+    resolved, _ = resolve_duty_cycles(merged)
+    container = container_hours(
+        [(labels[sid][:8], labels[sid][8], _when(hour)) for sid, hour in container_rows]
         + [(ident_of(s), s.signal, s.start) for s in merged],
         key,
     )
     order = order_key(key)
-    keyed = [(order(item), UtilHours.astuple(item[0])) for item in reduce_samples(resolved, container, key)]
-    return _in_order(keyed, single, series, container)
+    return container, [(order(item), UtilHours.astuple(item[0])) for item in reduce_samples(resolved, container, key)]
 
 
 def gpus_of_series(
