@@ -13,7 +13,7 @@ import functools
 import logging
 import operator
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -63,8 +63,10 @@ from monitor.state.analytics import AggregateStore
 from monitor.state.store import StateStore
 from monitor.utilization.coverage import Coverage
 from monitor.utilization.hourly import UtilHour, UtilHours
+from monitor.utilization.mirror import Select
 from monitor.utilization.mirror import join_tables as utilization_join_tables
 from monitor.utilization.mirror import sync as sync_utilization
+from monitor.utilization.mirror import util_hours as utilization_copy_hours
 from monitor.utilization.mirror import whole_hours as utilization_copy_whole_hours
 from monitor.utilization.state import load_util_hours
 
@@ -330,10 +332,7 @@ def _estimates(
         j = latest_of[node]
         if j < 0 or hour > hour_col[j]:
             latest_of[node] = i
-    nodes_of: dict[str, list[int]] = defaultdict(list)
-    for node, keys in enumerate(keys_of):
-        for key in keys:
-            nodes_of[key].append(node)
+    nodes_of = _nodes_of(keys_of)
     latest: dict[str, int] = {
         key: max((latest_of[n] for n in ns), key=lambda i: (hour_col[i], -i)) for key, ns in nodes_of.items()
     }
@@ -375,6 +374,49 @@ def _estimates(
         known = (nodes.row(i), counted[i]) if i is not None else None
         out.extend(_estimate_hour(hour, group, known, prices, threshold))
     return out
+
+
+def _nodes_of(keys_of: Sequence[Sequence[str]]) -> dict[str, list[int]]:
+    """Identity key -> the nodes (`GpuNodeHours.identities`' numbers) that answer to it."""
+    nodes_of: dict[str, list[int]] = defaultdict(list)
+    for node, keys in enumerate(keys_of):
+        for key in keys:
+            nodes_of[key].append(node)
+    return nodes_of
+
+
+def _unbilled(nodes: GpuNodeHours, start: datetime, end: datetime) -> Select:
+    """What `_estimates` reads of the utilization of [start, end) (whole hours) beside the billed
+    `nodes`: for each host (`_HOST_COLUMNS`' values) whose hours it judges as every other host of
+    the same primary identity, the hours no node of its identities billed; none for a host without
+    an identity (never estimated). `_estimates` judges a host's hour by the identities of the first
+    host it sees with the same primary one, so where those hosts answer to different identities,
+    their hours are read whole (`monitor.utilization.mirror.util_hours`' `select`)."""
+
+    def select(hosts: Collection[tuple]) -> dict[tuple, list[int]]:
+        keys_of_host = {host: [n.key for n in sample_identities(*host)] for host in hosts}
+        variants: dict[str, set[tuple[str, ...]]] = defaultdict(set)
+        for keys in keys_of_host.values():
+            if keys:
+                variants[keys[0]].add(tuple(keys))
+        node_of, keys_of = nodes.identities()
+        billed: list[set[datetime]] = [set() for _ in keys_of]
+        for node, hour in zip(node_of, nodes["hour"], strict=True):
+            if hour >= start:
+                billed[node].add(hour)
+        nodes_of = _nodes_of(keys_of)
+        grid = [start + k * _HOUR for k in range((end - start) // _HOUR)]
+        epoch = {hour: int(hour.timestamp()) for hour in grid}
+        out: dict[tuple, list[int]] = {}
+        for host, keys in keys_of_host.items():
+            if not keys:
+                out[host] = []
+            elif len(variants[keys[0]]) == 1:
+                sets = [billed[n] for k in keys for n in nodes_of.get(k, ())]
+                out[host] = [epoch[h] for h in grid if not any(h in hours for hours in sets)]
+        return out
+
+    return select
 
 
 def _estimate_hour(
@@ -514,16 +556,20 @@ def gpu_hours(
     end: datetime,
     provisional_from: datetime | None = None,
     tables: Mapping[str, Any] | None = None,
+    joined: Sequence[Joined | None] | None = None,
 ) -> list[GpuHour]:
     """Billed GPU hours (`gpu_node_hours`) joined with utilization (per GPU and hour:
     `monitor.utilization.hourly`), plus estimated ones (see `_estimates`). `tables`: the
     utilization's join tables (`monitor.gpus.util_tables`), when already built; they stand for
     `hours` in the join, and `hours` need then hold only what the estimates read (from
-    `provisional_from` on)."""
+    `provisional_from` on). `joined`: the join's results (`join_node_hours`), when already run;
+    they stand for `tables` and `hours` in the join."""
     nodes = costs if isinstance(costs, GpuNodeHours) else GpuNodeHours.from_rows(costs)
     util = UtilHours.of(hours)
     counted = node_gpu_hours(nodes)  # one count for the billed hours and the estimates
-    billed = _billed(nodes, join_node_hours(nodes, util, threshold, tables), counted)
+    if joined is None:
+        joined = join_node_hours(nodes, util, threshold, tables)
+    billed = _billed(nodes, joined, counted)
     return billed + _estimates(nodes, util, prices, threshold, end, provisional_from, counted)
 
 
@@ -660,10 +706,10 @@ def assemble_inputs(
     daemon reads them all here: where most node-hours are on demand or unmonitored, judging which
     to read costs more than it saves (docs/performance.md, 2026-12-05). The daemon's join reads the
     window's utilization from the aggregate store's copy (`monitor.utilization.mirror`, synced
-    first), and from the state store only the provisional days the estimates read: a 14-day
-    window of 1.6 M GPU-hours (bench scale 48) took 4.8 s to read from SQLite into Python, and a
-    detection run 13.4-18.9 s against 9.2-12.8 s with the copy (docs/performance.md, 2026-12-06,
-    eighteenth session).
+    first): a 14-day window of 1.6 M GPU-hours (bench scale 48) took 4.8 s to read from SQLite into
+    Python, and a detection run 13.4-18.9 s against 9.2-12.8 s with the copy (docs/performance.md,
+    2026-12-06, eighteenth session). Its estimates read from the copy only the provisional hours
+    billing does not cover (`_unbilled`): 463 of 230,475 GPU-hours there (nineteenth session).
 
     Every GPU node-hour is read in the costs' read transaction (`AggregateStore.pinned`): the
     daemon's billing poll may commit while a detection run still reads GPU hours (those before
@@ -681,19 +727,22 @@ def assemble_inputs(
     if pinned is not None:
         aggregates = aggregates.pinned(*pinned)
 
-    def joined(
-        lo: datetime, hi: datetime, util: UtilHours | None = None, tables: Mapping[str, Any] | None = None
-    ) -> list[GpuHour]:
+    def joined(lo: datetime, hi: datetime, util: UtilHours | None = None) -> list[GpuHour]:
         util = load_util_hours(store, lo, hi) if util is None else util
         nodes = gpu_node_hours(aggregates, lo, hi, since)
-        return gpu_hours(nodes, util, idle_threshold_pct, prices, hi, since, tables)
+        return gpu_hours(nodes, util, idle_threshold_pct, prices, hi, since)
 
     def window_hours() -> Sequence[GpuHour]:
         if copied:
-            # the join's utilization from the aggregate store's copy; only the provisional hours,
-            # which the estimates read, from the state store
+            # the join's utilization from the aggregate store's copy, and of the provisional hours
+            # the estimates read, only those billing does not cover (`_unbilled`)
             tables = utilization_join_tables(store, aggregates, split, end)
-            return joined(split, end, load_util_hours(store, max(split, since), end), tables)
+            nodes = gpu_node_hours(aggregates, split, end, since)
+            join = join_node_hours(nodes, UtilHours.of(()), idle_threshold_pct, tables)
+            del tables  # 121 MB there: dropped before the GPU hours are built
+            lo = max(split, since)
+            util = utilization_copy_hours(store, aggregates, lo, end, _unbilled(nodes, lo, end))
+            return gpu_hours(nodes, util, idle_threshold_pct, prices, end, since, joined=join)
         util = load_util_hours(store, split, end)
         if not defer:
             return joined(split, end, util)

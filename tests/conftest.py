@@ -1,10 +1,16 @@
-"""Shared fixtures: the repository root and the optional real data beside the project."""
+"""Shared fixtures: the repository root, the optional real data beside the project, a state and an
+aggregate store."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from monitor.state.analytics import AggregateStore
+from monitor.state.store import SQLiteStore
+from monitor.utilization import migrate
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data" / "external"
@@ -20,6 +26,17 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real data not present at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture
+def stores(tmp_path: Path) -> Iterator[tuple[SQLiteStore, AggregateStore]]:
+    """A SQLite state store with the utilization tables, and an aggregate store beside it (the
+    utilization copy's tests)."""
+    state, aggregates = SQLiteStore(tmp_path / "state.sqlite"), AggregateStore(tmp_path / "aggregates.duckdb")
+    migrate(state)
+    yield state, aggregates
+    state.close()
+    aggregates.close()
 
 
 #: Modules that take the longest on one worker (seconds measured by `pytest --durations`), longest

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,27 +20,24 @@ from tests.test_utilization_hourly import _SAMPLE, M5, T0, H, by_preset, sample
 NODE = "gke-c1-pool-1a2b3c4d-x9k2"
 
 
-@pytest.fixture
-def stores(tmp_path):
-    state, aggregates = SQLiteStore(tmp_path / "state.sqlite"), AggregateStore(tmp_path / "aggregates.duckdb")
-    migrate(state)
-    yield state, aggregates
-    state.close()
-    aggregates.close()
-
-
 def put(state, samples, *, preset: str = "gce_gpu_agent", start=T0, end=T0 + 3 * H) -> None:
     replace_window(state, "p1", preset, start, end, samples, now=end)
 
 
 def same(state, aggregates, start=T0 - H, end=T0 + 4 * H) -> None:
-    """The join's tables from the copy are those from the state store, row for row."""
+    """The join's tables and the hours from the copy are those from the state store, row for row."""
     sync(state, aggregates)
-    want, got = util_tables(load_util_hours(state, start, end)), join_tables(state, aggregates, start, end)
+    hours = load_util_hours(state, start, end)
+    want, got = util_tables(hours), join_tables(state, aggregates, start, end)
     assert got.keys() == want.keys()
     for name, table in want.items():
         assert got[name].schema == table.schema, name
         assert got[name].to_pylist() == table.to_pylist(), name
+    copied = mirror.util_hours(state, aggregates, start, end)
+    assert copied.columns == hours.columns
+    assert {n: list(map(type, c)) for n, c in copied.columns.items()} == {
+        n: list(map(type, c)) for n, c in hours.columns.items()
+    }
 
 
 def test_gpus_of_one_series_and_of_several_read_as_from_the_state_store(stores) -> None:
