@@ -146,13 +146,18 @@ _REPEATED = frozenset(
 def _shared(column: pa.ChunkedArray, convert: Callable[[Any], Any] | None = None) -> list[Any]:
     """`column.to_pylist()` with one object per distinct value: `to_pylist` builds a new string per
     cell, 1.2 M node-hours x a dozen string columns held 1.4 GB at 7.4 M export rows (bench scale 48);
-    a node's names repeat every hour. `convert` is applied once per distinct value."""
+    a node's names repeat every hour. `convert` is applied once per distinct value. The values are
+    picked by numpy (an object array indexed by the codes): a list comprehension over the codes
+    took 0.035 s a column of 382,000 node-hours, numpy 0.009 s."""
+    import numpy as np
+
     encoded = column.combine_chunks().dictionary_encode()
     values = encoded.dictionary.to_pylist()
     if convert is not None:
         values = [convert(v) for v in values]
     values.append(None)  # a null's index: -1
-    return [values[i] for i in encoded.indices.fill_null(-1).to_pylist()]
+    picked = np.fromiter(values, dtype=object, count=len(values))
+    return picked[encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False)].tolist()
 
 
 def _gpu_model(sku: str | None) -> str | None:
