@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from decimal import Decimal as D
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from monitor.assemble import _unbilled, assemble_inputs, gpu_hours, gpu_node_hours
@@ -125,6 +125,7 @@ _BILLED = st.tuples(st.sampled_from(sorted(NODES)), st.integers(0, HOURS - 1))
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(_DRAWN, max_size=60), st.lists(_BILLED, max_size=12))
+@example([("a", "0", 0, 1.0), ("b", "1", 0, 1.0)], [("b", 0)])  # one id, two names: always tried
 def test_any_hosts_and_billing_give_the_same_estimates(tmp_path_factory, drawn, billed) -> None:
     tmp = tmp_path_factory.mktemp("u")
     state, aggregates = SQLiteStore(tmp / "state.sqlite"), AggregateStore(None)
