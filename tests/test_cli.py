@@ -40,6 +40,41 @@ def test_a_command_imports_its_own_module_not_every_other_commands() -> None:
     assert out.strip().splitlines()[-1] == "0 []"
 
 
+def test_the_command_list_imports_no_command() -> None:
+    """`gpucost --help` lists every command's summary without importing the commands' modules
+    (0.86 s with all of them imported)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from monitor.cli import main; code = main(['--help']);"
+        " print(code, sorted(m for m in sys.modules if m.startswith('monitor.cli.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "0 []"
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_the_command_list_shows_each_commands_own_summary_as_click_would(width: int) -> None:
+    """`SUMMARIES` is each command's own help, listed as click lists the imported commands."""
+    import importlib
+
+    import click
+
+    from monitor.cli import COMMANDS as LISTED
+    from monitor.cli import SUMMARIES, cli
+
+    assert set(SUMMARIES) == set(LISTED)
+    for name in LISTED:
+        importlib.import_module(f"monitor.cli.{name}")
+        assert SUMMARIES[name] == " ".join(cli.commands[name].help.split("\n\n")[0].split()), name
+    ctx = click.Context(cli)
+    lazy, eager = click.HelpFormatter(width=width), click.HelpFormatter(width=width)
+    cli.format_commands(ctx, lazy)
+    click.Group.format_commands(cli, ctx, eager)
+    assert lazy.getvalue() == eager.getvalue()
+
+
 def test_help_lists_every_command_with_a_purpose(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
