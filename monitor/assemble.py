@@ -143,10 +143,13 @@ _REPEATED = frozenset(
 )  # fmt: skip
 
 
-def _shared(column: pa.ChunkedArray, convert: Callable[[Any], Any] | None = None) -> list[Any]:
+def _shared(
+    column: pa.ChunkedArray, convert: Callable[[Any], Any] | None = None, null: Any = None
+) -> list[Any]:
     """`column.to_pylist()` with one object per distinct value: `to_pylist` builds a new string per
     cell, 1.2 M node-hours x a dozen string columns held 1.4 GB at 7.4 M export rows (bench scale 48);
-    a node's names repeat every hour. `convert` is applied once per distinct value. The values are
+    a node's names repeat every hour. `convert` is applied once per distinct value; a null reads as
+    `null`. The values are
     picked by numpy (an object array indexed by the codes): a list comprehension over the codes
     took 0.035 s a column of 382,000 node-hours, numpy 0.009 s."""
     import numpy as np
@@ -155,7 +158,7 @@ def _shared(column: pa.ChunkedArray, convert: Callable[[Any], Any] | None = None
     values = encoded.dictionary.to_pylist()
     if convert is not None:
         values = [convert(v) for v in values]
-    values.append(None)  # a null's index: -1
+    values.append(null)  # a null's index: -1
     picked = np.fromiter(values, dtype=object, count=len(values))
     return picked[encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False)].tolist()
 
@@ -182,34 +185,32 @@ def gpu_node_hours(
     col = {
         name: _shared(table.column(name)) if name in _REPEATED else table.column(name).to_pylist()
         for name in table.column_names
-        if name not in ("hour", "usage", "sku_description")
+        if name not in ("hour", "usage", "sku_description", "labels")
     }
     hours = _shared(table.column("hour"), lambda h: h.replace(tzinfo=UTC))  # a few hundred distinct hours
-    amounts = _shared(table.column("usage"), _d)  # a few distinct GPU-hour amounts (8.0 a full hour)
     models = _shared(table.column("sku_description"), _gpu_model)  # a few SKUs, parsed once each
+    # A node-hour of one row: its own labels, usage and namespace, a column at a time (a few
+    # distinct GPU-hour amounts: 8.0 a full hour; label sets shared, as nothing mutates them)
     labels_of = _LabelSets()
-    gpu_hours: list[Decimal] = []
-    labels: list[dict[str, str]] = []
-    namespaces: list[dict[str, int]] = []
-    for usage, raw, ns, gross, usages, raws, spaces, grosses in zip(
-        amounts, col["labels"], col["namespace"], col["gross"],
-        col["usages"], col["label_sets"], col["namespaces"], col["grosses"], strict=True,
-    ):  # fmt: skip
-        if raws is None:  # one row: its own labels, usage and namespace
-            labels.append(labels_of[raw])
-            gpu_hours.append(usage if usage is not None else _ZERO)
-            namespaces.append({ns: int(gross)} if ns else _NONE)  # shared: nothing mutates them
+    labels: list[dict[str, str]] = _shared(table.column("labels"), labels_of.__getitem__, labels_of[None])
+    gpu_hours: list[Decimal] = _shared(table.column("usage"), _d, _ZERO)
+    namespaces: list[dict[str, int]] = [
+        {ns: int(gross)} if ns else _NONE for ns, gross in zip(col["namespace"], col["gross"], strict=True)
+    ]
+    # a node-hour of several rows (`usages`, `label_sets`... set): merged from them
+    for i, raws in enumerate(col["label_sets"]):
+        if raws is None:
             continue
         merged: dict[str, str] = {}
         for each in raws:
             merged.update(parse_labels(each))
-        labels.append(merged)
-        gpu_hours.append(sum((_d(u) for u in usages), Decimal(0)))
+        labels[i] = merged
+        gpu_hours[i] = sum((_d(u) for u in col["usages"][i]), Decimal(0))
         acc: dict[str, int] = defaultdict(int)
-        for each, g in zip(spaces, grosses, strict=True):
+        for each, g in zip(col["namespaces"][i], col["grosses"][i], strict=True):
             if each:
                 acc[each] += g
-        namespaces.append(dict(acc))
+        namespaces[i] = dict(acc)
     return GpuNodeHours(
         {
             "hour": hours,
