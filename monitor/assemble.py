@@ -149,9 +149,8 @@ def _shared(
     """`column.to_pylist()` with one object per distinct value: `to_pylist` builds a new string per
     cell, 1.2 M node-hours x a dozen string columns held 1.4 GB at 7.4 M export rows (bench scale 48);
     a node's names repeat every hour. `convert` is applied once per distinct value; a null reads as
-    `null`. The values are
-    picked by numpy (an object array indexed by the codes): a list comprehension over the codes
-    took 0.035 s a column of 382,000 node-hours, numpy 0.009 s."""
+    `null`. The values are picked by numpy (an object array indexed by the codes): a list
+    comprehension over the codes took 0.035 s a column of 382,000 node-hours, numpy 0.009 s."""
     import numpy as np
 
     encoded = column.combine_chunks().dictionary_encode()
