@@ -210,6 +210,9 @@ def setup(a: dict[str, Any]) -> dict[str, Any]:
     poll.store.close()
     deps = _deps(a, root / "detect-state", root / "full.duckdb", a["lookback_days"])
     billing = run_billing_poll(deps, _ts(a["now"]))
+    # the aggregates' own size, before the utilization poll copies its hours into the same file
+    # (`monitor.utilization.mirror`): 41 B a row with the copy at scale 5, as if the aggregates took it
+    size = aggregate_size(root / "detect-state" / "aggregates.duckdb")
     util = run_utilization_poll(deps, _ts(a["now"]))
     deps.store.close()
     return {
@@ -220,7 +223,7 @@ def setup(a: dict[str, Any]) -> dict[str, Any]:
         "load_rows": _count(root / "load.parquet"),
         "load_export_time": split.isoformat(),
         "poll_now": split_now.isoformat(),
-    } | aggregate_size(root / "detect-state" / "aggregates.duckdb")
+    } | size
 
 
 def _count(parquet: Path) -> int:
@@ -231,8 +234,9 @@ def _count(parquet: Path) -> int:
 
 def aggregate_size(db: Path) -> dict[str, Any]:
     """Bytes per stored aggregate row: the aggregate store's blocks in use (DuckDB's
-    `pragma_database_size`, after a checkpoint) over `billing_hourly`'s rows. The other tables
-    (watermarks, the last poll) hold a few rows; DuckDB keeps no index on `billing_hourly`."""
+    `pragma_database_size`, after a checkpoint) over `billing_hourly`'s rows, read before the
+    utilization copy joins them in the file. The other tables (watermarks, the last poll) hold a
+    few rows; DuckDB keeps no index on `billing_hourly`."""
     import duckdb
 
     conn = duckdb.connect(str(db))

@@ -227,7 +227,8 @@ def markdown(scales: list[ScaleFigures], repeat: int, seed: int) -> str:
         " its queries, the engine's count where it reports one, else the rows of the ingestion-time"
         " partitions each query's `_PARTITIONTIME` filter selects (what BigQuery reads). Rows fetched:"
         " rows the queries return to Python. Polls are timed warm (after one poll in the same process)."
-        " Bytes / aggregate row: the aggregate store's DuckDB blocks in use (`pragma_database_size`) over `billing_hourly`'s rows.",
+        " Bytes / aggregate row: the aggregate store's DuckDB blocks in use (`pragma_database_size`) over"
+        " `billing_hourly`'s rows, before the utilization hours are copied beside them.",
         "",
         *_table(FIGURE_HEADERS, [_figures_row(s) for s in scales]),
         "",
