@@ -50,7 +50,7 @@ from monitor.config import BillingConfig
 from monitor.jobs.identity import parse_labels
 from monitor.model import CATEGORY_SQL, Scope, category_of, micros_to_decimal
 from monitor.sources.base import BillingSource
-from monitor.state.analytics import AggregateStore
+from monitor.state.analytics import AggregateStore, registered
 from monitor.state.store import StateStore
 from monitor.timeutil import floor_day, floor_hour, naive_utc, to_iso
 
@@ -817,7 +817,7 @@ def stored_gpu_node_hours(
     order. `only`: those node-hours alone, the same rows in the same order as filtering the whole
     result (the order is total: a node has one node-hour an hour)."""
     where, params, tables = only.where() if only is not None else ("", [], {})
-    with _reading(store) as conn, _registered(conn, tables):
+    with _reading(store) as conn, registered(conn, tables):
         sql = _GPU_NODE_HOURS.replace(_WHERE, where)
         return conn.sql(sql, params=[naive_utc(start), naive_utc(end), *params]).to_arrow_table()
 
@@ -832,20 +832,9 @@ def over_gpu_node_hours(
     """The rows of `sql` over the GPU node-hours of [start, end) (named `node_hours` in it, with the
     node-hours' columns and `invoice_month`), Arrow `tables` registered for it: for work on them that
     belongs where they are stored, so that only its result crosses into Python."""
-    with _reading(store) as conn, _registered(conn, tables or {}):
+    with _reading(store) as conn, registered(conn, tables or {}):
         full = f"{_NODE_HOURS_CTES}\nSELECT * FROM ({sql})"
         return conn.execute(full, [naive_utc(start), naive_utc(end)]).fetchall()
-
-
-@contextmanager
-def _registered(conn: Any, tables: Mapping[str, pa.Table | pa.RecordBatchReader]) -> Iterator[None]:
-    for name, table in tables.items():
-        conn.register(name, table)
-    try:
-        yield
-    finally:
-        for name in tables:
-            conn.unregister(name)
 
 
 def _changed_hours(
@@ -1007,7 +996,7 @@ def _insert_hourly(
             continue
         failed: list[BaseException] = []
         try:
-            with _registered(conn, {"hourly_result": _watched(result, failed)}):
+            with registered(conn, {"hourly_result": _watched(result, failed)}):
                 written += insert("hourly_result")
         except Exception:
             if failed:  # the source's error, not the aborted transaction it left the store in

@@ -26,16 +26,20 @@ import copy
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
 from monitor.errors import ConfigError
 from monitor.state.store import StateStoreError
 
-__all__ = ["AggregateStore", "aggregates_path"]
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["AggregateStore", "aggregates_path", "registered"]
 
 #: What a file store's reads and writes may hold before they spill to disk. Its reads are windows of
 #: stored aggregates (a detection run's 45 days of costs, read in place by the detectors' engine, and
@@ -253,3 +257,16 @@ class AggregateStore:
         if self._memory is not None:
             self._memory.close()
             self._memory = None
+
+
+@contextmanager
+def registered(conn: Any, tables: Mapping[str, pa.Table | pa.RecordBatchReader]) -> Iterator[None]:
+    """`tables` registered on the DuckDB connection `conn` by their names while the block runs, for
+    SQL beside the stored tables to read; unregistered after, as the connection lives on."""
+    for name, table in tables.items():
+        conn.register(name, table)
+    try:
+        yield
+    finally:
+        for name in tables:
+            conn.unregister(name)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from monitor.gpus import Hosts, arrow_table
 from monitor.sources.presets import Signal
-from monitor.state.analytics import AggregateStore
+from monitor.state.analytics import AggregateStore, registered
 from monitor.state.store import StateStore
 from monitor.utilization.coverage import intersect, merge
 from monitor.utilization.hourly import UtilHours
@@ -150,11 +150,8 @@ def _insert(conn: Any, rows: list[tuple]) -> None:
     table = pa.table(
         [pa.array(list(map(itemgetter(n), rows)), t) for n, t in enumerate(types)], names=list(_COLUMNS)
     )
-    conn.register("util_copied", table)
-    try:
+    with registered(conn, {"util_copied": table}):
         conn.execute("INSERT INTO util_hours SELECT * FROM util_copied")
-    finally:
-        conn.unregister("util_copied")
 
 
 def whole_hours(*times: datetime) -> bool:
@@ -199,7 +196,7 @@ def join_tables(
     names = ("sid", "gpu", "hour", "samples", "pct_sum", "memory_max", "rank", "container", "first", "last")
     i, f, s, b = pa.int64(), pa.float64(), pa.string(), pa.bool_()
     types = (i, s, i, i, f, f, i, b, i, i)
-    registered = {
+    tables = {
         "util_series": arrow_table(
             ("series", "sid", "gpu", "rank", "block", "p", "h"), per_series, (i, i, s, i, i, s, s)
         ),
@@ -218,14 +215,8 @@ def join_tables(
         WHERE u.hour >= {lo} AND u.hour < {hi}
         UNION ALL SELECT * FROM util_several
         ORDER BY block, place"""
-    with aggregates.read() as conn:
-        for name, table in registered.items():
-            conn.register(name, table)
-        try:
-            hours = conn.sql(sql).to_arrow_table().select(list(names))
-        finally:
-            for name in registered:
-                conn.unregister(name)
+    with aggregates.read() as conn, registered(conn, tables):
+        hours = conn.sql(sql).to_arrow_table().select(list(names))
     return {
         "gpu_hosts": hosts.table(),
         "gpu_util_hours": hours.cast(pa.schema([(n, t) for n, t in zip(names, types, strict=True)])),
@@ -321,12 +312,5 @@ def _read(
     tables: Mapping[str, pa.Table] | None = None,
 ) -> list[tuple]:
     """`sql`'s rows from the aggregate store, with `tables` registered beside the copy."""
-    tables = tables or {}
-    with aggregates.read() as conn:
-        for name, table in tables.items():
-            conn.register(name, table)
-        try:
-            return conn.execute(sql, dict(params)).fetchall()
-        finally:
-            for name in tables:
-                conn.unregister(name)
+    with aggregates.read() as conn, registered(conn, tables or {}):
+        return conn.execute(sql, dict(params)).fetchall()
