@@ -265,8 +265,7 @@ def util_hours(
         {"util_whole": arrow_table(("series",), whole, (i,)),
          "util_wanted": arrow_table(("series", "hour"), wanted, (i, i))},
     )  # fmt: skip
-    series = {sid: (labels[sid][:8], labels[sid][8], key(labels[sid][:8])) for sid in {r[0] for r in rows}}
-    return _in_order(keyed, rows, series, container)
+    return _in_order(keyed, rows, labels, key, container)
 
 
 class _Series(NamedTuple):

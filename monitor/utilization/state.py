@@ -356,13 +356,11 @@ def load_util_hours(store: StateStore, start: datetime, end: datetime) -> UtilHo
         key, shared = gpus_of_series(labels, sorted({r[0] for r in agg}))
         rows = {sid: cur.execute(_POINTS, (sid, lo, hi)).fetchall() for sid in shared}
     single = [r for r in agg if r[0] not in rows]
-    # per series once, not per hour: its identity, signal and GPU key (`order_key`'s first part)
-    series = {sid: (labels[sid][:8], labels[sid][8], key(labels[sid][:8])) for sid in {r[0] for r in single}}
-    containers = {sid for sid, (_, signal, _) in series.items() if signal == Signal.CONTAINER_DUTY_CYCLE}
+    containers = {sid for sid in {r[0] for r in single} if labels[sid][8] == Signal.CONTAINER_DUTY_CYCLE}
     # only container series can have container hours: the others stay out
     container_rows = [(sid, hour) for sid, hour, *_ in single if sid in containers]
     container, keyed = reduce_several(labels, rows, container_rows, key)
-    return _in_order(keyed, single, series, container)
+    return _in_order(keyed, single, labels, key, container)
 
 
 def reduce_several(
@@ -403,12 +401,14 @@ def gpus_of_series(
 def _in_order(
     keyed: list[tuple[tuple, tuple]],
     single: list[tuple],
-    series: dict[int, tuple[tuple, str, tuple]],
+    labels: dict[int, tuple],
+    key: Callable[[tuple], tuple[str, str, str]],
     container: set,
 ) -> UtilHours:
     """The hours of GPUs seen through several series (`keyed`: (order key, row), reduced in Python)
-    and of GPUs seen through one (`single`: the store's rows of `_HOUR_COLUMNS`), as columns in
-    `order_key`'s order: by GPU key, then hour, then first window start.
+    and of GPUs seen through one (`single`: the store's rows of `_HOUR_COLUMNS`; `labels` and `key`
+    of their series, `gpus_of_series`), as columns in `order_key`'s order: by GPU key, then hour,
+    then first window start.
 
     A GPU of one series has one row an hour, so its rows are a block already in order once sorted
     by hour: the blocks are put in GPU-key order and their columns built a block at a time. Building
@@ -420,6 +420,8 @@ def _in_order(
         if run is None:
             run = runs[r[0]] = []
         run.append(r)
+    # per series once, not per hour: its identity, signal and GPU key (`order_key`'s first part)
+    series = {sid: (labels[sid][:8], labels[sid][8], key(labels[sid][:8])) for sid in runs}
     blocks: dict[tuple, list[tuple[tuple, tuple]]] = {}
     for item in keyed:
         blocks.setdefault(item[0][0], []).append(item)
