@@ -13,9 +13,9 @@ from typing import Any, Literal
 from pydantic import Field
 
 from monitor.detectors.base import ONE_HOUR, Detector, fmt_usd, money, q6, register
-from monitor.detectors.idle_gpu import instance_key
-from monitor.detectors.inputs import DetectorInputs, GpuHour
+from monitor.detectors.inputs import DetectorInputs
 from monitor.detectors.opportunities import (
+    OnDemandHours,
     OpportunityConfig,
     capped_severity,
     commitment_saving,
@@ -23,7 +23,6 @@ from monitor.detectors.opportunities import (
     machine_price_source,
     machine_prices,
     on_demand_hours,
-    on_demand_machine_hours,
     price_source,
     short_of,
     split_by_machine_price,
@@ -74,14 +73,16 @@ class CommitmentOpportunity(Detector):
         hours = int((end - begin).total_seconds() // 3600)
         if inputs.prices is None or hours < self.config.min_days * 24:
             return []
-        by_machine, by_gpu = split_by_machine_price(
-            on_demand_hours(inputs, now), inputs.prices, ("on_demand", self.config.term)
-        )
+        table = on_demand_hours(inputs, now)
+        c = table.columns
+        by_machine, by_gpu = split_by_machine_price(table, inputs.prices, ("on_demand", self.config.term))
         groups: dict[tuple[str | None, str | None, str], dict[datetime, Decimal]] = defaultdict(
             lambda: defaultdict(Decimal)
         )
-        for r in by_gpu:
-            groups[(r.project, r.region, r.gpu_model or "")][r.hour] += r.on_demand_gpu_hours
+        project, region, model, hour = c["project"], c["region"], c["gpu_model"], c["hour"]
+        od = c["on_demand_gpu_hours"]
+        for i in by_gpu:
+            groups[(project[i], region[i], model[i] or "")][hour[i]] += od[i]
         grid = [begin + i * ONE_HOUR for i in range(hours)]
         findings = []
         for key in sorted(groups, key=str):
@@ -89,32 +90,37 @@ class CommitmentOpportunity(Detector):
             steady = steady_count(counts, self.config.steady_percentile)
             if steady >= 1 and (f := self._finding(key, steady, counts, inputs, grid)) is not None:
                 findings.append(f)
-        vms: dict[tuple[str | None, str | None, str], list[GpuHour]] = defaultdict(list)
-        for r in by_machine:
-            vms[(r.project, r.region, r.machine_type or "")].append(r)
+        vms: dict[tuple[str | None, str | None, str], list[int]] = defaultdict(list)
+        machine = c["machine_type"]
+        for i in by_machine:
+            vms[(project[i], region[i], machine[i] or "")].append(i)
         for key in sorted(vms, key=str):
-            if (f := self._machine_finding(key, vms[key], grid, inputs)) is not None:
+            if (f := self._machine_finding(key, table, vms[key], grid, inputs)) is not None:
                 findings.append(f)
         return findings
 
     def _machine_finding(
         self,
         key: tuple[str | None, str | None, str],
-        rows: Sequence[GpuHour],
+        table: OnDemandHours,
+        rows: Sequence[int],
         grid: Sequence[datetime],
         inputs: DetectorInputs,
     ) -> Finding | None:
-        """One machine type's steady VM count, priced per whole machine (see the module docstring)."""
+        """One machine type's steady VM count, priced per whole machine (see the module docstring).
+        `rows`: its VMs' row numbers in `table`."""
         _, region, machine = key
         assert inputs.prices is not None
         per_hour: dict[datetime, dict[tuple[str | None, str], Decimal]] = defaultdict(
             lambda: defaultdict(Decimal)
         )
-        first: dict[tuple[str | None, str], GpuHour] = {}
-        for r in sorted(rows, key=lambda r: r.hour):
-            node = instance_key(r)
-            per_hour[r.hour][node] += on_demand_machine_hours(r)
-            first.setdefault(node, r)
+        c = table.columns
+        hour, node_of, od_machine = c["hour"], c["node"], c["on_demand_machine_hours"]
+        first: dict[tuple[str | None, str], int] = {}
+        for i in sorted(rows, key=hour.__getitem__):
+            node = node_of[i]
+            per_hour[hour[i]][node] += od_machine[i]
+            first.setdefault(node, i)
         counts = [sum(per_hour[h].values(), Decimal(0)) if h in per_hour else Decimal(0) for h in grid]
         steady = steady_count(counts, self.config.steady_percentile)
         found = machine_prices(inputs.prices, machine, region, ("on_demand", self.config.term))
@@ -128,9 +134,9 @@ class CommitmentOpportunity(Detector):
                 ran[ik] += part
         lines = [
             {
-                "instance": first[ik].instance or first[ik].instance_id,
-                "instance_id": first[ik].instance_id,
-                "zone": first[ik].zone,
+                "instance": c["instance"][first[ik]] or c["instance_id"][first[ik]],
+                "instance_id": c["instance_id"][first[ik]],
+                "zone": c["zone"][first[ik]],
                 "on_demand_machine_hours": float(ran[ik]),
                 "committed_machine_hours": float(covered[ik]),
                 "savings_usd": money(covered[ik] * (od - price)),
@@ -141,7 +147,8 @@ class CommitmentOpportunity(Detector):
         unused, impact = commitment_saving(covered.values(), counts, steady, od, price)
         if not self.keep(impact):
             return None
-        return self._machine_report(key, steady, counts, lines, unused, impact, rows[0], inputs, grid)
+        sample = (c["gpu_model"][rows[0]], c["gpus"][rows[0]])
+        return self._machine_report(key, steady, counts, lines, unused, impact, sample, inputs, grid)
 
     def _machine_report(
         self,
@@ -151,17 +158,18 @@ class CommitmentOpportunity(Detector):
         lines: list[dict[str, Any]],
         unused: Decimal,
         impact: Decimal,
-        sample: GpuHour,
+        sample: tuple[str, int],
         inputs: DetectorInputs,
         grid: Sequence[datetime],
     ) -> Finding:
+        """`sample`: the GPU model and count of the machine type's first row."""
         project, region, machine = key
         hours = len(grid)
         assert inputs.prices is not None
         terms = machine_prices(inputs.prices, machine, region, ("on_demand", "commit_1y", "commit_3y"))
         terms = terms or machine_prices(inputs.prices, machine, region, ("on_demand", self.config.term)) or {}
         od, price = terms["on_demand"], terms[self.config.term]
-        model, gpus = sample.gpu_model, sample.gpus
+        model, gpus = sample
         scope = Scope(project=project, region=region)
         years = "1-year" if self.config.term == "commit_1y" else "3-year"
         source = machine_price_source(inputs.prices, machine, region, ("on_demand", self.config.term))

@@ -9,22 +9,20 @@ from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import Field, field_validator
 
 from monitor.config import Regex
 from monitor.detectors.base import ONE_HOUR, Detector, fmt_usd, iso, money, register
-from monitor.detectors.idle_gpu import instance_key
-from monitor.detectors.inputs import DetectorInputs, GpuHour, PriceLookup
+from monitor.detectors.inputs import DetectorInputs, PriceLookup
 from monitor.detectors.opportunities import (
+    OnDemandHours,
     OpportunityConfig,
     capped_severity,
-    machine_hours,
     machine_price_source,
     machine_prices,
     on_demand_hours,
-    on_demand_machine_hours,
     price_source,
 )
 from monitor.model import Finding, Scope, counted, fingerprint
@@ -55,20 +53,22 @@ class SpotOpportunity(Detector):
     config: SpotOpportunityConfig
     advice = True
 
-    def _reason(self, rows: Sequence[GpuHour]) -> str | None:
-        distinct = {id(r.labels): r.labels for r in rows}.values()  # a VM's hours share label sets
+    def _reason(self, hours: OnDemandHours, rows: Sequence[int]) -> str | None:
+        """Why the VM of `rows` (row numbers of `hours`, by hour) looks restartable, or None."""
+        of = hours["labels"]
+        distinct = {id(of[i]): of[i] for i in rows}.values()  # a VM's hours share label sets
         labels = {f"{k}={v}" for each in distinct for k, v in each.items()}
         if hit := sorted(labels & set(self.config.restartable_labels)):
             return f"label {hit[0]}"
-        name = rows[0].instance or ""
+        name = hours["instance"][rows[0]] or ""
         if self.config.name_regex and re.search(self.config.name_regex, name):
             return "name pattern"
         if self.config.max_job_hours > 0:
             longest, run = 0, 0
             prev: datetime | None = None
-            for r in rows:
-                run = run + 1 if prev is not None and r.hour - prev == ONE_HOUR else 1
-                longest, prev = max(longest, run), r.hour
+            for hour in map(hours["hour"].__getitem__, rows):
+                run = run + 1 if prev is not None and hour - prev == ONE_HOUR else 1
+                longest, prev = max(longest, run), hour
             if longest <= self.config.max_job_hours:
                 return f"short jobs (longest {longest} h)"
         return None
@@ -76,15 +76,18 @@ class SpotOpportunity(Detector):
     def evaluate(self, inputs: DetectorInputs, now: datetime) -> list[Finding]:
         if inputs.prices is None:
             return []
-        per_instance: dict[tuple[str | None, str], list[GpuHour]] = defaultdict(list)
         hours = on_demand_hours(inputs, now)
-        for r in hours:
-            per_instance[instance_key(r)].append(r)
+        per_instance: dict[tuple[str | None, str], list[int]] = defaultdict(list)
+        for i, node in enumerate(hours["node"]):
+            per_instance[node].append(i)
         pools = _Pools(hours, inputs.prices)
+        by_hour = hours["hour"].__getitem__
         by_project: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
         for key in sorted(per_instance, key=str):
-            rows = sorted(per_instance[key], key=lambda r: r.hour)
-            if (reason := self._reason(rows)) is not None and (e := _spot_line(rows, reason, inputs, pools)):
+            rows = sorted(per_instance[key], key=by_hour)
+            if (reason := self._reason(hours, rows)) is not None and (
+                e := _spot_line(hours, rows, reason, inputs, pools)
+            ):
                 by_project[key[0]].append(e)
         return [
             f
@@ -128,6 +131,21 @@ class SpotOpportunity(Detector):
         )
 
 
+class _PoolOf(NamedTuple):
+    """What sets a row's pool (`_Pools.key`)."""
+
+    project: str | None
+    region: str | None
+    machine_type: str | None
+    gpu_model: str | None
+    gpus: int
+
+    @classmethod
+    def at(cls, hours: OnDemandHours, i: int) -> _PoolOf:
+        c = hours.columns
+        return cls(c["project"][i], c["region"][i], c["machine_type"][i], c["gpu_model"][i], c["gpus"][i])
+
+
 class _Pools:
     """The on-demand part of each hour of a pool of usage one commitment covers (a project's GPUs
     of a model in a region, or its VMs of a machine type priced whole), which a VM moved to Spot
@@ -144,16 +162,22 @@ class _Pools:
     VM of its type, moving it saves its 10 whole hours ($378.80), not 5. Where no commitment covers
     any of a pool, every hour is on demand and a VM moved saves each of its hours, as before."""
 
-    def __init__(self, rows: Sequence[GpuHour], prices: PriceLookup | None) -> None:
+    def __init__(self, hours: OnDemandHours, prices: PriceLookup | None) -> None:
         self.left: dict[tuple, dict[datetime, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
         self._whole: dict[tuple[str | None, str | None], bool] = {}
-        for r in rows:
-            key = self.key(r, prices)
-            self.left[key][r.hour] += (
-                on_demand_machine_hours(r) if key[0] == "machine" else r.on_demand_gpu_hours
-            )
+        keys: dict[tuple, tuple] = {}  # per (project, region, machine type, GPU model, any GPUs)
+        c = hours.columns
+        for project, region, machine, model, gpus, hour, od, od_machine in zip(
+            c["project"], c["region"], c["machine_type"], c["gpu_model"], c["gpus"], c["hour"],
+            c["on_demand_gpu_hours"], c["on_demand_machine_hours"], strict=True,
+        ):  # fmt: skip
+            at = (project, region, machine, model, gpus > 0)
+            key = keys.get(at)
+            if key is None:
+                key = keys[at] = self.key(_PoolOf(project, region, machine, model, gpus), prices)
+            self.left[key][hour] += od_machine if key[0] == "machine" else od
 
-    def key(self, r: GpuHour, prices: PriceLookup | None) -> tuple:
+    def key(self, r: _PoolOf, prices: PriceLookup | None) -> tuple:
         """The pool of `r`: its VMs of a machine type where `_spot_line` prices it whole, else its GPUs."""
         at = (r.machine_type, r.region)
         if at not in self._whole:
@@ -196,30 +220,28 @@ def _saved(
 
 
 def _spot_line(
-    rows: Sequence[GpuHour], reason: str, inputs: DetectorInputs, pools: _Pools
+    hours: OnDemandHours, rows: Sequence[int], reason: str, inputs: DetectorInputs, pools: _Pools
 ) -> dict[str, Any] | None:
+    """The Spot saving of the VM of `rows` (row numbers of `hours`, by hour), or None."""
     assert inputs.prices is not None
-    r0 = rows[0]
+    c = hours.columns
+    r0 = _PoolOf.at(hours, rows[0])
     whole = machine_prices(inputs.prices, r0.machine_type, r0.region, ("on_demand", "spot"))
     if whole is not None and r0.gpus > 0 and r0.machine_type:
-        return _machine_spot_line(rows, reason, inputs.prices, whole, pools)
+        return _machine_spot_line(hours, rows, reason, inputs.prices, whole, pools)
     od = inputs.prices.gpu_hourly(r0.gpu_model or "", r0.region, "on_demand")
     spot = inputs.prices.gpu_hourly(r0.gpu_model or "", r0.region, "spot")
     if od is None or spot is None or spot >= od:
         return None
     key = pools.key(r0, inputs.prices)
-    if (found := _saved(pools, key, [(r.hour, r.gpu_hours) for r in rows], od, spot)) is None:
+    if (found := _saved(pools, key, [(c["hour"][i], c["gpu_hours"][i]) for i in rows], od, spot)) is None:
         return None
     gpu_hours, freed, saving = found
     return {
-        "instance": r0.instance or r0.instance_id,
-        "instance_id": r0.instance_id,
-        "zone": r0.zone,
-        "gpu_model": r0.gpu_model,
-        "reason": reason,
+        **_vm(hours, rows, reason),
         "gpu_hours": float(gpu_hours),
-        "first_hour": iso(rows[0].hour),
-        "last_hour": iso(rows[-1].hour),
+        "first_hour": iso(c["hour"][rows[0]]),
+        "last_hour": iso(c["hour"][rows[-1]]),
         "priced_per": "gpu",
         "on_demand_usd_per_gpu_hour": money(od),
         "spot_usd_per_gpu_hour": money(spot),
@@ -229,34 +251,49 @@ def _spot_line(
     }
 
 
+def _vm(hours: OnDemandHours, rows: Sequence[int], reason: str) -> dict[str, Any]:
+    """The evidence line's VM: its first row's names, and why it looks restartable."""
+    c, i = hours.columns, rows[0]
+    return {
+        "instance": c["instance"][i] or c["instance_id"][i],
+        "instance_id": c["instance_id"][i],
+        "zone": c["zone"][i],
+        "gpu_model": c["gpu_model"][i],
+        "reason": reason,
+    }
+
+
 def _machine_spot_line(
-    rows: Sequence[GpuHour], reason: str, prices: PriceLookup, whole: dict[str, Decimal], pools: _Pools
+    hours: OnDemandHours,
+    rows: Sequence[int],
+    reason: str,
+    prices: PriceLookup,
+    whole: dict[str, Decimal],
+    pools: _Pools,
 ) -> dict[str, Any] | None:
     """A VM's Spot saving priced per whole machine: its machine-hours x (on-demand - Spot), less
     the on-demand price of those a commitment covered that nothing else on demand takes (`_Pools`)."""
-    r0 = rows[0]
+    c = hours.columns
+    r0 = _PoolOf.at(hours, rows[0])
     od, spot = whole["on_demand"], whole["spot"]
     if spot >= od:
         return None
     key = pools.key(r0, prices)
-    if (found := _saved(pools, key, [(r.hour, machine_hours(r)) for r in rows], od, spot)) is None:
+    ran = [(c["hour"][i], c["gpu_hours"][i] / c["gpus"][i]) for i in rows]  # `machine_hours`
+    if (found := _saved(pools, key, ran, od, spot)) is None:
         return None
-    hours, freed, saving = found
+    machine_hours, freed, saving = found
     return {
-        "instance": r0.instance or r0.instance_id,
-        "instance_id": r0.instance_id,
-        "zone": r0.zone,
-        "gpu_model": r0.gpu_model,
-        "reason": reason,
-        "gpu_hours": float(sum((r.gpu_hours for r in rows), Decimal(0))),
-        "first_hour": iso(rows[0].hour),
-        "last_hour": iso(rows[-1].hour),
+        **_vm(hours, rows, reason),
+        "gpu_hours": float(sum((c["gpu_hours"][i] for i in rows), Decimal(0))),
+        "first_hour": iso(c["hour"][rows[0]]),
+        "last_hour": iso(c["hour"][rows[-1]]),
         "priced_per": "machine",
         "machine_type": r0.machine_type,
-        "machine_hours": float(hours),
+        "machine_hours": float(machine_hours),
         "on_demand_usd_per_machine_hour": money(od),
         "spot_usd_per_machine_hour": money(spot),
         "savings_usd": money(saving),
-        **({"committed_machine_hours_left": float(hours - freed)} if freed < hours else {}),
+        **({"committed_machine_hours_left": float(machine_hours - freed)} if freed < machine_hours else {}),
         "price_source": machine_price_source(prices, r0.machine_type or "", r0.region, ("on_demand", "spot")),
     }
