@@ -570,7 +570,7 @@ def announce_jobs(deps: Any, inputs: Any, now: datetime) -> list[str]:
         inputs.hourly,
         inputs.all_gpu_hours,  # joined before the detection window only when a job has finished
         jobs_config(deps.cfg),
-        estimates=inputs.gpu_hours,  # every estimated hour is on the joined side
+        estimates=inputs.estimated_gpu_hours(),  # every estimated hour is on the joined side
         now=now,
         window_start=inputs.window_start,
         window_end=inputs.window_end,

@@ -32,11 +32,12 @@ from monitor.detectors.inputs import (
     CostHour,
     DetectorInputs,
     GpuHour,
+    GpuHourTable,
     JudgedGpuHours,
     PriceLookup,
+    TableGpuHours,
     UnmonitoredGpuHours,
 )
-from monitor.frozen import draft_class, freeze
 from monitor.gpu_identity import node_pool_from_name, sample_identities
 from monitor.gpu_models import gpus_for_machine_type, normalize_gpu_model, parse_sku_description, region_of
 from monitor.gpus import (
@@ -240,21 +241,17 @@ def gpu_cost_hours(store: AggregateStore, start: datetime, end: datetime, since:
     return gpu_node_hours(store, start, end, since).rows()
 
 
-#: `GpuHour`s are built as drafts (`monitor.frozen`): a frozen constructor was a quarter of `_billed`.
-_HourDraft = draft_class(
-    GpuHour,
-    ("hour", "project", "instance", "gpu_model", "gpus", "gpu_hours", "gpu_cost", "mean_utilization_pct",
-     "idle_gpu_hours", "idle_cost", "zone", "region", "instance_id", "cluster", "machine_type", "memory_held",
-     "pricing_model", "estimated", "labels", "node_pool", "namespaces", "gpu_credits", "signal",
-     "container_metrics", "gpu_cud", "node_key"),
-)  # fmt: skip
+#: The `GpuHour` columns `_billed` computes (the others are the node-hours' own), in its order.
+_COMPUTED = ("gpus", "mean_utilization_pct", "idle_gpu_hours", "idle_cost", "memory_held", "signal",
+             "container_metrics", "gpu_cost", "gpu_credits", "gpu_cud", "labels", "node_pool", "namespaces",
+             "node_key")  # fmt: skip
 
 
-def _billed(
-    nodes: GpuNodeHours, joined: Sequence[Joined | None], counted: Sequence[Decimal]
-) -> list[GpuHour]:
-    """One `GpuHour` per billed node-hour, straight from the columns and the join; `counted`: the
-    GPU-hours each node-hour's GPU count is read from (`node_gpu_hours`).
+def _billed(nodes: GpuNodeHours, joined: Sequence[Joined | None], counted: Sequence[Decimal]) -> GpuHourTable:
+    """One GPU hour per billed node-hour, as a table (`GpuHourTable`): the node-hours' columns
+    where they are the hours' (hour, names, places, GPU model, pricing, GPU-hours), the rest
+    computed from the columns and the join; `counted`: the GPU-hours each node-hour's GPU count is
+    read from (`node_gpu_hours`).
 
     The idle dollars of a node-hour are its *effective* GPU cost (gross plus its commitment and
     sustained-use credits) times idle GPUs / GPUs attached (`monitor.gpus.attached_gpus`: a GPU
@@ -266,13 +263,15 @@ def _billed(
     node_of, keys_of = nodes.identities()
     node_keys: list[tuple[str | None, str] | None] = [None] * len(keys_of)
     dollars = _Dollars()
-    out = []
-    for (hour, project, instance, model, gpu_hours, gross, zone, region, iid, cluster, machine, pricing, labels,
-         pool, spaces, cud, sud, most, j, node) in zip(
-        c["hour"], c["project"], c["instance"], c["gpu_model"], c["gpu_hours"], c["cost_micros"], c["zone"],
-        c["region"], c["instance_id"], c["cluster"], c["machine_type"], c["pricing_model"], c["labels"],
-        c["node_pool"], c["namespaces"], c["cud_micros"], c["sud_micros"], counted, joined, node_of,
-        strict=True,
+    computed: dict[str, list[Any]] = {name: [] for name in _COMPUTED}
+    # a list each, appended to as the rows go: a tuple per row to transpose after held 64 MB more
+    (add_gpus, add_mean, add_idle_hours, add_idle_cost, add_held, add_signal, add_container, add_cost, add_credits,
+     add_cud, add_labels, add_pool, add_spaces, add_key) = (computed[name].append for name in _COMPUTED)  # fmt: skip
+    for (project, instance, gpu_hours, gross, zone, iid, cluster, machine, labels, pool, spaces, cud, sud, most,
+         j, node) in zip(
+        c["project"], c["instance"], c["gpu_hours"], c["cost_micros"], c["zone"], c["instance_id"], c["cluster"],
+        c["machine_type"], c["labels"], c["node_pool"], c["namespaces"], c["cud_micros"], c["sud_micros"],
+        counted, joined, node_of, strict=True,
     ):  # fmt: skip
         key = node_keys[node]
         if key is None:
@@ -288,17 +287,29 @@ def _billed(
                 j.container_metrics,
             )  # fmt: skip
             idle_hours, idle_micros = idle_share(gpu_hours, effective, j.idle_gpus, gpus)
-        out.append(
-            _HourDraft(
-                hour, project, instance, model, gpus, gpu_hours, dollars[gross], mean, idle_hours,
-                dollars[idle_micros], zone, region, iid, cluster, machine, held, pricing, False,
-                labels or _NONE,  # shared: nothing mutates a row's labels (`_LabelSets`)
-                pool or node_pool_from_name(cluster, instance),
-                {ns: dollars[m] for ns, m in sorted(spaces.items())} if spaces else _NONE,
-                dollars[effective - gross], signal, container, dollars[cud], key,
-            )
-        )  # fmt: skip
-    return freeze(out, GpuHour)
+        add_gpus(gpus)
+        add_mean(mean)
+        add_idle_hours(idle_hours)
+        add_idle_cost(dollars[idle_micros])
+        add_held(held)
+        add_signal(signal)
+        add_container(container)
+        add_cost(dollars[gross])
+        add_credits(dollars[effective - gross])
+        add_cud(dollars[cud])
+        add_labels(labels or _NONE)  # shared: nothing mutates a row's labels (`_LabelSets`)
+        add_pool(pool or node_pool_from_name(cluster, instance))
+        add_spaces({ns: dollars[m] for ns, m in sorted(spaces.items())} if spaces else _NONE)
+        add_key(key)
+    own = ("hour", "project", "instance", "gpu_model", "gpu_hours", "zone", "region", "instance_id", "cluster",
+           "machine_type", "pricing_model")  # fmt: skip
+    return GpuHourTable(
+        {
+            **{name: c[name] for name in own},
+            **computed,
+            "estimated": [False] * len(computed["gpus"]),
+        }
+    )
 
 
 #: The `UtilHours` columns that identify a monitored host (`sample_identities`' arguments, in order).
@@ -553,7 +564,7 @@ def _effective_ratio(known: GpuCostHour | None) -> Decimal:
     return Decimal(known.effective_micros) / Decimal(known.cost_micros)
 
 
-def gpu_hours(
+def gpu_hour_table(
     costs: Sequence[GpuCostHour] | GpuNodeHours,
     hours: UtilHours | Sequence[UtilHour],
     threshold: float,
@@ -562,9 +573,9 @@ def gpu_hours(
     provisional_from: datetime | None = None,
     tables: Mapping[str, Any] | None = None,
     joined: Sequence[Joined | None] | None = None,
-) -> list[GpuHour]:
+) -> GpuHourTable:
     """Billed GPU hours (`gpu_node_hours`) joined with utilization (per GPU and hour:
-    `monitor.utilization.hourly`), plus estimated ones (see `_estimates`). `tables`: the
+    `monitor.utilization.hourly`), plus estimated ones (see `_estimates`), as a table. `tables`: the
     utilization's join tables (`monitor.gpus.util_tables`), when already built; they stand for
     `hours` in the join, and `hours` need then hold only what the estimates read (from
     `provisional_from` on). `joined`: the join's results (`join_node_hours`), when already run;
@@ -575,7 +586,12 @@ def gpu_hours(
     if joined is None:
         joined = join_node_hours(nodes, util, threshold, tables)
     billed = _billed(nodes, joined, counted)
-    return billed + _estimates(nodes, util, prices, threshold, end, provisional_from, counted)
+    return billed.extended(_estimates(nodes, util, prices, threshold, end, provisional_from, counted))
+
+
+def gpu_hours(*args: Any, **kwargs: Any) -> list[GpuHour]:
+    """`gpu_hour_table`'s hours (its arguments) as `GpuHour`s: billed, then estimated."""
+    return gpu_hour_table(*args, **kwargs).rows()
 
 
 def judged_gpu_hours(
@@ -715,6 +731,9 @@ def assemble_inputs(
     Python, and a detection run 13.4-18.9 s against 9.2-12.8 s with the copy (docs/performance.md,
     2026-12-06, eighteenth session). Its estimates read from the copy only the provisional hours
     billing does not cover (`_unbilled`): 463 of 230,475 GPU-hours there (nineteenth session).
+    It holds them as a table (`TableGpuHours`): the opportunity detectors read its columns,
+    `idle_gpu` and `unmonitored_gpu` the `GpuHour`s built for the hours they judge, and every
+    `GpuHour` is built only for a reader of them all (a job budget, a finished job's message).
 
     Every GPU node-hour is read in the costs' read transaction (`AggregateStore.pinned`): the
     daemon's billing poll may commit while a detection run still reads GPU hours (those before
@@ -747,7 +766,8 @@ def assemble_inputs(
             del tables  # 121 MB there: dropped before the GPU hours are built
             lo = max(split, since)
             util = utilization_copy_hours(store, aggregates, lo, end, _unbilled(nodes, lo, end))
-            return gpu_hours(nodes, util, idle_threshold_pct, prices, end, since, joined=join)
+            table = gpu_hour_table(nodes, util, idle_threshold_pct, prices, end, since, joined=join)
+            return TableGpuHours(table)  # read as columns where they can be (`TableGpuHours`)
         util = load_util_hours(store, split, end)
         if not defer:
             return joined(split, end, util)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import fields
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
-__all__ = ["Columns"]
+__all__ = ["Columns", "objects"]
 
 T = TypeVar("T")
 
@@ -41,7 +41,7 @@ class Columns(Generic[T]):
 
     @classmethod
     def from_rows(cls, rows: Sequence[T]) -> Self:
-        return cls({name: [getattr(r, name) for r in rows] for name in cls.names})
+        return cls({name: list(map(attrgetter(name), rows)) for name in cls.names})
 
     @classmethod
     def from_tuples(cls, rows: Sequence[tuple]) -> Self:
@@ -68,3 +68,12 @@ class Columns(Generic[T]):
     def astuple(cls, row: T) -> tuple:
         """A row's fields in order (shallow: `dataclasses.astuple` deep-copies)."""
         return tuple(getattr(row, name) for name in cls.names)
+
+
+def objects(column: Sequence[Any]) -> Any:
+    """A column as a numpy object array, one dimension whatever its values (`numpy.array` makes a
+    list of tuples two-dimensional): for picking and comparing a column's values in numpy's loops,
+    not Python's."""
+    import numpy as np
+
+    return np.fromiter(column, dtype=object, count=len(column))

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from monitor.cycle import detection_inputs
-from monitor.detectors.inputs import DetectorInputs, JudgedGpuHours
+from monitor.detectors.inputs import DetectorInputs, JudgedGpuHours, TableGpuHours
 from monitor.state.analytics import AggregateStore
 
 NOW = datetime(2026, 11, 5, 9, tzinfo=UTC)  # 4 days billed: the first settled
@@ -99,8 +99,9 @@ def build_window_hours(deps: Any, build: Any) -> list:
 def test_the_deferred_hours_are_judged_and_the_daemons_read_whole(daemon: Any) -> None:
     lean, whole = _deferred(daemon), detection_inputs(daemon, NOW, WINDOW)
     try:
-        assert isinstance(lean.gpu_hours, JudgedGpuHours) and isinstance(whole.gpu_hours, list)
-        assert list(lean.gpu_hours) == whole.gpu_hours
+        # the daemon's are every hour, held as a table (`TableGpuHours`)
+        assert isinstance(lean.gpu_hours, JudgedGpuHours) and isinstance(whole.gpu_hours, TableGpuHours)
+        assert list(lean.gpu_hours) == list(whole.gpu_hours)
     finally:
         lean.hourly.close()
         whole.hourly.close()

@@ -14,9 +14,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from monitor.detectors.idle_gpu import FORGOTTEN_MIN_READ_HOURS, instance_key
-from monitor.detectors.inputs import GpuHour, with_on_demand_part
+from monitor.detectors.inputs import GpuHour, GpuHourTable, with_on_demand_part
 from monitor.detectors.opportunities import OnDemandHours, on_demand_hours, unused_nodes
-from tests.test_detectors_common import gpu, inputs
+from tests.test_detectors_common import at, gpu, inputs
 
 _PRICING = st.sampled_from(["on_demand", "committed", "spot", "reserved", None])
 
@@ -24,7 +24,7 @@ _PRICING = st.sampled_from(["on_demand", "committed", "spot", "reserved", None])
 @st.composite
 def _hours(draw: st.DrawFn) -> list[GpuHour]:
     """GPU hours of any pricing, with or without CUD credits (up to beyond their gross), at a
-    gross of $0 or more, with 0 to 8 GPUs and part-hours."""
+    gross of $0 or more, with 0 to 8 GPUs and part-hours, of a known GPU model or not."""
     rows = []
     for i in range(draw(st.integers(0, 24))):
         gpus = draw(st.integers(0, 8))
@@ -38,6 +38,7 @@ def _hours(draw: st.DrawFn) -> list[GpuHour]:
             pricing_model=draw(_PRICING),
             machine_type=draw(st.sampled_from([None, "a3-highgpu-8g"])),
         )
+        r = replace(r, gpu_model=draw(st.sampled_from(["H100", None])))
         part = draw(st.sampled_from([D(1), D("0.333333")]))
         rows.append(replace(r, gpu_hours=gpus * part, gpu_cost=gross, gpu_cud=cud, idle_gpu_hours=D(0)))
     return rows
@@ -50,14 +51,19 @@ def _hours(draw: st.DrawFn) -> list[GpuHour]:
 def test_the_table_holds_what_the_gpu_hours_say(rows: list[GpuHour]) -> None:
     kept = with_on_demand_part(rows)
     assert kept == [r for r in rows if r.on_demand_share > 0]
-    table = OnDemandHours.of(kept)
-    assert len(table) == len(kept)
-    for i, r in enumerate(kept):
+    start, end = at(1), at(5)  # hours 1 to 4 of the 6
+    # the nodes without work are `unused_nodes`' test's: none here, with fewer hours than it needs
+    assert not unused_nodes(kept)
+    table = OnDemandHours.of(GpuHourTable.from_rows(rows), start, end)
+    assert OnDemandHours.of(GpuHourTable.from_rows(kept), start, end).columns == table.columns
+    window = [r for r in kept if r.gpu_model and start <= r.hour < end]
+    assert len(table) == len(window)
+    for i, r in enumerate(window):
         row = table.row(i)
         assert (row.hour, row.node, row.gpus, row.gpu_hours) == (r.hour, instance_key(r), r.gpus, r.gpu_hours)
+        assert (row.instance, row.labels) == (r.instance, r.labels)
         assert row.on_demand_gpu_hours == r.on_demand_gpu_hours
         assert row.on_demand_machine_hours == (r.on_demand_gpu_hours / r.gpus if r.gpus else None)
-    assert OnDemandHours.of(kept, [instance_key(r) for r in kept]).columns == table.columns
 
 
 def test_a_node_that_did_no_work_is_left_out_of_the_table() -> None:
@@ -70,7 +76,6 @@ def test_a_node_that_did_no_work_is_left_out_of_the_table() -> None:
     unmonitored = [gpu(h, "dark", util=None) for h in range(n)]
     rows = forgotten + busy_once + short + unmonitored
     assert unused_nodes(rows) == {instance_key(forgotten[0])}
-    assert unused_nodes(rows, [instance_key(r) for r in rows]) == unused_nodes(rows)
     inp = inputs(gpu_hours=rows)
     table = on_demand_hours(inp, inp.window_end)
     assert set(table["instance"]) == {"busy-once", "short", "dark"}

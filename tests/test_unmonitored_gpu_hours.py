@@ -25,7 +25,7 @@ from monitor.cli import main
 from monitor.config import Config
 from monitor.detectors.commitment_opportunity import CommitmentOpportunity
 from monitor.detectors.idle_gpu import IdleGpu
-from monitor.detectors.inputs import GpuHour, UnmonitoredGpuHours
+from monitor.detectors.inputs import GpuHour, TableGpuHours, UnmonitoredGpuHours
 from monitor.detectors.spot_opportunity import SpotOpportunity
 from monitor.simulate import write_fleet
 from monitor.sources.pricing import SnapshotPriceSource
@@ -157,11 +157,12 @@ def _assembled(deps: Any, *, defer: bool) -> Any:
 
 def test_the_daemon_reads_its_gpu_hours_with_its_costs_and_analyze_defers_them(billed_only: Any) -> None:
     read = _assembled(billed_only, defer=False)
-    assert isinstance(read.gpu_hours, list) and read.gpu_monitored  # a poll may commit mid-detection
+    # every hour, held as a table (a poll may commit mid-detection)
+    assert isinstance(read.gpu_hours, TableGpuHours) and read.gpu_monitored
     deferred = _assembled(billed_only, defer=True)
     assert isinstance(deferred.gpu_hours, UnmonitoredGpuHours) and not deferred.gpu_monitored
     on_demand = [g for g in read.gpu_hours if g.pricing_model == "on_demand"]
     assert 0 < len(on_demand) < len(read.gpu_hours)
     assert deferred.on_demand_gpu_hours() == on_demand  # from the store alone: the same, in order
-    assert list(deferred.gpu_hours) == read.gpu_hours
+    assert list(deferred.gpu_hours) == list(read.gpu_hours)
     assert deferred.gpu_hours.fetched == len(on_demand) + len(read.gpu_hours)

@@ -23,6 +23,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from monitor.columns import Columns, objects
+from monitor.frozen import draft_class, freeze
 from monitor.model import category_of
 
 if TYPE_CHECKING:
@@ -35,12 +37,15 @@ __all__ = [
     "DeferredGpuHours",
     "DetectorInputs",
     "GpuHour",
+    "GpuHourTable",
     "HeldSpend",
     "JudgedGpuHours",
     "LabelSpend",
     "MachinePriceLookup",
     "PriceLookup",
+    "TableGpuHours",
     "UnmonitoredGpuHours",
+    "on_demand_share",
     "to_usd",
     "with_on_demand_part",
 ]
@@ -115,6 +120,23 @@ class CostHour:
         return category_of(self.subcategory)
 
 
+def on_demand_share(pricing_model: str | None, gpu_cost: Decimal, gpu_cud: Decimal) -> Decimal:
+    """The part of a GPU hour bought on demand, which a commitment or Spot could have bought for
+    less: 1 - |CUD credits| / gross, in [0, 1], for an on-demand or committed hour; 0 for Spot,
+    reserved or unknown. The export bills every GPU-hour at the on-demand SKU and a commitment's
+    credit offsets what it covers, spread over the usage rows (a commitment of 8 GPUs under a
+    fleet of 12 leaves rows partly covered), while a row with any CUD credit is `committed`:
+    read whole as committed, the uncovered GPU-hours of those rows were missing from the
+    opportunities. A committed hour without a CUD credit (a rule's pricing: nothing tells what
+    it covered) counts as covered. (`GpuHour.on_demand_share`; a function too, for the hours
+    held as columns: `GpuHourTable`.)"""
+    if not gpu_cud:
+        return _ONE if pricing_model == "on_demand" else _ZERO
+    if pricing_model not in ("on_demand", "committed") or gpu_cost <= 0:
+        return _ZERO
+    return min(_ONE, max(_ZERO, _ONE - abs(gpu_cud) / gpu_cost))
+
+
 @dataclass(frozen=True, slots=True)
 class GpuHour:
     """One instance-hour of GPU spend joined with its utilization.
@@ -166,18 +188,8 @@ class GpuHour:
     @property
     def on_demand_share(self) -> Decimal:
         """The part of the hour bought on demand, which a commitment or Spot could have bought for
-        less: 1 - |CUD credits| / gross, in [0, 1], for an on-demand or committed hour; 0 for Spot,
-        reserved or unknown. The export bills every GPU-hour at the on-demand SKU and a commitment's
-        credit offsets what it covers, spread over the usage rows (a commitment of 8 GPUs under a
-        fleet of 12 leaves rows partly covered), while a row with any CUD credit is `committed`:
-        read whole as committed, the uncovered GPU-hours of those rows were missing from the
-        opportunities. A committed hour without a CUD credit (a rule's pricing: nothing tells what
-        it covered) counts as covered."""
-        if not self.gpu_cud:
-            return _ONE if self.pricing_model == "on_demand" else _ZERO
-        if self.pricing_model not in ("on_demand", "committed") or self.gpu_cost <= 0:
-            return _ZERO
-        return min(_ONE, max(_ZERO, _ONE - abs(self.gpu_cud) / self.gpu_cost))
+        less (`on_demand_share`)."""
+        return on_demand_share(self.pricing_model, self.gpu_cost, self.gpu_cud)
 
     @property
     def on_demand_gpu_hours(self) -> Decimal:
@@ -200,6 +212,72 @@ class GpuHour:
     def busy(self) -> bool:
         """A monitored hour in which not every GPU-hour was idle."""
         return self.monitored and self.idle_gpu_hours < self.gpu_hours
+
+
+#: `GpuHour`s are built as drafts (`monitor.frozen`): a frozen constructor was a quarter of `_billed`.
+_HourDraft = draft_class(
+    GpuHour,
+    ("hour", "project", "instance", "gpu_model", "gpus", "gpu_hours", "gpu_cost", "mean_utilization_pct",
+     "idle_gpu_hours", "idle_cost", "zone", "region", "instance_id", "cluster", "machine_type", "memory_held",
+     "pricing_model", "estimated", "labels", "node_pool", "namespaces", "gpu_credits", "signal",
+     "container_metrics", "gpu_cud", "node_key"),
+)  # fmt: skip
+
+
+class GpuHourTable(Columns[GpuHour], row_type=GpuHour):
+    """GPU hours as one list per `GpuHour` field, in order: what the join builds
+    (`monitor.assemble.gpu_hour_table`), most of its columns the node-hours' own lists. Readers
+    that select, group and sum read the columns (the opportunity detectors' `OnDemandHours`);
+    `rows()` builds `GpuHour`s for the readers of rows, all of them or those picked."""
+
+    __slots__ = ("_keys", "_numbers")
+
+    def __init__(self, columns: dict[str, list[Any]]) -> None:
+        super().__init__(columns)
+        self._keys: list[tuple[str | None, str]] | None = None
+        self._numbers: tuple[Any, list[tuple[str | None, str]]] | None = None
+
+    def rows(self, picked: Iterable[int] | None = None) -> list[GpuHour]:
+        """The `GpuHour`s of every row, or of the rows `picked` (row numbers, in the order given)."""
+        columns = [self.columns[name] for name in self.names]
+        if picked is None:
+            return freeze([_HourDraft(*values) for values in zip(*columns, strict=True)], GpuHour)
+        return freeze([_HourDraft(*[c[i] for c in columns]) for i in picked], GpuHour)
+
+    def node_keys(self) -> list[tuple[str | None, str]]:
+        """Each hour's node as the GPU detectors group hours (`monitor.detectors.idle_gpu.instance_key`):
+        its `node_key`, made where it is not set (estimated hours), once."""
+        if self._keys is None:
+            from monitor.detectors.idle_gpu import node_instance_key  # idle_gpu imports this module
+
+            c = self.columns
+            keys = c["node_key"]
+            if missing := [i for i, key in enumerate(keys) if key is None]:
+                keys = list(keys)
+                for i in missing:
+                    keys[i] = node_instance_key(
+                        c["project"][i], c["zone"][i], c["instance"][i], c["instance_id"][i], c["cluster"][i]
+                    )
+            self._keys = keys
+        return self._keys
+
+    def node_numbers(self) -> tuple[Any, list[tuple[str | None, str]]]:
+        """Each hour's node (`node_keys`) as a number (a numpy array), and the nodes in number
+        order: what grouping by node in numpy needs."""
+        if self._numbers is None:
+            import numpy as np
+
+            numbers: dict[tuple[str | None, str], int] = {}
+            ids = [numbers.setdefault(key, len(numbers)) for key in self.node_keys()]
+            self._numbers = (np.fromiter(ids, np.int64, len(ids)), list(numbers))
+        return self._numbers
+
+    def extended(self, rows: Sequence[GpuHour]) -> GpuHourTable:
+        """This table with `rows` after its own (a new table; this one is left as it is)."""
+        if not rows:
+            return self
+        more = GpuHourTable.from_rows(rows)
+        return GpuHourTable({name: self.columns[name] + more.columns[name] for name in self.names})
 
 
 def with_on_demand_part(rows: Iterable[GpuHour]) -> list[GpuHour]:
@@ -306,6 +384,45 @@ class JudgedGpuHours(DeferredGpuHours):
         return with_on_demand_part(self._judged)
 
     def judged(self) -> Sequence[GpuHour]:
+        return self._judged
+
+
+class TableGpuHours(DeferredGpuHours):
+    """GPU hours held as a table (`GpuHourTable`), as the daemon's detection joins them: the
+    opportunity detectors read the table (`DetectorInputs.gpu_table`), `judged()` builds `GpuHour`s
+    only for the hours `idle_gpu` and `unmonitored_gpu` read (every unmonitored hour, every hour of
+    a node with an idle GPU-hour), and every one is built only for a reader of them all (a job
+    budget, a finished job's message). At 5 M export rows a month, 381,001 `GpuHour`s were built
+    for every detection run, where those two detectors read 335 hours and 1 node's."""
+
+    def __init__(self, table: GpuHourTable) -> None:
+        self.table = table
+        self._all: list[GpuHour] | None = None
+        self._judged: list[GpuHour] | None = None
+        self.fetched = sum(1 for estimated in table["estimated"] if not estimated)
+
+    def _rows(self) -> Sequence[GpuHour]:
+        if self._all is None:
+            self._all = self.table.rows()
+        return self._all
+
+    def on_demand(self) -> list[GpuHour]:
+        return with_on_demand_part(self._rows())
+
+    def judged(self) -> Sequence[GpuHour]:
+        """Every unmonitored hour and every hour of a node with an idle GPU-hour, in order: what
+        `unmonitored_gpu` (unmonitored hours with a cost) and `idle_gpu` (the nodes with an idle
+        GPU-hour, read whole) judge, so they find in these what they find in every hour."""
+        if self._all is not None:
+            return self._all
+        if self._judged is None:
+            import numpy as np
+
+            ids, keys = self.table.node_numbers()
+            idle = np.zeros(len(keys), bool)
+            idle[ids[objects(self.table["idle_gpu_hours"]) > 0]] = True
+            unmonitored = np.equal(objects(self.table["mean_utilization_pct"]), None)
+            self._judged = self.table.rows(np.flatnonzero(unmonitored | idle[ids]).tolist())
         return self._judged
 
 
@@ -432,6 +549,22 @@ class DetectorInputs:
         if isinstance(self.gpu_hours, DeferredGpuHours):
             return self.gpu_hours.on_demand()
         return with_on_demand_part(self.gpu_hours)
+
+    def gpu_table(self) -> GpuHourTable | None:
+        """The window's GPU hours as a table where they are held as one (`TableGpuHours`: the
+        daemon's), else None (read `gpu_hours`)."""
+        return self.gpu_hours.table if isinstance(self.gpu_hours, TableGpuHours) else None
+
+    def estimated_gpu_hours(self) -> Sequence[GpuHour]:
+        """The estimated GPU hours of the window, in order, without building the others where they
+        are held as a table (a finished job's message asks them of every detection run)."""
+        table = self.gpu_table()
+        if table is not None:
+            return table.rows(i for i, estimated in enumerate(table["estimated"]) if estimated)
+        if isinstance(self.gpu_hours, UnmonitoredGpuHours):
+            return []  # no utilization, nothing estimated
+        hours = self.judged_gpu_hours()  # `JudgedGpuHours` holds every estimated hour
+        return [h for h in hours if h.estimated]
 
     def judged_gpu_hours(self) -> Sequence[GpuHour]:
         """The GPU hours `idle_gpu` and `unmonitored_gpu` judge, in order: all of them, or as far as

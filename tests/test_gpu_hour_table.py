@@ -1,0 +1,82 @@
+"""The daemon's detection holds the window's GPU hours as a table (`TableGpuHours` over a
+`GpuHourTable`): the opportunity detectors read its columns, `idle_gpu` and `unmonitored_gpu` the
+hours `judged()` builds for them, and every `GpuHour` is built only for a reader of them all.
+Every GPU detector finds on the table exactly what it finds on the same hours as a list, on seed
+7's first 4 days polled by the daemon (its forgotten 8x A100, its steady fleet, its estimated
+hours)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from monitor.detectors import build_detectors
+from monitor.detectors.idle_gpu import instance_key
+from monitor.detectors.inputs import DetectorInputs, GpuHourTable, TableGpuHours
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+NOW = T0 + timedelta(days=4, hours=9)
+GPU_DETECTORS = ("idle_gpu", "unmonitored_gpu", "spot_opportunity", "commitment_opportunity")
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from tests.test_digest_jobs import polled_daemon
+
+    deps = polled_daemon(tmp_path_factory, "gpu-table", seed=7, days=4, now=NOW)
+    yield deps
+    deps.store.close()
+
+
+@pytest.fixture(scope="module")
+def held(daemon: Any) -> DetectorInputs:
+    from tests.test_digest_jobs import assembled
+
+    inputs = assembled(daemon, NOW, provisional_days=2)
+    yield inputs
+    inputs.hourly.close()
+
+
+def test_the_daemon_holds_its_gpu_hours_as_a_table(held: DetectorInputs) -> None:
+    assert isinstance(held.gpu_hours, TableGpuHours)
+    table = held.gpu_table()
+    assert isinstance(table, GpuHourTable) and len(table) > 1000
+    assert any(table["estimated"]), "no estimated hour: the fixture no longer covers them"
+
+
+def test_every_gpu_detector_finds_on_the_table_what_it_finds_on_the_list(held: DetectorInputs) -> None:
+    hours = TableGpuHours(held.gpu_table())  # none built yet: the fixture's may have been
+    on_table, as_list = replace(held, gpu_hours=hours), replace(held, gpu_hours=held.gpu_table().rows())
+    assert as_list.gpu_table() is None
+    # a commitment over the 4 days' steady fleet (7 days by default)
+    detectors = [
+        d for d in build_detectors({"commitment_opportunity": {"min_days": 1}}) if d.name in GPU_DETECTORS
+    ]
+    assert sorted(d.name for d in detectors) == sorted(GPU_DETECTORS)
+    found: dict[str, int] = {}
+    for det in detectors:
+        found_on_table = [f.to_dict() for f in det.evaluate(on_table, NOW)]
+        assert found_on_table == [f.to_dict() for f in det.evaluate(as_list, NOW)], det.name
+        found[det.name] = len(found_on_table)
+    # not vacuous: each of them finds something here (seed 7: the forgotten A100s, commitments...)
+    assert all(found.values()), found
+    assert hours._all is None  # and none of them built every GPU hour
+
+
+def test_judged_hours_are_every_unmonitored_hour_and_every_hour_of_an_idle_node(held: DetectorInputs) -> None:
+    every = held.gpu_table().rows()
+    idle = {instance_key(h) for h in every if h.idle_gpu_hours > 0}
+    judged = TableGpuHours(held.gpu_table()).judged()
+    assert judged == [h for h in every if not h.monitored or instance_key(h) in idle]
+    assert idle and any(not h.monitored for h in judged) and len(judged) < len(every) / 2
+
+
+def test_estimated_hours_are_read_without_building_the_others(held: DetectorInputs) -> None:
+    hours = TableGpuHours(held.gpu_table())
+    inputs = replace(held, gpu_hours=hours)
+    assert inputs.estimated_gpu_hours() == [h for h in held.gpu_table().rows() if h.estimated]
+    assert hours._all is None  # nothing built them all
+    assert replace(held, gpu_hours=list(hours)).estimated_gpu_hours() == inputs.estimated_gpu_hours()
