@@ -26,6 +26,7 @@ from monitor.billing_poll import (
     provisional_since,
     stored_gpu_node_hours,
 )
+from monitor.columns import objects
 from monitor.detectors.costs import Costs
 from monitor.detectors.inputs import (
     BudgetSpec,
@@ -241,12 +242,6 @@ def gpu_cost_hours(store: AggregateStore, start: datetime, end: datetime, since:
     return gpu_node_hours(store, start, end, since).rows()
 
 
-#: The `GpuHour` columns `_billed` computes (the others are the node-hours' own), in its order.
-_COMPUTED = ("gpus", "mean_utilization_pct", "idle_gpu_hours", "idle_cost", "memory_held", "signal",
-             "container_metrics", "gpu_cost", "gpu_credits", "gpu_cud", "labels", "node_pool", "namespaces",
-             "node_key")  # fmt: skip
-
-
 def _billed(nodes: GpuNodeHours, joined: Sequence[Joined | None], counted: Sequence[Decimal]) -> GpuHourTable:
     """One GPU hour per billed node-hour, as a table (`GpuHourTable`): the node-hours' columns
     where they are the hours' (hour, names, places, GPU model, pricing, GPU-hours), the rest
@@ -256,60 +251,77 @@ def _billed(nodes: GpuNodeHours, joined: Sequence[Joined | None], counted: Seque
     The idle dollars of a node-hour are its *effective* GPU cost (gross plus its commitment and
     sustained-use credits) times idle GPUs / GPUs attached (`monitor.gpus.attached_gpus`: a GPU
     that reports nothing does not shrink the share). Each hour carries its node's key
-    (`GpuHour.node_key`), made once per node."""
+    (`GpuHour.node_key`), made once per node. Column at a time where a column allows (the
+    dollars picked by numpy from one `Decimal` per distinct amount, the node keys from one per
+    node): only the GPU counts and idle shares are a loop over the hours."""
+    import numpy as np
+
     from monitor.detectors.idle_gpu import node_instance_key  # the detectors' package imports this module
 
     c = nodes.columns
-    node_of, keys_of = nodes.identities()
-    node_keys: list[tuple[str | None, str] | None] = [None] * len(keys_of)
-    dollars = _Dollars()
-    computed: dict[str, list[Any]] = {name: [] for name in _COMPUTED}
-    # a list each, appended to as the rows go: a tuple per row to transpose after held 64 MB more
-    (add_gpus, add_mean, add_idle_hours, add_idle_cost, add_held, add_signal, add_container, add_cost, add_credits,
-     add_cud, add_labels, add_pool, add_spaces, add_key) = (computed[name].append for name in _COMPUTED)  # fmt: skip
-    for (project, instance, gpu_hours, gross, zone, iid, cluster, machine, labels, pool, spaces, cud, sud, most,
-         j, node) in zip(
-        c["project"], c["instance"], c["gpu_hours"], c["cost_micros"], c["zone"], c["instance_id"], c["cluster"],
-        c["machine_type"], c["labels"], c["node_pool"], c["namespaces"], c["cud_micros"], c["sud_micros"],
-        counted, joined, node_of, strict=True,
-    ):  # fmt: skip
-        key = node_keys[node]
-        if key is None:
-            key = node_keys[node] = node_instance_key(project, zone, instance, iid, cluster)
-        effective = effective_micros(gross, cud, sud)
+    node_of = nodes.identities()[0]
+    number = np.fromiter(node_of, np.int64, len(node_of))
+    firsts = np.unique(number, return_index=True)[1].tolist()  # each node's first hour, by node
+    node_keys = objects([node_instance_key(*(c[k][i] for k in NODE_COLUMNS)) for i in firsts])
+    gross, cud, sud = (
+        np.fromiter(c[k], np.int64, len(node_of)) for k in ("cost_micros", "cud_micros", "sud_micros")
+    )
+    effective = effective_micros(gross, cud, sud)
+    gpus: list[int] = []
+    mean: list[float | None] = [None] * len(node_of)
+    idle_hours: list[Decimal] = [_ZERO] * len(node_of)
+    idle_micros: list[int] = [0] * len(node_of)
+    held: list[bool | None] = [None] * len(node_of)
+    signal: list[str | None] = [None] * len(node_of)
+    container: list[bool | None] = [None] * len(node_of)
+    for i, (machine, most, j, used, paid) in enumerate(
+        zip(c["machine_type"], counted, joined, c["gpu_hours"], effective.tolist(), strict=True)
+    ):
         if j is None:
-            gpus, mean, idle_hours, idle_micros, held, signal, container = (
-                gpus_from_usage(machine, most), None, _ZERO, 0, None, None, None
-            )  # fmt: skip
-        else:
-            gpus, mean, held, signal, container = (
-                attached_gpus(machine, most, j.gpus), j.mean_utilization_pct, j.memory_held, j.signal,
-                j.container_metrics,
-            )  # fmt: skip
-            idle_hours, idle_micros = idle_share(gpu_hours, effective, j.idle_gpus, gpus)
-        add_gpus(gpus)
-        add_mean(mean)
-        add_idle_hours(idle_hours)
-        add_idle_cost(dollars[idle_micros])
-        add_held(held)
-        add_signal(signal)
-        add_container(container)
-        add_cost(dollars[gross])
-        add_credits(dollars[effective - gross])
-        add_cud(dollars[cud])
-        add_labels(labels or _NONE)  # shared: nothing mutates a row's labels (`_LabelSets`)
-        add_pool(pool or node_pool_from_name(cluster, instance))
-        add_spaces({ns: dollars[m] for ns, m in sorted(spaces.items())} if spaces else _NONE)
-        add_key(key)
+            gpus.append(gpus_from_usage(machine, most))
+            continue
+        attached = attached_gpus(machine, most, j.gpus)
+        gpus.append(attached)
+        mean[i], held[i] = j.mean_utilization_pct, j.memory_held
+        signal[i], container[i] = j.signal, j.container_metrics
+        idle_hours[i], idle_micros[i] = idle_share(used, paid, j.idle_gpus, attached)
+    dollars = _Dollars()
     own = ("hour", "project", "instance", "gpu_model", "gpu_hours", "zone", "region", "instance_id", "cluster",
            "machine_type", "pricing_model")  # fmt: skip
     return GpuHourTable(
         {
             **{name: c[name] for name in own},
-            **computed,
-            "estimated": [False] * len(computed["gpus"]),
+            "gpus": gpus,
+            "mean_utilization_pct": mean,
+            "idle_gpu_hours": idle_hours,
+            "idle_cost": _in_dollars(np.fromiter(idle_micros, np.int64, len(idle_micros)), dollars),
+            "memory_held": held,
+            "signal": signal,
+            "container_metrics": container,
+            "gpu_cost": _in_dollars(gross, dollars),
+            "gpu_credits": _in_dollars(effective - gross, dollars),
+            "gpu_cud": _in_dollars(cud, dollars),
+            "labels": [labels or _NONE for labels in c["labels"]],  # shared: nothing mutates a row's labels
+            "node_pool": [
+                pool or node_pool_from_name(cluster, instance)
+                for pool, cluster, instance in zip(c["node_pool"], c["cluster"], c["instance"], strict=True)
+            ],
+            "namespaces": [
+                {ns: dollars[m] for ns, m in sorted(spaces.items())} if spaces else _NONE
+                for spaces in c["namespaces"]
+            ],
+            "estimated": [False] * len(node_of),
+            "node_key": node_keys[number].tolist(),
         }
     )
+
+
+def _in_dollars(micros: Any, dollars: _Dollars) -> list[Decimal]:
+    """Micros (a numpy array) as USD, one `Decimal` per distinct amount (`_Dollars`), picked by numpy."""
+    import numpy as np
+
+    distinct, at = np.unique(micros, return_inverse=True)
+    return objects([dollars[m] for m in distinct.tolist()])[at.reshape(-1)].tolist()
 
 
 #: The `UtilHours` columns that identify a monitored host (`sample_identities`' arguments, in order).
@@ -773,14 +785,14 @@ def assemble_inputs(
             return joined(split, end, util)
         if not len(util):  # nothing to join: built when (and as far as) a detector reads them
 
-            def unmonitored(pricing: str | None) -> list[GpuHour]:
+            def unmonitored(pricing: str | None) -> GpuHourTable:
                 # "on_demand": the node-hours with an on-demand part (`UnmonitoredGpuHours.on_demand`)
                 only = (
                     NodeHours(on_demand_part=True) if pricing == "on_demand"
                     else NodeHours(pricing_model=pricing) if pricing is not None else None
                 )  # fmt: skip
                 nodes = gpu_node_hours(aggregates, split, end, since, only=only)
-                return gpu_hours(nodes, util, idle_threshold_pct, prices, end, since)
+                return gpu_hour_table(nodes, util, idle_threshold_pct, prices, end, since)
 
             return UnmonitoredGpuHours(unmonitored)
         judged, fetched = judged_gpu_hours(aggregates, util, split, end, since, idle_threshold_pct, prices)

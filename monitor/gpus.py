@@ -32,6 +32,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING, Any
 
 from monitor.columns import Columns
+from monitor.frozen import draft_class, freeze
 from monitor.gpu_identity import billed_identities, sample_identities
 from monitor.gpu_models import gpus_for_machine_type
 from monitor.scratch import scratch
@@ -126,9 +127,15 @@ class JoinedHour:
         return idle_share(self.cost.gpu_hours, self.cost.effective_micros, self.idle_gpus, self.gpus)[1]
 
 
-def effective_micros(gross: int, cud: int, sud: int) -> int:
-    """Gross plus commitment and sustained-use credits (<= 0): what GPU-hours really cost (>= 0)."""
-    return max(0, gross + cud + sud)
+def effective_micros(gross: Any, cud: Any, sud: Any) -> Any:
+    """Gross plus commitment and sustained-use credits (<= 0): what GPU-hours really cost (>= 0).
+    Of one node-hour's ints, or of numpy arrays of them (`monitor.assemble._billed`'s columns)."""
+    total = gross + cud + sud
+    if isinstance(total, int):
+        return max(0, total)
+    import numpy as np
+
+    return np.maximum(total, 0)
 
 
 def idle_share(gpu_hours: Decimal, effective: int, idle_gpus: int, gpus: int) -> tuple[Decimal, int]:
@@ -474,6 +481,13 @@ class Joined:
     container_metrics: bool | None
 
 
+#: `Joined`s are built as drafts (`monitor.frozen`): one per joined node-hour, 380,546 a detection run
+#: at 5 M export rows a month.
+_JoinedDraft = draft_class(
+    Joined, ("gpus", "mean_utilization_pct", "idle_gpus", "memory_held", "signal", "container_metrics")
+)
+
+
 def join_node_hours(
     nodes: GpuNodeHours,
     hours: UtilHours | Sequence[UtilHour],
@@ -504,7 +518,7 @@ def join_node_hours(
         con.close()
     for idx, gpus_seen, mean_util, idle_gpus, memory_held, rank, container in result:
         signal = _SIGNALS[rank] if rank < len(_SIGNALS) else None
-        out[idx] = Joined(
+        out[idx] = _JoinedDraft(
             int(gpus_seen),
             float(mean_util),
             int(idle_gpus),
@@ -512,6 +526,7 @@ def join_node_hours(
             signal,
             bool(container) if signal == _NODE else None,
         )
+    freeze([j for j in out if j is not None], Joined)  # in place: `out` holds them frozen
     return out
 
 

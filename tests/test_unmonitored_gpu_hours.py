@@ -25,7 +25,7 @@ from monitor.cli import main
 from monitor.config import Config
 from monitor.detectors.commitment_opportunity import CommitmentOpportunity
 from monitor.detectors.idle_gpu import IdleGpu
-from monitor.detectors.inputs import GpuHour, TableGpuHours, UnmonitoredGpuHours
+from monitor.detectors.inputs import GpuHour, GpuHourTable, TableGpuHours, UnmonitoredGpuHours
 from monitor.detectors.spot_opportunity import SpotOpportunity
 from monitor.simulate import write_fleet
 from monitor.sources.pricing import SnapshotPriceSource
@@ -54,9 +54,9 @@ class _Built:
     def __init__(self, rows: Sequence[GpuHour]) -> None:
         self.rows, self.asked = list(rows), []
 
-    def __call__(self, pricing: str | None) -> list[GpuHour]:
+    def __call__(self, pricing: str | None) -> GpuHourTable:
         self.asked.append(pricing)
-        return [r for r in self.rows if pricing is None or r.pricing_model == pricing]
+        return GpuHourTable.from_rows([r for r in self.rows if pricing is None or r.pricing_model == pricing])
 
 
 def _findings(gpu_hours: Any) -> list[dict[str, Any]]:

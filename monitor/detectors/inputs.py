@@ -303,6 +303,11 @@ class DeferredGpuHours(Sequence[GpuHour]):
     def judged(self) -> Sequence[GpuHour]:
         raise NotImplementedError
 
+    def on_demand_table(self) -> GpuHourTable:
+        """A table holding every hour with an on-demand part, maybe with others (the opportunity
+        detectors pick theirs: `monitor.detectors.opportunities.OnDemandHours.of`)."""
+        return GpuHourTable.from_rows(self.on_demand())
+
     def __len__(self) -> int:
         return len(self._rows())
 
@@ -326,15 +331,15 @@ class UnmonitoredGpuHours(DeferredGpuHours):
     node-hours read from the engine.
     """
 
-    def __init__(self, build: Callable[[str | None], Sequence[GpuHour]]) -> None:
+    def __init__(self, build: Callable[[str | None], GpuHourTable]) -> None:
         self._build = build
         self._all: Sequence[GpuHour] | None = None
-        self._on_demand: list[GpuHour] | None = None
+        self._on_demand: GpuHourTable | None = None
         self.fetched = 0
 
     def _rows(self) -> Sequence[GpuHour]:
         if self._all is None:
-            self._all = self._build(None)
+            self._all = self._build(None).rows()
             self.fetched += len(self._all)
         return self._all
 
@@ -343,10 +348,17 @@ class UnmonitoredGpuHours(DeferredGpuHours):
         built already."""
         if self._all is not None:
             return with_on_demand_part(self._all)
+        return with_on_demand_part(self.on_demand_table().rows())
+
+    def on_demand_table(self) -> GpuHourTable:
+        """The node-hours with an on-demand part as the engine selects them (`build("on_demand")`),
+        as a table: a billing-only `analyze` at 5 M export rows built a `GpuHour` for each of them,
+        to make a table of them again (1.0 s of its 24 s)."""
+        if self._all is not None:
+            return GpuHourTable.from_rows(with_on_demand_part(self._all))
         if self._on_demand is None:
-            built = self._build("on_demand")
-            self.fetched += len(built)
-            self._on_demand = with_on_demand_part(built)
+            self._on_demand = self._build("on_demand")
+            self.fetched += len(self._on_demand)
         return self._on_demand
 
     def judged(self) -> Sequence[GpuHour]:
@@ -408,6 +420,9 @@ class TableGpuHours(DeferredGpuHours):
 
     def on_demand(self) -> list[GpuHour]:
         return with_on_demand_part(self._rows())
+
+    def on_demand_table(self) -> GpuHourTable:
+        return self.table
 
     def judged(self) -> Sequence[GpuHour]:
         """Every unmonitored hour and every hour of a node with an idle GPU-hour, in order: what
@@ -554,6 +569,15 @@ class DetectorInputs:
         """The window's GPU hours as a table where they are held as one (`TableGpuHours`: the
         daemon's), else None (read `gpu_hours`)."""
         return self.gpu_hours.table if isinstance(self.gpu_hours, TableGpuHours) else None
+
+    def on_demand_gpu_table(self) -> GpuHourTable:
+        """A table holding every GPU hour with an on-demand part, maybe with others (the
+        opportunity detectors pick theirs: `monitor.detectors.opportunities.OnDemandHours.of`):
+        where the hours are read as far as the detectors read them, without building a `GpuHour`
+        where they can (`DeferredGpuHours.on_demand_table`)."""
+        if isinstance(self.gpu_hours, DeferredGpuHours):
+            return self.gpu_hours.on_demand_table()
+        return GpuHourTable.from_rows(with_on_demand_part(self.gpu_hours))
 
     def estimated_gpu_hours(self) -> Sequence[GpuHour]:
         """The estimated GPU hours of the window, in order, without building the others where they

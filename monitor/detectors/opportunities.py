@@ -188,16 +188,13 @@ def _take(column: Sequence[Any], picked: Sequence[int]) -> list[Any]:
 
 def on_demand_hours(inputs: DetectorInputs, now: datetime) -> OnDemandHours:
     """The window's GPU hours with an on-demand part, of a known GPU model, less those of GPU nodes
-    that did no work, as a table (`OnDemandHours.of`): from the GPU hours' table where they are
-    held as one (`DetectorInputs.gpu_table`), else from the hours with an on-demand part
-    (`DetectorInputs.on_demand_gpu_hours`: in `analyze`, without reading the others). The detectors
+    that did no work, as a table (`OnDemandHours.of`), from a table of the hours with an on-demand
+    part (`DetectorInputs.on_demand_gpu_table`: in `analyze`, without reading the others). The detectors
     price each hour's on-demand part alone. Both detectors ask it of the same inputs: built once
     (`DetectorInputs.derived`)."""
 
     def build() -> OnDemandHours:
-        table = inputs.gpu_table()
-        if table is None:
-            table = GpuHourTable.from_rows(inputs.on_demand_gpu_hours())
+        table = inputs.on_demand_gpu_table()
         return OnDemandHours.of(table, inputs.window_start, min(inputs.window_end, now))
 
     return inputs.derived(("on_demand_hours", now), build)
