@@ -401,7 +401,7 @@ class JudgedGpuHours(DeferredGpuHours):
 
 class TableGpuHours(DeferredGpuHours):
     """GPU hours held as a table (`GpuHourTable`), as the daemon's detection joins them: the
-    opportunity detectors read the table (`DetectorInputs.gpu_table`), `judged()` builds `GpuHour`s
+    opportunity detectors read the table (`on_demand_table`, the whole of it), `judged()` builds `GpuHour`s
     only for the hours `idle_gpu` and `unmonitored_gpu` read (every unmonitored hour, every hour of
     a node with an idle GPU-hour), and every one is built only for a reader of them all (a job
     budget, a finished job's message). At 5 M export rows a month, 381,001 `GpuHour`s were built
