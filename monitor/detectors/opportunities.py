@@ -174,7 +174,9 @@ class OnDemandHours(Columns[OnDemandHour], row_type=OnDemandHour):
                 "gpus": gpus,
                 "gpu_hours": gpu_hours,
                 "on_demand_gpu_hours": od,
-                "on_demand_machine_hours": [h / n if n > 0 else None for h, n in zip(od, gpus, strict=True)],
+                "on_demand_machine_hours": [
+                    machine_hours(h, n) if n > 0 else None for h, n in zip(od, gpus, strict=True)
+                ],
             }
         )
 
@@ -278,9 +280,10 @@ def split_by_machine_price(
     return machine, per_gpu
 
 
-def machine_hours(row: GpuHour) -> Decimal:
-    """The part of the hour the VM ran: its GPU-hours over its GPUs (1 for a full hour)."""
-    return row.gpu_hours / row.gpus
+def machine_hours(gpu_hours: Decimal, gpus: int) -> Decimal:
+    """The part of the hour a VM ran: its GPU-hours over its GPUs (1 for a full hour); of its
+    on-demand GPU-hours, the part it ran on demand (`OnDemandHour.on_demand_machine_hours`)."""
+    return gpu_hours / gpus
 
 
 def committed_hours(

@@ -20,6 +20,7 @@ from monitor.detectors.opportunities import (
     OnDemandHours,
     OpportunityConfig,
     capped_severity,
+    machine_hours,
     machine_price_source,
     machine_prices,
     on_demand_hours,
@@ -279,10 +280,10 @@ def _machine_spot_line(
     if spot >= od:
         return None
     key = pools.key(r0, prices)
-    ran = [(c["hour"][i], c["gpu_hours"][i] / c["gpus"][i]) for i in rows]  # `machine_hours`
+    ran = [(c["hour"][i], machine_hours(c["gpu_hours"][i], c["gpus"][i])) for i in rows]
     if (found := _saved(pools, key, ran, od, spot)) is None:
         return None
-    machine_hours, freed, saving = found
+    moved, freed, saving = found
     return {
         **_vm(hours, rows, reason),
         "gpu_hours": float(sum((c["gpu_hours"][i] for i in rows), Decimal(0))),
@@ -290,10 +291,10 @@ def _machine_spot_line(
         "last_hour": iso(c["hour"][rows[-1]]),
         "priced_per": "machine",
         "machine_type": r0.machine_type,
-        "machine_hours": float(machine_hours),
+        "machine_hours": float(moved),
         "on_demand_usd_per_machine_hour": money(od),
         "spot_usd_per_machine_hour": money(spot),
         "savings_usd": money(saving),
-        **({"committed_machine_hours_left": float(machine_hours - freed)} if freed < machine_hours else {}),
+        **({"committed_machine_hours_left": float(moved - freed)} if freed < moved else {}),
         "price_source": machine_price_source(prices, r0.machine_type or "", r0.region, ("on_demand", "spot")),
     }

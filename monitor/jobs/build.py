@@ -503,7 +503,7 @@ def _spot(
         per_machine, od, spot, src = quotes[q]
         if od is None or spot is None or spot >= od:
             continue
-        hours = machine_hours(h) * frac if per_machine else h.gpu_hours * frac
+        hours = machine_hours(h.gpu_hours, h.gpus) * frac if per_machine else h.gpu_hours * frac
         total += hours * (od - spot)
         sources.append(src)
     return total, ("; ".join(dict.fromkeys(sources)) or None)
