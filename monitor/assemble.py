@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import operator
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -614,9 +613,9 @@ def judged_gpu_hours(
     since: datetime,
     threshold: float,
     prices: PriceLookup | None,
-) -> tuple[list[GpuHour], int]:
+) -> tuple[GpuHourTable, int]:
     """The GPU hours of [start, end) the GPU detectors judge (`JudgedGpuHours`), read from the store
-    as far as they need, and the rows read from it.
+    as far as they need, as a table, and the rows read from it.
 
     The nodes are read (one row each) and the join's matching is run where the node-hours are
     (`judge_nodes`): which nodes have an unmonitored node-hour, which a host-hour with a GPU below
@@ -648,7 +647,6 @@ def judged_gpu_hours(
     unmonitored, idle = judge_nodes(nodes, util, threshold, run, tables)
     fetched = 2 * len(nodes)  # the nodes, then one judgement each
     instance_of = [node_instance_key(*node) for node in nodes]
-    node_of = operator.attrgetter(*NODE_COLUMNS)  # a GPU hour's node
     number = {node: i for i, node in enumerate(nodes)}
     keep = _whole_instances(unmonitored | idle, instance_of)
     while True:
@@ -664,14 +662,19 @@ def judged_gpu_hours(
             )
         )
         nodes_read = gpu_node_hours(aggregates, start, end, since, only=only)
-        hours = gpu_hours(nodes_read, util, threshold, prices, end, since, tables)
-        fetched += sum(1 for h in hours if not h.estimated)
+        hours = gpu_hour_table(nodes_read, util, threshold, prices, end, since, tables)
+        c = hours.columns
+        estimated = c["estimated"]
+        fetched += len(estimated) - sum(estimated)
         if whole:  # nothing can be missing
             return hours, fetched
         # per node, not per hour (tens of thousands of hours)
-        shown = {node_instance_key(*node) for node in {node_of(h) for h in hours if h.idle_gpu_hours}}
+        node_of = list(zip(*(c[name] for name in NODE_COLUMNS), strict=True))
+        idle = {node for node, gpu_hours in zip(node_of, c["idle_gpu_hours"], strict=True) if gpu_hours}
+        shown = {node_instance_key(*node) for node in idle}
         missing = {i for i, key in enumerate(instance_of) if key in shown}
-        dark = {node_of(h) for h in hours if h.mean_utilization_pct is None and not h.estimated}
+        unread = zip(node_of, c["mean_utilization_pct"], estimated, strict=True)
+        dark = {node for node, pct, guess in unread if pct is None and not guess}
         missing |= {number[node] for node in dark | _counted_in_part(hours, node_of) if node in number}
         if missing <= keep:
             return hours, fetched
@@ -679,7 +682,7 @@ def judged_gpu_hours(
         keep = _whole_instances(keep | missing, instance_of)
 
 
-def _counted_in_part(hours: Sequence[GpuHour], node_of: Callable[[GpuHour], tuple]) -> set[tuple]:
+def _counted_in_part(hours: GpuHourTable, node_of: Sequence[tuple]) -> set[tuple]:
     """The nodes with an estimated hour whose GPU count the hours read may not give as every hour
     of the node would. An estimate counts its node's GPUs from its latest billed hour as
     `node_gpu_hours` does: its own GPU-hours when the hour before bills the same (a full hour),
@@ -687,12 +690,14 @@ def _counted_in_part(hours: Sequence[GpuHour], node_of: Callable[[GpuHour], tupl
     latest and the hour before it) may not hold: an N1 VM's 4 T4 stopped at 2:20 and running again
     from 40:00 with 2 GPUs reporting were estimated at 2 GPUs where reading every hour counts 4
     (helper 71)."""
-    estimated = {node_of(h) for h in hours if h.estimated}
+    c = hours.columns
+    flags = c["estimated"]
+    estimated = {node for node, guess in zip(node_of, flags, strict=True) if guess}
     used: dict[tuple, dict[datetime, Decimal]] = defaultdict(dict)
-    for h in hours:
-        if not h.estimated and (node := node_of(h)) in estimated:
+    for node, guess, hour, gpu_hours in zip(node_of, flags, c["hour"], c["gpu_hours"], strict=True):
+        if not guess and node in estimated:
             at = used[node]
-            at[h.hour] = max(h.gpu_hours, at.get(h.hour, h.gpu_hours))
+            at[hour] = max(gpu_hours, at.get(hour, gpu_hours))
     out = set()
     for node, at in used.items():  # a node never billed is priced from its Monitoring labels
         last = max(at)

@@ -86,7 +86,7 @@ def test_the_judged_hours_count_the_estimates_gpus_as_every_hour_does() -> None:
     utils = [s for h in range(30, 39) for s in _samples(h, _WHOLE, 4, 90.0)] + _samples(39, _TO_20, 4, 90.0)
     util = UtilHours.of(util_hours(utils + [s for h in range(42, 48) for s in _samples(h, _WHOLE, 2, 90.0)]))
     end, since = T0 + 48 * H, T0 + 36 * H
-    judged, _ = judged_gpu_hours(store, util, T0, end, since, 10.0, T4)
+    judged = judged_gpu_hours(store, util, T0, end, since, 10.0, T4)[0].rows()
     every = gpu_hours(gpu_node_hours(store, T0, end, since), util, 10.0, T4, end, since)
     estimated = [h for h in every if h.estimated]
     assert [h for h in judged if h.estimated] == estimated
@@ -131,7 +131,7 @@ def test_the_judged_hours_read_whole_a_node_whose_estimates_count_from_a_partial
     utils += [s for h in (2, 3) for s in _samples(h, _WHOLE, 4, 90.0)] + _samples(4, _TO_20, 4, 90.0)
     util = UtilHours.of(util_hours(utils + [s for h in range(40, 48) for s in _samples(h, _WHOLE, 2, 90.0)]))
     end, since = T0 + 48 * H, T0 + 36 * H
-    judged, _ = judged_gpu_hours(store, util, T0, end, since, 10.0, T4)
+    judged = judged_gpu_hours(store, util, T0, end, since, 10.0, T4)[0].rows()
     every = gpu_hours(gpu_node_hours(store, T0, end, since), util, 10.0, T4, end, since)
     assert [h for h in judged if h.estimated] == [h for h in every if h.estimated] != []
     assert {(h.gpus, h.gpu_cost) for h in judged if h.estimated} == {(8, D("1.12"))}

@@ -23,7 +23,7 @@ from monitor.analysis import analyze_once
 from monitor.assemble import gpu_hours, gpu_node_hours, judged_gpu_hours
 from monitor.config import Config
 from monitor.detectors.idle_gpu import IdleGpu, instance_key
-from monitor.detectors.inputs import DetectorInputs, GpuHour, JudgedGpuHours
+from monitor.detectors.inputs import DetectorInputs, GpuHour, GpuHourTable, JudgedGpuHours
 from monitor.detectors.unmonitored_gpu import UnmonitoredGpu
 from monitor.simulate import write_fleet
 from monitor.utilization import util_hours
@@ -47,11 +47,20 @@ def _util(spans: Sequence[tuple[range, float, str, str]]) -> UtilHours:
 
 
 def _both(billed: list, util: UtilHours) -> tuple[list[GpuHour], list[GpuHour], int]:
-    """(judged hours, every hour, rows read for the judged ones) of the same store."""
+    """(judged hours, every hour, rows read for the judged ones) of the same store. The detectors
+    find in the judged hours as `analyze` holds them (`JudgedGpuHours`, every hour never built)
+    what they find in every hour."""
     store = stored(billed)
-    judged, fetched = judged_gpu_hours(store, util, T0, END, SINCE, 10.0, NO_PRICES)
+    table, fetched = judged_gpu_hours(store, util, T0, END, SINCE, 10.0, NO_PRICES)
     every = gpu_hours(gpu_node_hours(store, T0, END, SINCE), util, 10.0, NO_PRICES, END, SINCE)
-    return judged, every, fetched
+    held = JudgedGpuHours(table, _never, fetched)
+    assert _findings(held) == _findings(every)
+    assert held.estimated() == [h for h in every if h.estimated]
+    return table.rows(), every, fetched
+
+
+def _never() -> list[GpuHour]:
+    raise AssertionError("every GPU hour was built")
 
 
 def _in_order(part: Sequence[GpuHour], whole: Sequence[GpuHour]) -> bool:
@@ -163,7 +172,8 @@ def test_every_hour_is_built_only_for_a_reader_of_them_all() -> None:
     """A job budget or a finished job's message reads every hour: only then are they all joined."""
     hours = [gpu(0), gpu(1, pricing_model="spot")]
     built: list[int] = []
-    lazy = JudgedGpuHours(hours[:1], lambda: built.append(1) or hours, fetched=3)
-    assert lazy.judged() == lazy.on_demand() == hours[:1] and built == []
+    lazy = JudgedGpuHours(GpuHourTable.from_rows(hours[:1]), lambda: built.append(1) or hours, fetched=3)
+    assert lazy.on_demand() == hours[:1] and lazy.on_demand_table().rows() == hours[:1]
+    assert lazy.judged() == [] and lazy.estimated() == [] and built == []  # gpu(0) is busy
     assert list(lazy) == hours and len(lazy) == 2 and lazy[1] == hours[1]
     assert built == [1] and lazy.fetched == 3 + 2  # built once, its billed hours counted

@@ -221,7 +221,7 @@ def test_the_store_reads_the_partly_covered_hours_with_the_on_demand_ones() -> N
     store, end = stored(_twelve_t4s()[:36]), T0 + 3 * H
     util = _busy(range(3))
     judged, _ = judged_gpu_hours(store, util, T0, end, end, 10.0, None)
-    assert [h.instance for h in judged if h.hour == T0] == [f"infer-{i:02}" for i in range(7, 12)]
+    assert [h.instance for h in judged.rows() if h.hour == T0] == [f"infer-{i:02}" for i in range(7, 12)]
     assert JudgedGpuHours(judged, list, 0).on_demand() == [
         h for h in gpu_hours(gpu_node_hours(store, T0, end, end), util, 10.0, None, end, end)
         if h.on_demand_share > 0

@@ -366,63 +366,27 @@ class UnmonitoredGpuHours(DeferredGpuHours):
         return self._rows()
 
 
-class JudgedGpuHours(DeferredGpuHours):
-    """GPU hours joined with utilization as far as the GPU detectors judge them (`judged`), every
-    one built only if a reader needs them all (`build()`: a job budget, a finished job's message).
-
-    `judged` holds, in the order of the whole, every hour with an on-demand part (the opportunity
-    detectors, `GpuHour.on_demand_share`), every unmonitored one (`unmonitored_gpu`) and every hour
-    of an instance with an idle GPU-hour (`idle_gpu`, which reads an instance's hours around its
-    idle runs), and every estimated hour:
-    a detector that reads only those finds what it finds in them all
-    (`monitor.assemble.judged_gpu_hours`). `fetched` counts the rows read from the engine.
-    """
-
-    def __init__(
-        self, judged: Sequence[GpuHour], build: Callable[[], Sequence[GpuHour]], fetched: int
-    ) -> None:
-        self._judged = judged
-        self._build = build
-        self._all: Sequence[GpuHour] | None = None
-        self.fetched = fetched
-
-    def _rows(self) -> Sequence[GpuHour]:
-        if self._all is None:
-            self._all = self._build()
-            self.fetched += sum(1 for r in self._all if not r.estimated)
-        return self._all
-
-    def on_demand(self) -> list[GpuHour]:
-        return with_on_demand_part(self._judged)
-
-    def judged(self) -> Sequence[GpuHour]:
-        return self._judged
-
-
-class TableGpuHours(DeferredGpuHours):
-    """GPU hours held as a table (`GpuHourTable`), as the daemon's detection joins them: the
-    opportunity detectors read the table (`on_demand_table`, the whole of it), `judged()` builds `GpuHour`s
-    only for the hours `idle_gpu` and `unmonitored_gpu` read (every unmonitored hour, every hour of
-    a node with an idle GPU-hour), and every one is built only for a reader of them all (a job
-    budget, a finished job's message). At 5 M export rows a month, 381,001 `GpuHour`s were built
-    for every detection run, where those two detectors read 335 hours and 1 node's."""
+class _HeldGpuHours(DeferredGpuHours):
+    """GPU hours held as a table (`GpuHourTable`) that holds at least every hour the GPU detectors
+    read: the opportunity detectors read its columns (`on_demand_table`), `judged()` builds
+    `GpuHour`s only for the hours `idle_gpu` and `unmonitored_gpu` read (every unmonitored hour,
+    every hour of a node with an idle GPU-hour), `estimated()` for the estimated hours alone (a
+    finished job's message)."""
 
     def __init__(self, table: GpuHourTable) -> None:
         self.table = table
-        self._all: list[GpuHour] | None = None
+        self._all: Sequence[GpuHour] | None = None
         self._judged: list[GpuHour] | None = None
-        self.fetched = sum(1 for estimated in table["estimated"] if not estimated)
-
-    def _rows(self) -> Sequence[GpuHour]:
-        if self._all is None:
-            self._all = self.table.rows()
-        return self._all
 
     def on_demand(self) -> list[GpuHour]:
-        return with_on_demand_part(self._rows())
+        return with_on_demand_part(self._all if self._all is not None else self.table.rows())
 
     def on_demand_table(self) -> GpuHourTable:
         return self.table
+
+    def estimated(self) -> list[GpuHour]:
+        """The estimated hours, in order (every one is in the table)."""
+        return self.table.rows(i for i, estimated in enumerate(self.table["estimated"]) if estimated)
 
     def judged(self) -> Sequence[GpuHour]:
         """Every unmonitored hour and every hour of a node with an idle GPU-hour, in order: what
@@ -439,6 +403,45 @@ class TableGpuHours(DeferredGpuHours):
             unmonitored = np.equal(objects(self.table["mean_utilization_pct"]), None)
             self._judged = self.table.rows(np.flatnonzero(unmonitored | idle[ids]).tolist())
         return self._judged
+
+
+class JudgedGpuHours(_HeldGpuHours):
+    """GPU hours joined with utilization as far as the GPU detectors read them, every one built
+    only if a reader needs them all (`build()`: a job budget).
+
+    `table` holds, in the order of the whole, every hour with an on-demand part (the opportunity
+    detectors, `GpuHour.on_demand_share`), every unmonitored one (`unmonitored_gpu`), every hour
+    of an instance with an idle GPU-hour (`idle_gpu`, which reads an instance's hours around its
+    idle runs) and every estimated hour: a detector that reads only those finds what it finds in
+    them all (`monitor.assemble.judged_gpu_hours`). `fetched` counts the rows read from the engine.
+    """
+
+    def __init__(self, table: GpuHourTable, build: Callable[[], Sequence[GpuHour]], fetched: int) -> None:
+        super().__init__(table)
+        self._build = build
+        self.fetched = fetched
+
+    def _rows(self) -> Sequence[GpuHour]:
+        if self._all is None:
+            self._all = self._build()
+            self.fetched += sum(1 for r in self._all if not r.estimated)
+        return self._all
+
+
+class TableGpuHours(_HeldGpuHours):
+    """Every GPU hour as a table (`GpuHourTable`), as the daemon's detection joins them; every
+    `GpuHour` is built only for a reader of them all (a job budget). At 5 M export rows a month,
+    381,001 `GpuHour`s were built for every detection run, where `idle_gpu` and `unmonitored_gpu`
+    read 335 hours and 1 node's."""
+
+    def __init__(self, table: GpuHourTable) -> None:
+        super().__init__(table)
+        self.fetched = sum(1 for estimated in table["estimated"] if not estimated)
+
+    def _rows(self) -> Sequence[GpuHour]:
+        if self._all is None:
+            self._all = self.table.rows()
+        return self._all
 
 
 class PriceLookup(Protocol):
@@ -582,13 +585,11 @@ class DetectorInputs:
     def estimated_gpu_hours(self) -> Sequence[GpuHour]:
         """The estimated GPU hours of the window, in order, without building the others where they
         are held as a table (a finished job's message asks them of every detection run)."""
-        table = self.gpu_table()
-        if table is not None:
-            return table.rows(i for i, estimated in enumerate(table["estimated"]) if estimated)
+        if isinstance(self.gpu_hours, _HeldGpuHours):
+            return self.gpu_hours.estimated()
         if isinstance(self.gpu_hours, UnmonitoredGpuHours):
             return []  # no utilization, nothing estimated
-        hours = self.judged_gpu_hours()  # `JudgedGpuHours` holds every estimated hour
-        return [h for h in hours if h.estimated]
+        return [h for h in self.gpu_hours if h.estimated]
 
     def judged_gpu_hours(self) -> Sequence[GpuHour]:
         """The GPU hours `idle_gpu` and `unmonitored_gpu` judge, in order: all of them, or as far as
