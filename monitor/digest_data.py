@@ -45,7 +45,7 @@ from zoneinfo import ZoneInfo
 from alerts.digest import DigestData, DigestFinding
 from alerts.digest_jobs import JobsSection
 from monitor import month
-from monitor.assemble import gpu_hours, gpu_node_hours
+from monitor.assemble import gpu_hour_table, gpu_node_hours
 from monitor.billing_poll import (
     ResourceHourNet,
     month_net_by_category,
@@ -188,23 +188,29 @@ def _digest_data(
     day_lo, day_hi = section.day
     sync_utilization(store, aggregates)  # the join reads whole hours' utilization from its copy
     for lo, hi in _pieces(aggregates, chart_start, end, rows_at_once):
-        # no prices, so no estimates: the join alone reads utilization (`monitor.assemble.gpu_hours`)
+        # no prices, so no estimates: the join alone reads utilization (`monitor.assemble.gpu_hour_table`)
         if utilization_copy_whole_hours(lo, hi):
             util, tables = UtilHours.of(()), utilization_join_tables(store, aggregates, lo, hi)
         else:  # a time zone of a half-hour offset: pieces cut hours, read as `load_util_hours` reads them
             util, tables = load_util_hours(store, lo, hi), None
         nodes = gpu_node_hours(aggregates, lo, hi, since)
-        joined = gpu_hours(nodes, util, idle_threshold_pct, None, hi, tables=tables)
-        for g in joined:
-            d = g.hour.astimezone(tz).date()
-            idle[d] += g.idle_cost
+        joined = gpu_hour_table(nodes, util, idle_threshold_pct, None, hi, tables=tables)
+        # read as columns: a `GpuHour` is built only for the section's day (`JobsSection.add`)
+        c = joined.columns
+        day_of = {hour: hour.astimezone(tz).date() for hour in set(c["hour"])}
+        for hour, cost, pct, project in zip(
+            c["hour"], c["idle_cost"], c["mean_utilization_pct"], c["project"], strict=True
+        ):
+            d = day_of[hour]
+            idle[d] += cost
             node_hours[d] += 1
-            if g.mean_utilization_pct is None:  # idle unknown: not read yet, or no GPU reported
+            if pct is None:  # idle unknown: not read yet, or no GPU reported
                 dark[d] += 1
-                if not hour_covered(coverage, g.project, g.hour):
+                if not hour_covered(coverage, project, hour):
                     unread[d] += 1
         if lo < day_hi and hi > day_lo:
-            section.add(stored_job_columns(aggregates, max(lo, day_lo), min(hi, day_hi)), joined)
+            on_day = joined.rows(i for i, hour in enumerate(c["hour"]) if day_lo <= hour < day_hi)
+            section.add(stored_job_columns(aggregates, max(lo, day_lo), min(hi, day_hi)), on_day)
         del util, tables, joined  # before the next piece's are read
 
     chart_from = day - timedelta(days=_CHART_DAYS - 1)
