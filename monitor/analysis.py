@@ -248,6 +248,8 @@ def _budget_specs(
     """The budgets evaluated, as the daemon's detection decides (`monitor.cycle._budget_specs`): an
     API budget names its project by number, mapped to the project id from the export's rows of the
     invoice month read. Read only when some budget has a number (never for `[budgets]` items)."""
+    if not budgets:  # nothing to evaluate: the daemon's module is not imported (0.25 s of `analyze`)
+        return []
     from monitor.cycle import budget_specs  # the daemon's rule for which budgets are evaluable
     from monitor.sources.budgets import ProjectIds
 

@@ -234,6 +234,21 @@ def test_one_row_export_analyses(tiny: Path, capsys) -> None:
     assert d["window"]["end"] == "2026-11-01T11:00:00Z" and d["findings"] == []
 
 
+def test_analyze_without_budgets_does_not_import_the_daemons_cycle(tiny: Path) -> None:
+    """No budget to evaluate: `analyze` skips the daemon's budget rule and its module
+    (`monitor.cycle`, 0.25-0.45 s of a first `analyze` at bench scale 5, twenty-first session)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from monitor.cli import main;"
+        f" code = main(['analyze', '--billing', {str(tiny)!r}, '--format', 'json']);"
+        " print(code, 'monitor.cycle' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "0 False"
+
+
 @pytest.mark.parametrize("write", [write_ndjson, write_csv, write_parquet], ids=["ndjson", "csv", "parquet"])
 def test_a_row_exported_before_its_usage_is_analysed(tmp_path: Path, capsys, write: Any) -> None:
     """BigQuery loads a row after its usage; koku's real test rows (`2024-03-01_5.csv`) carry an
