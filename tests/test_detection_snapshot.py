@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from monitor.cycle import detection_inputs
-from monitor.detectors.inputs import DetectorInputs, JudgedGpuHours, TableGpuHours
+from monitor.detectors.inputs import DetectorInputs, JudgedGpuHours, TableGpuHours, with_on_demand_part
 from monitor.state.analytics import AggregateStore
 
 NOW = datetime(2026, 11, 5, 9, tzinfo=UTC)  # 4 days billed: the first settled
@@ -36,7 +36,7 @@ def _everything(inputs: DetectorInputs) -> tuple:
     """What a run can read of its GPU hours, each built whole."""
     return (
         list(inputs.judged_gpu_hours()),
-        list(inputs.on_demand_gpu_hours()),
+        with_on_demand_part(inputs.on_demand_gpu_table().rows()),
         list(inputs.all_gpu_hours()),
     )
 

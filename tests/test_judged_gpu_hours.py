@@ -173,7 +173,7 @@ def test_every_hour_is_built_only_for_a_reader_of_them_all() -> None:
     hours = [gpu(0), gpu(1, pricing_model="spot")]
     built: list[int] = []
     lazy = JudgedGpuHours(GpuHourTable.from_rows(hours[:1]), lambda: built.append(1) or hours, fetched=3)
-    assert lazy.on_demand() == hours[:1] and lazy.on_demand_table().rows() == hours[:1]
+    assert lazy.on_demand_table().rows() == hours[:1]
     assert lazy.judged() == [] and lazy.estimated() == [] and built == []  # gpu(0) is busy
     assert list(lazy) == hours and len(lazy) == 2 and lazy[1] == hours[1]
     assert built == [1] and lazy.fetched == 3 + 2  # built once, its billed hours counted

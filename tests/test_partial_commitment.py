@@ -29,7 +29,14 @@ import pytest
 from monitor.assemble import assemble_inputs, gpu_hours, gpu_node_hours, judged_gpu_hours
 from monitor.billing_poll import HourlyCost, NodeHours
 from monitor.detectors.commitment_opportunity import CommitmentOpportunity
-from monitor.detectors.inputs import DetectorInputs, GpuHour, JudgedGpuHours, PriceLookup, UnmonitoredGpuHours
+from monitor.detectors.inputs import (
+    DetectorInputs,
+    GpuHour,
+    JudgedGpuHours,
+    PriceLookup,
+    UnmonitoredGpuHours,
+    with_on_demand_part,
+)
 from monitor.detectors.spot_opportunity import SpotOpportunity
 from monitor.sources.pricing import SnapshotPriceSource, book_from_skus
 from monitor.state import SQLiteStore
@@ -222,7 +229,7 @@ def test_the_store_reads_the_partly_covered_hours_with_the_on_demand_ones() -> N
     util = _busy(range(3))
     judged, _ = judged_gpu_hours(store, util, T0, end, end, 10.0, None)
     assert [h.instance for h in judged.rows() if h.hour == T0] == [f"infer-{i:02}" for i in range(7, 12)]
-    assert JudgedGpuHours(judged, list, 0).on_demand() == [
+    assert with_on_demand_part(JudgedGpuHours(judged, list, 0).on_demand_table().rows()) == [
         h for h in gpu_hours(gpu_node_hours(store, T0, end, end), util, 10.0, None, end, end)
         if h.on_demand_share > 0
     ]  # fmt: skip

@@ -90,7 +90,7 @@ def test_once_every_hour_is_built_the_on_demand_ones_come_from_them() -> None:
     built = _Built(rows)
     lazy = UnmonitoredGpuHours(built)
     assert len(lazy) == len(rows) and list(lazy) == rows and lazy[3] == rows[3]
-    assert lazy.on_demand() == [r for r in rows if r.pricing_model == "on_demand"]
+    assert lazy.on_demand_table().rows() == [r for r in rows if r.pricing_model == "on_demand"]
     assert built.asked == [None] and lazy.fetched == len(rows)
 
 
@@ -163,6 +163,6 @@ def test_the_daemon_reads_its_gpu_hours_with_its_costs_and_analyze_defers_them(b
     assert isinstance(deferred.gpu_hours, UnmonitoredGpuHours) and not deferred.gpu_monitored
     on_demand = [g for g in read.gpu_hours if g.pricing_model == "on_demand"]
     assert 0 < len(on_demand) < len(read.gpu_hours)
-    assert deferred.on_demand_gpu_hours() == on_demand  # from the store alone: the same, in order
+    assert deferred.on_demand_gpu_table().rows() == on_demand  # from the store alone: the same, in order
     assert list(deferred.gpu_hours) == list(read.gpu_hours)
     assert deferred.gpu_hours.fetched == len(on_demand) + len(read.gpu_hours)

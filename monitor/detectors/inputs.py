@@ -288,7 +288,7 @@ def with_on_demand_part(rows: Iterable[GpuHour]) -> list[GpuHour]:
 
 
 class DeferredGpuHours(Sequence[GpuHour]):
-    """GPU hours read as far as the detectors read them: `on_demand()` for the opportunity
+    """GPU hours read as far as the detectors read them: `on_demand_table()` for the opportunity
     detectors, `judged()` for `idle_gpu` and `unmonitored_gpu`, and every one, built by `_rows()`,
     only for a reader that needs them all. `fetched` counts the rows read from the engine."""
 
@@ -297,16 +297,13 @@ class DeferredGpuHours(Sequence[GpuHour]):
     def _rows(self) -> Sequence[GpuHour]:
         raise NotImplementedError
 
-    def on_demand(self) -> Sequence[GpuHour]:
-        raise NotImplementedError
-
     def judged(self) -> Sequence[GpuHour]:
         raise NotImplementedError
 
     def on_demand_table(self) -> GpuHourTable:
         """A table holding every hour with an on-demand part, maybe with others (the opportunity
         detectors pick theirs: `monitor.detectors.opportunities.OnDemandHours.of`)."""
-        return GpuHourTable.from_rows(self.on_demand())
+        raise NotImplementedError
 
     def __len__(self) -> int:
         return len(self._rows())
@@ -323,7 +320,7 @@ class UnmonitoredGpuHours(DeferredGpuHours):
     detectors never read them never fetches them.
 
     Without utilization every hour is billed and unmonitored, none estimated, and each is built from
-    its own node-hour alone: `on_demand()` asks the engine for those with an on-demand part only
+    its own node-hour alone: `on_demand_table()` asks the engine for those with an on-demand part only
     (`build("on_demand")`: on demand, or committed with CUD credits short of their gross, see
     `GpuHour.on_demand_share`), the same rows in the same order as filtering them all. That is what
     a billing-only `gpucost analyze` reads: the opportunity detectors price on-demand hours, and the
@@ -342,13 +339,6 @@ class UnmonitoredGpuHours(DeferredGpuHours):
             self._all = self._build(None).rows()
             self.fetched += len(self._all)
         return self._all
-
-    def on_demand(self) -> list[GpuHour]:
-        """The hours with an on-demand part, in order: from the engine alone unless they are all
-        built already."""
-        if self._all is not None:
-            return with_on_demand_part(self._all)
-        return with_on_demand_part(self.on_demand_table().rows())
 
     def on_demand_table(self) -> GpuHourTable:
         """The node-hours with an on-demand part as the engine selects them (`build("on_demand")`),
@@ -377,9 +367,6 @@ class _HeldGpuHours(DeferredGpuHours):
         self.table = table
         self._all: Sequence[GpuHour] | None = None
         self._judged: list[GpuHour] | None = None
-
-    def on_demand(self) -> list[GpuHour]:
-        return with_on_demand_part(self._all if self._all is not None else self.table.rows())
 
     def on_demand_table(self) -> GpuHourTable:
         return self.table
@@ -559,14 +546,6 @@ class DetectorInputs:
         `UnmonitoredGpuHours`), known without building them; True otherwise, even for a list without
         a monitored hour."""
         return not isinstance(self.gpu_hours, UnmonitoredGpuHours)
-
-    def on_demand_gpu_hours(self) -> Sequence[GpuHour]:
-        """The GPU hours with an on-demand part (`GpuHour.on_demand_share`: on demand, or committed
-        with CUD credits short of their gross), in order, without building the others where they
-        are read as far as the detectors need (`UnmonitoredGpuHours`, `JudgedGpuHours`)."""
-        if isinstance(self.gpu_hours, DeferredGpuHours):
-            return self.gpu_hours.on_demand()
-        return with_on_demand_part(self.gpu_hours)
 
     def gpu_table(self) -> GpuHourTable | None:
         """The window's GPU hours as a table where they are held as one (`TableGpuHours`: the
