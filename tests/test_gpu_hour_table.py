@@ -40,17 +40,21 @@ def held(daemon: Any) -> DetectorInputs:
     inputs.hourly.close()
 
 
+def _table(inputs: DetectorInputs) -> GpuHourTable:
+    assert isinstance(inputs.gpu_hours, TableGpuHours)
+    return inputs.gpu_hours.table
+
+
 def test_the_daemon_holds_its_gpu_hours_as_a_table(held: DetectorInputs) -> None:
     assert isinstance(held.gpu_hours, TableGpuHours)
-    table = held.gpu_table()
+    table = _table(held)
     assert isinstance(table, GpuHourTable) and len(table) > 1000
     assert any(table["estimated"]), "no estimated hour: the fixture no longer covers them"
 
 
 def test_every_gpu_detector_finds_on_the_table_what_it_finds_on_the_list(held: DetectorInputs) -> None:
-    hours = TableGpuHours(held.gpu_table())  # none built yet: the fixture's may have been
-    on_table, as_list = replace(held, gpu_hours=hours), replace(held, gpu_hours=held.gpu_table().rows())
-    assert as_list.gpu_table() is None
+    hours = TableGpuHours(_table(held))  # none built yet: the fixture's may have been
+    on_table, as_list = replace(held, gpu_hours=hours), replace(held, gpu_hours=_table(held).rows())
     # a commitment over the 4 days' steady fleet (7 days by default)
     detectors = [
         d for d in build_detectors({"commitment_opportunity": {"min_days": 1}}) if d.name in GPU_DETECTORS
@@ -67,16 +71,16 @@ def test_every_gpu_detector_finds_on_the_table_what_it_finds_on_the_list(held: D
 
 
 def test_judged_hours_are_every_unmonitored_hour_and_every_hour_of_an_idle_node(held: DetectorInputs) -> None:
-    every = held.gpu_table().rows()
+    every = _table(held).rows()
     idle = {instance_key(h) for h in every if h.idle_gpu_hours > 0}
-    judged = TableGpuHours(held.gpu_table()).judged()
+    judged = TableGpuHours(_table(held)).judged()
     assert judged == [h for h in every if not h.monitored or instance_key(h) in idle]
     assert idle and any(not h.monitored for h in judged) and len(judged) < len(every) / 2
 
 
 def test_estimated_hours_are_read_without_building_the_others(held: DetectorInputs) -> None:
-    hours = TableGpuHours(held.gpu_table())
+    hours = TableGpuHours(_table(held))
     inputs = replace(held, gpu_hours=hours)
-    assert inputs.estimated_gpu_hours() == [h for h in held.gpu_table().rows() if h.estimated]
+    assert inputs.estimated_gpu_hours() == [h for h in _table(held).rows() if h.estimated]
     assert hours._all is None  # nothing built them all
     assert replace(held, gpu_hours=list(hours)).estimated_gpu_hours() == inputs.estimated_gpu_hours()

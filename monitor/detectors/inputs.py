@@ -547,11 +547,6 @@ class DetectorInputs:
         a monitored hour."""
         return not isinstance(self.gpu_hours, UnmonitoredGpuHours)
 
-    def gpu_table(self) -> GpuHourTable | None:
-        """The window's GPU hours as a table where they are held as one (`TableGpuHours`: the
-        daemon's), else None (read `gpu_hours`)."""
-        return self.gpu_hours.table if isinstance(self.gpu_hours, TableGpuHours) else None
-
     def on_demand_gpu_table(self) -> GpuHourTable:
         """A table holding every GPU hour with an on-demand part, maybe with others (the
         opportunity detectors pick theirs: `monitor.detectors.opportunities.OnDemandHours.of`):
