@@ -73,9 +73,11 @@ def test_every_gpu_detector_finds_on_the_table_what_it_finds_on_the_list(held: D
 def test_judged_hours_are_every_unmonitored_hour_and_every_hour_of_an_idle_node(held: DetectorInputs) -> None:
     every = _table(held).rows()
     idle = {instance_key(h) for h in every if h.idle_gpu_hours > 0}
-    judged = TableGpuHours(_table(held)).judged()
-    assert judged == [h for h in every if not h.monitored or instance_key(h) in idle]
-    assert idle and any(not h.monitored for h in judged) and len(judged) < len(every) / 2
+    hours = TableGpuHours(_table(held))
+    of_idle, unmonitored = hours.of_idle_nodes(), hours.unmonitored()
+    assert of_idle == [h for h in every if instance_key(h) in idle]
+    assert unmonitored == [h for h in every if not h.monitored]
+    assert idle and unmonitored and len(of_idle) + len(unmonitored) < len(every) / 2
 
 
 def test_estimated_hours_are_read_without_building_the_others(held: DetectorInputs) -> None:

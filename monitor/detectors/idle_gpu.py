@@ -255,7 +255,7 @@ class IdleGpu(Detector):
         # some only if one of them has: only those nodes are judged (1 of 1,158 at bench scale 48,
         # where judging every node took most of this detector's time)
         idle: set[tuple[str | None, str]] = set()
-        for r in inputs.judged_gpu_hours():
+        for r in inputs.idle_node_gpu_hours():
             if inputs.window_start <= r.hour < inputs.window_end and r.hour < now:
                 key = instance_key(r)
                 groups[key].append(r)

@@ -61,7 +61,7 @@ class UnmonitoredGpu(Detector):
         coverage = inputs.utilization_coverage
         covered: dict[tuple[str | None, datetime], bool] = {}  # per project and hour, not per node-hour
         lo, hi = inputs.window_start, min(inputs.window_end, now)
-        for r in inputs.judged_gpu_hours():
+        for r in inputs.unmonitored_gpu_hours():
             if not (lo <= r.hour < hi and not r.monitored and r.gpu_cost > 0):
                 continue
             read = covered.get((r.project, r.hour))
