@@ -36,7 +36,7 @@ def _everything(inputs: DetectorInputs) -> tuple:
     """What a run can read of its GPU hours, each built whole."""
     return (
         list(inputs.idle_node_gpu_hours()),
-        list(inputs.unmonitored_gpu_hours()),
+        inputs.unmonitored_gpu_table().rows(),
         with_on_demand_part(inputs.on_demand_gpu_table().rows()),
         list(inputs.all_gpu_hours()),
     )

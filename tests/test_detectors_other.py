@@ -38,6 +38,25 @@ def test_unmonitored_big_spend_is_capped_at_warning() -> None:
     assert f.impact_usd == 8800 and f.severity is Severity.WARNING
 
 
+def test_unmonitored_gke_node_is_named_with_its_latest_cluster_and_node_pool() -> None:
+    """A GKE node's hours out of order, its pool renamed midway: the evidence and the scope name
+    the pool of its latest hour, whatever order the hours came in."""
+    from dataclasses import replace
+
+    rows = [
+        replace(
+            gpu(h, "gke-node-0", util=None), cluster="train", node_pool="a100-old" if h < 5 else "a100-new"
+        )
+        for h in (9, 0, 1, 2, 3, 4, 5, 6, 7, 8)
+    ]
+    (f,) = ev(UnmonitoredGpu(), inputs(gpu_hours=rows))
+    (e,) = f.evidence["instances"]
+    assert (e["cluster"], e["node_pool"], e["hours"]) == ("train", "a100-new", 10)
+    assert (e["first_hour"], e["last_hour"]) == ("2026-11-02T00:00:00Z", "2026-11-02T09:00:00Z")
+    assert f.scope.labels == {"goog-k8s-node-pool-name": "a100-new"} and f.scope.cluster == "train"
+    assert "GKE node gke-node-0 of train/a100-new" in f.summary
+
+
 # -- idle_orchestration ---------------------------------------------------------------------------------
 
 

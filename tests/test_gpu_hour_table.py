@@ -70,14 +70,16 @@ def test_every_gpu_detector_finds_on_the_table_what_it_finds_on_the_list(held: D
     assert hours._all is None  # and none of them built every GPU hour
 
 
-def test_judged_hours_are_every_unmonitored_hour_and_every_hour_of_an_idle_node(held: DetectorInputs) -> None:
+def test_idle_gpu_reads_every_hour_of_an_idle_node_and_unmonitored_gpu_the_columns(
+    held: DetectorInputs,
+) -> None:
     every = _table(held).rows()
     idle = {instance_key(h) for h in every if h.idle_gpu_hours > 0}
     hours = TableGpuHours(_table(held))
-    of_idle, unmonitored = hours.of_idle_nodes(), hours.unmonitored()
+    of_idle = hours.of_idle_nodes()
     assert of_idle == [h for h in every if instance_key(h) in idle]
-    assert unmonitored == [h for h in every if not h.monitored]
-    assert idle and unmonitored and len(of_idle) + len(unmonitored) < len(every) / 2
+    assert idle and len(of_idle) < len(every) / 2
+    assert hours.unmonitored_table() is hours.table  # `unmonitored_gpu` reads the columns
 
 
 def test_estimated_hours_are_read_without_building_the_others(held: DetectorInputs) -> None:

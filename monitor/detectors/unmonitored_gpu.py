@@ -13,9 +13,10 @@ monitored nor unmonitored; the evidence names the range read and what was left o
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -30,8 +31,8 @@ from monitor.detectors.base import (
     q6,
     register,
 )
-from monitor.detectors.idle_gpu import NODE_POOL_LABEL, instance_key, node_pool
-from monitor.detectors.inputs import DetectorInputs, GpuHour
+from monitor.detectors.idle_gpu import NODE_POOL_LABEL
+from monitor.detectors.inputs import DetectorInputs, GpuHourTable
 from monitor.model import Finding, Scope, Severity, counted, fingerprint
 from monitor.utilization.coverage import ALL, hour_covered
 
@@ -54,60 +55,76 @@ class UnmonitoredGpu(Detector):
     config: UnmonitoredGpuConfig
 
     def evaluate(self, inputs: DetectorInputs, now: datetime) -> list[Finding]:
-        by_project: dict[str | None, dict[tuple[str | None, str], list[GpuHour]]] = defaultdict(
+        # read as columns (row numbers grouped per project and instance): at 5 M export rows a
+        # month, where utilization covered 3 of the window's 14 days, building a `GpuHour` for
+        # each of the 299,128 unmonitored hours cost more than judging them
+        table = inputs.unmonitored_gpu_table()
+        c = table.columns
+        keys = table.node_keys()
+        by_project: dict[str | None, dict[tuple[str | None, str], list[int]]] = defaultdict(
             lambda: defaultdict(list)
         )
-        unread: dict[str | None, list[GpuHour]] = defaultdict(list)  # hours whose utilization was not read
+        unread: dict[str | None, list[int]] = defaultdict(list)  # hours whose utilization was not read
         coverage = inputs.utilization_coverage
         covered: dict[tuple[str | None, datetime], bool] = {}  # per project and hour, not per node-hour
         lo, hi = inputs.window_start, min(inputs.window_end, now)
-        for r in inputs.unmonitored_gpu_hours():
-            if not (lo <= r.hour < hi and not r.monitored and r.gpu_cost > 0):
+        hours, projects = c["hour"], c["project"]
+        for i, (hour, pct, cost) in enumerate(
+            zip(hours, c["mean_utilization_pct"], c["gpu_cost"], strict=True)
+        ):
+            if not (lo <= hour < hi and pct is None and cost > 0):
                 continue
-            read = covered.get((r.project, r.hour))
+            project = projects[i]
+            read = covered.get((project, hour))
             if read is None:
-                read = covered[(r.project, r.hour)] = hour_covered(coverage, r.project, r.hour)
+                read = covered[(project, hour)] = hour_covered(coverage, project, hour)
             if read:
-                by_project[r.project][instance_key(r)].append(r)
+                by_project[project][keys[i]].append(i)
             else:
-                unread[r.project].append(r)
+                unread[project].append(i)
         findings = []
         for project in sorted(by_project, key=str):
             instances = {
-                k: sorted(v, key=lambda r: r.hour)
+                k: sorted(v, key=hours.__getitem__)
                 for k, v in by_project[project].items()
-                if len({r.hour for r in v}) >= self.config.min_hours
+                if len({hours[i] for i in v}) >= self.config.min_hours
             }
-            if instances and (f := self._finding(project, instances, inputs, unread[project])) is not None:
+            if (
+                instances
+                and (f := self._finding(project, table, instances, inputs, unread[project])) is not None
+            ):
                 findings.append(f)
         return findings
 
     def _finding(
         self,
         project: str | None,
-        instances: dict[tuple[str | None, str], list[GpuHour]],
+        table: GpuHourTable,
+        instances: dict[tuple[str | None, str], list[int]],
         inputs: DetectorInputs,
-        unread: list[GpuHour],
+        unread: list[int],
     ) -> Finding | None:
-        rows = [r for k in sorted(instances, key=str) for r in instances[k]]
+        c = table.columns
+        hour, cost = c["hour"], c["gpu_cost"]
+        rows = [i for k in sorted(instances, key=str) for i in instances[k]]
         # each instance's dollars once (a q6 per hour is most of the work: 300k hours at 5 M export
         # rows a month); exact sums, so the impact is their sum in any order
-        dollars = {k: sum((q6(r.gpu_cost) for r in v), Decimal(0)) for k, v in instances.items()}
+        dollars = {k: sum((q6(cost[i]) for i in v), Decimal(0)) for k, v in instances.items()}
         impact = sum(dollars.values(), Decimal(0))
         if not self.keep(impact):
             return None
         per_instance = [
             {
-                "instance": v[0].instance,
-                "instance_id": v[0].instance_id,
-                "zone": v[0].zone,
-                "cluster": v[-1].cluster,
-                "node_pool": node_pool(v),
-                "gpu_model": v[0].gpu_model,
-                "gpus": max(r.gpus for r in v),
+                "instance": c["instance"][v[0]],
+                "instance_id": c["instance_id"][v[0]],
+                "zone": c["zone"][v[0]],
+                "cluster": c["cluster"][v[-1]],
+                "node_pool": _node_pool(c, v),
+                "gpu_model": c["gpu_model"][v[0]],
+                "gpus": max(c["gpus"][i] for i in v),
                 "hours": len(v),
-                "first_hour": iso(v[0].hour),
-                "last_hour": iso(v[-1].hour),
+                "first_hour": iso(hour[v[0]]),
+                "last_hour": iso(hour[v[-1]]),
                 "gpu_cost_usd": money(dollars[k]),
             }
             for k, v in sorted(instances.items(), key=lambda kv: str(kv[0]))
@@ -115,9 +132,9 @@ class UnmonitoredGpu(Detector):
         per_instance.sort(key=lambda e: -e["gpu_cost_usd"])
         names = ", ".join(_name(e) for e in per_instance[:5])
         more = f" and {len(per_instance) - 5} more" if len(per_instance) > 5 else ""
-        hours = sorted({r.hour for r in rows})
+        hours = sorted({hour[i] for i in rows})
         sev = min(self.severity(impact), Severity(self.config.max_severity), key=lambda s: s.rank)
-        read = _coverage_evidence(project, inputs, unread)
+        read = _coverage_evidence(project, inputs, [cost[i] for i in unread])
         return Finding(
             kind=self.name,
             severity=sev,
@@ -130,7 +147,7 @@ class UnmonitoredGpu(Detector):
             impact_usd=impact,
             window_start=hours[0],
             window_end=hours[-1] + ONE_HOUR,
-            scope=_scope(project, instances),
+            scope=_scope(project, c, instances),
             evidence={
                 "instances": per_instance,
                 "unmonitored_hours": len(rows),
@@ -142,15 +159,15 @@ class UnmonitoredGpu(Detector):
                 "instances, e.g. in the image or instance template, so idle GPUs become visible."
             ),
             fingerprint=fingerprint(self.name, Scope(project=project)),
-            provisional=any(r.hour >= inputs.provisional_from for r in rows),
-            estimated=any(r.estimated for r in rows),
+            provisional=any(hour[i] >= inputs.provisional_from for i in rows),
+            estimated=any(c["estimated"][i] for i in rows),
         )
 
 
-def _coverage_evidence(project: str | None, inputs: DetectorInputs, unread: list[GpuHour]) -> dict:
+def _coverage_evidence(project: str | None, inputs: DetectorInputs, unread: list[Decimal]) -> dict:
     """Which utilization was read for the project within the window (nothing without a coverage
     record, e.g. `gpucost analyze`, whose files cover the whole window), and the billed GPU-hours
-    left out because their utilization was not read yet."""
+    left out because their utilization was not read yet (`unread`: their GPU costs)."""
     coverage = inputs.utilization_coverage
     if coverage is None:
         return {}
@@ -161,7 +178,7 @@ def _coverage_evidence(project: str | None, inputs: DetectorInputs, unread: list
         "coverage_start": iso(clipped[0][0]) if clipped else None,
         "coverage": [[iso(s), iso(e)] for s, e in clipped],
         "hours_outside_coverage": len(unread),
-        "cost_outside_coverage_usd": money(sum((q6(r.gpu_cost) for r in unread), Decimal(0))),
+        "cost_outside_coverage_usd": money(sum((q6(cost) for cost in unread), Decimal(0))),
     }
 
 
@@ -185,19 +202,27 @@ def _name(e: dict) -> str:
     return name
 
 
-def _scope(project: str | None, instances: dict[tuple[str | None, str], list[GpuHour]]) -> Scope:
+def _scope(
+    project: str | None, c: dict[str, list[Any]], instances: dict[tuple[str | None, str], list[int]]
+) -> Scope:
     """The project; with one instance, that instance too (zone, name, id, cluster)."""
     if len(instances) != 1:
         return Scope(project=project)
     (rows,) = instances.values()
     last = rows[-1]
-    pool = node_pool(rows)
+    pool = _node_pool(c, rows)
     return Scope(
         project=project,
-        zone=last.zone,
-        region=last.region,
-        instance=last.instance,
-        instance_id=last.instance_id,
-        cluster=last.cluster,
+        zone=c["zone"][last],
+        region=c["region"][last],
+        instance=c["instance"][last],
+        instance_id=c["instance_id"][last],
+        cluster=c["cluster"][last],
         labels={NODE_POOL_LABEL: pool} if pool else {},
     )
+
+
+def _node_pool(c: dict[str, list[Any]], rows: Sequence[int]) -> str | None:
+    """The latest node pool any of the rows names (`idle_gpu.node_pool`, over row numbers)."""
+    pools = c["node_pool"]
+    return next((pools[i] for i in reversed(rows) if pools[i]), None)
