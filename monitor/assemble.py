@@ -748,9 +748,10 @@ def assemble_inputs(
     Python, and a detection run 13.4-18.9 s against 9.2-12.8 s with the copy (docs/performance.md,
     2026-12-06, eighteenth session). Its estimates read from the copy only the provisional hours
     billing does not cover (`_unbilled`): 463 of 230,475 GPU-hours there (nineteenth session).
-    It holds them as a table (`TableGpuHours`): the opportunity detectors read its columns,
-    `idle_gpu` and `unmonitored_gpu` the `GpuHour`s built for the hours they judge, and every
-    `GpuHour` is built only for a reader of them all (a job budget, a finished job's message).
+    It holds them as a table (`TableGpuHours`): the opportunity detectors and `unmonitored_gpu`
+    read its columns, `idle_gpu` the `GpuHour`s built for the nodes it judges, a finished job's
+    message the estimated ones, and every `GpuHour` is built only for a reader of them all (a job
+    budget).
 
     Every GPU node-hour is read in the costs' read transaction (`AggregateStore.pinned`): the
     daemon's billing poll may commit while a detection run still reads GPU hours (those before
