@@ -145,7 +145,13 @@ def instance_scope(rows: Sequence[GpuHour]) -> tuple[Scope, Scope]:
 
 def node_pool(rows: Sequence[GpuHour]) -> str | None:
     """The latest node pool any of the rows names."""
-    return next((r.node_pool for r in reversed(rows) if r.node_pool), None)
+    return latest_pool([r.node_pool for r in rows])
+
+
+def latest_pool(pools: Sequence[str | None]) -> str | None:
+    """The latest node pool named among a node's hours' `pools` (in hour order): `node_pool`, and
+    `unmonitored_gpu`'s reading of the same column of a table."""
+    return next((p for p in reversed(pools) if p), None)
 
 
 def signal_evidence(rows: Sequence[GpuHour]) -> tuple[str | None, str | None]:

@@ -13,7 +13,6 @@ monitored nor unmonitored; the evidence names the range read and what was left o
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, Literal
@@ -31,7 +30,7 @@ from monitor.detectors.base import (
     q6,
     register,
 )
-from monitor.detectors.idle_gpu import NODE_POOL_LABEL
+from monitor.detectors.idle_gpu import NODE_POOL_LABEL, latest_pool
 from monitor.detectors.inputs import DetectorInputs, GpuHourTable
 from monitor.model import Finding, Scope, Severity, counted, fingerprint
 from monitor.utilization.coverage import ALL, hour_covered
@@ -119,7 +118,7 @@ class UnmonitoredGpu(Detector):
                 "instance_id": c["instance_id"][v[0]],
                 "zone": c["zone"][v[0]],
                 "cluster": c["cluster"][v[-1]],
-                "node_pool": _node_pool(c, v),
+                "node_pool": latest_pool([c["node_pool"][i] for i in v]),
                 "gpu_model": c["gpu_model"][v[0]],
                 "gpus": max(c["gpus"][i] for i in v),
                 "hours": len(v),
@@ -210,7 +209,7 @@ def _scope(
         return Scope(project=project)
     (rows,) = instances.values()
     last = rows[-1]
-    pool = _node_pool(c, rows)
+    pool = latest_pool([c["node_pool"][i] for i in rows])
     return Scope(
         project=project,
         zone=c["zone"][last],
@@ -220,9 +219,3 @@ def _scope(
         cluster=c["cluster"][last],
         labels={NODE_POOL_LABEL: pool} if pool else {},
     )
-
-
-def _node_pool(c: dict[str, list[Any]], rows: Sequence[int]) -> str | None:
-    """The latest node pool any of the rows names (`idle_gpu.node_pool`, over row numbers)."""
-    pools = c["node_pool"]
-    return next((pools[i] for i in reversed(rows) if pools[i]), None)
