@@ -663,15 +663,14 @@ def judged_gpu_hours(
         )
         nodes_read = gpu_node_hours(aggregates, start, end, since, only=only)
         hours = gpu_hour_table(nodes_read, util, threshold, prices, end, since, tables)
-        c = hours.columns
-        estimated = c["estimated"]
-        fetched += len(estimated) - sum(estimated)
+        fetched += hours.billed_count()
         if whole:  # nothing can be missing
             return hours, fetched
         # per node, not per hour (tens of thousands of hours)
+        c = hours.columns
+        estimated = c["estimated"]
         node_of = list(zip(*(c[name] for name in NODE_COLUMNS), strict=True))
-        idle = {node for node, gpu_hours in zip(node_of, c["idle_gpu_hours"], strict=True) if gpu_hours}
-        shown = {node_instance_key(*node) for node in idle}
+        shown = {key for key, idle in zip(hours.node_keys(), c["idle_gpu_hours"], strict=True) if idle}
         missing = {i for i, key in enumerate(instance_of) if key in shown}
         unread = zip(node_of, c["mean_utilization_pct"], estimated, strict=True)
         dark = {node for node, pct, guess in unread if pct is None and not guess}
@@ -792,7 +791,7 @@ def assemble_inputs(
         if not len(util):  # nothing to join: built when (and as far as) a detector reads them
 
             def unmonitored(pricing: str | None) -> GpuHourTable:
-                # "on_demand": the node-hours with an on-demand part (`UnmonitoredGpuHours.on_demand`)
+                # "on_demand": the node-hours with an on-demand part (`UnmonitoredGpuHours.on_demand_table`)
                 only = (
                     NodeHours(on_demand_part=True) if pricing == "on_demand"
                     else NodeHours(pricing_model=pricing) if pricing is not None else None

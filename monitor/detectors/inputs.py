@@ -272,6 +272,10 @@ class GpuHourTable(Columns[GpuHour], row_type=GpuHour):
             self._numbers = (np.fromiter(ids, np.int64, len(ids)), list(numbers))
         return self._numbers
 
+    def billed_count(self) -> int:
+        """The hours billed, not estimated: the rows read from the engine."""
+        return self.columns["estimated"].count(False)
+
     def extended(self, rows: Sequence[GpuHour]) -> GpuHourTable:
         """This table with `rows` after its own (a new table; this one is left as it is)."""
         if not rows:
@@ -438,7 +442,7 @@ class TableGpuHours(_HeldGpuHours):
 
     def __init__(self, table: GpuHourTable) -> None:
         super().__init__(table)
-        self.fetched = sum(1 for estimated in table["estimated"] if not estimated)
+        self.fetched = table.billed_count()
 
     def _rows(self) -> Sequence[GpuHour]:
         if self._all is None:
