@@ -130,12 +130,14 @@ def _build(
     prices: Any = None,
     only: Collection[str] | None = None,
 ) -> list[Any]:
-    """`monitor.jobs.build_jobs` on engine rows, with the `[jobs]` settings (`jobs`)."""
+    """`monitor.jobs.build_jobs` on engine rows, with the `[jobs]` settings (`jobs`); `gpu_hours`
+    `GpuHour`s or a table (`GpuHourTable`)."""
+    from monitor.detectors.inputs import GpuHourTable
     from monitor.jobs.build import build_jobs  # lazily: monitor.jobs imports the analysis
 
     return build_jobs(
         rows,
-        list(gpu_hours),
+        gpu_hours if isinstance(gpu_hours, GpuHourTable) else list(gpu_hours),
         keys=jobs.label_keys(),
         window_end=window_end,
         running_within=timedelta(hours=jobs.running_within_hours),

@@ -262,7 +262,8 @@ def announce_finished(
 ) -> list[str]:
     """Queue one message per newly finished job (outbox) and record it, in one transaction;
     returns the keys queued. `hourly` / `gpu_hours`: the detection inputs (`Costs` or `CostHour`s,
-    `GpuHour`s, or what returns them: `DetectorInputs.all_gpu_hours`) of [window_start, window_end).
+    `GpuHour`s or a `GpuHourTable`, or what returns them: `DetectorInputs.all_gpu_hour_table`, of
+    which only the finished jobs' nodes' hours are built) of [window_start, window_end).
     `estimates`: GPU hours holding every estimated hour of them (`DetectorInputs.gpu_hours`; by
     default `gpu_hours` when it is a list). `receiver`: the channel, or a function of the job's
     record (routing). A job is told once, whichever channel it went to. `settled_before`: the
@@ -345,12 +346,22 @@ def _records(
     out: list[tuple[Any, datetime | None]] = []
     for cut, group in groups:
         rows = _candidate_rows(costs, keys, group, cut, counted_until)
-        since = [g for g in gpu if (cut is None or g.hour >= cut) and g.hour < counted_until]
+        since = _gpu_since(gpu, cut, counted_until)
         built = job_records(
             _rows_for(rows, _jobs_of(rows, keys), group), since, jobs, window_end, prices, only=group
         )
         out += [(r, cut) for r in built]
     return out
+
+
+def _gpu_since(gpu: Any, cut: datetime | None, until: datetime) -> Any:
+    """The GPU hours of [cut, until), of a list or of a table (`GpuHourTable`: kept a table, so that
+    only the finished jobs' nodes' hours are built, `build_jobs(only=...)`)."""
+    from monitor.detectors.inputs import GpuHourTable  # lazily, like `job_records`
+
+    if isinstance(gpu, GpuHourTable):
+        return gpu.take(i for i, h in enumerate(gpu["hour"]) if (cut is None or h >= cut) and h < until)
+    return [g for g in gpu if (cut is None or g.hour >= cut) and g.hour < until]
 
 
 def _settled(last: datetime, quiet_before: datetime, settled_before: datetime | None) -> bool:
@@ -568,7 +579,7 @@ def announce_jobs(deps: Any, inputs: Any, now: datetime) -> list[str]:
     return announce_finished(
         deps.store,
         inputs.hourly,
-        inputs.all_gpu_hours,  # joined before the detection window only when a job has finished
+        inputs.all_gpu_hour_table,  # joined before the detection window only when a job has finished
         jobs_config(deps.cfg),
         estimates=inputs.estimated_gpu_hours(),  # every estimated hour is on the joined side
         now=now,

@@ -392,7 +392,7 @@ def run_analysis(
             converted = _note_currencies(currencies(aggregates, window.start, window.end))
             lines = attribution(costs, window.start, window.end)
             stage("detecting")
-            # inside: a job budget may join the GPU hours before the window (`all_gpu_hours`)
+            # inside: a job budget may join the GPU hours before the window (`all_gpu_hour_table`)
             findings = run_in_window(inputs, built, window.as_of, window.start)
             if unmatched := budgets_without_spend(built, inputs):
                 log.warning(without_spend_message(built, inputs, unmatched))

@@ -732,7 +732,7 @@ def assemble_inputs(
     of it.
 
     `gpu_from` (the detection window's start): GPU hours are joined from there on now, the earlier
-    ones only if a reader asks (`DetectorInputs.all_gpu_hours`). The split is never after the first
+    ones only if a reader asks (`DetectorInputs.all_gpu_hour_table`). The split is never after the first
     provisional hour, so every estimated hour is on the joined side; an estimate takes its node's
     GPU model and pricing from the node's latest billed hour on that side (a node billed only
     before it is priced from its Monitoring labels, at on-demand rates, until its billing lands).
@@ -768,10 +768,10 @@ def assemble_inputs(
     if pinned is not None:
         aggregates = aggregates.pinned(*pinned)
 
-    def joined(lo: datetime, hi: datetime, util: UtilHours | None = None) -> list[GpuHour]:
+    def joined(lo: datetime, hi: datetime, util: UtilHours | None = None) -> GpuHourTable:
         util = load_util_hours(store, lo, hi) if util is None else util
         nodes = gpu_node_hours(aggregates, lo, hi, since)
-        return gpu_hours(nodes, util, idle_threshold_pct, prices, hi, since)
+        return gpu_hour_table(nodes, util, idle_threshold_pct, prices, hi, since)
 
     def window_hours() -> Sequence[GpuHour]:
         if copied:
@@ -787,7 +787,7 @@ def assemble_inputs(
             return TableGpuHours(table)  # read as columns where they can be (`TableGpuHours`)
         util = load_util_hours(store, split, end)
         if not defer:
-            return joined(split, end, util)
+            return joined(split, end, util).rows()
         if not len(util):  # nothing to join: built when (and as far as) a detector reads them
 
             def unmonitored(pricing: str | None) -> GpuHourTable:

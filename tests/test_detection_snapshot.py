@@ -38,7 +38,7 @@ def _everything(inputs: DetectorInputs) -> tuple:
         list(inputs.idle_node_gpu_hours()),
         inputs.unmonitored_gpu_table().rows(),
         with_on_demand_part(inputs.on_demand_gpu_table().rows()),
-        list(inputs.all_gpu_hours()),
+        inputs.all_gpu_hour_table().rows(),
     )
 
 

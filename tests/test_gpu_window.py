@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from monitor.billing_poll import provisional_since
-from monitor.detectors.inputs import CostHour, DetectorInputs, GpuHour
+from monitor.detectors.inputs import CostHour, DetectorInputs, GpuHour, GpuHourTable
 from monitor.detectors.job_budget import JobBudget
 from monitor.jobs.config import JobsConfig
 
@@ -40,8 +40,8 @@ def test_hours_before_the_window_are_joined_on_demand_as_one_join_gives_them(dae
     assert whole.gpu_from is None and split.gpu_from == T0 + 20 * H
     assert list(split.gpu_hours) == [g for g in whole.gpu_hours if g.hour >= T0 + 20 * H]
     assert 0 < len(split.gpu_hours) < len(whole.gpu_hours)
-    assert list(split.all_gpu_hours()) == list(whole.gpu_hours)
-    assert list(whole.all_gpu_hours()) == list(whole.gpu_hours)
+    assert split.all_gpu_hour_table().rows() == list(whole.gpu_hours)
+    assert whole.all_gpu_hour_table().rows() == list(whole.gpu_hours)
 
 
 def test_the_split_is_never_after_the_first_provisional_hour(daemon: Any) -> None:
@@ -69,13 +69,13 @@ def test_job_budgets_see_a_jobs_last_gpu_hour_before_the_window() -> None:
     costs = sorted(old_costs + new_costs, key=lambda r: r.hour)
     whole = DetectorInputs(**common, hourly=costs, gpu_hours=sorted(old_gpu + new_gpu, key=lambda g: g.hour))
     split = DetectorInputs(**common, hourly=costs, gpu_hours=[g for g in new_gpu if g.hour >= T0 + 10 * H],
-                           gpu_from=T0 + 10 * H, earlier_gpu_hours=lambda: [g for g in whole.gpu_hours if g.hour < T0 + 10 * H])  # fmt: skip
+                           gpu_from=T0 + 10 * H, earlier_gpu_hours=lambda: GpuHourTable.from_rows([g for g in whole.gpu_hours if g.hour < T0 + 10 * H]))  # fmt: skip
     found = {f.fingerprint: f.evidence for f in detector.evaluate(whole, T0 + 30 * H)}
     last = {e["job"]: e["last_utilization_hour"] for e in found.values()}
     assert last == {"old": "2026-11-01T05:00:00Z", "new": "2026-11-02T05:00:00Z"}
     assert {f.fingerprint: f.evidence for f in detector.evaluate(split, T0 + 30 * H)} == found
 
-    def never() -> list[GpuHour]:
+    def never() -> GpuHourTable:
         raise AssertionError("joined the earlier hours for a job that has GPU hours since")
 
     only_new = JobBudget(jobs=JobsConfig(budgets={"new": 10.0}))

@@ -43,7 +43,7 @@ from alerts.job_message import (
 )
 from monitor.billing_poll import HOURLY_COLUMNS, stored_job_sums, write_rows
 from monitor.detectors.costs import Costs, billed_until
-from monitor.detectors.inputs import CostHour, GpuHour
+from monitor.detectors.inputs import CostHour, GpuHour, GpuHourTable
 from monitor.jobs.build import CLUSTER_FEE, build_jobs
 from monitor.jobs.config import JobsConfig
 from monitor.state.analytics import AggregateStore
@@ -146,6 +146,27 @@ def test_only_gives_each_jobs_own_full_record(size: int) -> None:
         assert job_records(hours, gpu, JOBS, END, _Prices(), only=names) == want, names
         kept = _rows_for(hours, jobs_of, names)  # what the finished-job check converts
         assert job_records(kept, gpu, JOBS, END, _Prices(), only=names) == want, names
+
+
+@pytest.mark.parametrize(("names", "built"), [({"e"}, 0), ({"d"}, 3), ({"a"}, 2 + 7), ({"c"}, 2), (None, 12)])
+def test_a_table_of_gpu_hours_gives_the_same_records_building_only_their_nodes_hours(
+    names: set[str] | None, built: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finished job's message reads 45 days of every node's GPU hours as a table: the records
+    are the list's, and `GpuHour`s are built only for the hours of the jobs' nodes (e: none, d: the
+    nameless node's 3, a: n1's 2 and vm-a's 7, c: n1's 2; every job: all 12)."""
+    hours, gpu = _fleet()
+    want = job_records(hours, gpu, JOBS, END, _Prices(), only=names)
+    rows, counted = GpuHourTable.rows, []
+
+    def counting(table: GpuHourTable, picked: Any = None) -> list[GpuHour]:
+        out = rows(table, picked)
+        counted.append(len(out))
+        return out
+
+    monkeypatch.setattr(GpuHourTable, "rows", counting)
+    assert job_records(hours, GpuHourTable.from_rows(gpu), JOBS, END, _Prices(), only=names) == want
+    assert sum(counted) == built
 
 
 def test_estimated_last_hours_never_pass_the_records() -> None:

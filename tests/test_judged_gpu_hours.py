@@ -172,9 +172,11 @@ def test_every_hour_is_built_only_for_a_reader_of_them_all() -> None:
     """A job budget or a finished job's message reads every hour: only then are they all joined."""
     hours = [gpu(0), gpu(1, pricing_model="spot")]
     built: list[int] = []
-    lazy = JudgedGpuHours(GpuHourTable.from_rows(hours[:1]), lambda: built.append(1) or hours, fetched=3)
+    whole = GpuHourTable.from_rows(hours)
+    lazy = JudgedGpuHours(GpuHourTable.from_rows(hours[:1]), lambda: built.append(1) or whole, fetched=3)
     assert lazy.on_demand_table().rows() == hours[:1]
     # gpu(0) is busy
     assert lazy.of_idle_nodes() == lazy.estimated() == [] and built == []
     assert list(lazy) == hours and len(lazy) == 2 and lazy[1] == hours[1]
+    assert lazy.whole_table() is whole  # a reader of a few columns of them all (a job budget)
     assert built == [1] and lazy.fetched == 3 + 2  # built once, its billed hours counted

@@ -272,15 +272,21 @@ class GpuHourTable(Columns[GpuHour], row_type=GpuHour):
             self._numbers = (np.fromiter(ids, np.int64, len(ids)), list(numbers))
         return self._numbers
 
+    def take(self, picked: Iterable[int]) -> GpuHourTable:
+        """The rows `picked` (row numbers, in the order given) as a table of their own."""
+        picked = list(picked)
+        return GpuHourTable({name: [column[i] for i in picked] for name, column in self.columns.items()})
+
     def billed_count(self) -> int:
         """The hours billed, not estimated: the rows read from the engine."""
         return self.columns["estimated"].count(False)
 
-    def extended(self, rows: Sequence[GpuHour]) -> GpuHourTable:
-        """This table with `rows` after its own (a new table; this one is left as it is)."""
-        if not rows:
+    def extended(self, rows: Sequence[GpuHour] | GpuHourTable) -> GpuHourTable:
+        """This table with `rows` (`GpuHour`s or a table) after its own (a new table; this one is left
+        as it is)."""
+        if not len(rows):
             return self
-        more = GpuHourTable.from_rows(rows)
+        more = rows if isinstance(rows, GpuHourTable) else GpuHourTable.from_rows(rows)
         return GpuHourTable({name: self.columns[name] + more.columns[name] for name in self.names})
 
 
@@ -315,6 +321,11 @@ class DeferredGpuHours(Sequence[GpuHour]):
     def on_demand_table(self) -> GpuHourTable:
         """A table holding every hour with an on-demand part, maybe with others (the opportunity
         detectors pick theirs: `monitor.detectors.opportunities.OnDemandHours.of`)."""
+        raise NotImplementedError
+
+    def whole_table(self) -> GpuHourTable:
+        """Every hour as a table, in order: for a reader of every hour that reads a few columns (a
+        job budget's latest GPU hour per job), without a `GpuHour` built for each."""
         raise NotImplementedError
 
     def __len__(self) -> int:
@@ -373,6 +384,9 @@ class UnmonitoredGpuHours(DeferredGpuHours):
     def of_idle_nodes(self) -> Sequence[GpuHour]:
         return []  # no utilization: no GPU-hour is idle
 
+    def whole_table(self) -> GpuHourTable:
+        return self.unmonitored_table()
+
 
 class _HeldGpuHours(DeferredGpuHours):
     """GPU hours held as a table (`GpuHourTable`) that holds at least every hour the GPU detectors
@@ -412,8 +426,8 @@ class _HeldGpuHours(DeferredGpuHours):
 
 
 class JudgedGpuHours(_HeldGpuHours):
-    """GPU hours joined with utilization as far as the GPU detectors read them, every one built
-    only if a reader needs them all (`build()`: a job budget).
+    """GPU hours joined with utilization as far as the GPU detectors read them, every one joined
+    only if a reader needs them all (`build()`, as a table: a job budget).
 
     `table` holds, in the order of the whole, every hour with an on-demand part (the opportunity
     detectors, `GpuHour.on_demand_share`), every unmonitored one (`unmonitored_gpu`), every hour
@@ -422,15 +436,21 @@ class JudgedGpuHours(_HeldGpuHours):
     them all (`monitor.assemble.judged_gpu_hours`). `fetched` counts the rows read from the engine.
     """
 
-    def __init__(self, table: GpuHourTable, build: Callable[[], Sequence[GpuHour]], fetched: int) -> None:
+    def __init__(self, table: GpuHourTable, build: Callable[[], GpuHourTable], fetched: int) -> None:
         super().__init__(table)
         self._build = build
+        self._whole: GpuHourTable | None = None
         self.fetched = fetched
+
+    def whole_table(self) -> GpuHourTable:
+        if self._whole is None:
+            self._whole = self._build()
+            self.fetched += self._whole.billed_count()
+        return self._whole
 
     def _rows(self) -> Sequence[GpuHour]:
         if self._all is None:
-            self._all = self._build()
-            self.fetched += sum(1 for r in self._all if not r.estimated)
+            self._all = self.whole_table().rows()
         return self._all
 
 
@@ -443,6 +463,9 @@ class TableGpuHours(_HeldGpuHours):
     def __init__(self, table: GpuHourTable) -> None:
         super().__init__(table)
         self.fetched = table.billed_count()
+
+    def whole_table(self) -> GpuHourTable:
+        return self.table
 
     def _rows(self) -> Sequence[GpuHour]:
         if self._all is None:
@@ -537,8 +560,9 @@ class DetectorInputs:
     window, so the daemon joins the GPU hours of its 14-day detection window, not of the 45 days of
     history and invoice month it reads for costs (at 5 M export rows a month, those hours as Python
     objects were most of a detection run's time and memory). The few readers of a job's whole life
-    (a finished job's message, a job budget) ask `all_gpu_hours()`, which joins the earlier hours
-    (`earlier_gpu_hours`, cached) on first use, in the order a single join gives.
+    ask for them all as a table (`all_gpu_hour_table()`, read by a finished job's message and a job
+    budget), which joins the earlier hours (`earlier_gpu_hours`, cached) on first use, in the order
+    a single join gives.
 
     `held_spend` (cached, None: nothing is held beyond what `hourly` holds) sums the labelled
     billing held before `window_start` on first use: what a job budget, which covers the job's
@@ -556,7 +580,7 @@ class DetectorInputs:
     currency: str = "USD"
     utilization_coverage: Mapping[str, Sequence[tuple[datetime, datetime]]] | None = None
     gpu_from: datetime | None = None
-    earlier_gpu_hours: Callable[[], Sequence[GpuHour]] | None = field(default=None, repr=False, compare=False)
+    earlier_gpu_hours: Callable[[], GpuHourTable] | None = field(default=None, repr=False, compare=False)
     held_spend: Callable[[], HeldSpend] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -608,12 +632,19 @@ class DetectorInputs:
             memo[key] = build()
         return memo[key]  # type: ignore[no-any-return]
 
-    def all_gpu_hours(self) -> Sequence[GpuHour]:
-        """The GPU hours of the whole inputs, those before `gpu_from` first (the callable joins them
-        on first use and keeps them)."""
-        if self.earlier_gpu_hours is None:
-            return self.gpu_hours
-        return [*self.earlier_gpu_hours(), *self.gpu_hours]
+    def gpu_hour_table(self) -> GpuHourTable:
+        """The window's GPU hours (`gpu_hours`) as a table, without a `GpuHour` built for each
+        where they are held as one (`DeferredGpuHours.whole_table`)."""
+        if isinstance(self.gpu_hours, DeferredGpuHours):
+            return self.gpu_hours.whole_table()
+        return GpuHourTable.from_rows(self.gpu_hours)
+
+    def all_gpu_hour_table(self) -> GpuHourTable:
+        """The GPU hours of the whole inputs as a table, those before `gpu_from` first (the callable
+        joins them on first use and keeps them): a job budget reads two of its columns, a finished
+        job's message builds `GpuHour`s of its job's nodes alone."""
+        window = self.gpu_hour_table()
+        return window if self.earlier_gpu_hours is None else self.earlier_gpu_hours().extended(window)
 
     def __post_init__(self) -> None:
         # `hourly` is kept in the engine (`monitor.detectors.costs`): detectors ask it for sums and

@@ -26,9 +26,12 @@ higher threshold a new one. Impact = the projected spend above that threshold (a
 projected overrun).
 
 Where the per-job hourly cost comes from: the detector inputs' cost hours, by their labels (the
-jobs engine's identity, `monitor.jobs`: `JobsConfig.label_keys`). The daemon's stored aggregates
-keep the `[billing] labels` keys only, so a job named by another key (e.g. `k8s-label/...`) is seen
-once that key is stored too.
+jobs engine's identity, `monitor.jobs`: `JobsConfig.label_keys`), summed in the engine per hour,
+label set, project and compute or not (`_spend_by_hour`): only those sums cross into Python. The
+daemon's stored aggregates keep the `[billing] labels` keys only, so a job named by another key
+(e.g. `k8s-label/...`) is seen once that key is stored too. A job whose value several keys carry
+(a JobSet's pods by their `k8s-label/...`, its bucket by `job`) is said to be named by the first
+of them in `[jobs]` order (`label_key`), as `monitor.jobs.identity.job_of` reads a label set.
 """
 
 from __future__ import annotations
@@ -43,8 +46,8 @@ from pydantic import Field, field_validator
 
 from monitor.detectors.base import Detector, DetectorConfig, fmt_usd, human, iso, money, q6, register
 from monitor.detectors.budget_forecast import run_rate
-from monitor.detectors.costs import billed_until
-from monitor.detectors.inputs import CostHour, DetectorInputs, GpuHour, HeldSpend, LabelSpend
+from monitor.detectors.costs import Costs, billed_until
+from monitor.detectors.inputs import CostHour, DetectorInputs, GpuHourTable, HeldSpend, LabelSpend
 from monitor.model import Finding, Scope, fingerprint
 
 if TYPE_CHECKING:
@@ -61,6 +64,7 @@ __all__ = [
 
 _HOUR = timedelta(hours=1)
 _ZERO = Decimal(0)
+_COMPUTE = "compute."  # the subcategory of a job's compute sums (`_spend_by_hour`)
 
 
 class JobBudgetConfig(DetectorConfig):
@@ -176,29 +180,34 @@ class JobBudget(Detector):
         if not budgets or as_of <= inputs.window_start:
             return []
         keys = self.jobs.label_keys()
+        rank = {key: i for i, key in enumerate(keys)}
         rows: dict[str, list[CostHour]] = defaultdict(list)
         label_key: dict[str, str] = {}
+
+        def carried(value: str, key: str) -> None:  # the job's key: the first in `[jobs]` order
+            if value not in label_key or rank[key] < rank[label_key[value]]:
+                label_key[value] = key
+
         costs = inputs.hourly
-        budgeted = costs.labels_where(lambda labels: any(v in budgets for v in job_label_values(labels, keys)))
-        for r in costs.rows(end=as_of, labels=budgeted):  # only the rows of budgeted jobs
+        for r in _spend_by_hour(costs, budgets, keys, as_of):
             for value, key in job_label_values(r.labels, keys).items():
                 if value in budgets:
                     rows[value].append(r)
-                    label_key.setdefault(value, key)
+                    carried(value, key)
         held = _held(inputs)
         before: dict[str, list[LabelSpend]] = defaultdict(list)  # sums of what is held before the rows
         for s in held.spend:
             for value, key in job_label_values(s.labels, keys).items():
                 if value in budgets:
                     before[value].append(s)
-                    label_key.setdefault(value, key)
-        last_gpu = _last_gpu_hours(inputs.gpu_hours, budgets, keys)
+                    carried(value, key)
+        last_gpu = _last_gpu_hours(inputs.gpu_hour_table(), budgets, keys)
         # A job without GPU hours since `gpu_from` whose rows start before it may have earlier ones (a
         # billed GPU hour is also a compute row of the job): only then are those hours joined.
         split = inputs.gpu_from
         earlier = {j for j, rs in rows.items() if j not in last_gpu and split is not None and rs[0].hour < split}
         if earlier:
-            last_gpu |= _last_gpu_hours(inputs.all_gpu_hours(), {j: budgets[j] for j in earlier}, keys)
+            last_gpu |= _last_gpu_hours(inputs.all_gpu_hour_table(), {j: budgets[j] for j in earlier}, keys)
         findings = []
         # quiet measured to the latest hour billed, as a finished job's message measures it: billing
         # lags the clock by hours, more than `running_within_hours` for some resources
@@ -359,14 +368,41 @@ class _Span(NamedTuple):
     quiet_to: datetime
 
 
+def _spend_by_hour(
+    costs: Costs, budgets: Mapping[str, float], keys: Sequence[str], end: datetime
+) -> list[CostHour]:
+    """The budgeted jobs' spend before `end`, summed in the engine per hour, label set, project and
+    compute or not: all a projection reads of the rows (`subcategory` is "compute." for compute,
+    "" for the rest). At 5 M export rows a month, three budgeted jobs' 580,000 stored rows crossed
+    into Python as `CostHour`s, 12.6 s of a 32 s detection run under cProfile."""
+    budgeted = costs.labels_where(lambda labels: any(v in budgets for v in job_label_values(labels, keys)))
+    if not budgeted:
+        return []
+    return [
+        CostHour(
+            hour=hour, project=project, subcategory=_COMPUTE if compute else "", cost=s.cost,
+            credits=s.credits, labels=costs.labels_of(labels),
+        )
+        for (hour, labels, project, compute), s in costs.sums(
+            ("hour", "labels", "project", "compute"), end=end, labels=budgeted
+        ).items()
+    ]  # fmt: skip
+
+
 def _last_gpu_hours(
-    hours: Sequence[GpuHour], budgets: Mapping[str, float], keys: Sequence[str]
+    hours: GpuHourTable, budgets: Mapping[str, float], keys: Sequence[str]
 ) -> dict[str, datetime]:
     """The latest GPU hour (billed or estimated from utilization) per budgeted job: utilization
-    keeps a job running while its billing lags."""
+    keeps a job running while its billing lags. Read from the table's columns, each label set's
+    latest hour first (the hours of a node share one labels mapping: `monitor.assemble._billed`)."""
+    latest: dict[int, tuple[Mapping[str, str], datetime]] = {}  # id -> (labels, kept alive: no id reused)
+    for labels, hour in zip(hours["labels"], hours["hour"], strict=True):
+        seen = latest.get(id(labels))
+        if seen is None or hour > seen[1]:
+            latest[id(labels)] = (labels, hour)
     out: dict[str, datetime] = {}
-    for h in hours:
-        for value in job_label_values(h.labels, keys):
-            if value in budgets and (value not in out or h.hour > out[value]):
-                out[value] = h.hour
+    for labels, hour in latest.values():
+        for value in job_label_values(labels, keys):
+            if value in budgets and (value not in out or hour > out[value]):
+                out[value] = hour
     return out

@@ -39,7 +39,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
 from monitor.detectors.idle_gpu import instance_key
-from monitor.detectors.inputs import GpuHour, PriceLookup
+from monitor.detectors.inputs import GpuHour, GpuHourTable, PriceLookup
 from monitor.detectors.opportunities import (
     machine_hours,
     machine_price_source,
@@ -284,6 +284,18 @@ def _gpu_key(h: GpuHour, seen: dict[tuple, str]) -> str:
     if ident not in seen:
         seen[ident] = row_identity(h).key
     return seen[ident]
+
+
+def _gpu_keys(hours: GpuHourTable) -> list[str]:
+    """`_gpu_key` of each hour of a table, from its columns."""
+    c, seen = hours.columns, {}
+    out = []
+    for ident in zip(c["project"], c["zone"], c["instance"], c["instance_id"], c["cluster"], strict=True):
+        key = seen.get(ident)
+        if key is None:
+            key = seen[ident] = billed_identity(*ident).key
+        out.append(key)
+    return out
 
 
 def _fee_key(r: Mapping[str, Any]) -> tuple | None:
@@ -553,14 +565,15 @@ def _only(
     rows: Sequence[Mapping[str, Any]],
     jobs: Sequence[str | None],
     nodes: Sequence[str | None],
-    gpu_hours: Sequence[GpuHour],
+    gpu_hours: Sequence[GpuHour] | GpuHourTable,
     only: AbstractSet[str],
 ) -> tuple[list[int], list[GpuHour]]:
     """The rows (indices, in order) and GPU hours that decide the records of the jobs `only`: their
     own rows; at the (project, cluster, hour)s of their cluster nodes, every cluster node's compute
     row and the cluster fees (the node-hour shares); on their GPU nodes, every GPU row (the usage
     split of each node-hour, and whose job the node's estimated hours are) and every GPU hour.
-    Complete for those keys and in the original order, so their splits come out to the micro."""
+    Complete for those keys and in the original order, so their splits come out to the micro. Of
+    a table, only those GPU hours are built (a finished job's nodes, of 45 days of every node's)."""
     fee_keys = {k for r, j in zip(rows, jobs, strict=True) if j in only and (k := _fee_key(r)) is not None}
     gpu_nodes = {n for j, n in zip(jobs, nodes, strict=True) if j in only and n is not None}
     keep = [
@@ -574,13 +587,15 @@ def _only(
             and (r["subcategory"] == CLUSTER_FEE or _fee_key(r) is not None)
         )
     ]
+    if isinstance(gpu_hours, GpuHourTable):
+        return keep, gpu_hours.rows(i for i, key in enumerate(_gpu_keys(gpu_hours)) if key in gpu_nodes)
     seen: dict[tuple, str] = {}
     return keep, [h for h in gpu_hours if _gpu_key(h, seen) in gpu_nodes]
 
 
 def build_jobs(
     rows: Sequence[Mapping[str, Any]],
-    gpu_hours: Sequence[GpuHour],
+    gpu_hours: Sequence[GpuHour] | GpuHourTable,
     *,
     keys: Sequence[str],
     window_end: datetime,
@@ -591,9 +606,10 @@ def build_jobs(
     """Every job of the window, largest cost first, `job: None` (the unlabelled rest) last.
 
     `rows`: `queries/jobs.sql` output for the window; `gpu_hours`: the window's joined GPU hours
-    (`Analysis.gpu_hours`, billed and estimated); `keys`: `JobsConfig.label_keys()`. `only`: just
-    the records of these jobs (named), the same to the micro as in the full list, computed from the
-    rows that decide them (`_only`): what the finished-job check needs, at a fraction of the cost.
+    (`Analysis.gpu_hours`, billed and estimated), as `GpuHour`s or a table; `keys`:
+    `JobsConfig.label_keys()`. `only`: just the records of these jobs (named), the same to the micro
+    as in the full list, computed from the rows that decide them (`_only`): what the finished-job
+    check needs, at a fraction of the cost.
     """
     jobs = _jobs_of(rows, keys)
     nodes = _node_keys(rows)
@@ -603,6 +619,8 @@ def build_jobs(
         rows = [rows[i] for i in keep]
         jobs = [jobs[i] for i in keep]
         nodes = [nodes[i] for i in keep]
+    elif isinstance(gpu_hours, GpuHourTable):
+        gpu_hours = gpu_hours.rows()
     acc: dict[str | None, _Acc] = {}
     _add_rows(acc, rows, jobs)
     _add_gpu(acc, rows, jobs, nodes, gpu_hours)
