@@ -198,6 +198,7 @@ def _digest_data(
         # read as columns: a `GpuHour` is built only for the section's day (`JobsSection.add`)
         c = joined.columns
         day_of = {hour: hour.astimezone(tz).date() for hour in set(c["hour"])}
+        read: dict[tuple[str, datetime], bool] = {}  # per project and hour, not per node-hour
         for hour, cost, pct, project in zip(
             c["hour"], c["idle_cost"], c["mean_utilization_pct"], c["project"], strict=True
         ):
@@ -206,7 +207,10 @@ def _digest_data(
             node_hours[d] += 1
             if pct is None:  # idle unknown: not read yet, or no GPU reported
                 dark[d] += 1
-                if not hour_covered(coverage, project, hour):
+                covered = read.get((project, hour))
+                if covered is None:
+                    covered = read[(project, hour)] = hour_covered(coverage, project, hour)
+                if not covered:
                     unread[d] += 1
         if lo < day_hi and hi > day_lo:
             on_day = joined.rows(i for i, hour in enumerate(c["hour"]) if day_lo <= hour < day_hi)

@@ -293,6 +293,12 @@ def split_exact(total: Decimal, weights: Sequence[Decimal], quantum: Decimal = _
     """
     if not weights:
         return []
+    if len(weights) == 1:  # most node-hours are one job's or one namespace's: the steps below, for one
+        w = weights[0] if weights[0] > 0 else Decimal(1)
+        part = (total * w / w).quantize(quantum, rounding=ROUND_FLOOR)
+        if int(((total - part) / quantum).to_integral_value()) > 0:
+            part += quantum
+        return [part]
     ws = list(weights) if sum(weights, Decimal(0)) > 0 else [Decimal(1)] * len(weights)
     whole = sum(ws, Decimal(0))
     exact = [total * w / whole for w in ws]

@@ -23,6 +23,7 @@ import re
 import tempfile
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from hypothesis import strategies as st
 from alerts.escape import escape_mrkdwn, truncate
 from monitor.config import parse_config
 from monitor.errors import ConfigError, UserError
+from monitor.gpu_rollups import split_exact
 from monitor.sources.duckdb_conn import open_billing_db
 from monitor.sources.loader import MAX_ABS_AMOUNT, FieldError, load_billing, normalize_row
 from monitor.sources.utilization_files import FileUtilizationSource
@@ -303,3 +305,17 @@ def test_any_json_document_is_read_or_a_user_error(doc: Any) -> None:
             FileUtilizationSource([path]).fetch(T0 - timedelta(hours=1), T0 + timedelta(hours=1))
         except UserError as e:
             assert str(e).startswith(str(path)) and "\n" not in str(e)
+
+
+@FAST
+@given(
+    st.decimals(min_value=-10**6, max_value=10**6, allow_nan=False, allow_infinity=False, places=6)
+    | st.builds(lambda a, b: a / b, st.integers(-(10**9), 10**9), st.integers(1, 10**6).map(Decimal)),
+    st.decimals(min_value=-10, max_value=10**4, allow_nan=False, allow_infinity=False),
+)
+def test_one_weight_takes_the_whole_as_the_general_split_gives_it(total: Decimal, weight: Decimal) -> None:
+    """`split_exact`'s shortcut for one weight (most node-hours are one job's): the part the general
+    largest-remainder steps give it beside a weight of zero, for any total (28-digit idle shares
+    too) and any weight (zero or less: an even split, here of one)."""
+    beside = weight if weight > 0 else Decimal(1)
+    assert split_exact(total, [weight]) == split_exact(total, [beside, Decimal(0)])[:1]
