@@ -97,7 +97,6 @@ def _deps(
 
     cfg = bench_config(state_dir, Path(a["util_dir"]), db, lookback_days, utilization)
     conn = open_billing_db(db)
-    conn.execute("SET enable_progress_bar = false")
     source = MeteredSource(DuckDBBillingSource(conn, rules=compile_rules(cfg.attribution.rules)))
     return build_deps(cfg, FixedClock(_ts(a["now"])), source, stream=io.StringIO(), environ={})
 

@@ -229,7 +229,6 @@ def open_sources(
         )
     else:
         billing = billing_source_from_config(cfg.billing, google=cfg.google, rules=rules)
-    _quiet(billing)
     utilization, closers = _utilization_source(cfg, utilization_paths)
     read = budget_source_from_config(cfg.budgets, cfg.google).budgets() if budgets else []
     return Sources(
@@ -256,13 +255,6 @@ def _budget_specs(
     month_from = month.read_start(month.current_month(min(window.as_of, window.end)))
     ids = ProjectIds().over(billing, month_from, window.end, lambda: None)
     return budget_specs(budgets, cfg.stored_label_keys(), ids)
-
-
-def _quiet(billing: BillingSource) -> None:
-    """No DuckDB progress bar: it is drawn on the process's stdout, which carries the JSON."""
-    conn = getattr(billing, "conn", None)
-    if billing.engine == "duckdb" and conn is not None:
-        conn.execute("SET enable_progress_bar = false")
 
 
 def _utilization_source(cfg: Config, paths: Sequence[Path]) -> tuple[UtilizationSource | None, list[Any]]:

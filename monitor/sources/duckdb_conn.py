@@ -114,6 +114,9 @@ def open_billing_db(
         raise _cannot_open(target, e, read_only=read_only) from None
     try:
         conn.execute("SET TimeZone = 'UTC'")
+        # DuckDB draws its progress bar on stdout, terminal or not, for any query past 2 s: into
+        # `analyze --format json > file` and the daemon's output; gpucost reports its own progress
+        conn.execute("SET enable_progress_bar = false")
         conn.execute("SET memory_limit = ?", [memory_limit or DEFAULT_MEMORY_LIMIT])
         if path is None or read_only:  # it would spill to ./.tmp, or beside a file it may not write
             spill = tempfile.mkdtemp(prefix="gpucost-duckdb-")
