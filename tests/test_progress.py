@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from rich.console import Console
 
 from monitor.cli import cli
@@ -243,48 +243,50 @@ def test_simulate_reports_rows_then_utilization(fleet) -> None:
     assert lines[-1].startswith("simulate: done in ") and lines[-1].endswith("(utilization: 1 of 1 days)")
 
 
+def _reported(args: list[str]) -> tuple[Result, list[str]]:
+    """A command run on a clock that steps 11 s a reading (every report gets its line), and the
+    progress lines it wrote."""
+    handler = Lines()
+    logging.getLogger("gpucost.progress").addHandler(handler)
+    try:
+        result = CliRunner().invoke(cli, args, obj={"monotonic": SteppingClock(11.0)})
+    finally:
+        logging.getLogger("gpucost.progress").removeHandler(handler)
+    assert result.exit_code == 0, result.output
+    return result, handler.lines
+
+
 def test_load_reports_files(fleet, tmp_path) -> None:
     out, _ = fleet
-    handler = Lines()
-    logging.getLogger("gpucost.progress").addHandler(handler)
-    try:
-        result = CliRunner().invoke(
-            cli,
-            [
-                "load",
-                "--billing",
-                str(out / "billing" / "export.parquet"),
-                "--db",
-                str(tmp_path / "b.duckdb"),
-            ],
-            obj={"monotonic": SteppingClock(11.0)},
-        )
-    finally:
-        logging.getLogger("gpucost.progress").removeHandler(handler)
-    assert result.exit_code == 0, result.output
-    assert any(line.startswith("load (export.parquet): 0 of 1 files (0%), ") for line in handler.lines)
-    assert handler.lines[-1].startswith("load: done in ") and handler.lines[-1].endswith("(1 of 1 files)")
+    _, lines = _reported(
+        ["load", "--billing", str(out / "billing" / "export.parquet"), "--db", str(tmp_path / "b.duckdb")]
+    )
+    assert any(line.startswith("load (export.parquet): 0 of 1 files (0%), ") for line in lines)
+    assert lines[-1].startswith("load: done in ") and lines[-1].endswith("(1 of 1 files)")
 
 
-def test_analyze_reports_on_stderr_and_keeps_stdout_the_report(fleet) -> None:
+@pytest.mark.parametrize(
+    ("command", "stages"),
+    [
+        ("analyze", ("reading billing", "reading utilization", "assembling", "detecting")),
+        ("jobs", ("reading billing", "assembling", "reading jobs", "building jobs")),
+        ("gpus", ("reading billing", "assembling")),
+    ],
+)
+def test_the_analysis_commands_report_their_stages_on_stderr_and_keep_stdout_the_report(
+    fleet, command: str, stages: tuple[str, ...]
+) -> None:
+    """`jobs` and `gpus` run the analysis (`jobs` its own query and build after it): `gpucost jobs`
+    ran 95 s in silence at 5 M export rows a month before they reported as `analyze` does."""
     out, _ = fleet
-    handler = Lines()
-    logging.getLogger("gpucost.progress").addHandler(handler)
-    try:
-        result = CliRunner().invoke(
-            cli,
-            ["analyze", "--billing", str(out / "billing" / "export.parquet"), "--format", "json"],
-            obj={"monotonic": SteppingClock(11.0)},
-        )
-    finally:
-        logging.getLogger("gpucost.progress").removeHandler(handler)
-    assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["totals"]
-    assert handler.lines[-1].startswith("analyze: done in ")
-    # every step of the clock is 11 s, so each stage reported gets its line
-    stages = [line.split("(")[1].split(")")[0] for line in handler.lines[:-1] if "(" in line]
-    for stage in ("reading billing", "reading utilization", "assembling", "detecting"):
-        assert stage in stages, handler.lines
+    result, lines = _reported(
+        [command, "--billing", str(out / "billing" / "export.parquet"), "--format", "json"]
+    )
+    assert json.loads(result.stdout)
+    assert lines[-1].startswith(f"{command}: done in ")
+    seen = [line.split("(")[1].split(")")[0] for line in lines[:-1] if "(" in line]
+    for stage in stages:
+        assert stage in seen, lines
 
 
 def test_logging_set_up_during_the_work_carries_every_line_final_included() -> None:

@@ -74,9 +74,19 @@ def gpus_cmd(billing_paths, utilization_paths, config_path, start, end, fmt, by)
     commitment / sustained-use credits; unmonitored: GPU spend with no utilization data (never
     counted as busy or idle).
     """
-    cfg, result = cli_analysis(
-        billing_paths, utilization_paths, config_path, start, end, detectors=[], month_to_date=False
-    )
+    from monitor.progress import context_clock, progress
+
+    with progress("gpus", None, clock=context_clock(), heartbeat=1.0) as bar:  # as `analyze` shows it
+        cfg, result = cli_analysis(
+            billing_paths,
+            utilization_paths,
+            config_path,
+            start,
+            end,
+            detectors=[],
+            month_to_date=False,
+            progress=bar,
+        )
     instances = summarize_instances(result.gpu_hours)
     doc = gpus_report(instances, rollups(instances, cfg.billing.labels, by or None))
     if fmt == "json":

@@ -24,6 +24,7 @@ from monitor.detectors.inputs import PriceLookup
 from monitor.errors import UserError
 from monitor.jobs.build import JobRecord, build_jobs, paired_cents
 from monitor.jobs.config import JobsConfig
+from monitor.progress import Progress
 from monitor.report import read_until
 from monitor.sources.base import BillingSource
 
@@ -123,12 +124,20 @@ def run_jobs(
     now: datetime,
     start: datetime | None = None,
     end: datetime | None = None,
+    progress: Progress | None = None,
 ) -> JobsReport:
-    """The analysis (no detectors, the window only) and `jobs.sql` on `sources.billing`."""
-    analysis = run_analysis(sources, cfg, now=now, start=start, end=end, detectors=[], month_to_date=False)
+    """The analysis (no detectors, the window only) and `jobs.sql` on `sources.billing`; `progress`
+    hears each stage's name (`run_analysis`'s, then the jobs' own)."""
+    analysis = run_analysis(
+        sources, cfg, now=now, start=start, end=end, detectors=[], month_to_date=False, progress=progress
+    )
+    if progress is not None:
+        progress.describe("reading jobs")
     billing: BillingSource = sources.billing
     rows = billing.run(QUERY, jobs_params(analysis.window, jobs_cfg.label_keys())).rows
     prices = sources.prices.price_book(analysis.window.as_of) if sources.prices is not None else None
+    if progress is not None:
+        progress.describe("building jobs")
     return jobs_report(analysis, rows, jobs_cfg, prices)
 
 
@@ -141,12 +150,13 @@ def jobs_once(
     utilization_paths: Sequence[Path] = (),
     start: datetime | None = None,
     end: datetime | None = None,
+    progress: Progress | None = None,
 ) -> JobsReport:
     """Open the sources (files, else the configured ones), run, close (what `gpucost jobs` calls)."""
     sources = open_sources(
         cfg, billing_paths=billing_paths, utilization_paths=utilization_paths, budgets=False
     )
     try:
-        return run_jobs(sources, cfg, jobs_cfg, now=now, start=start, end=end)
+        return run_jobs(sources, cfg, jobs_cfg, now=now, start=start, end=end, progress=progress)
     finally:
         sources.close()
