@@ -12,10 +12,10 @@ from __future__ import annotations
 import functools
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from monitor.billing_poll import (
     COST_ORDER,
@@ -25,7 +25,7 @@ from monitor.billing_poll import (
     provisional_since,
     stored_gpu_node_hours,
 )
-from monitor.columns import objects
+from monitor.columns import objects, shared_values
 from monitor.detectors.costs import Costs
 from monitor.detectors.inputs import (
     BudgetSpec,
@@ -70,9 +70,6 @@ from monitor.utilization.mirror import sync as sync_utilization
 from monitor.utilization.mirror import util_hours as utilization_copy_hours
 from monitor.utilization.mirror import whole_hours as utilization_copy_whole_hours
 from monitor.utilization.state import load_util_hours
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 __all__ = [
     "assemble_inputs",
@@ -137,30 +134,11 @@ def cost_hours(store: AggregateStore, start: datetime, end: datetime, since: dat
 
 
 #: Node-hour columns whose values repeat from hour to hour (names, places, label sets): one Python
-#: object per distinct value, shared by the rows (`_shared`).
+#: object per distinct value, shared by the rows (`monitor.columns.shared_values`).
 _REPEATED = frozenset(
     ("project", "zone", "region", "instance", "instance_id", "cluster", "machine_type",
      "pricing_model", "labels", "namespace", "node_pool")
 )  # fmt: skip
-
-
-def _shared(
-    column: pa.ChunkedArray, convert: Callable[[Any], Any] | None = None, null: Any = None
-) -> list[Any]:
-    """`column.to_pylist()` with one object per distinct value: `to_pylist` builds a new string per
-    cell, 1.2 M node-hours x a dozen string columns held 1.4 GB at 7.4 M export rows (bench scale 48);
-    a node's names repeat every hour. `convert` is applied once per distinct value; a null reads as
-    `null`. The values are picked by numpy (an object array indexed by the codes): a list
-    comprehension over the codes took 0.035 s a column of 382,000 node-hours, numpy 0.009 s."""
-    import numpy as np
-
-    encoded = column.combine_chunks().dictionary_encode()
-    values = encoded.dictionary.to_pylist()
-    if convert is not None:
-        values = [convert(v) for v in values]
-    values.append(null)  # a null's index: -1
-    picked = np.fromiter(values, dtype=object, count=len(values))
-    return picked[encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False)].tolist()
 
 
 def _gpu_model(sku: str | None) -> str | None:
@@ -183,17 +161,20 @@ def gpu_node_hours(
     `only`: those node-hours alone, in the same order."""
     table = stored_gpu_node_hours(store, start, end, only=only)
     col = {
-        name: _shared(table.column(name)) if name in _REPEATED else table.column(name).to_pylist()
+        name: shared_values(table.column(name)) if name in _REPEATED else table.column(name).to_pylist()
         for name in table.column_names
         if name not in ("hour", "usage", "sku_description", "labels")
     }
-    hours = _shared(table.column("hour"), lambda h: h.replace(tzinfo=UTC))  # a few hundred distinct hours
-    models = _shared(table.column("sku_description"), _gpu_model)  # a few SKUs, parsed once each
+    # a few hundred distinct hours
+    hours = shared_values(table.column("hour"), lambda h: h.replace(tzinfo=UTC))
+    models = shared_values(table.column("sku_description"), _gpu_model)  # a few SKUs, parsed once each
     # A node-hour of one row: its own labels, usage and namespace, a column at a time (a few
     # distinct GPU-hour amounts: 8.0 a full hour; label sets shared, as nothing mutates them)
     labels_of = _LabelSets()
-    labels: list[dict[str, str]] = _shared(table.column("labels"), labels_of.__getitem__, labels_of[None])
-    gpu_hours: list[Decimal] = _shared(table.column("usage"), _d, _ZERO)
+    labels: list[dict[str, str]] = shared_values(
+        table.column("labels"), labels_of.__getitem__, labels_of[None]
+    )
+    gpu_hours: list[Decimal] = shared_values(table.column("usage"), _d, _ZERO)
     namespaces: list[dict[str, int]] = [
         {ns: int(gross)} if ns else _NONE for ns, gross in zip(col["namespace"], col["gross"], strict=True)
     ]

@@ -8,12 +8,12 @@ that want them (tests, tools, the few live-estimated hours).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from operator import attrgetter, itemgetter
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
-__all__ = ["Columns", "objects"]
+__all__ = ["Columns", "objects", "shared_values"]
 
 T = TypeVar("T")
 
@@ -77,3 +77,21 @@ def objects(column: Sequence[Any]) -> Any:
     import numpy as np
 
     return np.fromiter(column, dtype=object, count=len(column))
+
+
+def shared_values(column: Any, convert: Callable[[Any], Any] | None = None, null: Any = None) -> list[Any]:
+    """An Arrow column's `to_pylist()` with one object per distinct value: `to_pylist` builds a new
+    string per cell, 1.2 M node-hours x a dozen string columns held 1.4 GB at 7.4 M export rows
+    (bench scale 48); a node's names repeat every hour. `convert` is applied once per distinct
+    value; a null reads as `null`. The values are picked by numpy (an object array indexed by the
+    codes): a list comprehension over the codes took 0.035 s a column of 382,000 node-hours, numpy
+    0.009 s."""
+    import numpy as np
+
+    encoded = column.combine_chunks().dictionary_encode()
+    values = encoded.dictionary.to_pylist()
+    if convert is not None:
+        values = [convert(v) for v in values]
+    values.append(null)  # a null's index: -1
+    picked = np.fromiter(values, dtype=object, count=len(values))
+    return picked[encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False)].tolist()  # type: ignore[no-any-return]

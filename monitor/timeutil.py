@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, date, datetime, timedelta
 
-__all__ = ["floor_hour", "from_naive_utc", "naive_utc", "parse_timestamp", "to_iso"]
+__all__ = ["aware_utc", "floor_hour", "from_naive_utc", "naive_utc", "parse_timestamp", "to_iso"]
 
 _UTC_SUFFIX = re.compile(r"\s*(UTC|Z)$", re.IGNORECASE)
 
@@ -67,6 +67,11 @@ def naive_utc(dt: datetime) -> datetime:
     '2026-11-01T08:00:00'
     """
     return dt.astimezone(UTC).replace(tzinfo=None)
+
+
+def aware_utc(dt: datetime) -> datetime:
+    """A time an engine returned, naive (UTC, as DuckDB's TIMESTAMP) or aware, as aware UTC."""
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
 
 
 def from_naive_utc(dt: datetime) -> datetime:

@@ -17,7 +17,7 @@ from monitor.attribution import compile_rules
 from monitor.detectors.inputs import GpuHour
 from monitor.jobs import JobsConfig, job_of, parse_labels
 from monitor.jobs.build import build_jobs, cents_summing_to, paired_cents
-from monitor.jobs.run import jobs_params
+from monitor.jobs.run import job_table_columns, jobs_params
 from monitor.sources.billing_duckdb import DuckDBBillingSource
 from monitor.sources.duckdb_conn import open_billing_db
 from tests.test_queries import GCS, T0, export_row, load_rows
@@ -238,6 +238,31 @@ def test_cluster_fees_are_shared_by_node_hours(jobs_rows: list[dict]) -> None:
     assert jobs["pretrain"].net_by_subcategory["orchestration.gke"] == 30_000
     assert jobs[None].by_subcategory["orchestration.gke"] == 50_000
     assert jobs[None].by_subcategory["storage.persistent_disk"] == 250_000
+
+
+def test_the_engine_s_arrow_result_as_columns_gives_the_records_its_rows_give() -> None:
+    """`gpucost jobs` reads `jobs.sql` as Arrow columns (`job_table_columns`: hours as aware UTC,
+    decimal sums as ints, names shared), not dicts: the same records, GPU splits and fees included."""
+    conn = open_billing_db(None)
+    try:
+        load_rows(conn, _rows())
+        source = DuckDBBillingSource(conn, rules=compile_rules())
+        window = Window(T0 - timedelta(hours=1), T0 + timedelta(hours=2), T0 + timedelta(hours=2))
+        rows = source.run("jobs", jobs_params(window, KEYS)).rows
+        columns = job_table_columns(source.run("jobs", jobs_params(window, KEYS), arrow=True).table)
+    finally:
+        conn.close()
+    assert [type(v) for v in columns["gross_micros"]] == [int] * len(rows)
+    assert columns["usage_hour"] == [r["usage_hour"] for r in rows] and T0 in columns["usage_hour"]
+    gpu = [
+        GpuHour(r["usage_hour"], r["project_id"], r["resource_name"], "H100", 8, Decimal(8), Decimal(80), 5.0,
+                Decimal(8), Decimal(80), zone=r["zone"], instance_id=r["instance_id"], cluster=r["cluster"])
+        for r in rows
+        if r["subcategory"] == "compute.gpu"
+    ]  # fmt: skip
+    want = build_jobs(rows, gpu, keys=KEYS, window_end=T0 + timedelta(hours=1))
+    assert {j.job for j in want} == {"llm", "pretrain", None} and want[0].gpu.idle_cost > 0
+    assert build_jobs(columns, gpu, keys=KEYS, window_end=T0 + timedelta(hours=1)) == want
 
 
 # ------------------------------------------------------------------------------ GPU hours and prices

@@ -54,6 +54,8 @@ from monitor.model import cents_adding_up, micros_to_decimal, move_cents
 from monitor.timeutil import to_iso
 
 __all__ = [
+    "JOB_COLUMNS",
+    "JobColumns",
     "JobHour",
     "JobRecord",
     "JobSpend",
@@ -61,6 +63,7 @@ __all__ = [
     "build_jobs",
     "cents_summing_to",
     "estimated_last_hours",
+    "job_columns",
     "job_spend",
     "node_hour_shares",
     "paired_cents",
@@ -244,6 +247,25 @@ class _Acc:
         return {k: tuple(sorted(v)) for k, v in sorted(found.items())}
 
 
+#: The columns of `queries/jobs.sql` the engine reads.
+JOB_COLUMNS = (
+    "usage_hour", "job_labels", "project_id", "zone", "cluster", "resource_name", "instance_id", "subcategory",
+    "usage_amount", "gross_micros", "net_micros",
+)  # fmt: skip
+
+#: `jobs.sql`'s rows as the engine reads them: one list per `JOB_COLUMNS` name, in the rows' order.
+JobColumns = dict[str, list[Any]]
+
+
+def job_columns(rows: Sequence[Mapping[str, Any]]) -> JobColumns:
+    """Rows (mappings: the engine's own, the digest's from stored aggregates) as `JobColumns`."""
+    return {name: [r[name] for r in rows] for name in JOB_COLUMNS}
+
+
+def _take(c: JobColumns, keep: Sequence[int]) -> JobColumns:
+    return {name: [column[i] for i in keep] for name, column in c.items()}
+
+
 def _acc(acc: dict[str | None, _Acc], job: str | None) -> _Acc:
     a = acc.get(job)
     if a is None:
@@ -251,27 +273,26 @@ def _acc(acc: dict[str | None, _Acc], job: str | None) -> _Acc:
     return a
 
 
-def _jobs_of(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> list[str | None]:
+def _jobs_of(c: JobColumns, keys: Sequence[str]) -> list[str | None]:
     """Each row's job (`job_of` of its job labels), each distinct label string looked at once."""
     seen: dict[str | None, str | None] = {}
     out = []
-    for r in rows:
-        raw = r["job_labels"]
+    for raw in c["job_labels"]:
         if raw not in seen:
             seen[raw] = job_of(parse_labels(raw), keys)
         out.append(seen[raw])
     return out
 
 
-def _node_keys(rows: Sequence[Mapping[str, Any]]) -> list[str | None]:
+def _node_keys(c: JobColumns) -> list[str | None]:
     """Each `compute.gpu` row's node (`billed_identity`), None for other rows."""
     seen: dict[tuple, str] = {}
     out: list[str | None] = []
-    for r in rows:
-        if r["subcategory"] != "compute.gpu":
+    places = zip(c["project_id"], c["zone"], c["resource_name"], c["instance_id"], c["cluster"], strict=True)
+    for sub, ident in zip(c["subcategory"], places, strict=True):
+        if sub != "compute.gpu":
             out.append(None)
             continue
-        ident = (r["project_id"], r["zone"], r["resource_name"], r["instance_id"], r["cluster"])
         if ident not in seen:
             seen[ident] = billed_identity(*ident).key
         out.append(seen[ident])
@@ -298,22 +319,20 @@ def _gpu_keys(hours: GpuHourTable) -> list[str]:
     return out
 
 
-def _fee_key(r: Mapping[str, Any]) -> tuple | None:
-    """(project, cluster, hour) of a compute row on a named cluster node: a node-hour that shares
-    the cluster's fee of that hour."""
-    if r["cluster"] and r["resource_name"] and r["subcategory"].startswith("compute."):
-        return (r["project_id"], r["cluster"], r["usage_hour"])
-    return None
+def _on_node(cluster: str | None, resource: str | None, sub: str) -> bool:
+    """A compute row on a named cluster node: its node-hour shares the cluster's fee of its hour."""
+    return bool(cluster and resource and sub.startswith("compute."))
 
 
-def _fee_shares(rows: Sequence[Mapping[str, Any]], jobs: Sequence[str | None]) -> dict[tuple, dict]:
+def _fee_shares(c: JobColumns, jobs: Sequence[str | None]) -> dict[tuple, dict]:
     """Node-hours per job, per (project, cluster, hour): each node's hour split by compute cost."""
     per_node: dict[tuple, dict[str | None, int]] = defaultdict(lambda: defaultdict(int))
-    for r, job in zip(rows, jobs, strict=True):
-        if r["cluster"] and r["resource_name"] and r["subcategory"].startswith("compute."):
-            per_node[(r["project_id"], r["cluster"], r["usage_hour"], r["resource_name"])][job] += r[
-                "gross_micros"
-            ]
+    for project, cluster, hour, resource, sub, gross, job in zip(
+        c["project_id"], c["cluster"], c["usage_hour"], c["resource_name"], c["subcategory"], c["gross_micros"], jobs,
+        strict=True,
+    ):  # fmt: skip
+        if _on_node(cluster, resource, sub):
+            per_node[(project, cluster, hour, resource)][job] += gross
     return node_hour_shares(per_node)
 
 
@@ -345,16 +364,17 @@ def split_fee(
     return [(k, int(g), int(n)) for k, g, n in zip(keys, gross_parts, net_parts, strict=True)]
 
 
-def _add_rows(
-    acc: dict[str | None, _Acc], rows: Sequence[Mapping[str, Any]], jobs: Sequence[str | None]
-) -> None:
+def _add_rows(acc: dict[str | None, _Acc], c: JobColumns, jobs: Sequence[str | None]) -> None:
     """Money, labels and places of every row into its job (`jobs`: each row's); cluster fees
     shared by node-hours."""
-    shares = _fee_shares(rows, jobs)
-    for r, job in zip(rows, jobs, strict=True):
-        sub, hour, project = r["subcategory"], r["usage_hour"], r["project_id"]
-        weights = shares.get((project, r["cluster"], hour)) if job is None and sub == CLUSTER_FEE else None
-        row_gross, row_net = int(r["gross_micros"]), int(r["net_micros"])
+    shares = _fee_shares(c, jobs)
+    for sub, hour, project, cluster, row_gross, row_net, raw, zone, resource, job in zip(
+        c["subcategory"], c["usage_hour"], c["project_id"], c["cluster"], c["gross_micros"], c["net_micros"],
+        c["job_labels"], c["zone"], c["resource_name"], jobs,
+        strict=True,
+    ):  # fmt: skip
+        weights = shares.get((project, cluster, hour)) if job is None and sub == CLUSTER_FEE else None
+        row_gross, row_net = int(row_gross), int(row_net)
         parts = split_fee(row_gross, row_net, weights) if weights else [(job, row_gross, row_net)]
         for part_job, gross, net in parts:
             a = _acc(acc, part_job)
@@ -363,13 +383,13 @@ def _add_rows(
             if project:
                 a.projects.add(project)
         a = _acc(acc, job)
-        a.raw_labels.add(r["job_labels"])
-        if r["zone"]:
-            a.zones.add(r["zone"])
+        a.raw_labels.add(raw)
+        if zone:
+            a.zones.add(zone)
         if sub.startswith("compute."):
             a.compute_hours.add(hour)
-            if r["resource_name"]:
-                a.instances.add(r["resource_name"])
+            if resource:
+                a.instances.add(resource)
 
 
 _Usage = dict[tuple[str, datetime], dict[str | None, Decimal]]
@@ -377,17 +397,16 @@ _Latest = dict[str, tuple[datetime, Decimal, str | None]]
 
 
 def _gpu_usage(
-    rows: Sequence[Mapping[str, Any]], jobs: Sequence[str | None], nodes: Sequence[str | None]
+    c: JobColumns, jobs: Sequence[str | None], nodes: Sequence[str | None]
 ) -> tuple[_Usage, _Latest]:
     """Each job's GPU usage per (node, hour), which splits that node-hour, and each node's latest
     billed GPU row (hour, usage, job): the job its estimated hours belong to."""
     usage: _Usage = defaultdict(lambda: defaultdict(Decimal))
     latest: _Latest = {}
-    for r, job, key in zip(rows, jobs, nodes, strict=True):
+    for hour, used, job, key in zip(c["usage_hour"], c["usage_amount"], jobs, nodes, strict=True):
         if key is None:
             continue
-        hour = r["usage_hour"]
-        amount = Decimal(str(r["usage_amount"] or 0))
+        amount = Decimal(str(used or 0))
         usage[(key, hour)][job] += amount
         cur = latest.get(key)
         if cur is None or (hour, amount) > cur[:2]:
@@ -397,14 +416,14 @@ def _gpu_usage(
 
 def _add_gpu(
     acc: dict[str | None, _Acc],
-    rows: Sequence[Mapping[str, Any]],
+    c: JobColumns,
     jobs: Sequence[str | None],
     nodes: Sequence[str | None],
     gpu_hours: Sequence[GpuHour],
 ) -> None:
     """Each joined GPU node-hour into its jobs, split by their GPU usage on the node that hour
     (`nodes`: each row's node, `_node_keys`)."""
-    usage, latest = _gpu_usage(rows, jobs, nodes)
+    usage, latest = _gpu_usage(c, jobs, nodes)
     seen: dict[tuple, str] = {}
     for h in gpu_hours:
         key = _gpu_key(h, seen)
@@ -562,7 +581,7 @@ def _record(
 
 
 def _only(
-    rows: Sequence[Mapping[str, Any]],
+    c: JobColumns,
     jobs: Sequence[str | None],
     nodes: Sequence[str | None],
     gpu_hours: Sequence[GpuHour] | GpuHourTable,
@@ -574,18 +593,21 @@ def _only(
     split of each node-hour, and whose job the node's estimated hours are) and every GPU hour.
     Complete for those keys and in the original order, so their splits come out to the micro. Of
     a table, only those GPU hours are built (a finished job's nodes, of 45 days of every node's)."""
-    fee_keys = {k for r, j in zip(rows, jobs, strict=True) if j in only and (k := _fee_key(r)) is not None}
+    places = list(zip(c["project_id"], c["cluster"], c["usage_hour"], strict=True))
+    on_node = [
+        _on_node(cl, res, sub)
+        for cl, res, sub in zip(c["cluster"], c["resource_name"], c["subcategory"], strict=True)
+    ]
+    fee_keys = {k for k, j, fee in zip(places, jobs, on_node, strict=True) if j in only and fee}
     gpu_nodes = {n for j, n in zip(jobs, nodes, strict=True) if j in only and n is not None}
     keep = [
         i
-        for i, (r, j, n) in enumerate(zip(rows, jobs, nodes, strict=True))
+        for i, (k, sub, fee, j, n) in enumerate(
+            zip(places, c["subcategory"], on_node, jobs, nodes, strict=True)
+        )
         if j in only
         or (n is not None and n in gpu_nodes)
-        or (
-            fee_keys
-            and (r["project_id"], r["cluster"], r["usage_hour"]) in fee_keys
-            and (r["subcategory"] == CLUSTER_FEE or _fee_key(r) is not None)
-        )
+        or (fee_keys and k in fee_keys and (sub == CLUSTER_FEE or fee))
     ]
     if isinstance(gpu_hours, GpuHourTable):
         return keep, gpu_hours.rows(i for i, key in enumerate(_gpu_keys(gpu_hours)) if key in gpu_nodes)
@@ -594,7 +616,7 @@ def _only(
 
 
 def build_jobs(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[Mapping[str, Any]] | JobColumns,
     gpu_hours: Sequence[GpuHour] | GpuHourTable,
     *,
     keys: Sequence[str],
@@ -605,25 +627,28 @@ def build_jobs(
 ) -> list[JobRecord]:
     """Every job of the window, largest cost first, `job: None` (the unlabelled rest) last.
 
-    `rows`: `queries/jobs.sql` output for the window; `gpu_hours`: the window's joined GPU hours
+    `rows`: `queries/jobs.sql` output for the window, as rows or as its columns (`JobColumns`: what
+    `gpucost jobs` reads from the engine, 1.65 M rows at bench scale 48, which as dicts held 3.2 GB);
+    `gpu_hours`: the window's joined GPU hours
     (`Analysis.gpu_hours`, billed and estimated), as `GpuHour`s or a table; `keys`:
     `JobsConfig.label_keys()`. `only`: just the records of these jobs (named), the same to the micro
     as in the full list, computed from the rows that decide them (`_only`): what the finished-job
     check needs, at a fraction of the cost.
     """
-    jobs = _jobs_of(rows, keys)
-    nodes = _node_keys(rows)
+    c = rows if isinstance(rows, dict) else job_columns(rows)
+    jobs = _jobs_of(c, keys)
+    nodes = _node_keys(c)
     wanted = set(only) if only is not None else None
     if wanted is not None:
-        keep, gpu_hours = _only(rows, jobs, nodes, gpu_hours, wanted)
-        rows = [rows[i] for i in keep]
+        keep, gpu_hours = _only(c, jobs, nodes, gpu_hours, wanted)
+        c = _take(c, keep)
         jobs = [jobs[i] for i in keep]
         nodes = [nodes[i] for i in keep]
     elif isinstance(gpu_hours, GpuHourTable):
         gpu_hours = gpu_hours.rows()
     acc: dict[str | None, _Acc] = {}
-    _add_rows(acc, rows, jobs)
-    _add_gpu(acc, rows, jobs, nodes, gpu_hours)
+    _add_rows(acc, c, jobs)
+    _add_gpu(acc, c, jobs, nodes, gpu_hours)
     quotes: dict[tuple, _Quote] = {}
     out = [
         _record(job, a, keys, window_end, running_within, prices, quotes)

@@ -20,6 +20,7 @@ from monitor.errors import ConfigError, PermanentSourceError
 from monitor.schema import TABLE_NAME
 from monitor.sources.base import ARROW_BATCH_ROWS, QueryResult
 from monitor.sources.duckdb_conn import first_line
+from monitor.timeutil import aware_utc
 
 __all__ = ["DuckDBBillingSource"]
 
@@ -110,5 +111,5 @@ def _values(row: tuple[Any, ...], stamps: list[int]) -> tuple[Any, ...] | list[A
     for i in stamps:
         v = out[i]
         if isinstance(v, datetime):
-            out[i] = v.replace(tzinfo=UTC) if v.tzinfo is None else v.astimezone(UTC)
+            out[i] = aware_utc(v)
     return out
