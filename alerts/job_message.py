@@ -262,8 +262,8 @@ def announce_finished(
 ) -> list[str]:
     """Queue one message per newly finished job (outbox) and record it, in one transaction;
     returns the keys queued. `hourly` / `gpu_hours`: the detection inputs (`Costs` or `CostHour`s,
-    `GpuHour`s or a `GpuHourTable`, or what returns them: `DetectorInputs.all_gpu_hour_table`, of
-    which only the finished jobs' nodes' hours are built) of [window_start, window_end).
+    `GpuHour`s, or what returns them as a table: `DetectorInputs.all_gpu_hour_table`, of which
+    only the finished jobs' nodes' hours are built) of [window_start, window_end).
     `estimates`: GPU hours holding every estimated hour of them (`DetectorInputs.gpu_hours`; by
     default `gpu_hours` when it is a list). `receiver`: the channel, or a function of the job's
     record (routing). A job is told once, whichever channel it went to. `settled_before`: the

@@ -30,7 +30,16 @@ from monitor.report import read_until
 from monitor.sources.base import BillingSource
 from monitor.timeutil import aware_utc
 
-__all__ = ["QUERY", "JobsReport", "jobs_config", "jobs_once", "jobs_params", "jobs_report", "run_jobs"]
+__all__ = [
+    "QUERY",
+    "JobsReport",
+    "job_table_columns",
+    "jobs_config",
+    "jobs_once",
+    "jobs_params",
+    "jobs_report",
+    "run_jobs",
+]
 
 QUERY = "jobs"
 
@@ -107,7 +116,7 @@ def job_table_columns(table: Any) -> JobColumns:
         column = table.column(name)
         if name == "usage_hour":
             out[name] = shared_values(column, aware_utc)
-        elif name in ("gross_micros", "net_micros"):  # a HUGEINT sum on DuckDB
+        elif name in ("gross_micros", "net_micros"):  # DuckDB's sums arrive as decimal128(38, 0)
             out[name] = column.cast(pa.int64()).to_pylist()
         elif name == "usage_amount":
             out[name] = column.to_pylist()
