@@ -60,7 +60,7 @@ from monitor.jobs.build import CLUSTER_FEE
 from monitor.state.analytics import AggregateStore
 from monitor.state.findings import open_findings
 from monitor.state.store import StateStore
-from monitor.utilization.coverage import Coverage, hour_covered
+from monitor.utilization.coverage import Coverage, hours_covered
 from monitor.utilization.hourly import UtilHours
 from monitor.utilization.mirror import join_tables as utilization_join_tables
 from monitor.utilization.mirror import sync as sync_utilization
@@ -187,6 +187,7 @@ def _digest_data(
     )
     day_lo, day_hi = section.day
     sync_utilization(store, aggregates)  # the join reads whole hours' utilization from its copy
+    covered = hours_covered(coverage)
     for lo, hi in _pieces(aggregates, chart_start, end, rows_at_once):
         # no prices, so no estimates: the join alone reads utilization (`monitor.assemble.gpu_hour_table`)
         if utilization_copy_whole_hours(lo, hi):
@@ -198,7 +199,6 @@ def _digest_data(
         # read as columns: a `GpuHour` is built only for the section's day (`JobsSection.add`)
         c = joined.columns
         day_of = {hour: hour.astimezone(tz).date() for hour in set(c["hour"])}
-        read: dict[tuple[str, datetime], bool] = {}  # per project and hour, not per node-hour
         for hour, cost, pct, project in zip(
             c["hour"], c["idle_cost"], c["mean_utilization_pct"], c["project"], strict=True
         ):
@@ -207,10 +207,7 @@ def _digest_data(
             node_hours[d] += 1
             if pct is None:  # idle unknown: not read yet, or no GPU reported
                 dark[d] += 1
-                covered = read.get((project, hour))
-                if covered is None:
-                    covered = read[(project, hour)] = hour_covered(coverage, project, hour)
-                if not covered:
+                if not covered(project, hour):
                     unread[d] += 1
         if lo < day_hi and hi > day_lo:
             on_day = joined.rows(i for i, hour in enumerate(c["hour"]) if day_lo <= hour < day_hi)

@@ -33,7 +33,7 @@ from monitor.detectors.base import (
 from monitor.detectors.idle_gpu import NODE_POOL_LABEL, latest_pool
 from monitor.detectors.inputs import DetectorInputs, GpuHourTable
 from monitor.model import Finding, Scope, Severity, counted, fingerprint
-from monitor.utilization.coverage import ALL, hour_covered
+from monitor.utilization.coverage import ALL, hours_covered
 
 __all__ = ["UnmonitoredGpu", "UnmonitoredGpuConfig"]
 
@@ -64,8 +64,7 @@ class UnmonitoredGpu(Detector):
             lambda: defaultdict(list)
         )
         unread: dict[str | None, list[int]] = defaultdict(list)  # hours whose utilization was not read
-        coverage = inputs.utilization_coverage
-        covered: dict[tuple[str | None, datetime], bool] = {}  # per project and hour, not per node-hour
+        covered = hours_covered(inputs.utilization_coverage)
         lo, hi = inputs.window_start, min(inputs.window_end, now)
         hours, projects = c["hour"], c["project"]
         for i, (hour, pct, cost) in enumerate(
@@ -74,10 +73,7 @@ class UnmonitoredGpu(Detector):
             if not (lo <= hour < hi and pct is None and cost > 0):
                 continue
             project = projects[i]
-            read = covered.get((project, hour))
-            if read is None:
-                read = covered[(project, hour)] = hour_covered(coverage, project, hour)
-            if read:
+            if covered(project, hour):
                 by_project[project][keys[i]].append(i)
             else:
                 unread[project].append(i)

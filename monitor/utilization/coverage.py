@@ -23,8 +23,9 @@ mapping means "everything was read" (`gpucost analyze`: its files cover the whol
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -37,6 +38,7 @@ __all__ = [
     "coverage_start",
     "gaps",
     "hour_covered",
+    "hours_covered",
     "intersect",
     "load_coverage",
     "merge",
@@ -120,6 +122,12 @@ def hour_covered(coverage: Coverage, project: str | None, hour: datetime) -> boo
     if coverage is None:
         return True
     return any(s <= hour and hour + _HOUR <= e for s, e in _ranges(coverage, project))
+
+
+def hours_covered(coverage: Coverage) -> Callable[[str | None, datetime], bool]:
+    """`hour_covered` over `coverage`, each (project, hour) answered once: its readers ask it of
+    every unmonitored node-hour (300,089 at bench scale 48), of a few thousand (project, hour)s."""
+    return functools.cache(lambda project, hour: hour_covered(coverage, project, hour))
 
 
 def read_until(coverage: Coverage, project: str | None) -> datetime | None:
