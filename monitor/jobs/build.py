@@ -47,7 +47,7 @@ from monitor.detectors.opportunities import (
     price_source,
     unused_nodes,
 )
-from monitor.gpu_identity import billed_identity, row_identity
+from monitor.gpu_identity import billed_identity
 from monitor.gpu_rollups import GpuUsage, split_exact
 from monitor.jobs.identity import job_of, parse_labels
 from monitor.model import cents_adding_up, micros_to_decimal, move_cents
@@ -284,39 +284,35 @@ def _jobs_of(c: JobColumns, keys: Sequence[str]) -> list[str | None]:
     return out
 
 
+def _node_key(ident: tuple, seen: dict[tuple, str]) -> str:
+    """The node of a (project, zone, instance, instance id, cluster) (`billed_identity`, which
+    `row_identity` is of a GPU hour), each node computed once (`seen`)."""
+    key = seen.get(ident)
+    if key is None:
+        key = seen[ident] = billed_identity(*ident).key
+    return key
+
+
 def _node_keys(c: JobColumns) -> list[str | None]:
-    """Each `compute.gpu` row's node (`billed_identity`), None for other rows."""
+    """Each `compute.gpu` row's node (`_node_key`), None for other rows."""
     seen: dict[tuple, str] = {}
-    out: list[str | None] = []
     places = zip(c["project_id"], c["zone"], c["resource_name"], c["instance_id"], c["cluster"], strict=True)
-    for sub, ident in zip(c["subcategory"], places, strict=True):
-        if sub != "compute.gpu":
-            out.append(None)
-            continue
-        if ident not in seen:
-            seen[ident] = billed_identity(*ident).key
-        out.append(seen[ident])
-    return out
+    return [
+        _node_key(ident, seen) if sub == "compute.gpu" else None
+        for sub, ident in zip(c["subcategory"], places, strict=True)
+    ]
 
 
 def _gpu_key(h: GpuHour, seen: dict[tuple, str]) -> str:
-    """`row_identity(h).key`, each node computed once."""
-    ident = (h.project, h.zone, h.instance, h.instance_id, h.cluster)
-    if ident not in seen:
-        seen[ident] = row_identity(h).key
-    return seen[ident]
+    """A GPU hour's node (`_node_key`)."""
+    return _node_key((h.project, h.zone, h.instance, h.instance_id, h.cluster), seen)
 
 
 def _gpu_keys(hours: GpuHourTable) -> list[str]:
     """`_gpu_key` of each hour of a table, from its columns."""
     c, seen = hours.columns, {}
-    out = []
-    for ident in zip(c["project"], c["zone"], c["instance"], c["instance_id"], c["cluster"], strict=True):
-        key = seen.get(ident)
-        if key is None:
-            key = seen[ident] = billed_identity(*ident).key
-        out.append(key)
-    return out
+    places = zip(c["project"], c["zone"], c["instance"], c["instance_id"], c["cluster"], strict=True)
+    return [_node_key(ident, seen) for ident in places]
 
 
 def _on_node(cluster: str | None, resource: str | None, sub: str) -> bool:
@@ -475,15 +471,15 @@ def estimated_last_hours(billed: Iterable[NodeBilling], gpu_hours: Iterable[GpuH
     turns on that hour's usage amounts. So a job found still running here is running in its record.
     """
     latest: dict[str, tuple[datetime, set[str | None]]] = {}
+    seen: dict[tuple, str] = {}
     for ident, job, last in billed:
-        key = billed_identity(*ident).key
+        key = _node_key(tuple(ident), seen)
         cur = latest.get(key)
         if cur is None or last > cur[0]:
             latest[key] = (last, {job})
         elif last == cur[0]:
             cur[1].add(job)
     out: dict[str, datetime] = {}
-    seen: dict[tuple, str] = {}
     for h in gpu_hours:
         if not h.estimated:
             continue
