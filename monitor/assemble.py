@@ -13,7 +13,7 @@ import functools
 import logging
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -62,6 +62,7 @@ from monitor.model import micros_to_decimal
 from monitor.sources.presets import Signal
 from monitor.state.analytics import AggregateStore
 from monitor.state.store import StateStore
+from monitor.timeutil import from_naive_utc
 from monitor.utilization.coverage import Coverage
 from monitor.utilization.hourly import UtilHour, UtilHours
 from monitor.utilization.mirror import Select
@@ -165,8 +166,7 @@ def gpu_node_hours(
         for name in table.column_names
         if name not in ("hour", "usage", "sku_description", "labels")
     }
-    # a few hundred distinct hours
-    hours = shared_values(table.column("hour"), lambda h: h.replace(tzinfo=UTC))
+    hours = shared_values(table.column("hour"), from_naive_utc)  # a few hundred distinct hours
     models = shared_values(table.column("sku_description"), _gpu_model)  # a few SKUs, parsed once each
     # A node-hour of one row: its own labels, usage and namespace, a column at a time (a few
     # distinct GPU-hour amounts: 8.0 a full hour; label sets shared, as nothing mutates them)

@@ -86,12 +86,9 @@ def shared_values(column: Any, convert: Callable[[Any], Any] | None = None, null
     value; a null reads as `null`. The values are picked by numpy (an object array indexed by the
     codes): a list comprehension over the codes took 0.035 s a column of 382,000 node-hours, numpy
     0.009 s."""
-    import numpy as np
-
     encoded = column.combine_chunks().dictionary_encode()
     values = encoded.dictionary.to_pylist()
     if convert is not None:
         values = [convert(v) for v in values]
     values.append(null)  # a null's index: -1
-    picked = np.fromiter(values, dtype=object, count=len(values))
-    return picked[encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False)].tolist()  # type: ignore[no-any-return]
+    return objects(values)[encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False)].tolist()  # type: ignore[no-any-return]
