@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
@@ -43,6 +43,7 @@ __all__ = [
     "Clock",
     "Count",
     "Progress",
+    "command_stages",
     "context_clock",
     "final_line",
     "progress",
@@ -321,3 +322,10 @@ def context_clock() -> Clock:
     obj = ctx.find_root().obj if ctx is not None else None
     clock = obj.get("monotonic") if isinstance(obj, dict) else None
     return clock if callable(clock) else time.monotonic
+
+
+def command_stages(task: str) -> AbstractContextManager[Progress]:
+    """A CLI command's progress through the analysis' named stages (`analyze`, `jobs`, `gpus`): no
+    count, the command's clock (`context_clock`), and a heartbeat, as one stage (a DuckDB statement,
+    the utilization files) can run for minutes in silence."""
+    return progress(task, None, clock=context_clock(), heartbeat=1.0)

@@ -108,10 +108,10 @@ def analyze_cmd(billing_paths, utilization_paths, config_path, start, end, fmt) 
     names (--config alone: BigQuery and Cloud Monitoring in production). Window: --end defaults to
     the latest usage in the data (now for BigQuery), --start to 14 days before --end.
     """
-    from monitor.progress import context_clock, progress
+    from monitor.progress import command_stages
 
     # stages (reading billing, detecting...) with the elapsed time; a heartbeat off a terminal
-    with progress("analyze", None, clock=context_clock(), heartbeat=1.0) as bar:
+    with command_stages("analyze") as bar:
         _, result = cli_analysis(
             billing_paths, utilization_paths, config_path, start, end, progress=bar, keep_gpu_hours=False
         )

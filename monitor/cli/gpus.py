@@ -74,9 +74,9 @@ def gpus_cmd(billing_paths, utilization_paths, config_path, start, end, fmt, by)
     commitment / sustained-use credits; unmonitored: GPU spend with no utilization data (never
     counted as busy or idle).
     """
-    from monitor.progress import context_clock, progress
+    from monitor.progress import command_stages
 
-    with progress("gpus", None, clock=context_clock(), heartbeat=1.0) as bar:  # as `analyze` shows it
+    with command_stages("gpus") as bar:
         cfg, result = cli_analysis(
             billing_paths,
             utilization_paths,

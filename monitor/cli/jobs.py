@@ -140,13 +140,13 @@ def jobs_cmd(billing_paths, utilization_paths, config_path, start, end, fmt, job
     the `job: null` row, so jobs add up to the total. Per job: GPU-hours, utilization, idle dollars,
     cost by subcategory (cluster fees shared by node-hours), and what one zone or Spot would save.
     """
-    from monitor.progress import context_clock, progress
+    from monitor.progress import command_stages
 
     require_source(billing_paths, config_path)
     cfg = load_optional_config(config_path)
     # stages with the elapsed time, as `analyze` shows them: minutes at 5 M export rows a month
     with (
-        progress("jobs", None, clock=context_clock(), heartbeat=1.0) as bar,
+        command_stages("jobs") as bar,
         stderr_logging(cfg.logging.format, cfg.logging.level if config_path else "WARNING"),
     ):
         report = jobs_once(
