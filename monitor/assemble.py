@@ -713,10 +713,11 @@ def assemble_inputs(
     of it.
 
     `gpu_from` (the detection window's start): GPU hours are joined from there on now, the earlier
-    ones only if a reader asks (`DetectorInputs.all_gpu_hour_table`). The split is never after the first
-    provisional hour, so every estimated hour is on the joined side; an estimate takes its node's
-    GPU model and pricing from the node's latest billed hour on that side (a node billed only
-    before it is priced from its Monitoring labels, at on-demand rates, until its billing lands).
+    ones only if a reader asks (`DetectorInputs.all_gpu_hour_table`). The split is never after the
+    first provisional hour, so every estimated hour is on the joined side; an estimate takes its
+    node's GPU model and pricing from the node's latest billed hour on that side (a node billed
+    only before it is priced from its Monitoring labels, at on-demand rates, until its billing
+    lands).
 
     `defer`: the window's GPU hours are read as far as the detectors read them, all of them only
     if a reader needs them all: `JudgedGpuHours` (`judged_gpu_hours`) or, when no utilization
@@ -728,10 +729,9 @@ def assemble_inputs(
     Python, and a detection run 13.4-18.9 s against 9.2-12.8 s with the copy (docs/performance.md,
     2026-12-06, eighteenth session). Its estimates read from the copy only the provisional hours
     billing does not cover (`_unbilled`): 463 of 230,475 GPU-hours there (nineteenth session).
-    It holds them as a table (`TableGpuHours`): the opportunity detectors and `unmonitored_gpu`
-    read its columns, `idle_gpu` the `GpuHour`s built for the nodes it judges, a finished job's
-    message the estimated ones, and every `GpuHour` is built only for a reader of them all (a job
-    budget).
+    It holds them as a table (`TableGpuHours`): the opportunity detectors, `unmonitored_gpu` and a
+    job budget read its columns, `idle_gpu` the `GpuHour`s built for the nodes it judges, a
+    finished job's message the estimated ones and its jobs' nodes' hours.
 
     Every GPU node-hour is read in the costs' read transaction (`AggregateStore.pinned`): the
     daemon's billing poll may commit while a detection run still reads GPU hours (those before

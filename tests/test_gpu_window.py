@@ -41,6 +41,7 @@ def test_hours_before_the_window_are_joined_on_demand_as_one_join_gives_them(dae
     assert list(split.gpu_hours) == [g for g in whole.gpu_hours if g.hour >= T0 + 20 * H]
     assert 0 < len(split.gpu_hours) < len(whole.gpu_hours)
     assert split.all_gpu_hour_table().rows() == list(whole.gpu_hours)
+    assert split.all_gpu_hour_table() is split.all_gpu_hour_table()  # joined once: two readers may ask
     assert whole.all_gpu_hour_table().rows() == list(whole.gpu_hours)
 
 

@@ -299,9 +299,10 @@ def with_on_demand_part(rows: Iterable[GpuHour]) -> list[GpuHour]:
 
 class DeferredGpuHours(Sequence[GpuHour]):
     """GPU hours read as far as the detectors read them: `on_demand_table()` for the opportunity
-    detectors, `of_idle_nodes()` for `idle_gpu`, `unmonitored_table()` for `unmonitored_gpu`, and
-    every one, built by `_rows()`, only for a reader that needs them all. `fetched` counts the rows
-    read from the engine."""
+    detectors, `of_idle_nodes()` for `idle_gpu`, `unmonitored_table()` for `unmonitored_gpu`,
+    `whole_table()` for a reader of a few columns of every hour (a job budget, a finished job's
+    message), and every one as a `GpuHour`, built by `_rows()`, only for a reader that iterates
+    them all. `fetched` counts the rows read from the engine."""
 
     fetched: int
 
@@ -455,10 +456,10 @@ class JudgedGpuHours(_HeldGpuHours):
 
 
 class TableGpuHours(_HeldGpuHours):
-    """Every GPU hour as a table (`GpuHourTable`), as the daemon's detection joins them; every
-    `GpuHour` is built only for a reader of them all (a job budget). At 5 M export rows a month,
-    381,001 `GpuHour`s were built for every detection run, where `idle_gpu` and `unmonitored_gpu`
-    read 335 hours and 1 node's."""
+    """Every GPU hour as a table (`GpuHourTable`), as the daemon's detection joins them; a reader
+    of every hour reads the table itself (`whole_table`), and a `GpuHour` is built for each only
+    for one that iterates them. At 5 M export rows a month, 381,001 `GpuHour`s were built for every
+    detection run, where `idle_gpu` and `unmonitored_gpu` read 335 hours and 1 node's."""
 
     def __init__(self, table: GpuHourTable) -> None:
         super().__init__(table)
@@ -642,9 +643,12 @@ class DetectorInputs:
     def all_gpu_hour_table(self) -> GpuHourTable:
         """The GPU hours of the whole inputs as a table, those before `gpu_from` first (the callable
         joins them on first use and keeps them): a job budget reads two of its columns, a finished
-        job's message builds `GpuHour`s of its job's nodes alone."""
-        window = self.gpu_hour_table()
-        return window if self.earlier_gpu_hours is None else self.earlier_gpu_hours().extended(window)
+        job's message builds `GpuHour`s of its job's nodes alone. Joined once per inputs (`derived`):
+        both may ask in one run, and the two parts are the window's 45 days of columns."""
+        if self.earlier_gpu_hours is None:
+            return self.gpu_hour_table()
+        earlier = self.earlier_gpu_hours
+        return self.derived("all_gpu_hour_table", lambda: earlier().extended(self.gpu_hour_table()))
 
     def __post_init__(self) -> None:
         # `hourly` is kept in the engine (`monitor.detectors.costs`): detectors ask it for sums and
