@@ -395,7 +395,7 @@ def render_jobs_chart(
 ) -> Path:
     """Daily spend stacked by job (the top jobs, the others, the unlabelled), the digest chart's
     size and style (`alerts.charts`); provisional days drawn faint. Writes the PNG, returns it."""
-    from alerts.charts import finish_daily_chart, new_figure
+    from alerts.charts import finish_daily_chart, new_figure, stack_bars
 
     days = sorted(d.daily)
     names = d.series or sorted({s for v in d.daily.values() for s in v})
@@ -404,14 +404,14 @@ def render_jobs_chart(
     fig = new_figure()
     ax = fig.add_subplot(1, 1, 1)
     x = list(range(len(days)))
-    bottom = [0.0] * len(days)
-    for i, name in enumerate(names):
-        vals = [float(d.daily[x_day].get(name, ZERO)) for x_day in days]
-        color = "#8C8C8C" if name == NO_JOB else _COLORS[i % len(_COLORS)]
-        bars = ax.bar(x, vals, bottom=bottom, color=color, label=name, width=0.8)
-        for bar, x_day in zip(bars, days, strict=True):
-            if x_day in faint:
-                bar.set_alpha(0.45)
-        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    series = [
+        (
+            name,
+            [float(d.daily[x_day].get(name, ZERO)) for x_day in days],
+            "#8C8C8C" if name == NO_JOB else _COLORS[i % len(_COLORS)],
+        )
+        for i, name in enumerate(names)
+    ]
+    bottom = stack_bars(ax, x, series, [x_day in faint for x_day in days])
     ax.set_ylim(0, max([*bottom, 1.0]) * 1.2)
     return finish_daily_chart(fig, ax, x, days, currency, f"Daily spend by job to {day.isoformat()}", path)

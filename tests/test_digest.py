@@ -17,7 +17,7 @@ import matplotlib.image as mpimg
 import pytest
 from pydantic import SecretStr
 
-from alerts.charts import CHART_SIZE_PX, render_chart
+from alerts.charts import CHART_SIZE_PX, new_figure, render_chart, stack_bars
 from alerts.console import ConsoleNotifier
 from alerts.digest import (
     DigestData,
@@ -178,6 +178,25 @@ def test_chart_is_a_real_png_of_the_expected_size(tmp_path: Path) -> None:
     # the idle-GPU hatch is drawn in red: some pixels are strongly red
     red = (img[..., 0] > 0.75) & (img[..., 1] < 0.3) & (img[..., 2] < 0.3)
     assert red.sum() > 100
+
+
+def test_stacked_bars_sit_on_each_other_with_the_provisional_day_faint() -> None:
+    """`stack_bars` draws each series as one collection of rectangles (not an artist per bar):
+    each bar starts where the series below ended, the legend names each series, and only the
+    provisional days' faces are translucent."""
+    ax = new_figure().add_subplot(1, 1, 1)
+    tops = stack_bars(
+        ax, [0, 1], [("compute", [10.0, 4.0], "#4C72B0"), ("network", [2.0, 0.0], "#55A868")], [False, True]
+    )
+    assert tops == [12.0, 4.0]
+    compute, network = ax.collections
+    assert [[tuple(v) for v in p.vertices[:4]] for p in network.get_paths()] == [
+        [(-0.4, 10.0), (-0.4, 12.0), (0.4, 12.0), (0.4, 10.0)],
+        [(0.6, 4.0), (0.6, 4.0), (1.4, 4.0), (1.4, 4.0)],
+    ]
+    assert [round(float(c[3]), 2) for c in compute.get_facecolor()] == [1.0, 0.45]
+    assert ax.get_legend_handles_labels()[1] == ["compute", "network"]
+    assert ax.get_xlim()[0] < -0.4 and ax.get_xlim()[1] > 1.4  # the bars inside the axes
 
 
 def test_write_digest_files(tmp_path: Path) -> None:
