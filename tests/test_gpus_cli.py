@@ -40,7 +40,7 @@ INSTANCE_KEYS = {
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("fleet")
-    write_fleet(out, seed=5, days=3)
+    write_fleet(out, seed=5, days=3, formats=("ndjson",))  # the NDJSON route
     return out
 
 

@@ -153,7 +153,7 @@ def test_a_node_moved_to_another_zone_is_read_with_the_idle_one_of_its_instance(
 
 @pytest.mark.slow
 def test_analyze_with_utilization_reads_fewer_gpu_hours_and_finds_the_same(tmp_path: Path) -> None:
-    write_fleet(tmp_path, seed=11, days=4)
+    write_fleet(tmp_path, seed=11, days=4, formats=("parquet",))
     truth = json.loads((tmp_path / "ground_truth.json").read_text())
     now = datetime.fromisoformat(truth["window"]["end"].replace("Z", "+00:00"))
     files = {

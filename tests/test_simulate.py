@@ -570,6 +570,29 @@ def test_cli_prints_a_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert (tmp_path / "billing" / "export.parquet").is_file()
 
 
+def test_one_billing_format_writes_that_file_alone_with_the_same_bytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--billing-format parquet` (the test fleets' and large simulations' choice: the NDJSON's
+    encoding is about half of the time) writes the Parquet both formats write, byte for byte, and
+    removes the NDJSON an earlier run left: `--billing` given the directory's files would read both."""
+    both, one = tmp_path / "both", tmp_path / "one"
+    write_fleet(both, seed=3, days=1)
+    write_fleet(one, seed=3, days=1)  # an earlier run into the same directory, in both formats
+    argv = ["simulate", "--out", str(one), "--days", "1", "--seed", "3", "--billing-format", "parquet"]
+    assert main(argv) == 0
+    assert sorted(p.name for p in (one / "billing").iterdir()) == ["export.parquet"]
+    same = _files(one)["billing/export.parquet"] == _files(both)["billing/export.parquet"]
+    assert same
+    assert "files: billing/export.parquet, utilization/*.json.gz (1)" in capsys.readouterr().out
+    summary = write_fleet(one, seed=3, days=1, formats=("ndjson",))
+    assert sorted(p.name for p in (one / "billing").iterdir()) == ["export.ndjson.gz"]
+    assert _files(one)["billing/export.ndjson.gz"] == _files(both)["billing/export.ndjson.gz"]
+    assert summary["files"][0] == "billing/export.ndjson.gz" and len(summary["files"]) == 3
+    with pytest.raises(ValueError, match="choose from ndjson, parquet"):
+        write_fleet(one, seed=3, days=1, formats=("csv",))
+
+
 def test_cli_rejects_a_start_off_the_hour(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--out", str(tmp_path), "--days", "1", "--start", "2026-11-01T00:30:00Z"]) == 2
     err = capsys.readouterr().err.strip()

@@ -100,7 +100,7 @@ def test_once_every_hour_is_built_the_on_demand_ones_come_from_them() -> None:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("fleet")
-    write_fleet(out, seed=3, days=9)  # an 8-day window: `commitment_opportunity` needs 7
+    write_fleet(out, seed=3, days=9, formats=("parquet",))  # an 8-day window: `commitment_opportunity` needs 7
     return out
 
 

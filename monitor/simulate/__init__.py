@@ -6,6 +6,13 @@ the fleet holds and where the hidden costs go.
 """
 
 from monitor.simulate.export import arrow_schema, to_export_json
-from monitor.simulate.simulator import DEFAULT_START, FleetSimulator, write_fleet
+from monitor.simulate.simulator import BILLING_FORMATS, DEFAULT_START, FleetSimulator, write_fleet
 
-__all__ = ["DEFAULT_START", "FleetSimulator", "arrow_schema", "to_export_json", "write_fleet"]
+__all__ = [
+    "BILLING_FORMATS",
+    "DEFAULT_START",
+    "FleetSimulator",
+    "arrow_schema",
+    "to_export_json",
+    "write_fleet",
+]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,9 +28,12 @@ from monitor.timeutil import to_iso
 if TYPE_CHECKING:
     from monitor.progress import Progress
 
-__all__ = ["DEFAULT_START", "FleetSimulator", "write_fleet"]
+__all__ = ["BILLING_FILES", "BILLING_FORMATS", "DEFAULT_START", "FleetSimulator", "write_fleet"]
 
 DEFAULT_START = datetime(2026, 11, 1, tzinfo=UTC)
+#: The billing export's files under `billing/`: the same rows in the two formats users export to.
+BILLING_FILES = {"ndjson": "export.ndjson.gz", "parquet": "export.parquet"}
+BILLING_FORMATS = tuple(BILLING_FILES)
 HOUR = timedelta(hours=1)
 
 
@@ -155,10 +158,11 @@ def write_fleet(
     start: datetime | None = None,
     inject: bool = True,
     *,
+    formats: Collection[str] = BILLING_FORMATS,
     progress: Progress | None = None,
 ) -> dict:
-    """Write billing (NDJSON.gz + Parquet), daily utilization files and ground_truth.json under
-    `out_dir`; return a summary (rows, files, totals, hidden costs).
+    """Write billing (NDJSON.gz and Parquet, or the one of `formats`), daily utilization files and
+    ground_truth.json under `out_dir`; return a summary (rows, files, totals, hidden costs).
 
     `progress` hears the rows written after each usage hour (the total estimated from the hours
     done: rows per hour vary), then the utilization days written."""
@@ -166,9 +170,15 @@ def write_fleet(
     out_dir = Path(out_dir)
     (out_dir / "billing").mkdir(parents=True, exist_ok=True)
     (out_dir / "utilization").mkdir(parents=True, exist_ok=True)
-    files = [out_dir / "billing" / "export.ndjson.gz", out_dir / "billing" / "export.parquet"]
+    unknown = set(formats) - set(BILLING_FORMATS)
+    if unknown or not formats:
+        raise ValueError(f"billing formats {sorted(formats)}: choose from {', '.join(BILLING_FORMATS)}")
+    paths = {f: out_dir / "billing" / BILLING_FILES[f] for f in BILLING_FORMATS if f in formats}
+    for f in set(BILLING_FORMATS) - set(formats):  # a file of an earlier run would be read as this one's
+        (out_dir / "billing" / BILLING_FILES[f]).unlink(missing_ok=True)
+    files = list(paths.values())
     tally = Tally()
-    with ExportWriter(files[0], files[1]) as writer:
+    with ExportWriter(paths.get("ndjson"), paths.get("parquet")) as writer:
         for h in range(sim.hours):
             for row in sim.hour_rows(h):
                 writer.write(row)
