@@ -3,6 +3,7 @@ aggregate store."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,3 +63,11 @@ LONGEST_FIRST = (
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move what collection made (the imported libraries, the test modules) out of the cyclic GC's
+    reach: it lives until the worker exits, and every full collection traversed it again. Measured
+    on 2026-12-07 with a `gc.callbacks` timer: the three workers spent 37.5 s in the GC in a suite of
+    about 470 s of their CPU, 29 s of it in 120 full collections."""
+    gc.freeze()
