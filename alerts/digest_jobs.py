@@ -92,9 +92,9 @@ def _job_labels(labels: Iterable[tuple[str, str]], wanted: set[str]) -> str | No
 
 def stored_rows(rows: Iterable[tuple], keys: Sequence[str]) -> list[dict[str, Any]]:
     """`engine_rows(cost_hours(...), keys)` straight from the stored aggregates: the tuples of
-    `monitor.billing_poll.stored_job_columns` (hour, then `JOB_COLUMNS`, money in integer micros),
-    without a `CostHour` and a parsed label dict per row (the digest's chart reads two weeks of rows
-    every day). Money as `CostHour` has it: gross, and net = gross + credits."""
+    `monitor.billing_poll.stored_job_columns` (hour, then `STORED_JOB_COLUMNS`, money in integer
+    micros), without a `CostHour` and a parsed label dict per row. Money as `CostHour` has it:
+    gross, and net = gross + credits."""
     from monitor.jobs.identity import parse_labels
 
     wanted = set(keys)

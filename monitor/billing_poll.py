@@ -61,7 +61,7 @@ __all__ = [
     "COMPONENT",
     "COST_ORDER",
     "HOURLY_COLUMNS",
-    "JOB_COLUMNS",
+    "STORED_JOB_COLUMNS",
     "HourlyCost",
     "JobSums",
     "NodeHours",
@@ -547,7 +547,7 @@ def hourly_costs(
 
 
 #: What the jobs engine reads of a stored aggregate after its hour (`alerts.digest_jobs.stored_rows`).
-JOB_COLUMNS = (
+STORED_JOB_COLUMNS = (
     "user_labels",
     "project_id",
     "zone",
@@ -562,11 +562,11 @@ JOB_COLUMNS = (
 
 
 def stored_job_columns(store: AggregateStore, start: datetime, end: datetime) -> list[tuple]:
-    """The stored aggregates of [start, end) as (usage hour, *`JOB_COLUMNS`) tuples in the readers'
+    """The stored aggregates of [start, end) as (usage hour, *`STORED_JOB_COLUMNS`) tuples in the readers'
     order: the rows `hourly_costs` gives, with only what the jobs engine reads of them (no
     `HourlyCost` and keys dict per row: the digest reads two weeks of rows every day)."""
     with _reading(store) as conn:
-        raw = conn.execute(_hours_sql(JOB_COLUMNS), (naive_utc(start), naive_utc(end))).fetchall()
+        raw = conn.execute(_hours_sql(STORED_JOB_COLUMNS), (naive_utc(start), naive_utc(end))).fetchall()
     return [(_parse_ts(r[0]), *r[1:]) for r in raw]
 
 
