@@ -562,9 +562,9 @@ STORED_JOB_COLUMNS = (
 
 
 def stored_job_columns(store: AggregateStore, start: datetime, end: datetime) -> list[tuple]:
-    """The stored aggregates of [start, end) as (usage hour, *`STORED_JOB_COLUMNS`) tuples in the readers'
-    order: the rows `hourly_costs` gives, with only what the jobs engine reads of them (no
-    `HourlyCost` and keys dict per row: the digest reads two weeks of rows every day)."""
+    """The stored aggregates of [start, end) as (usage hour, *`STORED_JOB_COLUMNS`) tuples in the
+    readers' order: the rows `hourly_costs` gives, with only what the jobs engine reads of them (no
+    `HourlyCost` and keys dict per row: the digest reads a day of them every day)."""
     with _reading(store) as conn:
         raw = conn.execute(_hours_sql(STORED_JOB_COLUMNS), (naive_utc(start), naive_utc(end))).fetchall()
     return [(_parse_ts(r[0]), *r[1:]) for r in raw]

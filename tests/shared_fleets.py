@@ -32,7 +32,7 @@ from monitor.simulate import write_fleet
 __all__ = ["cli_json", "shared_cli_json", "shared_fleet"]
 
 #: The shared fleets' billing is read from its Parquet file only; the NDJSON's encoding was about
-#: a third of each fleet's time (seed 7 over 14 days: 5.0 to 6.2 s against 6.9 to 7.8 s, 2026-12-07).
+#: a quarter of each fleet's time (seed 7 over 14 days: 5.0 to 6.2 s against 6.9 to 7.8 s, 2026-12-07).
 PARQUET = ("parquet",)
 
 

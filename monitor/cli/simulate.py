@@ -43,8 +43,8 @@ from monitor.model import micros_to_decimal, usd
     type=click.Choice(["both", "parquet", "ndjson"]),
     default="both",
     show_default=True,
-    help="The billing export's files: export.parquet, export.ndjson.gz or both (the same rows; at"
-    " scale the NDJSON takes about half the time).",
+    help="The billing export's files: export.parquet, export.ndjson.gz or both (the same rows; the"
+    " NDJSON takes about a third of the time).",
 )
 def simulate_cmd(
     out_dir: Path, days: int, seed: int, scale: int, start: datetime, clean: bool, billing_format: str
