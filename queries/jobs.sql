@@ -143,4 +143,8 @@ FROM shaped
 GROUP BY
   usage_hour, job_labels, project_id, region, zone, cluster, resource_name, instance_id, node_pool,
   machine_type, sku_description, subcategory, pricing_model
-ORDER BY usage_hour, job_labels, project_id, subcategory
+-- every grouping column: a total order, so the rows come in the same order from either engine and
+-- every run (the engine sums a job's node-hour shares and splits a fee's micros in row order)
+ORDER BY
+  usage_hour, job_labels, project_id, subcategory, region, zone, cluster, resource_name, instance_id,
+  node_pool, machine_type, sku_description, pricing_model

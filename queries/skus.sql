@@ -61,4 +61,4 @@ SELECT
   SUM(gross_micros + credit_micros) AS net_micros
 FROM attributed
 GROUP BY service_id, service_description, sku_id, sku_description, rule, subcategory, pricing_model, currency
-ORDER BY service_description, sku_description, sku_id, rule, currency
+ORDER BY service_description, sku_description, sku_id, rule, currency, service_id, subcategory, pricing_model

@@ -453,3 +453,21 @@ def test_rules_run_per_distinct_sku_and_every_row_keeps_its_own(conn: duckdb.Duc
     assert "JOIN" in for_duckdb("hourly").upper()
     # read twice, the export rows are inlined, not materialized with every column
     assert "WITH export_rows AS NOT MATERIALIZED" in fast_sql
+
+
+@pytest.mark.parametrize("name", query_names())
+def test_a_grouped_query_orders_its_rows_by_every_grouping_column(name: str) -> None:
+    """A grouped query's rows come in one order from either engine and every run: its ORDER BY names
+    every GROUP BY column, so no two rows tie. `jobs.sql` ordered by four of its thirteen, and the
+    jobs engine sums a job's node-hour shares and splits a fee's micros in row order."""
+    tree = sqlglot.parse_one(load_query(name), read="bigquery")
+    group, order = tree.args.get("group"), tree.args.get("order")
+    if name == "hourly":  # its rows go into the aggregate store, whose readers sort: no order to pay for
+        assert order is None
+        return
+    if group is None:
+        return
+    assert order is not None, f"{name}.sql: GROUP BY without ORDER BY"
+    grouped = {e.sql("bigquery") for e in group.expressions}
+    ordered = {e.this.sql("bigquery") for e in order.expressions}
+    assert grouped <= ordered, f"{name}.sql: ORDER BY lacks {sorted(grouped - ordered)}"
