@@ -302,7 +302,7 @@ class JobsSection:
         self._hi = datetime.combine(day + timedelta(days=1), time(), zone)
         self._chart: list[Any] = []
         self._day_rows: list[dict[str, Any]] = []
-        self._day_gpu: list[Any] = []
+        self._day_gpu: Any = None  # a `GpuHourTable` once `add` has been called
 
     def chart(self, sums: Any) -> JobsSection:
         """The chart's spend per job and hour from the engine's sums of some hours
@@ -312,10 +312,15 @@ class JobsSection:
 
     def add(self, rows: Sequence[tuple], gpu: Sequence[Any]) -> JobsSection:
         """Stored rows of some hours (`monitor.billing_poll.stored_job_columns`) and their GPU hours
-        joined with utilization: what of them falls on the section's day."""
+        joined with utilization (a `GpuHourTable`, or `GpuHour`s): what of them falls on the
+        section's day, the GPU hours kept as columns."""
+        from monitor.detectors.inputs import GpuHourTable  # lazily, like `_build`
+
         lo, hi = self._lo, self._hi
         self._day_rows += [r for r in stored_rows(rows, self._keys) if lo <= r["usage_hour"] < hi]
-        self._day_gpu += [g for g in gpu if lo <= g.hour < hi]
+        table = gpu if isinstance(gpu, GpuHourTable) else GpuHourTable.from_rows(list(gpu))
+        on_day = table.take(i for i, hour in enumerate(table["hour"]) if lo <= hour < hi)
+        self._day_gpu = on_day if self._day_gpu is None else self._day_gpu.extended(on_day)
         return self
 
     @property
@@ -324,7 +329,9 @@ class JobsSection:
         return self._lo, self._hi
 
     def result(self) -> DigestJobs:
-        yesterday = _build(self._day_rows, self._day_gpu, self._jobs, self._hi)
+        yesterday = _build(
+            self._day_rows, self._day_gpu if self._day_gpu is not None else [], self._jobs, self._hi
+        )
         return top_jobs(yesterday, self._chart, self._tz, self._n)
 
 

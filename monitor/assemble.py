@@ -768,7 +768,7 @@ def assemble_inputs(
             return TableGpuHours(table)  # read as columns where they can be (`TableGpuHours`)
         util = load_util_hours(store, split, end)
         if not defer:
-            return joined(split, end, util).rows()
+            return TableGpuHours(joined(split, end, util))
         if not len(util):  # nothing to join: built when (and as far as) a detector reads them
 
             def unmonitored(pricing: str | None) -> GpuHourTable:

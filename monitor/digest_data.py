@@ -196,7 +196,7 @@ def _digest_data(
             util, tables = load_util_hours(store, lo, hi), None
         nodes = gpu_node_hours(aggregates, lo, hi, since)
         joined = gpu_hour_table(nodes, util, idle_threshold_pct, None, hi, tables=tables)
-        # read as columns: a `GpuHour` is built only for the section's day (`JobsSection.add`)
+        # read as columns, here and by the jobs engine (`JobsSection.add`, `monitor.jobs.build_jobs`)
         c = joined.columns
         day_of = {hour: hour.astimezone(tz).date() for hour in set(c["hour"])}
         for hour, cost, pct, project in zip(
@@ -210,8 +210,7 @@ def _digest_data(
                 if not covered(project, hour):
                     unread[d] += 1
         if lo < day_hi and hi > day_lo:
-            on_day = joined.rows(i for i, hour in enumerate(c["hour"]) if day_lo <= hour < day_hi)
-            section.add(stored_job_columns(aggregates, max(lo, day_lo), min(hi, day_hi)), on_day)
+            section.add(stored_job_columns(aggregates, max(lo, day_lo), min(hi, day_hi)), joined)
         del util, tables, joined  # before the next piece's are read
 
     chart_from = day - timedelta(days=_CHART_DAYS - 1)

@@ -67,19 +67,39 @@ class GpuUsage:
         idle_cost: Decimal,
     ) -> None:
         """Add a share of hour `h` (all of it from `add`; a namespace's share from the rollup)."""
+        self.add_values(
+            getattr(h, "estimated", False),
+            h.mean_utilization_pct,
+            gpu_hours,
+            gpu_cost,
+            idle_gpu_hours,
+            idle_cost,
+        )
+
+    def add_values(
+        self,
+        estimated: bool,
+        mean_utilization_pct: float | None,
+        gpu_hours: Decimal,
+        gpu_cost: Decimal,
+        idle_gpu_hours: Decimal,
+        idle_cost: Decimal,
+    ) -> None:
+        """`add_part` from an hour's values, not the hour: a reader of a table's columns
+        (`monitor.jobs.build`) builds no `GpuHour` to add one."""
         self.gpu_hours += gpu_hours
         self.gpu_cost += gpu_cost
-        if getattr(h, "estimated", False):
+        if estimated:
             self.estimated = True
             self.estimated_cost += gpu_cost
-        if h.mean_utilization_pct is None:
+        if mean_utilization_pct is None:
             self.unmonitored_cost += gpu_cost
             return
         self.idle_gpu_hours += idle_gpu_hours
         self.idle_cost += idle_cost
         self.monitored_gpu_hours += gpu_hours
         self.monitored_cost += gpu_cost
-        self.util_weighted += Decimal(str(h.mean_utilization_pct)) * gpu_hours
+        self.util_weighted += Decimal(str(mean_utilization_pct)) * gpu_hours
 
     def merge(self, other: GpuUsage) -> None:
         for f in ("gpu_hours", "gpu_cost", "idle_gpu_hours", "idle_cost", "unmonitored_cost"):

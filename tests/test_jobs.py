@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from monitor.analysis import Window
 from monitor.attribution import compile_rules
-from monitor.detectors.inputs import GpuHour
+from monitor.detectors.inputs import GpuHour, GpuHourTable
 from monitor.jobs import JobsConfig, job_of, parse_labels
 from monitor.jobs.build import build_jobs, cents_summing_to, paired_cents
 from monitor.jobs.run import job_table_columns, jobs_params
@@ -319,11 +319,15 @@ def test_no_spot_saving_for_a_vm_that_did_no_work() -> None:
     `spot_opportunity` offers none: seed 11's `debug` job (0.2% busy) showed $5,524.21."""
     from monitor.jobs.build import _spot
 
-    idle = [(_hour("vm-debug", "31", h=h, util=0.0, idle=8), Decimal(1)) for h in range(72)]
-    busy = [(_hour("vm-llm", "11", h=h), Decimal(1)) for h in range(72)]
-    assert _spot(idle, _Prices(), {}) == (Decimal(0), None)
-    assert _spot(idle[:71], _Prices(), {})[0] == 71 * 8 * 6  # too little read to call it unused
-    assert _spot(busy + idle, _Prices(), {})[0] == 72 * 8 * 6  # 8 GPU-h x (10 - 4) an hour
+    table = GpuHourTable.from_rows(
+        [_hour("vm-debug", "31", h=h, util=0.0, idle=8) for h in range(72)]
+        + [_hour("vm-llm", "11", h=h) for h in range(72)]
+    )
+    idle = [(i, Decimal(1)) for i in range(72)]
+    busy = [(i, Decimal(1)) for i in range(72, 144)]
+    assert _spot(table, idle, _Prices(), {}) == (Decimal(0), None)
+    assert _spot(table, idle[:71], _Prices(), {})[0] == 71 * 8 * 6  # too little read to call it unused
+    assert _spot(table, busy + idle, _Prices(), {})[0] == 72 * 8 * 6  # 8 GPU-h x (10 - 4) an hour
 
 
 def test_a_node_hour_shared_by_two_jobs_is_split_by_their_gpu_usage() -> None:

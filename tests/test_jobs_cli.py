@@ -18,6 +18,7 @@ import pytest
 
 from monitor.cli import main
 from monitor.config import Config
+from monitor.detectors.inputs import GpuHourTable
 from monitor.jobs import JobsConfig
 from monitor.jobs.run import jobs_once
 from tests.shared_fleets import shared_fleet
@@ -123,7 +124,16 @@ def test_the_jobset_its_bucket_and_its_cluster_fee_are_one_job(report: dict) -> 
     )
 
 
-def test_one_job_with_its_hours(fleet: dict, capsys: pytest.CaptureFixture[str]) -> None:
+def test_one_job_with_its_hours(
+    fleet: dict, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With utilization, and the joined GPU hours read as columns all the way (`Analysis.gpu_hours`,
+    `build_jobs`): no `GpuHour` is built from their table."""
+
+    def no_rows(table: GpuHourTable, picked: object = None) -> list:
+        raise AssertionError("a GpuHour was built from the joined table")
+
+    monkeypatch.setattr(GpuHourTable, "rows", no_rows)
     code, out, _ = _run(
         capsys, "jobs", "--billing", fleet["billing"], "--utilization", fleet["utilization"],
         "--format", "json", "--job", "finetune-llama",

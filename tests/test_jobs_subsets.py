@@ -148,25 +148,30 @@ def test_only_gives_each_jobs_own_full_record(size: int) -> None:
         assert job_records(kept, gpu, JOBS, END, _Prices(), only=names) == want, names
 
 
-@pytest.mark.parametrize(("names", "built"), [({"e"}, 0), ({"d"}, 3), ({"a"}, 2 + 7), ({"c"}, 2), (None, 12)])
-def test_a_table_of_gpu_hours_gives_the_same_records_building_only_their_nodes_hours(
-    names: set[str] | None, built: int, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("names", "read"), [({"e"}, 0), ({"d"}, 3), ({"a"}, 2 + 7), ({"c"}, 2), (None, 12)])
+def test_a_table_of_gpu_hours_gives_the_same_records_reading_only_their_nodes_hours(
+    names: set[str] | None, read: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A finished job's message reads 45 days of every node's GPU hours as a table: the records
-    are the list's, and `GpuHour`s are built only for the hours of the jobs' nodes (e: none, d: the
-    nameless node's 3, a: n1's 2 and vm-a's 7, c: n1's 2; every job: all 12)."""
+    are the list's, only the hours of the jobs' nodes are read (e: none, d: the nameless node's 3,
+    a: n1's 2 and vm-a's 7, c: n1's 2; every job: all 12), and no `GpuHour` is built for them."""
+    from monitor.jobs import build
+
     hours, gpu = _fleet()
     want = job_records(hours, gpu, JOBS, END, _Prices(), only=names)
-    rows, counted = GpuHourTable.rows, []
+    add_gpu, seen = build._add_gpu, []
 
-    def counting(table: GpuHourTable, picked: Any = None) -> list[GpuHour]:
-        out = rows(table, picked)
-        counted.append(len(out))
-        return out
+    def counting(acc: Any, c: Any, jobs: Any, nodes: Any, table: GpuHourTable) -> None:
+        seen.append(len(table))
+        add_gpu(acc, c, jobs, nodes, table)
 
-    monkeypatch.setattr(GpuHourTable, "rows", counting)
+    def no_rows(table: GpuHourTable, picked: Any = None) -> list[GpuHour]:
+        raise AssertionError("a GpuHour was built")
+
+    monkeypatch.setattr(build, "_add_gpu", counting)
+    monkeypatch.setattr(GpuHourTable, "rows", no_rows)
     assert job_records(hours, GpuHourTable.from_rows(gpu), JOBS, END, _Prices(), only=names) == want
-    assert sum(counted) == built
+    assert seen == [read]
 
 
 def test_estimated_last_hours_never_pass_the_records() -> None:

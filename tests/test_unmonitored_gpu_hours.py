@@ -120,8 +120,8 @@ def test_billing_only_analyze_fetches_the_on_demand_node_hours_and_finds_the_sam
     assert {"spot_opportunity", "commitment_opportunity"} <= kinds, kinds
     assert [f.to_dict() for f in lean.findings] == [f.to_dict() for f in every.findings]
     assert [a.to_dict() for a in lean.attribution] == [a.to_dict() for a in every.attribution]
-    assert lean.gpu_hours == () and every.gpu_hours
-    skipped = sum(1 for g in every.gpu_hours if g.pricing_model != "on_demand")
+    assert len(lean.gpu_hours) == 0 and len(every.gpu_hours)
+    skipped = sum(1 for p in every.gpu_hours["pricing_model"] if p != "on_demand")
     assert skipped > 0, "the fleet bills Spot or committed GPUs"
     assert every.stats.rows_fetched - lean.stats.rows_fetched == skipped
 

@@ -86,6 +86,7 @@ __all__ = [
     "short_of",
     "split_by_machine_price",
     "steady_count",
+    "unused_in",
     "unused_nodes",
     "yearly_saving",
 ]
@@ -158,7 +159,7 @@ class OnDemandHours(Columns[OnDemandHour], row_type=OnDemandHour):
                 whole[i] = True
         rows = np.flatnonzero(whole)
         ids, keys = table.node_numbers()
-        rows = rows[~_unused(table, rows)[ids[rows]]]
+        rows = rows[~unused_in(table, rows)[ids[rows]]]
         picked = rows.tolist()
         gpu_hours, gpus = _take(c["gpu_hours"], picked), _take(c["gpus"], picked)
         od = list(gpu_hours)
@@ -211,10 +212,10 @@ def unused_nodes(rows: Sequence[GpuHour]) -> set[tuple[str | None, str]]:
 
     table = GpuHourTable.from_rows(rows)
     keys = table.node_numbers()[1]
-    return {keys[k] for k in np.flatnonzero(_unused(table, np.arange(len(table)))).tolist()}
+    return {keys[k] for k in np.flatnonzero(unused_in(table, np.arange(len(table)))).tolist()}
 
 
-def _unused(table: GpuHourTable, rows: Any) -> Any:
+def unused_in(table: GpuHourTable, rows: Any) -> Any:
     """Per node of `table` (`GpuHourTable.node_numbers`), whether it did no work in its hours among
     `rows` (row numbers, a numpy array): `unused_nodes` over the columns, in numpy. An hour is read
     when it has a mean utilization (`GpuHour.monitored`), busy when read with fewer idle GPU-hours

@@ -11,9 +11,10 @@ What is decided here, with why:
   proportion to their compute cost there (GKE cost allocation splits a node's rows per workload);
   the unlabelled share stays with `job: None`. Split to the micro (`split_exact`).
 - GPU-hours, utilization, idle GPU-hours and idle dollars are the idle-GPU path's own figures: the
-  `GpuHour`s `monitor.assemble.gpu_hours` joined (same identity, threshold and effective price as
-  the `idle_gpu` detector and `gpucost gpus`). A node-hour shared by jobs is split in proportion to
-  each job's GPU usage on it, like `monitor.gpu_rollups` splits one per namespace.
+  GPU hours `monitor.assemble.gpu_hour_table` joined, read as its columns (same identity, threshold
+  and effective price as the `idle_gpu` detector and `gpucost gpus`). A node-hour shared by jobs is
+  split in proportion to each job's GPU usage on it, like `monitor.gpu_rollups` splits one per
+  namespace.
 - Estimated hours (utilization, no billing yet) belong to the job of the node's latest billed GPU
   hour; they are reported beside the billed figures (`estimated_*`), never inside `cost_usd`, so
   jobs still add up to the export.
@@ -38,14 +39,13 @@ from datetime import datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
-from monitor.detectors.idle_gpu import instance_key
 from monitor.detectors.inputs import GpuHour, GpuHourTable, PriceLookup
 from monitor.detectors.opportunities import (
     machine_hours,
     machine_price_source,
     machine_prices,
     price_source,
-    unused_nodes,
+    unused_in,
 )
 from monitor.gpu_identity import billed_identity
 from monitor.gpu_rollups import GpuUsage, split_exact
@@ -213,7 +213,9 @@ class _Acc:
     estimated_hours: set[datetime] = field(default_factory=set)
     models: dict[str, Decimal] = field(default_factory=lambda: defaultdict(Decimal))
     gpus_by_hour: dict[datetime, Decimal] = field(default_factory=lambda: defaultdict(Decimal))
-    on_demand: list[tuple[GpuHour, Decimal]] = field(default_factory=list)
+    #: the job's on-demand GPU hours (row numbers of the build's `GpuHourTable`), each with the
+    #: job's part of it
+    on_demand: list[tuple[int, Decimal]] = field(default_factory=list)
 
     def hour(self, h: datetime) -> JobHour:
         if h not in self.hours:
@@ -415,45 +417,51 @@ def _add_gpu(
     c: JobColumns,
     jobs: Sequence[str | None],
     nodes: Sequence[str | None],
-    gpu_hours: Sequence[GpuHour],
+    hours: GpuHourTable,
 ) -> None:
     """Each joined GPU node-hour into its jobs, split by their GPU usage on the node that hour
-    (`nodes`: each row's node, `_node_keys`)."""
+    (`nodes`: each row's node, `_node_keys`). Read from the table's columns: a `GpuHour` built
+    per node-hour of the window was 1.8 s of `gpucost jobs` at bench scale 48 (382,163 hours)."""
     usage, latest = _gpu_usage(c, jobs, nodes)
-    seen: dict[tuple, str] = {}
-    for h in gpu_hours:
-        key = _gpu_key(h, seen)
-        if h.estimated:
+    g = hours.columns
+    for i, (key, hour, estimated, util, gpu_hours, gpu_cost, idle_hours, idle_cost, gpus, model, pricing) in enumerate(
+        zip(
+            _gpu_keys(hours), g["hour"], g["estimated"], g["mean_utilization_pct"], g["gpu_hours"], g["gpu_cost"],
+            g["idle_gpu_hours"], g["idle_cost"], g["gpus"], g["gpu_model"], g["pricing_model"],
+            strict=True,
+        )
+    ):  # fmt: skip
+        if estimated:
             job = latest[key][2] if key in latest else None
             a = _acc(acc, job)
-            a.estimated.add(h)
-            a.estimated_hours.add(h.hour)
-            a.hour(h.hour).estimated_cost += h.gpu_cost
+            a.estimated.add_values(True, util, gpu_hours, gpu_cost, idle_hours, idle_cost)
+            a.estimated_hours.add(hour)
+            a.hour(hour).estimated_cost += gpu_cost
             continue
-        weights = usage.get((key, h.hour)) or {None: _ONE}
+        weights = usage.get((key, hour)) or {None: _ONE}
         names, w = list(weights), list(weights.values())
         parts = zip(
-            split_exact(h.gpu_hours, w),
-            split_exact(h.gpu_cost, w),
-            split_exact(h.idle_gpu_hours, w),
-            split_exact(h.idle_cost, w),
+            split_exact(gpu_hours, w),
+            split_exact(gpu_cost, w),
+            split_exact(idle_hours, w),
+            split_exact(idle_cost, w),
             strict=True,
         )
         total_w = sum(w, Decimal(0))
         for job, (gh, gc, igh, ic) in zip(names, parts, strict=True):
             a = _acc(acc, job)
-            a.gpu.add_part(h, gh, gc, igh, ic)
+            a.gpu.add_values(False, util, gh, gc, igh, ic)
             frac = weights[job] / total_w if total_w > 0 else _ONE / len(names)
-            a.gpus_by_hour[h.hour] += h.gpus * frac
-            if h.gpu_model:
-                a.models[h.gpu_model] += gh
-            jh = a.hour(h.hour)
+            a.gpus_by_hour[hour] += gpus * frac
+            if model:
+                a.models[model] += gh
+            jh = a.hour(hour)
             jh.gpu_hours += gh
             jh.idle_cost += ic
-            if h.mean_utilization_pct is not None:
+            if util is not None:
                 jh.busy_gpu_hours += gh - igh
-            if h.pricing_model == "on_demand" and h.gpu_model:
-                a.on_demand.append((h, frac))
+            if pricing == "on_demand" and model:
+                a.on_demand.append((i, frac))
 
 
 #: A node's GPU billing as the engine sums it: (project, zone, instance, instance id, cluster), the
@@ -496,42 +504,58 @@ def estimated_last_hours(billed: Iterable[NodeBilling], gpu_hours: Iterable[GpuH
 _Quote = tuple[bool, Decimal | None, Decimal | None, str]
 
 
-def _quote(h: GpuHour, prices: PriceLookup) -> _Quote:
+def _quote(
+    machine_type: str | None, region: str | None, model: str | None, gpus: int, prices: PriceLookup
+) -> _Quote:
     kinds = ("on_demand", "spot")
-    whole = machine_prices(prices, h.machine_type, h.region, kinds)
-    if whole is not None and h.gpus > 0 and h.machine_type:
+    whole = machine_prices(prices, machine_type, region, kinds)
+    if whole is not None and gpus > 0 and machine_type:
         return (
             True,
             whole["on_demand"],
             whole["spot"],
-            machine_price_source(prices, h.machine_type, h.region, kinds),
+            machine_price_source(prices, machine_type, region, kinds),
         )
-    od = prices.gpu_hourly(h.gpu_model or "", h.region, "on_demand")
-    spot = prices.gpu_hourly(h.gpu_model or "", h.region, "spot")
-    return False, od, spot, price_source(prices, h.gpu_model or "", h.region, kinds)
+    od = prices.gpu_hourly(model or "", region, "on_demand")
+    spot = prices.gpu_hourly(model or "", region, "spot")
+    return False, od, spot, price_source(prices, model or "", region, kinds)
 
 
 def _spot(
-    parts: Sequence[tuple[GpuHour, Decimal]], prices: PriceLookup | None, quotes: dict[tuple, _Quote]
+    hours: GpuHourTable,
+    parts: Sequence[tuple[int, Decimal]],
+    prices: PriceLookup | None,
+    quotes: dict[tuple, _Quote],
 ) -> tuple[Decimal | None, str | None]:
-    """On-demand minus Spot list price over the job's on-demand GPU hours (see the module docstring).
-    `quotes`: the prices of each (machine type, region, GPU model) looked up once per build (a
-    price book is fixed for the call)."""
+    """On-demand minus Spot list price over the job's on-demand GPU hours (`parts`: row numbers of
+    `hours` and the job's part of each; see the module docstring). `quotes`: the prices of each
+    (machine type, region, GPU model) looked up once per build (a price book is fixed for the call)."""
     if prices is None:
         return None, None
+    import numpy as np
+
     total, sources = Decimal(0), []
-    unused = unused_nodes([h for h, _ in parts])  # a VM to delete, as `spot_opportunity` leaves it
-    for h, frac in parts:
-        if unused and instance_key(h) in unused:
+    rows = np.fromiter((i for i, _ in parts), np.int64, len(parts))
+    unused = unused_in(hours, rows)  # per node: a VM to delete, as `spot_opportunity` leaves it
+    ids = hours.node_numbers()[0]
+    c = hours.columns
+    for i, frac in parts:
+        if unused[ids[i]]:
             continue
-        q = (h.machine_type, h.region, h.gpu_model, h.gpus > 0)
+        machine_type, region, model, gpus = (
+            c["machine_type"][i],
+            c["region"][i],
+            c["gpu_model"][i],
+            c["gpus"][i],
+        )
+        q = (machine_type, region, model, gpus > 0)
         if q not in quotes:
-            quotes[q] = _quote(h, prices)
+            quotes[q] = _quote(machine_type, region, model, gpus, prices)
         per_machine, od, spot, src = quotes[q]
         if od is None or spot is None or spot >= od:
             continue
-        hours = machine_hours(h.gpu_hours, h.gpus) * frac if per_machine else h.gpu_hours * frac
-        total += hours * (od - spot)
+        gpu_hours = c["gpu_hours"][i]
+        total += (machine_hours(gpu_hours, gpus) * frac if per_machine else gpu_hours * frac) * (od - spot)
         sources.append(src)
     return total, ("; ".join(dict.fromkeys(sources)) or None)
 
@@ -544,10 +568,11 @@ def _record(
     within: timedelta,
     prices: PriceLookup | None,
     quotes: dict[tuple, _Quote],
+    gpu_hours: GpuHourTable,
 ) -> JobRecord:
     hours = sorted(a.compute_hours or a.any_hours)
     last = max([*hours[-1:], *a.estimated_hours], default=None)
-    spot, source = _spot(a.on_demand, prices, quotes)
+    spot, source = _spot(gpu_hours, a.on_demand, prices, quotes)
     # every model, most GPU-hours first: seed 11's notebook (two A100 VMs and an L4) read "3× A100
     # 40GB" with one model named
     models = tuple(sorted(a.models, key=lambda m: (-a.models[m], m)))
@@ -580,15 +605,14 @@ def _only(
     c: JobColumns,
     jobs: Sequence[str | None],
     nodes: Sequence[str | None],
-    gpu_hours: Sequence[GpuHour] | GpuHourTable,
+    gpu_hours: GpuHourTable,
     only: AbstractSet[str],
-) -> tuple[list[int], list[GpuHour]]:
+) -> tuple[list[int], GpuHourTable]:
     """The rows (indices, in order) and GPU hours that decide the records of the jobs `only`: their
     own rows; at the (project, cluster, hour)s of their cluster nodes, every cluster node's compute
     row and the cluster fees (the node-hour shares); on their GPU nodes, every GPU row (the usage
     split of each node-hour, and whose job the node's estimated hours are) and every GPU hour.
-    Complete for those keys and in the original order, so their splits come out to the micro. Of
-    a table, only those GPU hours are built (a finished job's nodes, of 45 days of every node's)."""
+    Complete for those keys and in the original order, so their splits come out to the micro."""
     places = list(zip(c["project_id"], c["cluster"], c["usage_hour"], strict=True))
     on_node = [
         _on_node(cl, res, sub)
@@ -605,10 +629,7 @@ def _only(
         or (n is not None and n in gpu_nodes)
         or (fee_keys and k in fee_keys and (sub == CLUSTER_FEE or fee))
     ]
-    if isinstance(gpu_hours, GpuHourTable):
-        return keep, gpu_hours.rows(i for i, key in enumerate(_gpu_keys(gpu_hours)) if key in gpu_nodes)
-    seen: dict[tuple, str] = {}
-    return keep, [h for h in gpu_hours if _gpu_key(h, seen) in gpu_nodes]
+    return keep, gpu_hours.take(i for i, key in enumerate(_gpu_keys(gpu_hours)) if key in gpu_nodes)
 
 
 def build_jobs(
@@ -626,28 +647,27 @@ def build_jobs(
     `rows`: `queries/jobs.sql` output for the window, as rows or as its columns (`JobColumns`: what
     `gpucost jobs` reads from the engine, 1.65 M rows at bench scale 48, which as dicts held 3.2 GB);
     `gpu_hours`: the window's joined GPU hours
-    (`Analysis.gpu_hours`, billed and estimated), as `GpuHour`s or a table; `keys`:
+    (`Analysis.gpu_hours`, billed and estimated), as a table or `GpuHour`s; `keys`:
     `JobsConfig.label_keys()`. `only`: just the records of these jobs (named), the same to the micro
     as in the full list, computed from the rows that decide them (`_only`): what the finished-job
     check needs, at a fraction of the cost.
     """
     c = rows if isinstance(rows, dict) else job_columns(rows)
+    table = gpu_hours if isinstance(gpu_hours, GpuHourTable) else GpuHourTable.from_rows(list(gpu_hours))
     jobs = _jobs_of(c, keys)
     nodes = _node_keys(c)
     wanted = set(only) if only is not None else None
     if wanted is not None:
-        keep, gpu_hours = _only(c, jobs, nodes, gpu_hours, wanted)
+        keep, table = _only(c, jobs, nodes, table, wanted)
         c = _take(c, keep)
         jobs = [jobs[i] for i in keep]
         nodes = [nodes[i] for i in keep]
-    elif isinstance(gpu_hours, GpuHourTable):
-        gpu_hours = gpu_hours.rows()
     acc: dict[str | None, _Acc] = {}
     _add_rows(acc, c, jobs)
-    _add_gpu(acc, c, jobs, nodes, gpu_hours)
+    _add_gpu(acc, c, jobs, nodes, table)
     quotes: dict[tuple, _Quote] = {}
     out = [
-        _record(job, a, keys, window_end, running_within, prices, quotes)
+        _record(job, a, keys, window_end, running_within, prices, quotes, table)
         for job, a in acc.items()
         if wanted is None or job in wanted
     ]
