@@ -147,8 +147,8 @@ class Analysis:
     currency: str
     attribution: tuple[AttributionLine, ...]
     findings: tuple[Finding, ...]
-    #: the window's GPU hours, billed and estimated, as the join built them (columns: `gpucost
-    #: jobs` reads them so; `gpucost gpus` builds its `GpuHour`s)
+    #: the window's GPU hours, billed and estimated, as the join built them: columns, as `gpucost
+    #: jobs` and `gpucost gpus` read them
     gpu_hours: GpuHourTable
     stats: Stats
     #: the export currencies other than USD whose amounts were converted (`currency_conversion_rate`)

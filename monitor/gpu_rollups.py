@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import ROUND_FLOOR, Decimal
 from enum import StrEnum
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from monitor.gpu_identity import row_identity
+if TYPE_CHECKING:
+    from monitor.detectors.inputs import GpuHourTable
 
 __all__ = [
     "GpuRollup",
@@ -31,7 +32,7 @@ __all__ = [
 ]
 
 _Q6 = Decimal("0.000001")
-_H = TypeVar("_H", bound="GpuHourLike")
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -214,9 +215,12 @@ class GpuHourLike(Protocol):
     labels: Any
 
 
-def keep_billed(slot: dict[datetime, list[_H]], h: _H) -> None:
-    """File `h` under its hour in `slot` (one node identity's hours): an estimated row only while
-    its hour has none billed (never twice during reconciliation), every billed row of the hour.
+def keep_billed(
+    slot: dict[datetime, tuple[bool, list[_T]]], hour: datetime, item: _T, estimated: bool
+) -> None:
+    """File `item` (an hour of one node identity, or its row number) under its `hour` in `slot`
+    (hour -> (estimated?, items)): an estimated one only while its hour has none billed (never
+    twice during reconciliation), every billed one of the hour.
 
     One identity can be billed twice in an hour: a GKE node recreated under its name (auto-repair,
     an upgrade) is a new VM with a new instance id (billing keys a node-hour by instance id, its
@@ -224,55 +228,68 @@ def keep_billed(slot: dict[datetime, list[_H]], h: _H) -> None:
     dropped the other's dollars: 20 and 35 minutes of an a3-highgpu-8g at $88/h read $29.33 for
     $80.67, and the node's GPU cost no longer added up to the bill.
     """
-    rows = slot.get(h.hour)
-    if rows is None:
-        slot[h.hour] = [h]
-    elif not getattr(h, "estimated", False):
-        if getattr(rows[0], "estimated", False):
-            slot[h.hour] = [h]
-        else:
-            rows.append(h)
+    kept = slot.get(hour)
+    if kept is None or (kept[0] and not estimated):
+        slot[hour] = (estimated, [item])
+    elif not estimated:
+        kept[1].append(item)
 
 
-def summarize_instances(hours: Iterable[GpuHourLike]) -> list[InstanceGpus]:
-    """Per node (`monitor.gpu_identity`), largest idle cost then GPU cost first.
+def summarize_instances(hours: Iterable[Any] | GpuHourTable) -> list[InstanceGpus]:
+    """Per node (`monitor.gpu_identity`), largest idle cost then GPU cost first, from the joined
+    GPU hours' columns (`GpuHour`s are read as a table).
 
     A billed hour wins over an estimated one for the same node-hour, so an hour is never counted
     twice while billing catches up; two billed ones are both counted (`keep_billed`).
     """
-    per: dict[str, dict[datetime, list[GpuHourLike]]] = {}
-    for h in hours:
-        keep_billed(per.setdefault(row_identity(h).key, {}), h)
+    from monitor.detectors.inputs import GpuHourTable  # lazily: the detectors import this module
+
+    table = hours if isinstance(hours, GpuHourTable) else GpuHourTable.from_rows(list(hours))
+    c = table.columns
+    per: dict[tuple[str | None, str], dict[datetime, tuple[bool, list[int]]]] = {}
+    for i, (key, hour, estimated) in enumerate(
+        zip(table.node_keys(), c["hour"], c["estimated"], strict=True)
+    ):
+        keep_billed(per.setdefault(key, {}), hour, i, estimated)
     out = []
-    for rows in per.values():
-        ordered = [h for t in sorted(rows) for h in rows[t]]
+    for slots in per.values():
+        ordered = [i for t in sorted(slots) for i in slots[t][1]]
         usage = GpuUsage()
         labels: dict[str, str] = {}
-        for h in ordered:
-            usage.add(h)
-            labels.update(h.labels or {})
+        for i in ordered:
+            usage.add_values(
+                c["estimated"][i], c["mean_utilization_pct"][i], c["gpu_hours"][i], c["gpu_cost"][i],
+                c["idle_gpu_hours"][i], c["idle_cost"][i],
+            )  # fmt: skip
+            labels.update(c["labels"][i] or {})
         last = ordered[-1]
         out.append(
             InstanceGpus(
-                instance=last.instance,
-                instance_id=last.instance_id,
-                project=last.project,
-                zone=last.zone,
-                machine_type=next((h.machine_type for h in reversed(ordered) if h.machine_type), None),
-                gpu_model=next((h.gpu_model for h in reversed(ordered) if h.gpu_model), None),
-                gpus=max(h.gpus for h in ordered),
+                instance=c["instance"][last],
+                instance_id=c["instance_id"][last],
+                project=c["project"][last],
+                zone=c["zone"][last],
+                machine_type=_latest(c["machine_type"], ordered),
+                gpu_model=_latest(c["gpu_model"], ordered),
+                gpus=max(c["gpus"][i] for i in ordered),
                 usage=usage,
                 labels=labels,
-                cluster=last.cluster,
-                node_pool=next((p for h in reversed(ordered) if (p := getattr(h, "node_pool", None))), None),
-                namespaces=_namespace_usage(ordered),
+                cluster=c["cluster"][last],
+                node_pool=_latest(c["node_pool"], ordered),
+                namespaces=_namespace_usage(c, ordered),
             )
         )
     return sorted(out, key=lambda i: (-i.usage.idle_cost, -i.usage.gpu_cost, str(i.project), str(i.instance)))
 
 
-def _namespace_usage(hours: Sequence[GpuHourLike]) -> dict[str | None, GpuUsage]:
-    """Each hour's figures split over its namespaces in proportion to their gross GPU cost.
+def _latest(column: Sequence[Any], rows: Sequence[int]) -> Any:
+    """The value of the latest of `rows` that has one (None if none has)."""
+    return next((v for i in reversed(rows) if (v := column[i])), None)
+
+
+def _namespace_usage(c: Mapping[str, Sequence[Any]], rows: Sequence[int]) -> dict[str | None, GpuUsage]:
+    """Each hour's figures (`rows` of the columns `c`) split over its namespaces in proportion to
+    their gross GPU cost.
 
     GKE cost allocation splits a node's cost by the namespaces' resource requests
     (https://cloud.google.com/kubernetes-engine/docs/how-to/cost-allocations); idle GPU-hours and
@@ -280,25 +297,27 @@ def _namespace_usage(hours: Sequence[GpuHourLike]) -> dict[str | None, GpuUsage]
     node's figure to the micro-dollar (`split_exact`).
     """
     out: dict[str | None, GpuUsage] = {}
-    if not any(getattr(h, "namespaces", None) for h in hours):
+    if not any(c["namespaces"][i] for i in rows):
         return out
-    for h in hours:
-        ns: Mapping[str, Decimal] = getattr(h, "namespaces", None) or {}
+    for i in rows:
+        ns: Mapping[str, Decimal] = c["namespaces"][i] or {}
+        gpu_cost = c["gpu_cost"][i]
         weights: dict[str | None, Decimal] = {k: v for k, v in ns.items() if v > 0}
-        rest = h.gpu_cost - sum(weights.values(), Decimal(0))
+        rest = gpu_cost - sum(weights.values(), Decimal(0))
         if rest > 0 or not weights:
             weights[None] = max(rest, Decimal(0)) if weights else Decimal(1)
         keys = list(weights)
         w = [weights[k] for k in keys]
         parts = zip(
-            split_exact(h.gpu_hours, w),
-            split_exact(h.gpu_cost, w),
-            split_exact(h.idle_gpu_hours, w),
-            split_exact(h.idle_cost, w),
+            split_exact(c["gpu_hours"][i], w),
+            split_exact(gpu_cost, w),
+            split_exact(c["idle_gpu_hours"][i], w),
+            split_exact(c["idle_cost"][i], w),
             strict=True,
         )
+        estimated, util = c["estimated"][i], c["mean_utilization_pct"][i]
         for k, (gh, gc, igh, ic) in zip(keys, parts, strict=True):
-            out.setdefault(k, GpuUsage()).add_part(h, gh, gc, igh, ic)
+            out.setdefault(k, GpuUsage()).add_values(estimated, util, gh, gc, igh, ic)
     return out
 
 

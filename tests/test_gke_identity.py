@@ -440,6 +440,21 @@ def test_an_estimated_gke_finding_and_its_billed_successor_keep_one_fingerprint(
     assert half.fingerprint == early.fingerprint
 
 
+def test_a_node_s_summary_counts_a_billed_hour_not_its_estimate_in_either_order() -> None:
+    """While billing catches up, an hour can be both estimated (from samples) and billed: the
+    per-node summary (`gpucost gpus`) counts the billed hour alone, whichever comes first."""
+    samples = parsed(node_series(k8s_node, NODES[1], range(8), busy_until=2))
+    end = T0 + 8 * H
+    estimated = gpu_hours([], util_hours(samples), 10.0, Prices(), end, T0)
+    billed_hours = gpu_hours(node_hours([billed(h, NODES[1]) for h in range(8)]), util_hours(samples), 10.0,
+                             Prices(), end, T0)  # fmt: skip
+    (want,) = summarize_instances(billed_hours)
+    assert want.usage.gpu_cost > 0 and not want.usage.estimated
+    for hours in (estimated + billed_hours, billed_hours + estimated):
+        (got,) = summarize_instances(hours)
+        assert got.usage == want.usage
+
+
 def test_gke_findings_name_cluster_and_node_pool() -> None:
     """The hung job of the report: 42 idle hours on one node, found from billed rows."""
     rows = [billed(h, NODES[2]) for h in range(48)]

@@ -87,7 +87,7 @@ def gpus_cmd(billing_paths, utilization_paths, config_path, start, end, fmt, by)
             month_to_date=False,
             progress=bar,
         )
-    instances = summarize_instances(result.gpu_hours.rows())
+    instances = summarize_instances(result.gpu_hours)
     doc = gpus_report(instances, rollups(instances, cfg.billing.labels, by or None))
     if fmt == "json":
         click.echo(json.dumps(doc, indent=2))

@@ -175,10 +175,10 @@ def signal_evidence(rows: Sequence[GpuHour]) -> tuple[str | None, str | None]:
 def _dedupe_hours(rows: Iterable[GpuHour]) -> list[GpuHour]:
     """One row per hour, billed before estimated: an hour is never counted twice during
     reconciliation; the billed rows of one hour (a GKE node recreated under its name) are summed."""
-    by_hour: dict[datetime, list[GpuHour]] = {}
+    by_hour: dict[datetime, tuple[bool, list[GpuHour]]] = {}
     for r in rows:
-        keep_billed(by_hour, r)
-    return [_summed(by_hour[h]) for h in sorted(by_hour)]
+        keep_billed(by_hour, r.hour, r, r.estimated)
+    return [_summed(by_hour[h][1]) for h in sorted(by_hour)]
 
 
 def _summed(rows: list[GpuHour]) -> GpuHour:
