@@ -44,7 +44,7 @@ from monitor.gpus import (
     NODE_COLUMNS,
     GpuCostHour,
     GpuNodeHours,
-    Joined,
+    JoinedColumns,
     attached_gpus,
     effective_micros,
     gpus_from_usage,
@@ -222,7 +222,7 @@ def gpu_cost_hours(store: AggregateStore, start: datetime, end: datetime, since:
     return gpu_node_hours(store, start, end, since).rows()
 
 
-def _billed(nodes: GpuNodeHours, joined: Sequence[Joined | None], counted: Sequence[Decimal]) -> GpuHourTable:
+def _billed(nodes: GpuNodeHours, joined: JoinedColumns, counted: Sequence[Decimal]) -> GpuHourTable:
     """One GPU hour per billed node-hour, as a table (`GpuHourTable`): the node-hours' columns
     where they are the hours' (hour, names, places, GPU model, pricing, GPU-hours), the rest
     computed from the columns and the join; `counted`: the GPU-hours each node-hour's GPU count is
@@ -248,23 +248,20 @@ def _billed(nodes: GpuNodeHours, joined: Sequence[Joined | None], counted: Seque
     )
     effective = effective_micros(gross, cud, sud)
     gpus: list[int] = []
-    mean: list[float | None] = [None] * len(node_of)
     idle_hours: list[Decimal] = [_ZERO] * len(node_of)
     idle_micros: list[int] = [0] * len(node_of)
-    held: list[bool | None] = [None] * len(node_of)
-    signal: list[str | None] = [None] * len(node_of)
-    container: list[bool | None] = [None] * len(node_of)
-    for i, (machine, most, j, used, paid) in enumerate(
-        zip(c["machine_type"], counted, joined, c["gpu_hours"], effective.tolist(), strict=True)
+    seen, idle, matches = joined.gpus.tolist(), joined.idle_gpus.tolist(), joined.matched.tolist()
+    for i, (machine, most, matched, used, paid) in enumerate(
+        zip(c["machine_type"], counted, matches, c["gpu_hours"], effective.tolist(), strict=True)
     ):
-        if j is None:
+        if not matched:
             gpus.append(gpus_from_usage(machine, most))
             continue
-        attached = attached_gpus(machine, most, j.gpus)
+        attached = attached_gpus(machine, most, seen[i])
         gpus.append(attached)
-        mean[i], held[i] = j.mean_utilization_pct, j.memory_held
-        signal[i], container[i] = j.signal, j.container_metrics
-        idle_hours[i], idle_micros[i] = idle_share(used, paid, j.idle_gpus, attached)
+        idle_hours[i], idle_micros[i] = idle_share(used, paid, idle[i], attached)
+    means = joined.mean_utilization_pct.tolist()
+    mean = [m if matched else None for m, matched in zip(means, matches, strict=True)]
     dollars = _Dollars()
     own = ("hour", "project", "instance", "gpu_model", "gpu_hours", "zone", "region", "instance_id", "cluster",
            "machine_type", "pricing_model")  # fmt: skip
@@ -275,9 +272,9 @@ def _billed(nodes: GpuNodeHours, joined: Sequence[Joined | None], counted: Seque
             "mean_utilization_pct": mean,
             "idle_gpu_hours": idle_hours,
             "idle_cost": _in_dollars(np.fromiter(idle_micros, np.int64, len(idle_micros)), dollars),
-            "memory_held": held,
-            "signal": signal,
-            "container_metrics": container,
+            "memory_held": joined.memory_held,
+            "signal": joined.signal,
+            "container_metrics": joined.container_metrics,
             "gpu_cost": _in_dollars(gross, dollars),
             "gpu_credits": _in_dollars(effective - gross, dollars),
             "gpu_cud": _in_dollars(cud, dollars),
@@ -564,7 +561,7 @@ def gpu_hour_table(
     end: datetime,
     provisional_from: datetime | None = None,
     tables: Mapping[str, Any] | None = None,
-    joined: Sequence[Joined | None] | None = None,
+    joined: JoinedColumns | None = None,
 ) -> GpuHourTable:
     """Billed GPU hours (`gpu_node_hours`) joined with utilization (per GPU and hour:
     `monitor.utilization.hourly`), plus estimated ones (see `_estimates`), as a table. `tables`: the

@@ -31,8 +31,7 @@ from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING, Any
 
-from monitor.columns import Columns
-from monitor.frozen import draft_class, freeze
+from monitor.columns import Columns, objects
 from monitor.gpu_identity import billed_identities, sample_identities
 from monitor.gpu_models import gpus_for_machine_type
 from monitor.scratch import scratch
@@ -48,6 +47,7 @@ __all__ = [
     "GpuNodeHours",
     "Hosts",
     "Joined",
+    "JoinedColumns",
     "JoinedHour",
     "arrow_table",
     "attached_gpus",
@@ -237,7 +237,7 @@ WITH {_PER_HOST}, costs AS (
     FROM matched AS m
     JOIN shared AS s USING (sid, hour)
 ), {_PER_VM}
-SELECT m.idx, {", ".join(f"IF(v.sid IS NULL, m.{f}, v.{f})" for f in _FIGURES)}
+SELECT m.idx, {", ".join(f"IF(v.sid IS NULL, m.{f}, v.{f}) AS {f}" for f in _FIGURES)}
 FROM matched AS m
 LEFT JOIN ordered AS o USING (idx)
 LEFT JOIN per_vm AS v ON v.sid = m.sid AND v.hour = m.hour AND v.vm = o.vm AND v.vms = o.sharing
@@ -481,11 +481,36 @@ class Joined:
     container_metrics: bool | None
 
 
-#: `Joined`s are built as drafts (`monitor.frozen`): one per joined node-hour, 380,546 a detection run
-#: at 5 M export rows a month.
-_JoinedDraft = draft_class(
-    Joined, ("gpus", "mean_utilization_pct", "idle_gpus", "memory_held", "signal", "container_metrics")
-)
+@dataclass(frozen=True)
+class JoinedColumns:
+    """What utilization says of each billed node-hour, by position (`join_node_hours`): numpy
+    columns as the engine returned them, `matched` False where no monitored host matches the
+    node-hour (unmonitored; its other values are then unset). Read as columns by
+    `monitor.assemble._billed`: a `Joined` built per node-hour (380,546 a detection run at 5 M
+    export rows a month) was most of the join's Python time; `row` builds one for tests and tools."""
+
+    matched: Any
+    gpus: Any
+    mean_utilization_pct: Any
+    idle_gpus: Any
+    memory_held: list[bool | None]
+    signal: list[str | None]
+    container_metrics: list[bool | None]
+
+    def __len__(self) -> int:
+        return len(self.matched)
+
+    def row(self, i: int) -> Joined | None:
+        if not self.matched[i]:
+            return None
+        return Joined(
+            int(self.gpus[i]),
+            float(self.mean_utilization_pct[i]),
+            int(self.idle_gpus[i]),
+            self.memory_held[i],
+            self.signal[i],
+            self.container_metrics[i],
+        )
 
 
 def join_node_hours(
@@ -493,17 +518,28 @@ def join_node_hours(
     hours: UtilHours | Sequence[UtilHour],
     idle_threshold_pct: float,
     tables: Mapping[str, pa.Table] | None = None,
-) -> list[Joined | None]:
+) -> JoinedColumns:
     """Per node-hour of `nodes`, in order: its utilization (per GPU and hour:
-    `monitor.utilization.hourly`, as columns or `UtilHour`s), None when no monitored host matches it.
-    `tables`: `util_tables(hours)`, when already built, or the same tables read from the aggregate
-    store's copy of the utilization hours (`monitor.utilization.mirror.join_tables`): they then
-    stand for `hours`, which may hold fewer (the estimates' provisional days alone).
+    `monitor.utilization.hourly`, as columns or `UtilHour`s), unmatched when no monitored host
+    matches it. `tables`: `util_tables(hours)`, when already built, or the same tables read from
+    the aggregate store's copy of the utilization hours (`monitor.utilization.mirror.join_tables`):
+    they then stand for `hours`, which may hold fewer (the estimates' provisional days alone).
 
     Each joined hour says which signal it was judged on (the best one seen in the hour) and, for a
     GKE node judged on its node duty cycle, whether it had container metrics at all.
     """
-    out: list[Joined | None] = [None] * len(nodes)
+    import numpy as np
+
+    n = len(nodes)
+    out = JoinedColumns(
+        matched=np.zeros(n, bool),
+        gpus=np.zeros(n, np.int64),
+        mean_utilization_pct=np.zeros(n, np.float64),
+        idle_gpus=np.zeros(n, np.int64),
+        memory_held=[None] * n,
+        signal=[None] * n,
+        container_metrics=[None] * n,
+    )
     if not nodes or (tables is None and not hours):
         return out
     # One thread: the per-GPU means are float sums, and a parallel aggregate adds them in a
@@ -513,20 +549,25 @@ def join_node_hours(
     try:
         for name, table in _tables(nodes, UtilHours.of(hours), tables).items():
             con.register(name, table)
-        result = con.execute(_JOIN_SQL, {"threshold": idle_threshold_pct}).fetchall()
+        result = con.sql(_JOIN_SQL, params={"threshold": idle_threshold_pct}).to_arrow_table()
     finally:
         con.close()
-    for idx, gpus_seen, mean_util, idle_gpus, memory_held, rank, container in result:
-        signal = _SIGNALS[rank] if rank < len(_SIGNALS) else None
-        out[idx] = _JoinedDraft(
-            int(gpus_seen),
-            float(mean_util),
-            int(idle_gpus),
-            memory_held,
-            signal,
-            bool(container) if signal == _NODE else None,
-        )
-    freeze([j for j in out if j is not None], Joined)  # in place: `out` holds them frozen
+    idx = result.column("idx").to_numpy()
+    out.matched[idx] = True
+    out.gpus[idx] = result.column("gpus_seen").to_numpy()
+    out.mean_utilization_pct[idx] = result.column("mean_util").to_numpy()
+    out.idle_gpus[idx] = result.column("idle_gpus").to_numpy()
+    signals = objects([*_SIGNALS, None])  # a rank past the signals: none
+    ranks = np.minimum(result.column("rank").to_numpy(), len(_SIGNALS))
+    node = signals[ranks] == _NODE
+    for i, held, signal, on_node, container in zip(
+        idx.tolist(), result.column("memory_held").to_pylist(), signals[ranks].tolist(), node.tolist(),
+        result.column("container").to_pylist(),
+        strict=True,
+    ):  # fmt: skip
+        out.memory_held[i] = held
+        out.signal[i] = signal
+        out.container_metrics[i] = bool(container) if on_node else None
     return out
 
 
@@ -570,7 +611,8 @@ def join_gpu_hours(
     out: list[JoinedHour] = []
     nodes = GpuNodeHours.from_rows(costs)
     joined = join_node_hours(nodes, hours, idle_threshold_pct)
-    for c, most, j in zip(costs, node_gpu_hours(nodes), joined, strict=True):
+    for i, (c, most) in enumerate(zip(costs, node_gpu_hours(nodes), strict=True)):
+        j = joined.row(i)
         if j is None:
             out.append(JoinedHour(c, gpus_from_usage(c.machine_type, most), None, 0, None))
         else:
