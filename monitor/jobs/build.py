@@ -420,8 +420,9 @@ def _add_gpu(
     hours: GpuHourTable,
 ) -> None:
     """Each joined GPU node-hour into its jobs, split by their GPU usage on the node that hour
-    (`nodes`: each row's node, `_node_keys`). Read from the table's columns: a `GpuHour` built
-    per node-hour of the window was 1.8 s of `gpucost jobs` at bench scale 48 (382,163 hours)."""
+    (`nodes`: each row's node, `_node_keys`), read from the table's columns: no `GpuHour` is built
+    per node-hour of the window (382,163 of them at bench scale 48: 1.8 s under cProfile, within
+    the noise of the command's 66-69 s end to end)."""
     usage, latest = _gpu_usage(c, jobs, nodes)
     g = hours.columns
     for i, (key, hour, estimated, util, gpu_hours, gpu_cost, idle_hours, idle_cost, gpus, model, pricing) in enumerate(
