@@ -165,6 +165,31 @@ def test_jobs_sql_names_each_row_and_conserves_every_micro(jobs_rows: list[dict]
     assert sum(j.net_micros for j in jobs.values()) == total - 40_000
 
 
+def test_a_jobs_traffic_comes_summed_over_its_resources_and_its_compute_per_resource() -> None:
+    """The jobs engine reads a network row's money alone: two VMs' inter-zone traffic in one hour
+    is one row, while their compute rows keep each VM (its node-hours, its instances)."""
+    llm = {"job": "llm"}
+    traffic = "Network Inter Zone Data Transfer Out"
+    rows = [
+        *(_gpu_row(vm, iid, 80.0, llm) for vm, iid in (("vm-a", "41"), ("vm-b", "42"))),
+        *(export_row(traffic, 3.0, instance=vm, instance_id=iid, labels=llm) for vm, iid in (("vm-a", "41"), ("vm-b", "42"))),
+    ]  # fmt: skip
+    conn = open_billing_db(None)
+    try:
+        load_rows(conn, rows)
+        source = DuckDBBillingSource(conn, rules=compile_rules())
+        window = Window(T0, T0 + timedelta(hours=1), T0 + timedelta(hours=1))
+        got = source.run("jobs", jobs_params(window, KEYS)).rows
+    finally:
+        conn.close()
+    summed = [r for r in got if r["subcategory"] == "network.inter_zone"]
+    assert [(r["resource_name"], r["instance_id"]) for r in summed] == [(None, None)]
+    assert [r["gross_micros"] for r in summed] == [6_000_000]
+    assert sorted(r["resource_name"] for r in got if r["subcategory"] == "compute.gpu") == ["vm-a", "vm-b"]
+    (job,) = build_jobs(got, [], keys=KEYS, window_end=T0 + timedelta(hours=1))
+    assert job.instances == ("vm-a", "vm-b") and job.by_subcategory["network.inter_zone"] == 6_000_000
+
+
 def test_a_jobs_boot_disk_bucket_and_traffic_are_the_jobs(jobs_rows: list[dict]) -> None:
     llm = _by_job(jobs_rows)["llm"]
     assert dict(llm.by_subcategory) == {
