@@ -6,7 +6,7 @@ dollars are known, so every figure here is checked against arithmetic done in th
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -140,16 +140,20 @@ def _rows() -> list[dict]:
     ]  # fmt: skip
 
 
-@pytest.fixture
-def jobs_rows() -> list[dict]:
+def _jobs_sql(rows: list[dict], start: datetime, end: datetime) -> list[dict]:
+    """`jobs.sql`'s rows on DuckDB for the export `rows`, over [start, end)."""
     conn = open_billing_db(None)
     try:
-        load_rows(conn, _rows())
+        load_rows(conn, rows)
         source = DuckDBBillingSource(conn, rules=compile_rules())
-        window = Window(T0 - timedelta(hours=1), T0 + timedelta(hours=2), T0 + timedelta(hours=2))
-        return source.run("jobs", jobs_params(window, KEYS)).rows
+        return source.run("jobs", jobs_params(Window(start, end, end), KEYS)).rows
     finally:
         conn.close()
+
+
+@pytest.fixture
+def jobs_rows() -> list[dict]:
+    return _jobs_sql(_rows(), T0 - timedelta(hours=1), T0 + timedelta(hours=2))
 
 
 def _by_job(rows: list[dict]) -> dict:
@@ -174,14 +178,7 @@ def test_a_jobs_traffic_comes_summed_over_its_resources_and_its_compute_per_reso
         *(_gpu_row(vm, iid, 80.0, llm) for vm, iid in (("vm-a", "41"), ("vm-b", "42"))),
         *(export_row(traffic, 3.0, instance=vm, instance_id=iid, labels=llm) for vm, iid in (("vm-a", "41"), ("vm-b", "42"))),
     ]  # fmt: skip
-    conn = open_billing_db(None)
-    try:
-        load_rows(conn, rows)
-        source = DuckDBBillingSource(conn, rules=compile_rules())
-        window = Window(T0, T0 + timedelta(hours=1), T0 + timedelta(hours=1))
-        got = source.run("jobs", jobs_params(window, KEYS)).rows
-    finally:
-        conn.close()
+    got = _jobs_sql(rows, T0, T0 + timedelta(hours=1))
     summed = [r for r in got if r["subcategory"] == "network.inter_zone"]
     assert [(r["resource_name"], r["instance_id"]) for r in summed] == [(None, None)]
     assert [r["gross_micros"] for r in summed] == [6_000_000]
@@ -214,14 +211,7 @@ def test_a_boot_disk_takes_the_job_of_its_vm_at_its_hour() -> None:
     rows += [_gpu_row("trainer-0", "32", 80.0, {"job": "beta"}, hour=hours[h]) for h in range(6, 10)]
     disk = "Balanced PD Capacity in Iowa"
     rows += [export_row(disk, 1.0, hour=t, instance="trainer-0", labels={}) for t in hours]
-    conn = open_billing_db(None)
-    try:
-        load_rows(conn, rows)
-        source = DuckDBBillingSource(conn, rules=compile_rules())
-        window = Window(T0, T0 + timedelta(hours=10), T0 + timedelta(hours=10))
-        got = source.run("jobs", jobs_params(window, KEYS)).rows
-    finally:
-        conn.close()
+    got = _jobs_sql(rows, T0, T0 + timedelta(hours=10))
     jobs = {j.job: j for j in build_jobs(got, [], keys=KEYS, window_end=T0 + timedelta(hours=10))}
     disks = {name: jobs[name].by_subcategory.get("storage.persistent_disk") for name in jobs}
     assert disks == {"alpha": 6_000_000, "beta": 4_000_000}  # hours 4 and 5: the VM stopped, still alpha's
@@ -240,16 +230,8 @@ def test_two_instances_of_a_name_in_the_disks_hour_give_it_one_job_whatever_the_
         *(vms[::-1] if reverse else vms),
         export_row("Balanced PD Capacity in Iowa", 1.0, instance="trainer-0"),
     ]
-    conn = open_billing_db(None)
-    try:
-        load_rows(conn, rows)
-        source = DuckDBBillingSource(conn, rules=compile_rules())
-        got = source.run(
-            "jobs", jobs_params(Window(T0, T0 + timedelta(hours=1), T0 + timedelta(hours=1)), KEYS)
-        )
-    finally:
-        conn.close()
-    jobs = build_jobs(got.rows, [], keys=KEYS, window_end=T0 + timedelta(hours=1))
+    got = _jobs_sql(rows, T0, T0 + timedelta(hours=1))
+    jobs = build_jobs(got, [], keys=KEYS, window_end=T0 + timedelta(hours=1))
     assert {j.job: j.by_subcategory.get("storage.persistent_disk") for j in jobs} == {
         "alpha": None,
         "beta": 1_000_000,
