@@ -13,11 +13,14 @@
 -- Money is integer micros of USD (GPUCOST_USD_MICROS), credits split like hourly.sql,
 -- and every row is attributed by the same compiled rules (GPUCOST_* slots, see
 -- monitor/attribution/compile.py), so a job's subcategories are the ones `gpucost analyze` shows.
--- Resource, instance id, node pool and machine type are kept for compute and orchestration rows
--- (the GPU join, node-hours for cluster fees and the split of each fee row, a job's instances),
--- the SKU for compute rows; the rest, network rows included (the jobs engine reads their money
--- alone: at bench scale 48, 1,654,462 rows with a network resource's, 1,415,333 without), sums per
--- project, zone, cluster, job and subcategory.
+-- Resource, instance id, node pool, machine type and SKU are kept where the jobs engine reads them:
+-- GPU rows (the GPU join), compute rows of a cluster node (node-hours for cluster fees) and
+-- orchestration rows (each fee row split on its own). Any other compute row names its resource
+-- only in the resource's first hour under the row's job labels (what lists a job's instances) and
+-- is summed with the job's other rows otherwise; the rest, network rows included (the engine reads
+-- their money alone), sums per project, zone, cluster, job and subcategory. At bench scale 48:
+-- 1,654,462 rows with every compute and network row's resource, 1,415,333 without the network
+-- rows', 836,707 without the others'.
 --
 -- Params: @usage_start, @usage_end (TIMESTAMP), @partition_end (TIMESTAMP, upper bound of load
 -- days; widened to at least 2 days past usage), @job_label_keys (ARRAY<STRING>).
@@ -105,18 +108,30 @@ joined AS (
         NULL
       )
     ) AS job_labels,
-    STARTS_WITH(a.subcategory, 'compute.') OR STARTS_WITH(a.subcategory, 'orchestration.') AS detailed
+    a.subcategory = 'compute.gpu'
+      OR (STARTS_WITH(a.subcategory, 'compute.') AND a.cluster IS NOT NULL)
+      OR STARTS_WITH(a.subcategory, 'orchestration.') AS detailed
   FROM attributed AS a
+),
+named AS (
+  -- whether a compute row is its resource's first under its job labels (where a row not kept
+  -- whole still names its resource)
+  SELECT
+    j.*,
+    STARTS_WITH(j.subcategory, 'compute.') AND j.usage_hour = MIN(j.usage_hour) OVER (
+      PARTITION BY j.job_labels, j.project_id, j.zone, j.resource_name
+    ) AS first_of_job
+  FROM joined AS j
 ),
 shaped AS (
   SELECT
-    j.* EXCEPT (resource_name, instance_id, node_pool, machine_type, sku_description),
-    IF(j.detailed, j.resource_name, NULL) AS resource_name,
-    IF(j.detailed, j.instance_id, NULL) AS instance_id,
-    IF(j.detailed, j.node_pool, NULL) AS node_pool,
-    IF(j.detailed, j.machine_type, NULL) AS machine_type,
-    IF(STARTS_WITH(j.subcategory, 'compute.'), j.sku_description, NULL) AS sku_description
-  FROM joined AS j
+    n.* EXCEPT (resource_name, instance_id, node_pool, machine_type, sku_description),
+    IF(n.detailed OR n.first_of_job, n.resource_name, NULL) AS resource_name,
+    IF(n.detailed, n.instance_id, NULL) AS instance_id,
+    IF(n.detailed, n.node_pool, NULL) AS node_pool,
+    IF(n.detailed, n.machine_type, NULL) AS machine_type,
+    IF(n.detailed AND STARTS_WITH(n.subcategory, 'compute.'), n.sku_description, NULL) AS sku_description
+  FROM named AS n
 )
 SELECT
   usage_hour,

@@ -187,6 +187,33 @@ def test_a_jobs_traffic_comes_summed_over_its_resources_and_its_compute_per_reso
     assert job.instances == ("vm-a", "vm-b") and job.by_subcategory["network.inter_zone"] == 6_000_000
 
 
+def test_a_jobs_cpu_rows_off_clusters_name_each_vm_once_and_sum_after() -> None:
+    """Off a cluster, a CPU row's resource only lists the job's instances: each VM's first hour of
+    the job names it, the later hours come summed over the VMs. A cluster node's CPU rows keep
+    their node every hour (its node-hours share the cluster's fee)."""
+    core = "N2 Instance Core running in Americas"
+    gke = {"goog-k8s-cluster-name": "train", "job": "etl"}
+    rows = [
+        export_row(core, 1.0, hour=T0 + timedelta(hours=h), instance=vm, instance_id=iid, labels={"job": "etl"})
+        for h in range(2)
+        for vm, iid in (("cpu-a", "51"), ("cpu-b", "52"))
+    ] + [export_row(core, 1.0, hour=T0 + timedelta(hours=h), instance="gke-node", instance_id="53", labels=gke)
+         for h in range(2)]  # fmt: skip
+    got = _jobs_sql(rows, T0, T0 + timedelta(hours=2))
+    hour = {T0: 0, T0 + timedelta(hours=1): 1}
+    cpu = sorted(
+        (hour[r["usage_hour"]], r["cluster"] or "", r["resource_name"] or "", r["gross_micros"])
+        for r in got
+        if r["subcategory"] == "compute.cpu"
+    )
+    assert cpu == [
+        (0, "", "cpu-a", 1_000_000), (0, "", "cpu-b", 1_000_000), (0, "train", "gke-node", 1_000_000),
+        (1, "", "", 2_000_000), (1, "train", "gke-node", 1_000_000),
+    ]  # fmt: skip
+    (job,) = build_jobs(got, [], keys=KEYS, window_end=T0 + timedelta(hours=2))
+    assert job.instances == ("cpu-a", "cpu-b", "gke-node") and job.by_subcategory["compute.cpu"] == 6_000_000
+
+
 def test_a_jobs_boot_disk_bucket_and_traffic_are_the_jobs(jobs_rows: list[dict]) -> None:
     llm = _by_job(jobs_rows)["llm"]
     assert dict(llm.by_subcategory) == {
