@@ -132,12 +132,11 @@ def _build(
 ) -> list[Any]:
     """`monitor.jobs.build_jobs` on engine rows, with the `[jobs]` settings (`jobs`); `gpu_hours`
     `GpuHour`s or a table (`GpuHourTable`)."""
-    from monitor.detectors.inputs import GpuHourTable
     from monitor.jobs.build import build_jobs  # lazily: monitor.jobs imports the analysis
 
     return build_jobs(
         rows,
-        gpu_hours if isinstance(gpu_hours, GpuHourTable) else list(gpu_hours),
+        gpu_hours,
         keys=jobs.label_keys(),
         window_end=window_end,
         running_within=timedelta(hours=jobs.running_within_hours),
@@ -292,6 +291,8 @@ class JobsSection:
     any two hours, as long as no hour comes twice."""
 
     def __init__(self, day: date, tz: str, jobs: Any = None, n: int = 5):
+        from monitor.detectors.inputs import GpuHourTable  # lazily: the detectors take 0.4 s to import
+
         if jobs is None:
             from monitor.jobs.config import JobsConfig
 
@@ -302,7 +303,7 @@ class JobsSection:
         self._hi = datetime.combine(day + timedelta(days=1), time(), zone)
         self._chart: list[Any] = []
         self._day_rows: list[dict[str, Any]] = []
-        self._day_gpu: Any = None  # a `GpuHourTable` once `add` has been called
+        self._day_gpu = GpuHourTable.from_rows([])
 
     def chart(self, sums: Any) -> JobsSection:
         """The chart's spend per job and hour from the engine's sums of some hours
@@ -314,13 +315,14 @@ class JobsSection:
         """Stored rows of some hours (`monitor.billing_poll.stored_job_columns`) and their GPU hours
         joined with utilization (a `GpuHourTable`, or `GpuHour`s): what of them falls on the
         section's day, the GPU hours kept as columns."""
-        from monitor.detectors.inputs import GpuHourTable  # lazily, like `_build`
+        from monitor.detectors.inputs import GpuHourTable  # lazily, as in `__init__`
 
         lo, hi = self._lo, self._hi
         self._day_rows += [r for r in stored_rows(rows, self._keys) if lo <= r["usage_hour"] < hi]
         table = gpu if isinstance(gpu, GpuHourTable) else GpuHourTable.from_rows(list(gpu))
-        on_day = table.take(i for i, hour in enumerate(table["hour"]) if lo <= hour < hi)
-        self._day_gpu = on_day if self._day_gpu is None else self._day_gpu.extended(on_day)
+        self._day_gpu = self._day_gpu.extended(
+            table.take(i for i, hour in enumerate(table["hour"]) if lo <= hour < hi)
+        )
         return self
 
     @property
@@ -329,9 +331,7 @@ class JobsSection:
         return self._lo, self._hi
 
     def result(self) -> DigestJobs:
-        yesterday = _build(
-            self._day_rows, self._day_gpu if self._day_gpu is not None else [], self._jobs, self._hi
-        )
+        yesterday = _build(self._day_rows, self._day_gpu, self._jobs, self._hi)
         return top_jobs(yesterday, self._chart, self._tz, self._n)
 
 

@@ -41,7 +41,7 @@ from monitor.billing_poll import prune as prune_billing
 from monitor.config import Config
 from monitor.detectors import build_detectors, history_needed, run_in_window
 from monitor.detectors.costs import Costs, as_costs
-from monitor.detectors.inputs import BudgetSpec, CostHour, DeferredGpuHours, GpuHour, GpuHourTable
+from monitor.detectors.inputs import BudgetSpec, CostHour, DeferredGpuHours, GpuHourTable
 from monitor.detectors.job_budget import budgets_without_spend, reads_held, without_spend_message
 from monitor.errors import UserError
 from monitor.gcpause import collector_paused
@@ -393,7 +393,7 @@ def run_analysis(
         finally:
             costs.close()
     window_gpu = inputs.gpu_hours
-    gpu = _window_table(window_gpu, window) if keep_gpu_hours else GpuHourTable.from_rows([])
+    gpu = _in_window(inputs.gpu_hour_table(), window) if keep_gpu_hours else GpuHourTable.from_rows([])
     stats = _stats(metered, sources.billing.engine, read_from, window)
     # what was read back into Python from the engines: cost rows and sums, and the window's GPU
     # node-hours (not those before it, which only a job budget joins, when a job ran before it)
@@ -490,13 +490,9 @@ def _note_currencies(seen: set[str]) -> tuple[str, ...]:
     return other
 
 
-def _window_table(hours: Sequence[GpuHour], window: Window) -> GpuHourTable:
-    """The hours of `window` (the inputs hold those before it too, for a job budget's history) as
-    a table, in their order."""
-    if isinstance(hours, DeferredGpuHours):
-        table = hours.whole_table()
-    else:
-        table = GpuHourTable.from_rows(list(hours))
+def _in_window(table: GpuHourTable, window: Window) -> GpuHourTable:
+    """The hours of `table` in `window`, in their order (the inputs hold those before it too, for a
+    job budget's history)."""
     start, end = window.start, window.end
     return table.take(i for i, hour in enumerate(table["hour"]) if start <= hour < end)
 
