@@ -311,10 +311,9 @@ def _gpu_key(h: GpuHour, seen: dict[tuple, str]) -> str:
 
 
 def _gpu_keys(hours: GpuHourTable) -> list[str]:
-    """`_gpu_key` of each hour of a table, from its columns."""
-    c, seen = hours.columns, {}
-    places = zip(c["project"], c["zone"], c["instance"], c["instance_id"], c["cluster"], strict=True)
-    return [_node_key(ident, seen) for ident in places]
+    """`_gpu_key` of each hour of a table: the table's own node identities (`GpuHourTable.node_keys`,
+    made once per table and shared with the Spot counterfactual's `node_numbers`), project apart."""
+    return [key for _, key in hours.node_keys()]
 
 
 def _on_node(cluster: str | None, resource: str | None, sub: str) -> bool:
