@@ -29,6 +29,7 @@ from monitor.simulate import write_fleet
 from monitor.utilization import util_hours
 from monitor.utilization.hourly import UtilHours
 from tests.aggregates import stored
+from tests.shared_fleets import PARQUET
 from tests.test_analyze import T0, H, hourly, samples
 from tests.test_detectors_common import FakePrices, gpu
 
@@ -153,7 +154,7 @@ def test_a_node_moved_to_another_zone_is_read_with_the_idle_one_of_its_instance(
 
 @pytest.mark.slow
 def test_analyze_with_utilization_reads_fewer_gpu_hours_and_finds_the_same(tmp_path: Path) -> None:
-    write_fleet(tmp_path, seed=11, days=4, formats=("parquet",))
+    write_fleet(tmp_path, seed=11, days=4, formats=PARQUET)
     truth = json.loads((tmp_path / "ground_truth.json").read_text())
     now = datetime.fromisoformat(truth["window"]["end"].replace("Z", "+00:00"))
     files = {

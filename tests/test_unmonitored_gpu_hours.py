@@ -29,6 +29,7 @@ from monitor.detectors.inputs import GpuHour, GpuHourTable, TableGpuHours, Unmon
 from monitor.detectors.spot_opportunity import SpotOpportunity
 from monitor.simulate import write_fleet
 from monitor.sources.pricing import SnapshotPriceSource
+from tests.shared_fleets import PARQUET
 from tests.test_detectors_common import gpu, inputs
 
 DETECTORS = (SpotOpportunity, CommitmentOpportunity, IdleGpu)
@@ -100,7 +101,7 @@ def test_once_every_hour_is_built_the_on_demand_ones_come_from_them() -> None:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("fleet")
-    write_fleet(out, seed=3, days=9, formats=("parquet",))  # an 8-day window: `commitment_opportunity` needs 7
+    write_fleet(out, seed=3, days=9, formats=PARQUET)  # an 8-day window: `commitment_opportunity` needs 7
     return out
 
 

@@ -105,9 +105,9 @@ def jobs_params(window: Window, keys: Sequence[str]) -> dict[str, Any]:
 
 def job_table_columns(table: Any) -> JobColumns:
     """`jobs.sql`'s result (Arrow: a table or a batch reader) as the engine's columns, each
-    distinct name, label set and hour one Python object (`shared_values`): at bench scale 48 its
-    1.65 M rows of then read as dicts held 3.2 GB and took 34.5 s, of `gpucost jobs`' 95 s (836,707
-    rows since it sums what the jobs engine reads as money alone)."""
+    distinct name, label set and hour one Python object (`shared_values`): at bench scale 48 the
+    query's 1.65 M rows of the time, read as dicts, held 3.2 GB and took 34.5 s of `gpucost jobs`'
+    95 s (836,707 rows since it sums what the jobs engine reads as money alone)."""
     import pyarrow as pa
 
     if isinstance(table, pa.RecordBatchReader):
