@@ -35,7 +35,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def _everything(inputs: DetectorInputs) -> tuple:
     """What a run can read of its GPU hours, each built whole."""
     return (
-        list(inputs.idle_node_gpu_hours()),
+        inputs.idle_node_gpu_table().rows(),
         inputs.unmonitored_gpu_table().rows(),
         with_on_demand_part(inputs.on_demand_gpu_table().rows()),
         inputs.all_gpu_hour_table().rows(),

@@ -1,6 +1,6 @@
 """The daemon's detection holds the window's GPU hours as a table (`TableGpuHours` over a
-`GpuHourTable`): the opportunity detectors read its columns, `idle_gpu` and `unmonitored_gpu` the
-hours `judged()` builds for them, and every `GpuHour` is built only for a reader of them all.
+`GpuHourTable`): the GPU detectors read its columns (`idle_gpu` builds a `GpuHour` for each hour
+of the nodes it judges alone), and every `GpuHour` is built only for a reader of them all.
 Every GPU detector finds on the table exactly what it finds on the same hours as a list, on seed
 7's first 4 days polled by the daemon (its forgotten 8x A100, its steady fleet, its estimated
 hours)."""
@@ -76,10 +76,35 @@ def test_idle_gpu_reads_every_hour_of_an_idle_node_and_unmonitored_gpu_the_colum
     every = _table(held).rows()
     idle = {instance_key(h) for h in every if h.idle_gpu_hours > 0}
     hours = TableGpuHours(_table(held))
-    of_idle = hours.of_idle_nodes()
-    assert of_idle == [h for h in every if instance_key(h) in idle]
+    of_idle = hours.idle_node_table()
+    assert of_idle.rows() == [h for h in every if instance_key(h) in idle]
     assert idle and len(of_idle) < len(every) / 2
+    assert hours._all is None  # picked from the columns, no `GpuHour` built for the others
     assert hours.unmonitored_table() is hours.table  # `unmonitored_gpu` reads the columns
+
+
+def test_idle_gpu_builds_hours_only_for_the_nodes_it_judges(
+    held: DetectorInputs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`idle_gpu` picks its nodes from the columns: a `GpuHour` for each hour of an idle node in
+    the window, none for the others (its evidence lists a judged node's hours)."""
+    table = _table(held)
+    inputs = replace(held, gpu_hours=TableGpuHours(table))
+    every = table.rows()
+    idle = {instance_key(h) for h in every if h.idle_gpu_hours > 0 and h.hour >= held.window_start}
+    judged = [h for h in every if instance_key(h) in idle and held.window_start <= h.hour < NOW]
+    built: list[int] = []
+    rows = GpuHourTable.rows
+
+    def counted(self: GpuHourTable, picked: Any = None) -> list[Any]:
+        out = rows(self, picked)
+        built.append(len(out))
+        return out
+
+    monkeypatch.setattr(GpuHourTable, "rows", counted)
+    (det,) = [d for d in build_detectors({}) if d.name == "idle_gpu"]
+    assert det.evaluate(inputs, NOW)  # seed 7's forgotten A100s
+    assert sum(built) == len(judged) and 0 < len(judged) < len(every) / 2
 
 
 def test_estimated_hours_are_read_without_building_the_others(held: DetectorInputs) -> None:

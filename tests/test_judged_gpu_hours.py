@@ -177,7 +177,7 @@ def test_every_hour_is_built_only_for_a_reader_of_them_all() -> None:
     lazy = JudgedGpuHours(GpuHourTable.from_rows(hours[:1]), lambda: built.append(1) or whole, fetched=3)
     assert lazy.on_demand_table().rows() == hours[:1]
     # gpu(0) is busy
-    assert lazy.of_idle_nodes() == lazy.estimated() == [] and built == []
+    assert lazy.idle_node_table().rows() == lazy.estimated() == [] and built == []
     assert list(lazy) == hours and len(lazy) == 2 and lazy[1] == hours[1]
     assert lazy.whole_table() is whole  # a reader of a few columns of them all (a job budget)
     assert built == [1] and lazy.fetched == 3 + 2  # built once, its billed hours counted

@@ -256,17 +256,19 @@ class IdleGpu(Detector):
     def evaluate(self, inputs: DetectorInputs, now: datetime) -> list[Finding]:
         if not inputs.gpu_monitored:  # every hour "unknown": no run, and no need to join the hours
             return []
-        groups: dict[tuple[str | None, str], list[GpuHour]] = defaultdict(list)
         # A run needs an hour with idle GPU-hours, and an hour's rows summed (`_dedupe_hours`) have
         # some only if one of them has: only those nodes are judged (1 of 1,158 at bench scale 48,
-        # where judging every node took most of this detector's time)
-        idle: set[tuple[str | None, str]] = set()
-        for r in inputs.idle_node_gpu_hours():
-            if inputs.window_start <= r.hour < inputs.window_end and r.hour < now:
-                key = instance_key(r)
-                groups[key].append(r)
-                if r.idle_gpu_hours > 0:
-                    idle.add(key)
+        # where judging every node took most of this detector's time), picked from the table's
+        # columns; their hours alone become `GpuHour`s, which the evidence lists hour by hour
+        table = inputs.idle_node_gpu_table()
+        keys, idle_hours = table.node_keys(), table["idle_gpu_hours"]
+        end_of = min(inputs.window_end, now)
+        judged = [i for i, hour in enumerate(table["hour"]) if inputs.window_start <= hour < end_of]
+        idle = {keys[i] for i in judged if idle_hours[i] > 0}
+        picked = [i for i in judged if keys[i] in idle]
+        groups: dict[tuple[str | None, str], list[GpuHour]] = defaultdict(list)
+        for i, r in zip(picked, table.rows(picked), strict=True):
+            groups[keys[i]].append(r)
         findings = []
         # the end of the data, not the clock: billing lags usage by hours, so measured to the clock
         # a still idle node whose latest hours had not landed read as a run that ended, then as

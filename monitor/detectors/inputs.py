@@ -299,7 +299,7 @@ def with_on_demand_part(rows: Iterable[GpuHour]) -> list[GpuHour]:
 
 class DeferredGpuHours(Sequence[GpuHour]):
     """GPU hours read as far as the detectors read them: `on_demand_table()` for the opportunity
-    detectors, `of_idle_nodes()` for `idle_gpu`, `unmonitored_table()` for `unmonitored_gpu`,
+    detectors, `idle_node_table()` for `idle_gpu`, `unmonitored_table()` for `unmonitored_gpu`,
     `whole_table()` for a reader of a few columns of every hour (a job budget, a finished job's
     message), and every one as a `GpuHour`, built by `_rows()`, only for a reader that iterates
     them all. `fetched` counts the rows read from the engine."""
@@ -309,9 +309,9 @@ class DeferredGpuHours(Sequence[GpuHour]):
     def _rows(self) -> Sequence[GpuHour]:
         raise NotImplementedError
 
-    def of_idle_nodes(self) -> Sequence[GpuHour]:
-        """Every hour of each node with an idle GPU-hour (maybe with others), in order: `idle_gpu`
-        judges those nodes alone, each over all its hours."""
+    def idle_node_table(self) -> GpuHourTable:
+        """A table holding every hour of each node with an idle GPU-hour, maybe with others, in
+        order: `idle_gpu` judges those nodes alone, each over all its hours."""
         raise NotImplementedError
 
     def unmonitored_table(self) -> GpuHourTable:
@@ -382,8 +382,8 @@ class UnmonitoredGpuHours(DeferredGpuHours):
             self.fetched += len(self._on_demand)
         return self._on_demand
 
-    def of_idle_nodes(self) -> Sequence[GpuHour]:
-        return []  # no utilization: no GPU-hour is idle
+    def idle_node_table(self) -> GpuHourTable:
+        return GpuHourTable.from_rows([])  # no utilization: no GPU-hour is idle
 
     def whole_table(self) -> GpuHourTable:
         return self.unmonitored_table()
@@ -391,9 +391,10 @@ class UnmonitoredGpuHours(DeferredGpuHours):
 
 class _HeldGpuHours(DeferredGpuHours):
     """GPU hours held as a table (`GpuHourTable`) that holds at least every hour the GPU detectors
-    read: the opportunity detectors and `unmonitored_gpu` read its columns (`on_demand_table`,
-    `unmonitored_table`); `GpuHour`s are built only for the hours `idle_gpu` reads
-    (`of_idle_nodes`) and the estimated hours alone (`estimated`: a finished job's message). At
+    read: the GPU detectors read its columns (`on_demand_table`, `unmonitored_table`, and
+    `idle_node_table`, the hours of the nodes `idle_gpu` judges); `GpuHour`s are built only for
+    the estimated hours alone (`estimated`: a finished job's message) and by `idle_gpu` for the
+    nodes it judges. At
     bench scale 48, where utilization covers 3 of the window's 14 days, 299,128 unmonitored hours
     were built as `GpuHour`s for `unmonitored_gpu` (1.1 s) and iterated by `idle_gpu`, which never
     judged them (1.65 s under cProfile)."""
@@ -401,7 +402,7 @@ class _HeldGpuHours(DeferredGpuHours):
     def __init__(self, table: GpuHourTable) -> None:
         self.table = table
         self._all: Sequence[GpuHour] | None = None
-        self._idle_nodes: list[GpuHour] | None = None
+        self._idle_nodes: GpuHourTable | None = None
 
     def on_demand_table(self) -> GpuHourTable:
         return self.table
@@ -413,16 +414,14 @@ class _HeldGpuHours(DeferredGpuHours):
         """The estimated hours, in order (every one is in the table)."""
         return self.table.rows(i for i, estimated in enumerate(self.table["estimated"]) if estimated)
 
-    def of_idle_nodes(self) -> Sequence[GpuHour]:
-        if self._all is not None:
-            return self._all
+    def idle_node_table(self) -> GpuHourTable:
         if self._idle_nodes is None:
             import numpy as np
 
             ids, keys = self.table.node_numbers()
             idle = np.zeros(len(keys), bool)
             idle[ids[objects(self.table["idle_gpu_hours"]) > 0]] = True
-            self._idle_nodes = self.table.rows(np.flatnonzero(idle[ids]).tolist())
+            self._idle_nodes = self.table.take(np.flatnonzero(idle[ids]).tolist())
         return self._idle_nodes
 
 
@@ -609,12 +608,12 @@ class DetectorInputs:
             return []  # no utilization, nothing estimated
         return [h for h in self.gpu_hours if h.estimated]
 
-    def idle_node_gpu_hours(self) -> Sequence[GpuHour]:
-        """The GPU hours `idle_gpu` judges, in order: every hour of each node with an idle GPU-hour,
-        maybe with others (all of them in a list)."""
+    def idle_node_gpu_table(self) -> GpuHourTable:
+        """A table holding the GPU hours `idle_gpu` judges, in order: every hour of each node with
+        an idle GPU-hour, maybe with others (all of them, where the hours are a list)."""
         if isinstance(self.gpu_hours, DeferredGpuHours):
-            return self.gpu_hours.of_idle_nodes()
-        return self.gpu_hours
+            return self.gpu_hours.idle_node_table()
+        return GpuHourTable.from_rows(self.gpu_hours)
 
     def unmonitored_gpu_table(self) -> GpuHourTable:
         """A table holding every unmonitored GPU hour, maybe with others, in order: what
