@@ -57,6 +57,8 @@ from monitor.timeutil import floor_day, floor_hour, naive_utc, to_iso
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from monitor.progress import Progress
+
 __all__ = [
     "COMPONENT",
     "COST_ORDER",
@@ -406,8 +408,12 @@ def poll_billing(
     *,
     label_keys: Sequence[str] | None = None,
     private: bool = False,
+    progress: Progress | None = None,
 ) -> PollReport:
     """One incremental poll; see the module docstring. `now` is injected (aware UTC).
+
+    `progress` hears which query the poll is in (`monitor.progress`): a first poll, or one after
+    downtime, reads weeks of export, minutes of queries on BigQuery at scale.
 
     `label_keys`: the label keys the aggregates keep (`Config.stored_label_keys`: `[billing] labels`
     plus the keys naming a job); None keeps `cfg.labels` alone.
@@ -419,6 +425,8 @@ def poll_billing(
     at bench scale 5 (six runs each) and 18.0 s against 18.9 s at 4.9 M export rows (three each),
     at 20-90 MB more peak memory (2026-12-06, alternated)."""
     began = time.monotonic()
+    stage = progress.describe if progress is not None else (lambda _label: None)
+    stage("partitions")
     scope_start, scope_end = poll_scope(now, cfg.lookback_days)
     partition_end = scope_end + _DAY
     window = {"usage_start": scope_start, "usage_end": scope_end, "partition_end": partition_end}
@@ -455,6 +463,7 @@ def poll_billing(
         spooled: list[Path] = []  # the aggregates, never Python rows nor a whole result in memory
         if changed:
             held.close()  # the source's queries may take minutes: the file is not held meanwhile
+            stage(f"changed hours of {len(changed)} partition{'s' if len(changed) != 1 else ''}")
             hours, bytes_hours, asked = _changed_hours(source, changed, seen, stored, window)
             queries += ["changed_hours"] * asked
             bytes_total = _add(bytes_total, bytes_hours)
@@ -474,6 +483,7 @@ def poll_billing(
         def hourly(lo: datetime, hi: datetime) -> Any:
             nonlocal bytes_total
             params = {"usage_start": lo, "usage_end": hi, "partition_end": partition_end}
+            stage(f"hourly {lo:%Y-%m-%d %H:%M} to {hi:%Y-%m-%d %H:%M}")
             keys = list(cfg.labels if label_keys is None else label_keys)
             result = source.run("hourly", params | {"label_keys": keys}, arrow=True)
             queries.append("hourly")
@@ -489,6 +499,7 @@ def poll_billing(
                     )
                 spooled.append(_spool(hourly(lo, hi), directory / f"hourly-{len(spooled)}.parquet"))
 
+        stage("storing")
         with store.transaction() as conn:
             for lo, hi in windows:
                 conn.execute(

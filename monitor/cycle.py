@@ -9,6 +9,7 @@ and a crash in one never corrupts another: billing poll -> utilization poll -> d
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -42,6 +43,7 @@ from monitor.digest_data import digest_data
 from monitor.gcpause import collector_paused
 from monitor.metrics import Metrics
 from monitor.model import Finding
+from monitor.progress import progress
 from monitor.sources.base import BillingSource
 from monitor.sources.budgets import Budget, IdLookup, ProjectIds, budget_source_from_config
 from monitor.sources.pricing import price_source_from_config
@@ -113,6 +115,8 @@ class Deps:
     #: the project ids of the numbers API budgets name, as the billing export pairs them: read once
     #: (`ProjectIds`), not at every detection run
     project_ids: ProjectIds = field(default_factory=ProjectIds)
+    #: the clock a long step's progress lines read (`monitor.progress`); tests pass a fake one
+    monotonic: Callable[[], float] = time.monotonic
 
     @property
     def alert_deps(self) -> pipeline.Deps:
@@ -171,10 +175,20 @@ def _ok(deps: Deps, step: str, now: datetime) -> None:
 
 def run_billing_poll(deps: Deps, now: datetime) -> dict[str, Any]:
     # one open of the aggregate file for the poll and the export's age (an open is ~13 ms of an
-    # idle poll's ~45 at bench scale 5)
-    with deps.aggregates.session():
+    # idle poll's ~45 at bench scale 5). A first poll, or one after downtime, reads weeks of export
+    # (minutes of queries on BigQuery at scale): its log gets a progress line at most every 10 s,
+    # never a bar (the log is a daemon's output); a poll under 10 s logs none
+    with (
+        deps.aggregates.session(),
+        progress("billing poll", clock=deps.monotonic, heartbeat=1.0, bar=False) as stages,
+    ):
         report = poll_billing(
-            deps.billing, deps.aggregates, deps.cfg.billing, now, label_keys=deps.cfg.stored_label_keys()
+            deps.billing,
+            deps.aggregates,
+            deps.cfg.billing,
+            now,
+            label_keys=deps.cfg.stored_label_keys(),
+            progress=stages,
         )
         latest = latest_export(deps.aggregates)
     for q in report.queries:

@@ -1,5 +1,5 @@
-"""Progress on long work (`simulate`, `load`, `analyze` at scale): a bar on a terminal, a log line
-at most every 10 s elsewhere, so a multi-minute run is never silent.
+"""Progress on long work (`simulate`, `load`, `analyze` at scale, the daemon's billing poll): a bar on
+a terminal, a log line at most every 10 s elsewhere, so a multi-minute run is never silent.
 
     with progress("simulate", None, unit="rows") as p:
         write_fleet(out, seed=7, days=30, scale=5, progress=p)
@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
@@ -276,28 +276,33 @@ def progress(
     logger: logging.Logger | None = None,
     interval: float = INTERVAL,
     heartbeat: float | None = None,
+    bar: bool = True,
 ) -> Iterator[Progress]:
     """Report progress on `task` for the length of the `with` block.
 
     `stream` (default: `sys.stderr` when entered) chooses the display: a rich bar when it is a
     terminal, log lines on `logger` (default `gpucost.progress`) otherwise. `console` forces the bar
-    onto a given rich Console when it is a terminal (tests render into a StringIO). `heartbeat`
-    (seconds of wall time) starts a thread that checks the clock, for work that blocks without
-    reporting. On an exception no final line is written: the error says how it ended.
+    onto a given rich Console when it is a terminal (tests render into a StringIO). `bar=False`:
+    log lines even on a terminal, through the process's logging as it was set up (a daemon's job:
+    its log is its output, a live bar would tear its lines, and its log level is the user's, not
+    raised for a command's sake as `_audible` does). `heartbeat` (seconds of wall time) starts a thread that checks the clock, for work
+    that blocks without reporting. On an exception no final line is written: the error says how it
+    ended.
     """
     out = stream if stream is not None else sys.stderr
     count = Count(0, total, unit, approximate)
-    if console is None and _isatty(out):
+    if bar and console is None and _isatty(out):
         from rich.console import Console
 
         console = Console(file=out)
-    if console is not None and console.is_terminal and not console.is_dumb_terminal:  # TERM=dumb: no live bar
-        bar = _BarProgress(task, count, console, clock)
-        with bar.bar:
-            yield bar
+    # a live bar only where asked for, on a terminal that draws one (TERM=dumb does not)
+    if bar and console is not None and console.is_terminal and not console.is_dumb_terminal:
+        shown = _BarProgress(task, count, console, clock)
+        with shown.bar:
+            yield shown
         return
     log = logger or logging.getLogger(LOGGER)
-    with _audible(log, out):
+    with _audible(log, out) if bar else nullcontext():
         reporter = _LogProgress(task, count, log, clock, interval)
         with _heartbeat(reporter, heartbeat):
             yield reporter

@@ -215,6 +215,58 @@ def test_a_stream_that_is_not_a_terminal_gets_no_bar(log) -> None:
     assert out.getvalue() == ""
 
 
+def test_without_a_bar_a_terminal_gets_log_lines_at_the_level_set_up(log) -> None:
+    """`bar=False` (a daemon's job): lines even on a terminal, and a logger set above INFO is left so
+    (the daemon's log level is the user's; a command's is raised for its progress)."""
+    logger, seen = log
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=100, color_system=None)
+    with progress("billing poll", console=console, clock=SteppingClock(11.0), logger=logger, bar=False) as p:
+        p.describe("hourly")
+    assert out.getvalue() == ""
+    assert seen.lines == ["billing poll (hourly): 11.0 s", "billing poll: done in 22.0 s (hourly)"]
+    seen.lines.clear()
+    logger.setLevel(logging.WARNING)  # the process's logging, set above INFO
+    child = logging.getLogger("tests.progress.daemon")  # no level of its own: its parent's
+    with progress("billing poll", stream=out, clock=SteppingClock(11.0), logger=child, bar=False) as p:
+        p.describe("hourly")
+    assert seen.lines == [] and child.level == logging.NOTSET
+
+
+def test_the_daemons_billing_poll_logs_its_queries_when_it_runs_long(tmp_path_factory, tmp_path) -> None:
+    """A daemon's first poll reads weeks of export (minutes of queries on BigQuery at scale): on a
+    clock that steps 11 s a reading, its log gets a line at each query and a final one; a poll
+    that takes milliseconds (nothing new) writes none."""
+    from datetime import UTC, datetime
+
+    from monitor.cycle import run_billing_poll
+    from tests.shared_fleets import shared_fleet
+    from tests.test_digest_jobs import daemon_on_fleet
+
+    deps = daemon_on_fleet(tmp_path, shared_fleet(tmp_path_factory, 7, 2)[0])
+    now = datetime(2026, 11, 3, 9, tzinfo=UTC)
+    handler, logger = Lines(), logging.getLogger("gpucost.progress")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)  # the daemon's logging, at its default level
+    try:
+        deps.monotonic = SteppingClock(11.0)
+        run_billing_poll(deps, now)
+        first = handler.lines[:]
+        handler.lines.clear()
+        deps.monotonic = ManualClock()
+        run_billing_poll(deps, now)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+    stages = [line.split("(", 1)[1].split(")")[0] for line in first[:-1]]
+    assert stages[0] == "partitions", first
+    assert any(s.startswith("changed hours of ") for s in stages), first
+    assert any(s.startswith("hourly 2026-") for s in stages), first
+    assert stages[-1] == "storing", first
+    assert first[-1].startswith("billing poll: done in ")
+    assert handler.lines == []
+
+
 # --- the commands -----------------------------------------------------------------------------
 
 
