@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from monitor.columns import Columns
+from monitor.columns import Columns, shared_values
 
 
 @dataclass(frozen=True)
@@ -40,3 +40,50 @@ def test_a_row_of_another_width_is_refused(bad: tuple) -> None:
     rows = [_Rows.astuple(_ROWS[0]), bad]
     with pytest.raises(ValueError, match=r"_Rows rows have \[\d\] fields, not 3"):
         _Rows.from_tuples(rows)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        ["a", None, "b", "a", None],
+        [None, None],
+        ["x"],
+        [],
+        [f"v{i % 7}" if i % 5 else None for i in range(1000)],  # nulls past the first byte of bits
+    ],
+)
+def test_shared_values_are_to_pylist_with_one_object_per_value(values: list[str | None]) -> None:
+    import pyarrow as pa
+
+    column = pa.chunked_array([pa.array(values[:2], pa.string()), pa.array(values[2:], pa.string())])
+    got = shared_values(column, str.upper, null="-")
+    assert got == [v.upper() if v is not None else "-" for v in values]
+    assert len({id(v) for v in got}) == len(set(got))  # one object per distinct value
+
+
+def test_codes_read_a_sliced_array_from_its_offset() -> None:
+    """`shared_values` encodes a fresh array (offset 0); its codes' reader reads any offset."""
+    import pyarrow as pa
+
+    from monitor.columns import _codes
+
+    whole = pa.array([0, None, 1, None, 2, 0, None, 1, 2, None, 0, 1, None], pa.int32())
+    for start in range(len(whole)):
+        part = whole.slice(start)
+        assert _codes(part).tolist() == [-1 if v is None else v for v in part.to_pylist()]
+
+
+def test_shared_values_do_not_import_pandas() -> None:
+    """pyarrow's `fill_null` and `to_numpy` import pandas on first use (0.25 s of a process)."""
+    import subprocess
+    import sys
+
+    # the column built from its buffers: pyarrow converting Python values imports pandas itself
+    probe = (
+        "import struct, sys, pyarrow as pa; from monitor.columns import shared_values;"
+        " offsets = pa.py_buffer(struct.pack('<4i', 0, 1, 1, 2));"
+        " column = pa.Array.from_buffers(pa.string(), 3, [pa.py_buffer(bytes([5])), offsets, pa.py_buffer(b'ab')]);"
+        " print(shared_values(pa.chunked_array([column])), 'pandas' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['a', None, 'b'] False"
