@@ -105,8 +105,8 @@ def _codes(indices: Any) -> Any:
     if n == 0:
         return np.zeros(0, np.int64)
     validity, data = indices.buffers()
-    width = np.dtype(f"int{indices.type.bit_width}")
-    codes = np.frombuffer(data, dtype=width, count=offset + n)[offset:].astype(np.int64)
+    kind = np.dtype(str(indices.type))  # int32 from `dictionary_encode`; a dictionary column keeps its own
+    codes = np.frombuffer(data, dtype=kind, count=offset + n)[offset:].astype(np.int64)
     if indices.null_count:
         valid = np.unpackbits(np.frombuffer(validity, np.uint8), bitorder="little", count=offset + n)
         codes[valid[offset:] == 0] = -1

@@ -154,13 +154,14 @@ class _LogProgress(_Counting):
         self.tick()
 
     def tick(self) -> None:
-        """Write a line if `interval` has passed (also what the heartbeat thread calls)."""
+        """Write a line if `interval` has passed (also what the heartbeat thread calls). The line is
+        written under the lock too, so the heartbeat's and the work's lines come in clock order."""
         with self._lock:
             now = self._clock()
             if now - self._last < self._interval:
                 return
             self._last = now
-        self._log.info(progress_line(self.task, self.count, now - self._started))
+            self._log.info(progress_line(self.task, self.count, now - self._started))
 
     def finish(self) -> None:
         """The final line, only for work that lasted at least `interval` (short work stays quiet)."""

@@ -73,6 +73,20 @@ def test_codes_read_a_sliced_array_from_its_offset() -> None:
         assert _codes(part).tolist() == [-1 if v is None else v for v in part.to_pylist()]
 
 
+@pytest.mark.parametrize("kind", ["uint8", "int8", "uint16", "int64"])
+def test_shared_values_read_a_dictionary_column_with_its_own_index_type(kind: str) -> None:
+    """A column already dictionary-encoded (a DuckDB ENUM, say) keeps its index type: an unsigned
+    index past the signed range is read as itself."""
+    import pyarrow as pa
+
+    codes = [5, 120, None, 126, 0]
+    if kind.startswith("u"):
+        codes = [5, 200, None, 255, 0]
+    names = pa.array([f"v{i}" for i in range(300)])
+    column = pa.chunked_array([pa.DictionaryArray.from_arrays(pa.array(codes, getattr(pa, kind)()), names)])
+    assert shared_values(column) == [None if c is None else f"v{c}" for c in codes]
+
+
 def test_shared_values_do_not_import_pandas() -> None:
     """pyarrow's `fill_null` and `to_numpy` import pandas on first use (0.25 s of a process)."""
     import subprocess
