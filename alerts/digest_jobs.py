@@ -319,10 +319,7 @@ class JobsSection:
 
         lo, hi = self._lo, self._hi
         self._day_rows += [r for r in stored_rows(rows, self._keys) if lo <= r["usage_hour"] < hi]
-        table = gpu if isinstance(gpu, GpuHourTable) else GpuHourTable.from_rows(list(gpu))
-        self._day_gpu = self._day_gpu.extended(
-            table.take(i for i, hour in enumerate(table["hour"]) if lo <= hour < hi)
-        )
+        self._day_gpu = self._day_gpu.extended(GpuHourTable.of(gpu).between(lo, hi))
         return self
 
     @property

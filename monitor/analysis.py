@@ -393,7 +393,11 @@ def run_analysis(
         finally:
             costs.close()
     window_gpu = inputs.gpu_hours
-    gpu = _in_window(inputs.gpu_hour_table(), window) if keep_gpu_hours else GpuHourTable.from_rows([])
+    gpu = (
+        inputs.gpu_hour_table().between(window.start, window.end)
+        if keep_gpu_hours
+        else GpuHourTable.from_rows([])
+    )
     stats = _stats(metered, sources.billing.engine, read_from, window)
     # what was read back into Python from the engines: cost rows and sums, and the window's GPU
     # node-hours (not those before it, which only a job budget joins, when a job ran before it)
@@ -488,13 +492,6 @@ def _note_currencies(seen: set[str]) -> tuple[str, ...]:
     if other:
         log.info("billing rows in %s converted to USD with currency_conversion_rate", ", ".join(other))
     return other
-
-
-def _in_window(table: GpuHourTable, window: Window) -> GpuHourTable:
-    """The hours of `table` in `window`, in their order (the inputs hold those before it too, for a
-    job budget's history)."""
-    start, end = window.start, window.end
-    return table.take(i for i, hour in enumerate(table["hour"]) if start <= hour < end)
 
 
 def _stats(metered: MeteredSource, engine: str, start: datetime, window: Window) -> Stats:

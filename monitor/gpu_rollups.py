@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import ROUND_FLOOR, Decimal
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from monitor.detectors.inputs import GpuHourTable
@@ -56,27 +56,6 @@ class GpuUsage:
     #: the part of `gpu_cost` from hours not billed yet, priced from the price list (estimates)
     estimated_cost: Decimal = Decimal(0)
 
-    def add(self, h: GpuHourLike) -> None:
-        self.add_part(h, h.gpu_hours, h.gpu_cost, h.idle_gpu_hours, h.idle_cost)
-
-    def add_part(
-        self,
-        h: GpuHourLike,
-        gpu_hours: Decimal,
-        gpu_cost: Decimal,
-        idle_gpu_hours: Decimal,
-        idle_cost: Decimal,
-    ) -> None:
-        """Add a share of hour `h` (all of it from `add`; a namespace's share from the rollup)."""
-        self.add_values(
-            getattr(h, "estimated", False),
-            h.mean_utilization_pct,
-            gpu_hours,
-            gpu_cost,
-            idle_gpu_hours,
-            idle_cost,
-        )
-
     def add_values(
         self,
         estimated: bool,
@@ -86,8 +65,8 @@ class GpuUsage:
         idle_gpu_hours: Decimal,
         idle_cost: Decimal,
     ) -> None:
-        """`add_part` from an hour's values, not the hour: a reader of a table's columns
-        (`monitor.jobs.build`) builds no `GpuHour` to add one."""
+        """Add an hour's figures, or a share of them (a namespace's, a job's), from its values: its
+        readers read a table's columns, and build no `GpuHour` to add one."""
         self.gpu_hours += gpu_hours
         self.gpu_cost += gpu_cost
         if estimated:
@@ -195,26 +174,6 @@ class RollupBy(StrEnum):
     NAMESPACE = "namespace"  # GKE cost allocation's `k8s-namespace`, cost split per namespace
 
 
-class GpuHourLike(Protocol):
-    """The fields of `monitor.detectors.inputs.GpuHour` this summary reads."""
-
-    hour: datetime
-    project: str | None
-    instance: str | None
-    instance_id: str | None
-    zone: str | None
-    cluster: str | None
-    machine_type: str | None
-    gpu_model: str | None
-    gpus: int
-    gpu_hours: Decimal
-    gpu_cost: Decimal
-    mean_utilization_pct: float | None
-    idle_gpu_hours: Decimal
-    idle_cost: Decimal
-    labels: Any
-
-
 def keep_billed(
     slot: dict[datetime, tuple[bool, list[_T]]], hour: datetime, item: _T, estimated: bool
 ) -> None:
@@ -244,7 +203,7 @@ def summarize_instances(hours: Iterable[Any] | GpuHourTable) -> list[InstanceGpu
     """
     from monitor.detectors.inputs import GpuHourTable  # lazily: the detectors import this module
 
-    table = hours if isinstance(hours, GpuHourTable) else GpuHourTable.from_rows(list(hours))
+    table = GpuHourTable.of(hours)
     c = table.columns
     per: dict[tuple[str | None, str], dict[datetime, tuple[bool, list[int]]]] = {}
     for i, (key, hour, estimated) in enumerate(

@@ -286,9 +286,9 @@ def progress(
     onto a given rich Console when it is a terminal (tests render into a StringIO). `bar=False`:
     log lines even on a terminal, through the process's logging as it was set up (a daemon's job:
     its log is its output, a live bar would tear its lines, and its log level is the user's, not
-    raised for a command's sake as `_audible` does). `heartbeat` (seconds of wall time) starts a thread that checks the clock, for work
-    that blocks without reporting. On an exception no final line is written: the error says how it
-    ended.
+    raised for a command's sake as `_audible` does). `heartbeat` (seconds of wall time) starts a
+    thread that checks the clock, for work that blocks without reporting. On an exception no final
+    line is written: the error says how it ended.
     """
     out = stream if stream is not None else sys.stderr
     count = Count(0, total, unit, approximate)

@@ -113,3 +113,13 @@ def test_estimated_hours_are_read_without_building_the_others(held: DetectorInpu
     assert inputs.estimated_gpu_hours() == [h for h in _table(held).rows() if h.estimated]
     assert hours._all is None  # nothing built them all
     assert replace(held, gpu_hours=list(hours)).estimated_gpu_hours() == inputs.estimated_gpu_hours()
+
+
+def test_between_keeps_the_hours_of_a_range_in_order_and_of_takes_either_form(held: DetectorInputs) -> None:
+    table = _table(held)
+    every = table.rows()
+    start, end = T0 + timedelta(days=1), T0 + timedelta(days=2, hours=5)
+    assert table.between(start, end).rows() == [h for h in every if start <= h.hour < end]
+    assert 0 < len(table.between(start, end)) < len(table)
+    assert GpuHourTable.of(table) is table
+    assert GpuHourTable.of(iter(every[:3])).rows() == every[:3]

@@ -260,12 +260,10 @@ class IdleGpu(Detector):
         # some only if one of them has: only those nodes are judged (1 of 1,158 at bench scale 48,
         # where judging every node took most of this detector's time), picked from the table's
         # columns; their hours alone become `GpuHour`s, which the evidence lists hour by hour
-        table = inputs.idle_node_gpu_table()
-        keys, idle_hours = table.node_keys(), table["idle_gpu_hours"]
-        end_of = min(inputs.window_end, now)
-        judged = [i for i, hour in enumerate(table["hour"]) if inputs.window_start <= hour < end_of]
-        idle = {keys[i] for i in judged if idle_hours[i] > 0}
-        picked = [i for i in judged if keys[i] in idle]
+        table = inputs.idle_node_gpu_table().between(inputs.window_start, min(inputs.window_end, now))
+        keys = table.node_keys()
+        idle = {key for key, hours in zip(keys, table["idle_gpu_hours"], strict=True) if hours > 0}
+        picked = [i for i, key in enumerate(keys) if key in idle]
         groups: dict[tuple[str | None, str], list[GpuHour]] = defaultdict(list)
         for i, r in zip(picked, table.rows(picked), strict=True):
             groups[keys[i]].append(r)

@@ -237,6 +237,11 @@ class GpuHourTable(Columns[GpuHour], row_type=GpuHour):
         self._keys: list[tuple[str | None, str]] | None = None
         self._numbers: tuple[Any, list[tuple[str | None, str]]] | None = None
 
+    @classmethod
+    def of(cls, hours: Iterable[GpuHour] | GpuHourTable) -> GpuHourTable:
+        """`hours` as a table: a table as it is, `GpuHour`s (tests, tools) in columns."""
+        return hours if isinstance(hours, GpuHourTable) else cls.from_rows(list(hours))
+
     def rows(self, picked: Iterable[int] | None = None) -> list[GpuHour]:
         """The `GpuHour`s of every row, or of the rows `picked` (row numbers, in the order given)."""
         columns = [self.columns[name] for name in self.names]
@@ -277,6 +282,10 @@ class GpuHourTable(Columns[GpuHour], row_type=GpuHour):
         picked = list(picked)
         return GpuHourTable({name: [column[i] for i in picked] for name, column in self.columns.items()})
 
+    def between(self, start: datetime, end: datetime) -> GpuHourTable:
+        """The rows whose hour is in [start, end), in order, as a table of their own."""
+        return self.take(i for i, hour in enumerate(self.columns["hour"]) if start <= hour < end)
+
     def billed_count(self) -> int:
         """The hours billed, not estimated: the rows read from the engine."""
         return self.columns["estimated"].count(False)
@@ -286,7 +295,7 @@ class GpuHourTable(Columns[GpuHour], row_type=GpuHour):
         as it is)."""
         if not len(rows):
             return self
-        more = rows if isinstance(rows, GpuHourTable) else GpuHourTable.from_rows(rows)
+        more = GpuHourTable.of(rows)
         return GpuHourTable({name: self.columns[name] + more.columns[name] for name in self.names})
 
 

@@ -654,7 +654,7 @@ def build_jobs(
     check needs, at a fraction of the cost.
     """
     c = rows if isinstance(rows, dict) else job_columns(rows)
-    table = gpu_hours if isinstance(gpu_hours, GpuHourTable) else GpuHourTable.from_rows(list(gpu_hours))
+    table = GpuHourTable.of(gpu_hours)
     jobs = _jobs_of(c, keys)
     nodes = _node_keys(c)
     wanted = set(only) if only is not None else None
